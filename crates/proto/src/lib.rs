@@ -1,0 +1,32 @@
+//! The ringfs wire protocol.
+//!
+//! This crate defines what travels between ringfs clients and servers and between servers:
+//! the [`frame`] layout (a fixed header with request id, lengths and membership epoch, then an
+//! encoded message body, then raw data), the [`Request`] and [`Response`] messages, the chunk
+//! metadata [`Attr`], canonical [`path`]s, and [`Errno`] values for errors. It does no I/O;
+//! `ringfs-rpc` moves frames over transports.
+//!
+//! The encoding is a small hand-written little-endian format (see `docs/PROTOCOL.md`): every
+//! decoder checks lengths against the bytes present, so malformed input is an error, never a
+//! panic.
+//!
+//! ```
+//! use ringfs_proto::{Request, ChunkRef};
+//! let request = Request::Stat(ChunkRef { path: "/data/x".into(), index: 0, file_id: 0 });
+//! let mut body = Vec::new();
+//! request.encode(&mut body);
+//! assert_eq!(Request::decode(&body).unwrap(), request);
+//! ```
+
+pub mod attr;
+pub mod codec;
+mod errno;
+pub mod frame;
+pub mod message;
+pub mod path;
+
+pub use attr::{Attr, EntryFlags, FileKind};
+pub use codec::DecodeError;
+pub use errno::Errno;
+pub use frame::{FrameError, FrameHeader, HEADER_LEN, MAX_BODY_LEN, MAX_DATA_LEN};
+pub use message::*;

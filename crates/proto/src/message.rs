@@ -1,0 +1,882 @@
+//! Requests and responses, and their binary encoding.
+//!
+//! Every message body starts with a one-byte type tag; the fields follow in declaration order,
+//! encoded with [`crate::codec`]. `docs/PROTOCOL.md` lists every message; the `TAG_*` constants
+//! below are the wire values and must never be renumbered.
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::{Attr, Errno};
+
+/// First four bytes of a `Hello` body: "RNGF".
+pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
+/// Version of this protocol. A server refuses a `Hello` with another version.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// Names one chunk: a path, a chunk index, and the identity of the file the caller expects.
+/// `file_id` 0 means "whatever file has this path now" (used before the caller knows it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChunkRef {
+    pub path: String,
+    pub index: u64,
+    pub file_id: u64,
+}
+
+/// Where the bytes of a write come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteSource {
+    /// In the data section of this frame.
+    Inline,
+    /// In the client's memory, for the server to pull with cross-memory attach (same host only).
+    Remote { address: u64, len: u64 },
+}
+
+/// The file-level attributes a chunk is created with when a write reaches a chunk that does
+/// not exist yet (chunks after chunk 0 are created by the first write that touches them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkTemplate {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub chunk_size: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hello {
+    pub version: u16,
+    pub secret: Vec<u8>,
+    pub client_pid: u32,
+    pub host_id: u64,
+    /// Address and contents of a token in the client's memory. The server tries to read it
+    /// with cross-memory attach; if it reads these bytes, bulk data may bypass the socket.
+    pub memory_probe: Option<(u64, u64)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Create {
+    pub path: String,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub chunk_size: u32,
+    pub time_ns: i64,
+    /// Fail with EEXIST if the path exists (O_EXCL, mkdir, symlink).
+    pub exclusive: bool,
+    /// Cut an existing regular file to zero length (O_TRUNC).
+    pub truncate: bool,
+    /// The target, when creating a symbolic link.
+    pub link_target: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub chunk: ChunkRef,
+    /// Byte offset inside the chunk.
+    pub offset: u64,
+    pub source: WriteSource,
+    pub template: ChunkTemplate,
+    pub time_ns: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub chunk: ChunkRef,
+    /// Byte offset inside the chunk.
+    pub offset: u64,
+    pub len: u64,
+    /// Client address the server pushes the bytes to (same host only); `None`: inline reply.
+    pub destination: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetAttr {
+    pub path: String,
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    pub time_ns: i64,
+}
+
+/// One server's view of a member of the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Stable name; placement orders servers by the hash of their names.
+    pub name: String,
+    /// `host:port` for TCP.
+    pub tcp_address: String,
+    /// Unix socket path for clients on the same host (may be empty).
+    pub unix_path: String,
+    /// Identifies the host, so clients know when the Unix socket is reachable.
+    pub host_id: u64,
+    pub pid: u32,
+    pub alive: bool,
+    /// Raised by the member itself on every (re)start, and by others when they declare it dead;
+    /// the higher incarnation wins when two views of one member meet.
+    pub incarnation: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct MemberList {
+    pub epoch: u64,
+    pub members: Vec<Member>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub attr: Attr,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DirPage {
+    pub entries: Vec<DirEntry>,
+    /// More entries follow after the last one returned.
+    pub more: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ServerStats {
+    pub name: String,
+    pub entries: u64,
+    pub chunks: u64,
+    pub bytes: u64,
+    pub capacity_bytes: u64,
+    pub requests: u64,
+    pub forwarded: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelloReply {
+    pub version: u16,
+    pub server_name: String,
+    /// The server could read the client's memory probe: `WriteSource::Remote` and
+    /// `Read::destination` may be used on this connection.
+    pub memory_access: bool,
+}
+
+/// Everything a client or a peer server can ask a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// First frame on every connection.
+    Hello(Hello),
+    GetMembers,
+    /// A new server announces itself; the reply is the member list including it.
+    Join(Member),
+    /// Server to server: a newer member list.
+    PushMembers(MemberList),
+    Ping,
+    Stats,
+    /// Stop the server (graceful, like SIGTERM).
+    Shutdown,
+    /// Create a file, directory or symbolic link (chunk 0 and its directory entry).
+    Create(Create),
+    /// Attributes of one chunk.
+    Stat(ChunkRef),
+    Write(Write),
+    Read(Read),
+    /// File-level truncate, sent to the owner of chunk 0, which coordinates the other chunks.
+    Truncate { path: String, file_id: u64, size: u64, time_ns: i64 },
+    /// Set the logical length of one chunk (creating it empty if needed).
+    SetChunkLen { chunk: ChunkRef, len: u64, template: ChunkTemplate },
+    /// Record on chunk 0 that chunks after it may exist.
+    MarkExtended { path: String, file_id: u64 },
+    Unlink { path: String },
+    /// Remove this server's chunks of `path` with index >= `from_index` (0 = every file id,
+    /// otherwise only chunks of that file).
+    RemoveChunks { path: String, file_id: u64, from_index: u64 },
+    /// This server's highest chunk index (>= 1) of the file, with that chunk's length.
+    LastChunk { path: String, file_id: u64 },
+    SetAttr(SetAttr),
+    /// One page of the entries of `path` that this server holds, names after `after`.
+    ReadDir { path: String, after: Option<String>, limit: u32 },
+    /// Server to server: is `path` an existing directory? (parent checks)
+    LookupDir { path: String },
+    /// Server to server: forget cached knowledge of directory `path` and report whether this
+    /// server holds any entry inside it.
+    PrepareRmdir { path: String },
+    Rmdir { path: String },
+    Rename { from: String, to: String, time_ns: i64 },
+    /// Server to server: move this server's chunks (index >= 1) of a file to the new path.
+    MoveChunks { from: String, to: String, file_id: u64 },
+    /// Server to server: store a chunk moved by a rename (bytes in the data section).
+    PutChunk { chunk: ChunkRef, attr: Attr },
+    /// Server to server: install chunk 0 of a renamed file at its new path, replacing what
+    /// is there (bytes in the data section).
+    InstallEntry { path: String, attr: Attr },
+}
+
+/// What a server answers. Errors carry an errno; every other variant answers particular
+/// requests (see `docs/PROTOCOL.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Error(Errno),
+    Done,
+    Hello(HelloReply),
+    Members(MemberList),
+    Attr(Attr),
+    /// Result of a `Write`: the chunk's logical length after it.
+    Written { chunk_len: u64 },
+    /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist) and how
+    /// many bytes were delivered (inline in the data section, or pushed to the destination).
+    Read { attr: Option<Attr>, len: u64 },
+    Count(u64),
+    LastChunk(Option<(u64, u64)>),
+    DirPage(DirPage),
+    HasEntries(bool),
+    /// Result of `InstallEntry`: the attributes of the entry that was replaced, if any.
+    Replaced(Option<Attr>),
+    Stats(ServerStats),
+}
+
+// Wire tags. Requests use 1..=127, responses 128..=255.
+const TAG_HELLO: u8 = 1;
+const TAG_GET_MEMBERS: u8 = 2;
+const TAG_JOIN: u8 = 3;
+const TAG_PUSH_MEMBERS: u8 = 4;
+const TAG_PING: u8 = 5;
+const TAG_STATS: u8 = 6;
+const TAG_SHUTDOWN: u8 = 7;
+const TAG_CREATE: u8 = 10;
+const TAG_STAT: u8 = 11;
+const TAG_WRITE: u8 = 12;
+const TAG_READ: u8 = 13;
+const TAG_TRUNCATE: u8 = 14;
+const TAG_SET_CHUNK_LEN: u8 = 15;
+const TAG_MARK_EXTENDED: u8 = 16;
+const TAG_UNLINK: u8 = 17;
+const TAG_REMOVE_CHUNKS: u8 = 18;
+const TAG_LAST_CHUNK: u8 = 19;
+const TAG_SET_ATTR: u8 = 20;
+const TAG_READ_DIR: u8 = 21;
+const TAG_LOOKUP_DIR: u8 = 22;
+const TAG_PREPARE_RMDIR: u8 = 23;
+const TAG_RMDIR: u8 = 24;
+const TAG_RENAME: u8 = 25;
+const TAG_MOVE_CHUNKS: u8 = 26;
+const TAG_PUT_CHUNK: u8 = 27;
+const TAG_INSTALL_ENTRY: u8 = 28;
+
+const TAG_R_ERROR: u8 = 128;
+const TAG_R_DONE: u8 = 129;
+const TAG_R_HELLO: u8 = 130;
+const TAG_R_MEMBERS: u8 = 131;
+const TAG_R_ATTR: u8 = 132;
+const TAG_R_WRITTEN: u8 = 133;
+const TAG_R_READ: u8 = 134;
+const TAG_R_COUNT: u8 = 135;
+const TAG_R_LAST_CHUNK: u8 = 136;
+const TAG_R_DIR_PAGE: u8 = 137;
+const TAG_R_HAS_ENTRIES: u8 = 138;
+const TAG_R_REPLACED: u8 = 139;
+const TAG_R_STATS: u8 = 140;
+
+fn write_attr(w: &mut Writer, attr: &Attr) {
+    w.u32(attr.mode).u32(attr.uid).u32(attr.gid).u32(attr.chunk_size).u64(attr.len).u64(attr.file_id);
+    w.i64(attr.atime_ns).i64(attr.mtime_ns).i64(attr.ctime_ns).u32(attr.flags);
+}
+
+fn read_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
+    Ok(Attr {
+        mode: r.u32()?,
+        uid: r.u32()?,
+        gid: r.u32()?,
+        chunk_size: r.u32()?,
+        len: r.u64()?,
+        file_id: r.u64()?,
+        atime_ns: r.i64()?,
+        mtime_ns: r.i64()?,
+        ctime_ns: r.i64()?,
+        flags: r.u32()?,
+    })
+}
+
+/// Encoded size of an [`Attr`], used to bound counts of entries while decoding.
+const ATTR_BYTES: usize = 4 * 4 + 8 * 2 + 8 * 3 + 4;
+
+fn write_chunk(w: &mut Writer, chunk: &ChunkRef) {
+    w.str(&chunk.path).u64(chunk.index).u64(chunk.file_id);
+}
+
+fn read_chunk(r: &mut Reader) -> Result<ChunkRef, DecodeError> {
+    Ok(ChunkRef { path: r.string()?, index: r.u64()?, file_id: r.u64()? })
+}
+
+fn write_template(w: &mut Writer, template: &ChunkTemplate) {
+    w.u32(template.mode).u32(template.uid).u32(template.gid).u32(template.chunk_size);
+}
+
+fn read_template(r: &mut Reader) -> Result<ChunkTemplate, DecodeError> {
+    Ok(ChunkTemplate { mode: r.u32()?, uid: r.u32()?, gid: r.u32()?, chunk_size: r.u32()? })
+}
+
+fn write_member(w: &mut Writer, member: &Member) {
+    w.str(&member.name).str(&member.tcp_address).str(&member.unix_path);
+    w.u64(member.host_id).u32(member.pid).bool(member.alive).u64(member.incarnation);
+}
+
+fn read_member(r: &mut Reader) -> Result<Member, DecodeError> {
+    Ok(Member {
+        name: r.string()?,
+        tcp_address: r.string()?,
+        unix_path: r.string()?,
+        host_id: r.u64()?,
+        pid: r.u32()?,
+        alive: r.bool()?,
+        incarnation: r.u64()?,
+    })
+}
+
+fn write_member_list(w: &mut Writer, list: &MemberList) {
+    w.u64(list.epoch).u32(list.members.len() as u32);
+    for member in &list.members {
+        write_member(w, member);
+    }
+}
+
+fn read_member_list(r: &mut Reader) -> Result<MemberList, DecodeError> {
+    let epoch = r.u64()?;
+    let count = r.count(12 + 8 + 4 + 1 + 8)?;
+    let members = (0..count).map(|_| read_member(r)).collect::<Result<_, _>>()?;
+    Ok(MemberList { epoch, members })
+}
+
+impl Request {
+    /// Appends the encoded body of this request to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Request::Hello(hello) => {
+                w.u8(TAG_HELLO).u32(HELLO_MAGIC).u16(hello.version).bytes(&hello.secret);
+                w.u32(hello.client_pid).u64(hello.host_id);
+                w.option(hello.memory_probe.as_ref(), |w, (address, token)| {
+                    w.u64(*address).u64(*token);
+                });
+            }
+            Request::GetMembers => {
+                w.u8(TAG_GET_MEMBERS);
+            }
+            Request::Join(member) => {
+                w.u8(TAG_JOIN);
+                write_member(&mut w, member);
+            }
+            Request::PushMembers(list) => {
+                w.u8(TAG_PUSH_MEMBERS);
+                write_member_list(&mut w, list);
+            }
+            Request::Ping => {
+                w.u8(TAG_PING);
+            }
+            Request::Stats => {
+                w.u8(TAG_STATS);
+            }
+            Request::Shutdown => {
+                w.u8(TAG_SHUTDOWN);
+            }
+            Request::Create(create) => {
+                w.u8(TAG_CREATE).str(&create.path).u32(create.mode).u32(create.uid).u32(create.gid);
+                w.u32(create.chunk_size).i64(create.time_ns).bool(create.exclusive).bool(create.truncate);
+                w.option(create.link_target.as_deref(), |w, target| {
+                    w.str(target);
+                });
+            }
+            Request::Stat(chunk) => {
+                w.u8(TAG_STAT);
+                write_chunk(&mut w, chunk);
+            }
+            Request::Write(write) => {
+                w.u8(TAG_WRITE);
+                write_chunk(&mut w, &write.chunk);
+                w.u64(write.offset);
+                match write.source {
+                    WriteSource::Inline => {
+                        w.u8(0);
+                    }
+                    WriteSource::Remote { address, len } => {
+                        w.u8(1).u64(address).u64(len);
+                    }
+                }
+                write_template(&mut w, &write.template);
+                w.i64(write.time_ns);
+            }
+            Request::Read(read) => {
+                w.u8(TAG_READ);
+                write_chunk(&mut w, &read.chunk);
+                w.u64(read.offset).u64(read.len);
+                w.option(read.destination.as_ref(), |w, address| {
+                    w.u64(*address);
+                });
+            }
+            Request::Truncate { path, file_id, size, time_ns } => {
+                w.u8(TAG_TRUNCATE).str(path).u64(*file_id).u64(*size).i64(*time_ns);
+            }
+            Request::SetChunkLen { chunk, len, template } => {
+                w.u8(TAG_SET_CHUNK_LEN);
+                write_chunk(&mut w, chunk);
+                w.u64(*len);
+                write_template(&mut w, template);
+            }
+            Request::MarkExtended { path, file_id } => {
+                w.u8(TAG_MARK_EXTENDED).str(path).u64(*file_id);
+            }
+            Request::Unlink { path } => {
+                w.u8(TAG_UNLINK).str(path);
+            }
+            Request::RemoveChunks { path, file_id, from_index } => {
+                w.u8(TAG_REMOVE_CHUNKS).str(path).u64(*file_id).u64(*from_index);
+            }
+            Request::LastChunk { path, file_id } => {
+                w.u8(TAG_LAST_CHUNK).str(path).u64(*file_id);
+            }
+            Request::SetAttr(set) => {
+                w.u8(TAG_SET_ATTR).str(&set.path);
+                w.option(set.mode.as_ref(), |w, v| {
+                    w.u32(*v);
+                });
+                w.option(set.uid.as_ref(), |w, v| {
+                    w.u32(*v);
+                });
+                w.option(set.gid.as_ref(), |w, v| {
+                    w.u32(*v);
+                });
+                w.option(set.atime_ns.as_ref(), |w, v| {
+                    w.i64(*v);
+                });
+                w.option(set.mtime_ns.as_ref(), |w, v| {
+                    w.i64(*v);
+                });
+                w.i64(set.time_ns);
+            }
+            Request::ReadDir { path, after, limit } => {
+                w.u8(TAG_READ_DIR).str(path);
+                w.option(after.as_deref(), |w, name| {
+                    w.str(name);
+                });
+                w.u32(*limit);
+            }
+            Request::LookupDir { path } => {
+                w.u8(TAG_LOOKUP_DIR).str(path);
+            }
+            Request::PrepareRmdir { path } => {
+                w.u8(TAG_PREPARE_RMDIR).str(path);
+            }
+            Request::Rmdir { path } => {
+                w.u8(TAG_RMDIR).str(path);
+            }
+            Request::Rename { from, to, time_ns } => {
+                w.u8(TAG_RENAME).str(from).str(to).i64(*time_ns);
+            }
+            Request::MoveChunks { from, to, file_id } => {
+                w.u8(TAG_MOVE_CHUNKS).str(from).str(to).u64(*file_id);
+            }
+            Request::PutChunk { chunk, attr } => {
+                w.u8(TAG_PUT_CHUNK);
+                write_chunk(&mut w, chunk);
+                write_attr(&mut w, attr);
+            }
+            Request::InstallEntry { path, attr } => {
+                w.u8(TAG_INSTALL_ENTRY).str(path);
+                write_attr(&mut w, attr);
+            }
+        }
+    }
+
+    /// Decodes a request body. Every byte must belong to the message.
+    pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+        let mut r = Reader::new(body);
+        let request = match r.u8()? {
+            TAG_HELLO => {
+                let magic = r.u32()?;
+                if magic != HELLO_MAGIC {
+                    return Err(DecodeError::InvalidValue { field: "hello magic", value: magic as u64 });
+                }
+                Request::Hello(Hello {
+                    version: r.u16()?,
+                    secret: r.bytes()?.to_vec(),
+                    client_pid: r.u32()?,
+                    host_id: r.u64()?,
+                    memory_probe: r.option(|r| Ok((r.u64()?, r.u64()?)))?,
+                })
+            }
+            TAG_GET_MEMBERS => Request::GetMembers,
+            TAG_JOIN => Request::Join(read_member(&mut r)?),
+            TAG_PUSH_MEMBERS => Request::PushMembers(read_member_list(&mut r)?),
+            TAG_PING => Request::Ping,
+            TAG_STATS => Request::Stats,
+            TAG_SHUTDOWN => Request::Shutdown,
+            TAG_CREATE => Request::Create(Create {
+                path: r.string()?,
+                mode: r.u32()?,
+                uid: r.u32()?,
+                gid: r.u32()?,
+                chunk_size: r.u32()?,
+                time_ns: r.i64()?,
+                exclusive: r.bool()?,
+                truncate: r.bool()?,
+                link_target: r.option(|r| r.string())?,
+            }),
+            TAG_STAT => Request::Stat(read_chunk(&mut r)?),
+            TAG_WRITE => {
+                let chunk = read_chunk(&mut r)?;
+                let offset = r.u64()?;
+                let source = match r.u8()? {
+                    0 => WriteSource::Inline,
+                    1 => WriteSource::Remote { address: r.u64()?, len: r.u64()? },
+                    other => return Err(DecodeError::InvalidValue { field: "write source", value: other as u64 }),
+                };
+                Request::Write(Write { chunk, offset, source, template: read_template(&mut r)?, time_ns: r.i64()? })
+            }
+            TAG_READ => Request::Read(Read {
+                chunk: read_chunk(&mut r)?,
+                offset: r.u64()?,
+                len: r.u64()?,
+                destination: r.option(|r| r.u64())?,
+            }),
+            TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
+            TAG_SET_CHUNK_LEN => {
+                Request::SetChunkLen { chunk: read_chunk(&mut r)?, len: r.u64()?, template: read_template(&mut r)? }
+            }
+            TAG_MARK_EXTENDED => Request::MarkExtended { path: r.string()?, file_id: r.u64()? },
+            TAG_UNLINK => Request::Unlink { path: r.string()? },
+            TAG_REMOVE_CHUNKS => Request::RemoveChunks { path: r.string()?, file_id: r.u64()?, from_index: r.u64()? },
+            TAG_LAST_CHUNK => Request::LastChunk { path: r.string()?, file_id: r.u64()? },
+            TAG_SET_ATTR => Request::SetAttr(SetAttr {
+                path: r.string()?,
+                mode: r.option(|r| r.u32())?,
+                uid: r.option(|r| r.u32())?,
+                gid: r.option(|r| r.u32())?,
+                atime_ns: r.option(|r| r.i64())?,
+                mtime_ns: r.option(|r| r.i64())?,
+                time_ns: r.i64()?,
+            }),
+            TAG_READ_DIR => {
+                Request::ReadDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? }
+            }
+            TAG_LOOKUP_DIR => Request::LookupDir { path: r.string()? },
+            TAG_PREPARE_RMDIR => Request::PrepareRmdir { path: r.string()? },
+            TAG_RMDIR => Request::Rmdir { path: r.string()? },
+            TAG_RENAME => Request::Rename { from: r.string()?, to: r.string()?, time_ns: r.i64()? },
+            TAG_MOVE_CHUNKS => Request::MoveChunks { from: r.string()?, to: r.string()?, file_id: r.u64()? },
+            TAG_PUT_CHUNK => Request::PutChunk { chunk: read_chunk(&mut r)?, attr: read_attr(&mut r)? },
+            TAG_INSTALL_ENTRY => Request::InstallEntry { path: r.string()?, attr: read_attr(&mut r)? },
+            other => return Err(DecodeError::UnknownMessage(other)),
+        };
+        r.finish()?;
+        Ok(request)
+    }
+
+    /// The key this request is about, for requests that a server forwards to the key's owner.
+    /// Requests without a key (membership, broadcasts answered by every server) return `None`.
+    pub fn routing_key(&self) -> Option<(&str, u64)> {
+        match self {
+            Request::Create(create) => Some((&create.path, 0)),
+            Request::Stat(chunk) => Some((&chunk.path, chunk.index)),
+            Request::Write(write) => Some((&write.chunk.path, write.chunk.index)),
+            Request::Read(read) => Some((&read.chunk.path, read.chunk.index)),
+            Request::Truncate { path, .. } => Some((path, 0)),
+            Request::SetChunkLen { chunk, .. } => Some((&chunk.path, chunk.index)),
+            Request::MarkExtended { path, .. } => Some((path, 0)),
+            Request::Unlink { path } => Some((path, 0)),
+            Request::SetAttr(set) => Some((&set.path, 0)),
+            Request::LookupDir { path } => Some((path, 0)),
+            Request::Rmdir { path } => Some((path, 0)),
+            Request::Rename { from, .. } => Some((from, 0)),
+            Request::PutChunk { chunk, .. } => Some((&chunk.path, chunk.index)),
+            Request::InstallEntry { path, .. } => Some((path, 0)),
+            Request::Hello(_)
+            | Request::GetMembers
+            | Request::Join(_)
+            | Request::PushMembers(_)
+            | Request::Ping
+            | Request::Stats
+            | Request::Shutdown
+            | Request::RemoveChunks { .. }
+            | Request::LastChunk { .. }
+            | Request::ReadDir { .. }
+            | Request::PrepareRmdir { .. }
+            | Request::MoveChunks { .. } => None,
+        }
+    }
+}
+
+impl Response {
+    /// Appends the encoded body of this response to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::new(out);
+        match self {
+            Response::Error(errno) => {
+                w.u8(TAG_R_ERROR).i32(errno.0);
+            }
+            Response::Done => {
+                w.u8(TAG_R_DONE);
+            }
+            Response::Hello(reply) => {
+                w.u8(TAG_R_HELLO).u16(reply.version).str(&reply.server_name).bool(reply.memory_access);
+            }
+            Response::Members(list) => {
+                w.u8(TAG_R_MEMBERS);
+                write_member_list(&mut w, list);
+            }
+            Response::Attr(attr) => {
+                w.u8(TAG_R_ATTR);
+                write_attr(&mut w, attr);
+            }
+            Response::Written { chunk_len } => {
+                w.u8(TAG_R_WRITTEN).u64(*chunk_len);
+            }
+            Response::Read { attr, len } => {
+                w.u8(TAG_R_READ);
+                w.option(attr.as_ref(), write_attr);
+                w.u64(*len);
+            }
+            Response::Count(count) => {
+                w.u8(TAG_R_COUNT).u64(*count);
+            }
+            Response::LastChunk(last) => {
+                w.u8(TAG_R_LAST_CHUNK);
+                w.option(last.as_ref(), |w, (index, len)| {
+                    w.u64(*index).u64(*len);
+                });
+            }
+            Response::DirPage(page) => {
+                w.u8(TAG_R_DIR_PAGE).bool(page.more).u32(page.entries.len() as u32);
+                for entry in &page.entries {
+                    w.str(&entry.name);
+                    write_attr(&mut w, &entry.attr);
+                }
+            }
+            Response::HasEntries(has) => {
+                w.u8(TAG_R_HAS_ENTRIES).bool(*has);
+            }
+            Response::Replaced(attr) => {
+                w.u8(TAG_R_REPLACED);
+                w.option(attr.as_ref(), write_attr);
+            }
+            Response::Stats(stats) => {
+                w.u8(TAG_R_STATS).str(&stats.name).u64(stats.entries).u64(stats.chunks).u64(stats.bytes);
+                w.u64(stats.capacity_bytes).u64(stats.requests).u64(stats.forwarded);
+            }
+        }
+    }
+
+    /// Decodes a response body. Every byte must belong to the message.
+    pub fn decode(body: &[u8]) -> Result<Response, DecodeError> {
+        let mut r = Reader::new(body);
+        let response = match r.u8()? {
+            TAG_R_ERROR => {
+                let code = r.i32()?;
+                if code <= 0 {
+                    return Err(DecodeError::InvalidValue { field: "errno", value: code as u64 });
+                }
+                Response::Error(Errno(code))
+            }
+            TAG_R_DONE => Response::Done,
+            TAG_R_HELLO => Response::Hello(HelloReply {
+                version: r.u16()?,
+                server_name: r.string()?,
+                memory_access: r.bool()?,
+            }),
+            TAG_R_MEMBERS => Response::Members(read_member_list(&mut r)?),
+            TAG_R_ATTR => Response::Attr(read_attr(&mut r)?),
+            TAG_R_WRITTEN => Response::Written { chunk_len: r.u64()? },
+            TAG_R_READ => Response::Read { attr: r.option(read_attr)?, len: r.u64()? },
+            TAG_R_COUNT => Response::Count(r.u64()?),
+            TAG_R_LAST_CHUNK => Response::LastChunk(r.option(|r| Ok((r.u64()?, r.u64()?)))?),
+            TAG_R_DIR_PAGE => {
+                let more = r.bool()?;
+                let count = r.count(4 + ATTR_BYTES)?;
+                let entries = (0..count)
+                    .map(|_| Ok(DirEntry { name: r.string()?, attr: read_attr(&mut r)? }))
+                    .collect::<Result<_, DecodeError>>()?;
+                Response::DirPage(DirPage { entries, more })
+            }
+            TAG_R_HAS_ENTRIES => Response::HasEntries(r.bool()?),
+            TAG_R_REPLACED => Response::Replaced(r.option(read_attr)?),
+            TAG_R_STATS => Response::Stats(ServerStats {
+                name: r.string()?,
+                entries: r.u64()?,
+                chunks: r.u64()?,
+                bytes: r.u64()?,
+                capacity_bytes: r.u64()?,
+                requests: r.u64()?,
+                forwarded: r.u64()?,
+            }),
+            other => return Err(DecodeError::UnknownMessage(other)),
+        };
+        r.finish()?;
+        Ok(response)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attr::FileKind;
+    use proptest::prelude::*;
+
+    fn sample_attr() -> Attr {
+        Attr {
+            mode: FileKind::Regular.mode_bits() | 0o644,
+            uid: 1000,
+            gid: 100,
+            chunk_size: 1 << 20,
+            len: 4096,
+            file_id: 0xDEADBEEF,
+            atime_ns: 1,
+            mtime_ns: 2,
+            ctime_ns: -3,
+            flags: 1,
+        }
+    }
+
+    fn sample_requests() -> Vec<Request> {
+        let chunk = ChunkRef { path: "/a/b".into(), index: 3, file_id: 9 };
+        let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536 };
+        vec![
+            Request::Hello(Hello {
+                version: PROTOCOL_VERSION,
+                secret: vec![1, 2, 3],
+                client_pid: 42,
+                host_id: 7,
+                memory_probe: Some((0x1000, 0xABCD)),
+            }),
+            Request::GetMembers,
+            Request::Join(Member {
+                name: "n0".into(),
+                tcp_address: "127.0.0.1:1".into(),
+                unix_path: "/tmp/s".into(),
+                host_id: 5,
+                pid: 77,
+                alive: true,
+                incarnation: 2,
+            }),
+            Request::PushMembers(MemberList { epoch: 4, members: vec![] }),
+            Request::Ping,
+            Request::Stats,
+            Request::Shutdown,
+            Request::Create(Create {
+                path: "/x".into(),
+                mode: 0o100600,
+                uid: 0,
+                gid: 0,
+                chunk_size: 4096,
+                time_ns: 123,
+                exclusive: true,
+                truncate: false,
+                link_target: Some("/y".into()),
+            }),
+            Request::Stat(chunk.clone()),
+            Request::Write(Write {
+                chunk: chunk.clone(),
+                offset: 5,
+                source: WriteSource::Remote { address: 99, len: 100 },
+                template,
+                time_ns: 8,
+            }),
+            Request::Write(Write { chunk: chunk.clone(), offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
+            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, destination: None }),
+            Request::Truncate { path: "/f".into(), file_id: 3, size: 1 << 33, time_ns: 1 },
+            Request::SetChunkLen { chunk: chunk.clone(), len: 10, template },
+            Request::MarkExtended { path: "/f".into(), file_id: 1 },
+            Request::Unlink { path: "/f".into() },
+            Request::RemoveChunks { path: "/f".into(), file_id: 0, from_index: 1 },
+            Request::LastChunk { path: "/f".into(), file_id: 2 },
+            Request::SetAttr(SetAttr {
+                path: "/f".into(),
+                mode: Some(0o600),
+                uid: None,
+                gid: Some(5),
+                atime_ns: None,
+                mtime_ns: Some(-1),
+                time_ns: 6,
+            }),
+            Request::ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 },
+            Request::LookupDir { path: "/d".into() },
+            Request::PrepareRmdir { path: "/d".into() },
+            Request::Rmdir { path: "/d".into() },
+            Request::Rename { from: "/a".into(), to: "/b".into(), time_ns: 3 },
+            Request::MoveChunks { from: "/a".into(), to: "/b".into(), file_id: 4 },
+            Request::PutChunk { chunk, attr: sample_attr() },
+            Request::InstallEntry { path: "/b".into(), attr: sample_attr() },
+        ]
+    }
+
+    fn sample_responses() -> Vec<Response> {
+        vec![
+            Response::Error(Errno::ENOENT),
+            Response::Done,
+            Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true }),
+            Response::Members(MemberList { epoch: 1, members: vec![] }),
+            Response::Attr(sample_attr()),
+            Response::Written { chunk_len: 77 },
+            Response::Read { attr: Some(sample_attr()), len: 5 },
+            Response::Read { attr: None, len: 0 },
+            Response::Count(3),
+            Response::LastChunk(Some((4, 5))),
+            Response::LastChunk(None),
+            Response::DirPage(DirPage {
+                entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }],
+                more: true,
+            }),
+            Response::HasEntries(false),
+            Response::Replaced(Some(sample_attr())),
+            Response::Stats(ServerStats { name: "s".into(), entries: 1, chunks: 2, bytes: 3, capacity_bytes: 4, requests: 5, forwarded: 6 }),
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        for request in sample_requests() {
+            let mut body = Vec::new();
+            request.encode(&mut body);
+            assert_eq!(Request::decode(&body), Ok(request));
+        }
+    }
+
+    #[test]
+    fn every_response_round_trips() {
+        for response in sample_responses() {
+            let mut body = Vec::new();
+            response.encode(&mut body);
+            assert_eq!(Response::decode(&body), Ok(response));
+        }
+    }
+
+    #[test]
+    fn hello_with_wrong_magic_is_rejected() {
+        let mut body = Vec::new();
+        Request::Ping.encode(&mut body);
+        body[0] = TAG_HELLO;
+        body.extend_from_slice(b"XXXX");
+        assert!(matches!(Request::decode(&body), Err(DecodeError::InvalidValue { field: "hello magic", .. })));
+    }
+
+    #[test]
+    fn trailing_bytes_are_rejected() {
+        let mut body = Vec::new();
+        Request::Ping.encode(&mut body);
+        body.push(0);
+        assert_eq!(Request::decode(&body), Err(DecodeError::TrailingBytes(1)));
+    }
+
+    proptest! {
+        /// Any byte string either decodes or fails cleanly; it never panics.
+        #[test]
+        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Request::decode(&body);
+            let _ = Response::decode(&body);
+        }
+
+        /// Every prefix of a valid message is an error, never a different valid message.
+        #[test]
+        fn truncated_messages_fail(cut in 0usize..64) {
+            for request in sample_requests() {
+                let mut body = Vec::new();
+                request.encode(&mut body);
+                if cut < body.len() {
+                    prop_assert!(Request::decode(&body[..cut]).is_err());
+                }
+            }
+        }
+    }
+}
