@@ -68,7 +68,57 @@ impl FileKind {
     }
 }
 
+/// Size of [`Attr::to_bytes`]: the fixed binary form used on the wire and in chunk files.
+pub const ATTR_BYTES: usize = 60;
+
 impl Attr {
+    /// Fixed little-endian form: mode, uid, gid, chunk_size (u32 each), len, file_id (u64),
+    /// atime, mtime, ctime (i64 nanoseconds), flags (u32).
+    pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
+        let mut bytes = [0u8; ATTR_BYTES];
+        let fields: [&[u8]; 10] = [
+            &self.mode.to_le_bytes(),
+            &self.uid.to_le_bytes(),
+            &self.gid.to_le_bytes(),
+            &self.chunk_size.to_le_bytes(),
+            &self.len.to_le_bytes(),
+            &self.file_id.to_le_bytes(),
+            &self.atime_ns.to_le_bytes(),
+            &self.mtime_ns.to_le_bytes(),
+            &self.ctime_ns.to_le_bytes(),
+            &self.flags.to_le_bytes(),
+        ];
+        let mut offset = 0;
+        for field in fields {
+            bytes[offset..offset + field.len()].copy_from_slice(field);
+            offset += field.len();
+        }
+        debug_assert_eq!(offset, ATTR_BYTES);
+        bytes
+    }
+
+    /// Inverse of [`Attr::to_bytes`].
+    pub fn from_bytes(bytes: &[u8; ATTR_BYTES]) -> Attr {
+        let u32_at = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let u64_at = |at: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(word)
+        };
+        Attr {
+            mode: u32_at(0),
+            uid: u32_at(4),
+            gid: u32_at(8),
+            chunk_size: u32_at(12),
+            len: u64_at(16),
+            file_id: u64_at(24),
+            atime_ns: u64_at(32) as i64,
+            mtime_ns: u64_at(40) as i64,
+            ctime_ns: u64_at(48) as i64,
+            flags: u32_at(56),
+        }
+    }
+
     pub fn kind(&self) -> Option<FileKind> {
         FileKind::from_mode(self.mode)
     }
@@ -108,5 +158,11 @@ mod tests {
         let attr = Attr { mode: 0o100640, flags: EntryFlags::EXTENDED, ..Default::default() };
         assert!(attr.is_regular() && attr.is_extended());
         assert_eq!(attr.permissions(), 0o640);
+    }
+
+    #[test]
+    fn binary_form_round_trips() {
+        let attr = Attr { mode: 1, uid: 2, gid: 3, chunk_size: 4, len: 5, file_id: 6, atime_ns: -7, mtime_ns: 8, ctime_ns: 9, flags: 10 };
+        assert_eq!(Attr::from_bytes(&attr.to_bytes()), attr);
     }
 }

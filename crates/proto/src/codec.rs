@@ -64,6 +64,12 @@ impl<'a> Writer<'a> {
         self
     }
 
+    /// Bytes of a fixed-size field, without a length.
+    pub fn raw(&mut self, value: &[u8]) -> &mut Self {
+        self.bytes.extend_from_slice(value);
+        self
+    }
+
     /// A byte string: u32 length, then the bytes.
     pub fn bytes(&mut self, value: &[u8]) -> &mut Self {
         self.u32(value.len() as u32);
@@ -115,7 +121,8 @@ impl<'a> Reader<'a> {
         Ok(slice)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+    /// A fixed-size field written with [`Writer::raw`].
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
         let mut array = [0u8; N];
         array.copy_from_slice(self.take(N)?);
         Ok(array)

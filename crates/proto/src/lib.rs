@@ -25,7 +25,7 @@ pub mod frame;
 pub mod message;
 pub mod path;
 
-pub use attr::{Attr, EntryFlags, FileKind};
+pub use attr::{ATTR_BYTES, Attr, EntryFlags, FileKind};
 pub use codec::DecodeError;
 pub use errno::Errno;
 pub use frame::{FrameError, FrameHeader, HEADER_LEN, MAX_BODY_LEN, MAX_DATA_LEN};

@@ -5,6 +5,7 @@
 //! below are the wire values and must never be renumbered.
 
 use crate::codec::{DecodeError, Reader, Writer};
+use crate::attr::ATTR_BYTES;
 use crate::{Attr, Errno};
 
 /// First four bytes of a `Hello` body: "RNGF".
@@ -272,27 +273,12 @@ const TAG_R_REPLACED: u8 = 139;
 const TAG_R_STATS: u8 = 140;
 
 fn write_attr(w: &mut Writer, attr: &Attr) {
-    w.u32(attr.mode).u32(attr.uid).u32(attr.gid).u32(attr.chunk_size).u64(attr.len).u64(attr.file_id);
-    w.i64(attr.atime_ns).i64(attr.mtime_ns).i64(attr.ctime_ns).u32(attr.flags);
+    w.raw(&attr.to_bytes());
 }
 
 fn read_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
-    Ok(Attr {
-        mode: r.u32()?,
-        uid: r.u32()?,
-        gid: r.u32()?,
-        chunk_size: r.u32()?,
-        len: r.u64()?,
-        file_id: r.u64()?,
-        atime_ns: r.i64()?,
-        mtime_ns: r.i64()?,
-        ctime_ns: r.i64()?,
-        flags: r.u32()?,
-    })
+    Ok(Attr::from_bytes(&r.array()?))
 }
-
-/// Encoded size of an [`Attr`], used to bound counts of entries while decoding.
-const ATTR_BYTES: usize = 4 * 4 + 8 * 2 + 8 * 3 + 4;
 
 fn write_chunk(w: &mut Writer, chunk: &ChunkRef) {
     w.str(&chunk.path).u64(chunk.index).u64(chunk.file_id);

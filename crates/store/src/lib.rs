@@ -1,0 +1,108 @@
+//! The chunk store of one ringfs server.
+//!
+//! A ringfs server holds the chunks whose keys the placement gives it. This crate keeps them:
+//! for every key (path, chunk index) the chunk's attributes ([`ringfs_proto::Attr`]) and its
+//! bytes. Chunk 0 of a path is the file's *entry*: it carries the file's metadata and appears
+//! in its parent directory's listing.
+//!
+//! What it provides:
+//! - chunk operations (write, read, stat, set length, remove) that copy bytes once, straight
+//!   between the chunk and a [`ByteSource`] / [`ByteSink`];
+//! - a directory index, so listing a directory costs O(entries of that directory held here);
+//! - the *known directories* cache that makes parent checks of creates local (see
+//!   [`ChunkStore::create`] and [`ChunkStore::prepare_rmdir`]);
+//! - a capacity limit (ENOSPC) and usage statistics;
+//! - two backends: `mem` (heap buffers) and `dir` (one file per chunk under a local
+//!   directory; survives a server restart, rebuilt by [`ChunkStore::open`]).
+//!
+//! What it does not do: networking, placement or coordination between servers. Operations that
+//! span servers (unlink of a striped file, rmdir, rename) are driven by `ringfs-server`, which
+//! calls the per-server steps here.
+//!
+//! ```
+//! use ringfs_store::{ChunkStore, NewEntry, StoreConfig};
+//! use ringfs_proto::{ChunkRef, FileKind};
+//! let store = ChunkStore::open(StoreConfig::memory()).unwrap();
+//! let entry = NewEntry::new("/hello", FileKind::Regular.mode_bits() | 0o644, 4096, 7);
+//! store.create(&entry).unwrap();
+//! let chunk = ChunkRef { path: "/hello".into(), index: 0, file_id: 7 };
+//! store.write(&chunk, 0, &mut &b"hi"[..], entry.template(), 0).unwrap();
+//! let mut bytes = Vec::new();
+//! store.read(&chunk, 0, 100, &mut bytes).unwrap();
+//! assert_eq!(bytes, b"hi");
+//! ```
+
+mod body;
+mod directory;
+pub mod io;
+mod store;
+
+pub use io::{ByteSink, ByteSource};
+pub use store::{ChunkStore, CreateOutcome, MovedChunk, NewEntry, StoreStats};
+
+use std::path::PathBuf;
+
+use ringfs_proto::Errno;
+use thiserror::Error;
+
+/// Where a store keeps chunk bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Heap memory of the server process; gone when the server exits.
+    Memory,
+    /// One file per chunk under this directory (NVMe, PMEM in fsdax mode, tmpfs).
+    Directory(PathBuf),
+}
+
+/// Configuration of a [`ChunkStore`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub backend: Backend,
+    /// Bytes the store may hold (chunk bytes plus a fixed cost per chunk); 0 = no limit.
+    pub capacity_bytes: u64,
+}
+
+impl StoreConfig {
+    /// An unlimited in-memory store.
+    pub fn memory() -> StoreConfig {
+        StoreConfig { backend: Backend::Memory, capacity_bytes: 0 }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The operation fails with this POSIX error (ENOENT, EEXIST, ENOSPC, ...).
+    #[error("{0}")]
+    Fs(Errno),
+    /// The parent directory of a new entry is not known to exist on this server; the server
+    /// must look it up at its owner, record it with [`ChunkStore::mark_known_dir`], and retry.
+    #[error("parent directory {0} is not known here")]
+    ParentUnknown(String),
+    /// The `dir` backend's directory could not be opened or scanned.
+    #[error("store directory: {0}")]
+    Directory(std::io::Error),
+}
+
+impl StoreError {
+    /// The errno a client sees for this error.
+    pub fn errno(&self) -> Errno {
+        match self {
+            StoreError::Fs(errno) => *errno,
+            StoreError::ParentUnknown(_) => Errno::ENOENT,
+            StoreError::Directory(error) => Errno::from(std::io::Error::new(error.kind(), error.to_string())),
+        }
+    }
+}
+
+impl From<Errno> for StoreError {
+    fn from(errno: Errno) -> Self {
+        StoreError::Fs(errno)
+    }
+}
+
+impl From<std::io::Error> for StoreError {
+    fn from(error: std::io::Error) -> Self {
+        StoreError::Fs(Errno::from(error))
+    }
+}

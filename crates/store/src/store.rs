@@ -1,0 +1,1171 @@
+//! [`ChunkStore`]: the chunk index, the directory index and the operations on them.
+//!
+//! Locking. The index is split into shards by a hash of the path (`files`) and, for the
+//! directory index, by a hash of the directory path (`dirs`). Each chunk has its own mutex that
+//! guards its attributes and bytes, so copying a chunk's bytes never blocks other chunks.
+//! Locks are always taken in the order: dir shard, file shard, chunk — never the reverse.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use ringfs_proto::path;
+use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, DirEntry, DirPage, EntryFlags, Errno, FileKind};
+
+use crate::body::Body;
+use crate::directory::ChunkDirectory;
+use crate::{Backend, ByteSink, ByteSource, StoreConfig, StoreError};
+
+const SHARDS: usize = 64;
+
+/// Capacity charged per chunk for its index entry, on top of its bytes, so that a store full
+/// of empty files also reports ENOSPC.
+const CHUNK_OVERHEAD_BYTES: u64 = 128;
+
+/// The attributes of a new entry (file, directory or symbolic link).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewEntry {
+    pub path: String,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub chunk_size: u32,
+    pub time_ns: i64,
+    /// Identity given to the new file (ignored if the entry exists).
+    pub file_id: u64,
+    pub exclusive: bool,
+    pub truncate: bool,
+    pub link_target: Option<String>,
+}
+
+impl NewEntry {
+    /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
+    pub fn new(path: &str, mode: u32, chunk_size: u32, file_id: u64) -> NewEntry {
+        NewEntry {
+            path: path.to_string(),
+            mode,
+            uid: 0,
+            gid: 0,
+            chunk_size,
+            time_ns: 0,
+            file_id,
+            exclusive: true,
+            truncate: false,
+            link_target: None,
+        }
+    }
+
+    /// What later chunks of this file are created with.
+    pub fn template(&self) -> ChunkTemplate {
+        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size }
+    }
+}
+
+/// Result of [`ChunkStore::create`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreateOutcome {
+    /// Attributes of the entry after the call.
+    pub attr: Attr,
+    /// False if the entry existed already.
+    pub created: bool,
+    /// An existing file was truncated and had chunks after chunk 0: the caller must remove
+    /// them on the other servers.
+    pub truncated_extended: bool,
+}
+
+/// A chunk copied out of the store for a rename.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovedChunk {
+    pub index: u64,
+    pub attr: Attr,
+    pub bytes: Vec<u8>,
+}
+
+/// Usage figures of a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct StoreStats {
+    /// Entries (chunk 0 of files, directories, symbolic links).
+    pub entries: u64,
+    pub chunks: u64,
+    /// Bytes charged against the capacity (chunk bytes plus per-chunk overhead).
+    pub used_bytes: u64,
+    /// 0 = unlimited.
+    pub capacity_bytes: u64,
+}
+
+struct Chunk {
+    attr: Attr,
+    body: Body,
+    /// Set when the chunk has left the index; late writers must not touch it.
+    removed: bool,
+    /// Chunk 0 of a directory being removed: lookups treat it as absent.
+    rmdir_pending: bool,
+}
+
+type ChunkHandle = Arc<Mutex<Chunk>>;
+
+/// All chunks of one path held by this store.
+#[derive(Default)]
+struct PathChunks {
+    /// Chunk 0: the entry.
+    head: Option<ChunkHandle>,
+    /// Chunks 1.. by index; several files (ids) may briefly share an index during a rename.
+    tail: BTreeMap<u64, Vec<(u64, ChunkHandle)>>,
+}
+
+impl PathChunks {
+    fn is_empty(&self) -> bool {
+        self.head.is_none() && self.tail.is_empty()
+    }
+
+    fn find_tail(&self, index: u64, file_id: u64) -> Option<ChunkHandle> {
+        let candidates = self.tail.get(&index)?;
+        candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| handle.clone())
+    }
+}
+
+#[derive(Default)]
+struct FileShard {
+    paths: HashMap<String, PathChunks>,
+}
+
+#[derive(Default)]
+struct DirShard {
+    /// Directory path -> names of the entries inside it whose chunk 0 is held here.
+    children: HashMap<String, BTreeSet<String>>,
+    /// Directories known to exist (parent checks of creates are answered from here).
+    known: HashSet<String>,
+    /// Bumped whenever a directory of this shard is forgotten, so that a lookup that raced
+    /// with an rmdir cannot record a stale "exists".
+    invalidations: u64,
+}
+
+/// The chunks held by one server. Thread-safe; see the module documentation for locking.
+pub struct ChunkStore {
+    files: Vec<Mutex<FileShard>>,
+    dirs: Vec<Mutex<DirShard>>,
+    directory: Option<ChunkDirectory>,
+    capacity_bytes: u64,
+    used_bytes: AtomicU64,
+    entry_count: AtomicU64,
+    chunk_count: AtomicU64,
+}
+
+/// Locks a mutex, taking over the data if another thread panicked while holding it (a
+/// request that panics must not take the whole server down).
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn shard_of(key: &str) -> usize {
+    (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % SHARDS as u64) as usize
+}
+
+fn overhead_of(path: &str) -> u64 {
+    CHUNK_OVERHEAD_BYTES + path.len() as u64
+}
+
+impl ChunkStore {
+    /// Opens a store. A `dir` store rebuilds its index from the chunk files it finds.
+    pub fn open(config: StoreConfig) -> Result<ChunkStore, StoreError> {
+        let directory = match &config.backend {
+            Backend::Memory => None,
+            Backend::Directory(root) => Some(ChunkDirectory::open(root).map_err(StoreError::Directory)?),
+        };
+        let store = ChunkStore {
+            files: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            dirs: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            directory,
+            capacity_bytes: config.capacity_bytes,
+            used_bytes: AtomicU64::new(0),
+            entry_count: AtomicU64::new(0),
+            chunk_count: AtomicU64::new(0),
+        };
+        store.recover()?;
+        Ok(store)
+    }
+
+    fn recover(&self) -> Result<(), StoreError> {
+        let Some(directory) = &self.directory else { return Ok(()) };
+        let recovered = directory.recover().map_err(StoreError::Directory)?;
+        let count = recovered.len();
+        for chunk in recovered {
+            self.used_bytes.fetch_add(overhead_of(&chunk.path) + chunk.file.stored_len, Ordering::Relaxed);
+            self.chunk_count.fetch_add(1, Ordering::Relaxed);
+            let handle = Arc::new(Mutex::new(Chunk {
+                attr: chunk.attr,
+                body: Body::File(chunk.file),
+                removed: false,
+                rmdir_pending: false,
+            }));
+            if chunk.index == 0 {
+                if let Some(parent) = path::parent(&chunk.path) {
+                    let name = path::file_name(&chunk.path).to_string();
+                    lock(&self.dirs[shard_of(parent)]).children.entry(parent.to_string()).or_default().insert(name);
+                }
+                self.entry_count.fetch_add(1, Ordering::Relaxed);
+                lock(&self.files[shard_of(&chunk.path)]).paths.entry(chunk.path).or_default().head = Some(handle);
+            } else {
+                let file_id = chunk.attr.file_id;
+                let mut files = lock(&self.files[shard_of(&chunk.path)]);
+                files.paths.entry(chunk.path).or_default().tail.entry(chunk.index).or_default().push((file_id, handle));
+            }
+        }
+        if count > 0 {
+            log::info!("recovered {count} chunks from the store directory");
+        }
+        Ok(())
+    }
+
+    // ----- capacity -------------------------------------------------------------------------
+
+    fn charge(&self, bytes: u64) -> Result<(), Errno> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        if self.capacity_bytes == 0 {
+            self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
+            return Ok(());
+        }
+        self.used_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(bytes).filter(|total| *total <= self.capacity_bytes)
+            })
+            .map(|_| ())
+            .map_err(|_| Errno::ENOSPC)
+    }
+
+    fn refund(&self, bytes: u64) {
+        self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
+    }
+
+    // ----- chunk lifecycle ------------------------------------------------------------------
+
+    fn new_chunk(&self, path: &str, index: u64, attr: Attr) -> Result<ChunkHandle, StoreError> {
+        self.charge(overhead_of(path))?;
+        let body = match &self.directory {
+            None => Ok(Body::Memory(Vec::new())),
+            Some(directory) => directory.create(path, index, &attr).map(Body::File),
+        };
+        let body = body.inspect_err(|_| self.refund(overhead_of(path)))?;
+        self.chunk_count.fetch_add(1, Ordering::Relaxed);
+        Ok(Arc::new(Mutex::new(Chunk { attr, body, removed: false, rmdir_pending: false })))
+    }
+
+    /// Takes a chunk that has left the index out of service and releases its space.
+    fn discard(&self, path: &str, handle: &ChunkHandle) {
+        let mut chunk = lock(handle);
+        if chunk.removed {
+            return;
+        }
+        chunk.removed = true;
+        chunk.body.remove();
+        self.refund(overhead_of(path) + chunk.body.stored_len());
+        chunk.body = Body::Memory(Vec::new());
+        self.chunk_count.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    fn persist(&self, chunk: &Chunk) -> Result<(), StoreError> {
+        if let (Some(directory), Body::File(file)) = (&self.directory, &chunk.body) {
+            directory.update_attr(file, &chunk.attr)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `source` into a chunk body, charging growth against the capacity.
+    fn fill(&self, chunk: &mut Chunk, offset: u64, source: &mut dyn ByteSource) -> Result<(), StoreError> {
+        let chunk_size = chunk.attr.chunk_size as u64;
+        let end = offset + source.len() as u64;
+        let before = chunk.body.stored_len();
+        let growth = end.saturating_sub(before);
+        self.charge(growth)?;
+        let result = chunk.body.write(offset as usize, source, chunk_size as usize);
+        let actual_growth = chunk.body.stored_len() - before;
+        self.refund(growth - actual_growth);
+        Ok(result?)
+    }
+
+    // ----- lookups --------------------------------------------------------------------------
+
+    fn head(&self, path: &str) -> Option<ChunkHandle> {
+        lock(&self.files[shard_of(path)]).paths.get(path).and_then(|chunks| chunks.head.clone())
+    }
+
+    /// Chunk 0 of `path`, checked against the caller's file id (0 = any): a missing entry is
+    /// ENOENT for a lookup by path, ESTALE for a caller holding a file id.
+    fn head_checked(&self, path: &str, file_id: u64) -> Result<ChunkHandle, Errno> {
+        let missing = if file_id == 0 { Errno::ENOENT } else { Errno::ESTALE };
+        let handle = self.head(path).ok_or(missing)?;
+        let chunk = lock(&handle);
+        if chunk.removed {
+            return Err(missing);
+        }
+        if file_id != 0 && chunk.attr.file_id != file_id {
+            return Err(Errno::ESTALE);
+        }
+        drop(chunk);
+        Ok(handle)
+    }
+
+    fn find_tail(&self, chunk: &ChunkRef) -> Option<ChunkHandle> {
+        lock(&self.files[shard_of(&chunk.path)]).paths.get(&chunk.path)?.find_tail(chunk.index, chunk.file_id)
+    }
+
+    fn tail_or_create(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Result<ChunkHandle, StoreError> {
+        if chunk.file_id == 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        let mut files = lock(&self.files[shard_of(&chunk.path)]);
+        let slot = files.paths.entry(chunk.path.clone()).or_default();
+        if let Some(handle) = slot.find_tail(chunk.index, chunk.file_id) {
+            return Ok(handle);
+        }
+        let attr = Attr {
+            mode: template.mode,
+            uid: template.uid,
+            gid: template.gid,
+            chunk_size: template.chunk_size,
+            len: 0,
+            file_id: chunk.file_id,
+            atime_ns: time_ns,
+            mtime_ns: time_ns,
+            ctime_ns: time_ns,
+            flags: 0,
+        };
+        let created = self.new_chunk(&chunk.path, chunk.index, attr);
+        let handle = match created {
+            Ok(handle) => handle,
+            Err(error) => {
+                if slot.is_empty() {
+                    files.paths.remove(&chunk.path);
+                }
+                return Err(error);
+            }
+        };
+        slot.tail.entry(chunk.index).or_default().push((chunk.file_id, handle.clone()));
+        Ok(handle)
+    }
+
+    /// The chunk a data operation addresses: chunk 0 must exist; later chunks are created.
+    fn data_chunk(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Result<ChunkHandle, StoreError> {
+        if chunk.index == 0 { Ok(self.head_checked(&chunk.path, chunk.file_id)?) } else { self.tail_or_create(chunk, template, time_ns) }
+    }
+
+    // ----- entries --------------------------------------------------------------------------
+
+    /// Creates a file, directory or symbolic link, or opens an existing file (`exclusive`
+    /// false), truncating it if asked.
+    ///
+    /// The parent must be in the known-directories cache; otherwise this fails with
+    /// [`StoreError::ParentUnknown`]. The check and the insertion happen under the parent's
+    /// directory-shard lock, the same lock [`ChunkStore::prepare_rmdir`] takes, so a create
+    /// and an rmdir of its parent cannot both succeed.
+    pub fn create(&self, entry: &NewEntry) -> Result<CreateOutcome, StoreError> {
+        // An entry removed between the index lookup and its lock is retried as absent; each
+        // retry needs a concurrent removal to lose again, so a few attempts are plenty.
+        for _ in 0..8 {
+            match self.try_create(entry) {
+                Err(StoreError::Fs(Errno::EAGAIN)) => continue,
+                outcome => return outcome,
+            }
+        }
+        Err(Errno::EAGAIN.into())
+    }
+
+    fn try_create(&self, entry: &NewEntry) -> Result<CreateOutcome, StoreError> {
+        let parent = path::parent(&entry.path).ok_or(Errno::EEXIST)?;
+        let kind = FileKind::from_mode(entry.mode).ok_or(Errno::EINVAL)?;
+        if entry.chunk_size == 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        let mut dirs = lock(&self.dirs[shard_of(parent)]);
+        if parent != "/" && !dirs.known.contains(parent) {
+            return Err(StoreError::ParentUnknown(parent.to_string()));
+        }
+        let mut files = lock(&self.files[shard_of(&entry.path)]);
+        if let Some(existing) = files.paths.get(&entry.path).and_then(|chunks| chunks.head.clone()) {
+            drop(files);
+            drop(dirs);
+            return self.open_existing(&existing, entry, kind);
+        }
+        let target = entry.link_target.as_deref().unwrap_or("");
+        let attr = Attr {
+            mode: entry.mode,
+            uid: entry.uid,
+            gid: entry.gid,
+            chunk_size: entry.chunk_size,
+            len: target.len() as u64,
+            file_id: entry.file_id,
+            atime_ns: entry.time_ns,
+            mtime_ns: entry.time_ns,
+            ctime_ns: entry.time_ns,
+            flags: 0,
+        };
+        let handle = self.new_chunk(&entry.path, 0, attr)?;
+        if !target.is_empty() {
+            let mut chunk = lock(&handle);
+            let written = self.fill(&mut chunk, 0, &mut target.as_bytes());
+            drop(chunk);
+            if let Err(error) = written {
+                self.discard(&entry.path, &handle);
+                return Err(error);
+            }
+        }
+        files.paths.entry(entry.path.clone()).or_default().head = Some(handle);
+        dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(&entry.path).to_string());
+        self.entry_count.fetch_add(1, Ordering::Relaxed);
+        Ok(CreateOutcome { attr, created: true, truncated_extended: false })
+    }
+
+    fn open_existing(&self, handle: &ChunkHandle, entry: &NewEntry, kind: FileKind) -> Result<CreateOutcome, StoreError> {
+        let mut chunk = lock(handle);
+        if chunk.removed || chunk.rmdir_pending {
+            // Lost a race with a removal: the caller retries as if the entry was absent.
+            return Err(Errno::EAGAIN.into());
+        }
+        if entry.exclusive || kind != FileKind::Regular {
+            return Err(Errno::EEXIST.into());
+        }
+        if chunk.attr.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        let mut truncated_extended = false;
+        if entry.truncate && chunk.attr.is_regular() {
+            let freed = chunk.body.stored_len();
+            chunk.body.truncate(0)?;
+            self.refund(freed);
+            truncated_extended = chunk.attr.is_extended();
+            chunk.attr.len = 0;
+            chunk.attr.flags &= !EntryFlags::EXTENDED;
+            chunk.attr.mtime_ns = entry.time_ns;
+            chunk.attr.ctime_ns = entry.time_ns;
+            self.persist(&chunk)?;
+        }
+        Ok(CreateOutcome { attr: chunk.attr, created: false, truncated_extended })
+    }
+
+    /// Removes the entry of a file or symbolic link (and this store's later chunks of it).
+    /// `file_id` 0 removes whatever is there; otherwise only that file. Returns the removed
+    /// entry's attributes: if it is extended, the caller removes its chunks on other servers.
+    pub fn unlink(&self, path: &str, file_id: u64) -> Result<Attr, StoreError> {
+        let parent = path::parent(path).ok_or(Errno::EISDIR)?;
+        let mut dirs = lock(&self.dirs[shard_of(parent)]);
+        let mut files = lock(&self.files[shard_of(path)]);
+        let slot = files.paths.get_mut(path).ok_or(Errno::ENOENT)?;
+        let head = slot.head.clone().ok_or(Errno::ENOENT)?;
+        let attr = {
+            let chunk = lock(&head);
+            if chunk.attr.is_dir() {
+                return Err(Errno::EISDIR.into());
+            }
+            if file_id != 0 && chunk.attr.file_id != file_id {
+                return Err(Errno::ESTALE.into());
+            }
+            chunk.attr
+        };
+        slot.head = None;
+        let tail = take_tail(slot, attr.file_id, 1);
+        if slot.is_empty() {
+            files.paths.remove(path);
+        }
+        remove_child(&mut dirs, parent, path);
+        drop(files);
+        drop(dirs);
+        self.discard(path, &head);
+        for handle in &tail {
+            self.discard(path, handle);
+        }
+        self.entry_count.fetch_sub(1, Ordering::Relaxed);
+        Ok(attr)
+    }
+
+    /// Removes this store's chunks of `path` with index >= `from_index` (at least 1) that
+    /// belong to `file_id` (0: to any file). Returns how many were removed.
+    pub fn remove_chunks(&self, path: &str, file_id: u64, from_index: u64) -> u64 {
+        let mut files = lock(&self.files[shard_of(path)]);
+        let Some(slot) = files.paths.get_mut(path) else { return 0 };
+        let removed = take_tail(slot, file_id, from_index.max(1));
+        if slot.is_empty() {
+            files.paths.remove(path);
+        }
+        drop(files);
+        for handle in &removed {
+            self.discard(path, handle);
+        }
+        removed.len() as u64
+    }
+
+    /// This store's highest chunk index (>= 1) of the file and that chunk's logical length.
+    pub fn last_chunk(&self, path: &str, file_id: u64) -> Option<(u64, u64)> {
+        let handle_and_index = {
+            let files = lock(&self.files[shard_of(path)]);
+            let slot = files.paths.get(path)?;
+            slot.tail.iter().rev().find_map(|(index, candidates)| {
+                candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| (*index, handle.clone()))
+            })
+        };
+        let (index, handle) = handle_and_index?;
+        let chunk = lock(&handle);
+        (!chunk.removed).then_some((index, chunk.attr.len))
+    }
+
+    // ----- chunk data -----------------------------------------------------------------------
+
+    /// Attributes of a chunk. Chunk 0 is looked up by path (checked against `file_id` unless
+    /// it is 0); later chunks by path, index and file id.
+    pub fn stat(&self, chunk: &ChunkRef) -> Result<Attr, StoreError> {
+        let handle = if chunk.index == 0 {
+            self.head_checked(&chunk.path, chunk.file_id)?
+        } else {
+            self.find_tail(chunk).ok_or(Errno::ENOENT)?
+        };
+        let chunk = lock(&handle);
+        if chunk.removed {
+            return Err(Errno::ENOENT.into());
+        }
+        Ok(chunk.attr)
+    }
+
+    /// Writes `source` at `offset` inside a chunk and returns the chunk's new logical length.
+    /// Chunk 0 must exist; later chunks are created from `template`.
+    pub fn write(
+        &self,
+        chunk_ref: &ChunkRef,
+        offset: u64,
+        source: &mut dyn ByteSource,
+        template: ChunkTemplate,
+        time_ns: i64,
+    ) -> Result<u64, StoreError> {
+        let handle = self.data_chunk(chunk_ref, template, time_ns)?;
+        let mut chunk = lock(&handle);
+        if chunk.removed {
+            return Err(Errno::ESTALE.into());
+        }
+        match chunk.attr.kind() {
+            Some(FileKind::Regular) => {}
+            Some(FileKind::Directory) => return Err(Errno::EISDIR.into()),
+            _ => return Err(Errno::EINVAL.into()),
+        }
+        let end = offset.checked_add(source.len() as u64).ok_or(Errno::EINVAL)?;
+        if end > chunk.attr.chunk_size as u64 {
+            return Err(Errno::EINVAL.into());
+        }
+        self.fill(&mut chunk, offset, source)?;
+        chunk.attr.len = chunk.attr.len.max(end);
+        chunk.attr.mtime_ns = time_ns;
+        chunk.attr.ctime_ns = time_ns;
+        self.persist(&chunk)?;
+        Ok(chunk.attr.len)
+    }
+
+    /// Sends up to `len` bytes from `offset` inside a chunk to `sink` (bytes past the chunk's
+    /// logical length are not sent). Returns the chunk's attributes — `None` if a chunk after
+    /// chunk 0 does not exist (a hole) — and the number of bytes sent.
+    pub fn read(&self, chunk_ref: &ChunkRef, offset: u64, len: u64, sink: &mut dyn ByteSink) -> Result<(Option<Attr>, u64), StoreError> {
+        let handle = if chunk_ref.index == 0 {
+            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
+        } else {
+            match self.find_tail(chunk_ref) {
+                Some(handle) => handle,
+                None => return Ok((None, 0)),
+            }
+        };
+        let chunk = lock(&handle);
+        if chunk.removed {
+            return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
+        }
+        if chunk.attr.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        let end = offset.saturating_add(len).min(chunk.attr.len);
+        if offset >= end {
+            return Ok((Some(chunk.attr), 0));
+        }
+        chunk.body.read(offset, end, sink)?;
+        Ok((Some(chunk.attr), end - offset))
+    }
+
+    /// Sets a chunk's logical length, dropping bytes beyond it; a missing later chunk is
+    /// created (empty) from `template`.
+    pub fn set_chunk_len(&self, chunk_ref: &ChunkRef, len: u64, template: ChunkTemplate, time_ns: i64) -> Result<Attr, StoreError> {
+        let handle = self.data_chunk(chunk_ref, template, time_ns)?;
+        let mut chunk = lock(&handle);
+        if chunk.removed {
+            return Err(Errno::ESTALE.into());
+        }
+        if !chunk.attr.is_regular() {
+            return Err(Errno::EINVAL.into());
+        }
+        if len > chunk.attr.chunk_size as u64 {
+            return Err(Errno::EINVAL.into());
+        }
+        let before = chunk.body.stored_len();
+        chunk.body.truncate(len)?;
+        self.refund(before - chunk.body.stored_len());
+        chunk.attr.len = len;
+        chunk.attr.mtime_ns = time_ns;
+        chunk.attr.ctime_ns = time_ns;
+        self.persist(&chunk)?;
+        Ok(chunk.attr)
+    }
+
+    /// File-level truncate step on chunk 0: sets its length and whether the file extends
+    /// past it. Returns the attributes from before the call.
+    pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, extended: bool, time_ns: i64) -> Result<Attr, StoreError> {
+        let handle = self.head_checked(path, file_id)?;
+        let mut chunk = lock(&handle);
+        match chunk.attr.kind() {
+            Some(FileKind::Regular) => {}
+            Some(FileKind::Directory) => return Err(Errno::EISDIR.into()),
+            _ => return Err(Errno::EINVAL.into()),
+        }
+        let before_attr = chunk.attr;
+        let before = chunk.body.stored_len();
+        chunk.body.truncate(len)?;
+        self.refund(before - chunk.body.stored_len());
+        chunk.attr.len = len;
+        if extended {
+            chunk.attr.flags |= EntryFlags::EXTENDED;
+        } else {
+            chunk.attr.flags &= !EntryFlags::EXTENDED;
+        }
+        chunk.attr.mtime_ns = time_ns;
+        chunk.attr.ctime_ns = time_ns;
+        self.persist(&chunk)?;
+        Ok(before_attr)
+    }
+
+    /// Records on chunk 0 that the file may have chunks after it.
+    pub fn mark_extended(&self, path: &str, file_id: u64) -> Result<(), StoreError> {
+        let handle = self.head_checked(path, file_id)?;
+        let mut chunk = lock(&handle);
+        if !chunk.attr.is_extended() {
+            chunk.attr.flags |= EntryFlags::EXTENDED;
+            self.persist(&chunk)?;
+        }
+        Ok(())
+    }
+
+    /// chmod / chown / utimens on an entry. `ctime` becomes `time_ns`.
+    pub fn set_attr(&self, request: &ringfs_proto::SetAttr) -> Result<Attr, StoreError> {
+        let handle = self.head_checked(&request.path, 0)?;
+        let mut chunk = lock(&handle);
+        let attr = &mut chunk.attr;
+        if let Some(mode) = request.mode {
+            attr.mode = (attr.mode & !0o7777) | (mode & 0o7777);
+        }
+        if let Some(uid) = request.uid {
+            attr.uid = uid;
+        }
+        if let Some(gid) = request.gid {
+            attr.gid = gid;
+        }
+        if let Some(atime) = request.atime_ns {
+            attr.atime_ns = atime;
+        }
+        if let Some(mtime) = request.mtime_ns {
+            attr.mtime_ns = mtime;
+        }
+        attr.ctime_ns = request.time_ns;
+        self.persist(&chunk)?;
+        Ok(chunk.attr)
+    }
+
+    // ----- directories ----------------------------------------------------------------------
+
+    /// One page of the entries of `dir` held here, in name order, after `after`.
+    pub fn read_dir(&self, dir: &str, after: Option<&str>, limit: usize) -> DirPage {
+        let (names, more) = {
+            let dirs = lock(&self.dirs[shard_of(dir)]);
+            let Some(children) = dirs.children.get(dir) else { return DirPage::default() };
+            let start = match after {
+                Some(name) => Bound::Excluded(name),
+                None => Bound::Unbounded,
+            };
+            let mut range = children.range::<str, _>((start, Bound::Unbounded));
+            let names: Vec<String> = range.by_ref().take(limit.max(1)).cloned().collect();
+            (names, range.next().is_some())
+        };
+        let entries = names
+            .into_iter()
+            .filter_map(|name| {
+                let handle = self.head(&path::join(dir, &name))?;
+                let chunk = lock(&handle);
+                (!chunk.removed).then(|| DirEntry { name, attr: chunk.attr })
+            })
+            .collect();
+        DirPage { entries, more }
+    }
+
+    /// Attributes of directory `path` if it exists here and is not being removed.
+    pub fn lookup_dir(&self, path: &str) -> Result<Attr, StoreError> {
+        let handle = self.head_checked(path, 0)?;
+        let chunk = lock(&handle);
+        if !chunk.attr.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        if chunk.rmdir_pending {
+            return Err(Errno::ENOENT.into());
+        }
+        Ok(chunk.attr)
+    }
+
+    /// `Ok` if `dir` is known to exist; otherwise the ticket to pass to
+    /// [`ChunkStore::mark_known_dir`] after looking it up at its owner.
+    pub fn known_dir(&self, dir: &str) -> Result<(), u64> {
+        if dir == "/" {
+            return Ok(());
+        }
+        let dirs = lock(&self.dirs[shard_of(dir)]);
+        if dirs.known.contains(dir) { Ok(()) } else { Err(dirs.invalidations) }
+    }
+
+    /// Records that `dir` exists, unless a directory of its shard was forgotten since the
+    /// ticket was issued (then the lookup may be stale and must be repeated).
+    pub fn mark_known_dir(&self, dir: &str, ticket: u64) -> bool {
+        let mut dirs = lock(&self.dirs[shard_of(dir)]);
+        if dirs.invalidations != ticket {
+            return false;
+        }
+        dirs.known.insert(dir.to_string());
+        true
+    }
+
+    /// First step of an rmdir on every server: forget that `dir` exists and report whether
+    /// this store holds an entry inside it. After this call no create under `dir` succeeds
+    /// here without a fresh lookup of `dir` at its owner.
+    pub fn prepare_rmdir(&self, dir: &str) -> bool {
+        let mut dirs = lock(&self.dirs[shard_of(dir)]);
+        dirs.known.remove(dir);
+        dirs.invalidations += 1;
+        dirs.children.get(dir).is_some_and(|children| !children.is_empty())
+    }
+
+    /// At the owner of `dir`: marks it as being removed, so that lookups of it fail.
+    pub fn begin_rmdir(&self, dir: &str) -> Result<(), StoreError> {
+        if dir == "/" {
+            return Err(Errno::EBUSY.into());
+        }
+        let handle = self.head_checked(dir, 0)?;
+        let mut chunk = lock(&handle);
+        if !chunk.attr.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        if chunk.rmdir_pending {
+            return Err(Errno::EBUSY.into());
+        }
+        chunk.rmdir_pending = true;
+        Ok(())
+    }
+
+    /// Completes (`commit`) or cancels an rmdir started with [`ChunkStore::begin_rmdir`].
+    pub fn finish_rmdir(&self, dir: &str, commit: bool) -> Result<(), StoreError> {
+        let parent = path::parent(dir).ok_or(Errno::EBUSY)?;
+        if !commit {
+            if let Some(handle) = self.head(dir) {
+                lock(&handle).rmdir_pending = false;
+            }
+            return Ok(());
+        }
+        let mut dirs = lock(&self.dirs[shard_of(parent)]);
+        let mut files = lock(&self.files[shard_of(dir)]);
+        let slot = files.paths.get_mut(dir).ok_or(Errno::ENOENT)?;
+        let head = slot.head.take().ok_or(Errno::ENOENT)?;
+        if slot.is_empty() {
+            files.paths.remove(dir);
+        }
+        remove_child(&mut dirs, parent, dir);
+        drop(files);
+        drop(dirs);
+        self.discard(dir, &head);
+        self.entry_count.fetch_sub(1, Ordering::Relaxed);
+        let mut own_shard = lock(&self.dirs[shard_of(dir)]);
+        if own_shard.children.get(dir).is_some_and(BTreeSet::is_empty) {
+            own_shard.children.remove(dir);
+        }
+        Ok(())
+    }
+
+    // ----- rename ---------------------------------------------------------------------------
+
+    /// Copies of this store's chunks (index >= 1) of a file, for moving them to a new path.
+    pub fn copy_tail(&self, path: &str, file_id: u64) -> Result<Vec<MovedChunk>, StoreError> {
+        let handles: Vec<(u64, ChunkHandle)> = {
+            let files = lock(&self.files[shard_of(path)]);
+            let Some(slot) = files.paths.get(path) else { return Ok(Vec::new()) };
+            slot.tail
+                .iter()
+                .filter_map(|(index, candidates)| {
+                    candidates.iter().find(|(id, _)| *id == file_id).map(|(_, handle)| (*index, handle.clone()))
+                })
+                .collect()
+        };
+        let mut moved = Vec::with_capacity(handles.len());
+        for (index, handle) in handles {
+            let chunk = lock(&handle);
+            if !chunk.removed {
+                moved.push(MovedChunk { index, attr: chunk.attr, bytes: chunk.body.to_vec()? });
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Stores a chunk (index >= 1) moved here by a rename, replacing this file's chunk at
+    /// that index if there is one. Chunks of other files at the same index stay.
+    pub fn put_chunk(&self, chunk_ref: &ChunkRef, attr: Attr, bytes: &[u8]) -> Result<(), StoreError> {
+        if chunk_ref.index == 0 || attr.file_id == 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        let handle = self.new_chunk(&chunk_ref.path, chunk_ref.index, attr)?;
+        {
+            let mut chunk = lock(&handle);
+            if let Err(error) = self.fill(&mut chunk, 0, &mut &bytes[..]).and_then(|_| self.persist(&chunk)) {
+                drop(chunk);
+                self.discard(&chunk_ref.path, &handle);
+                return Err(error);
+            }
+        }
+        let replaced = {
+            let mut files = lock(&self.files[shard_of(&chunk_ref.path)]);
+            let candidates = files.paths.entry(chunk_ref.path.clone()).or_default().tail.entry(chunk_ref.index).or_default();
+            let replaced = candidates.iter().position(|(id, _)| *id == attr.file_id).map(|at| candidates.remove(at).1);
+            candidates.push((attr.file_id, handle));
+            replaced
+        };
+        if let Some(old) = replaced {
+            self.discard(&chunk_ref.path, &old);
+        }
+        Ok(())
+    }
+
+    /// Installs chunk 0 of a renamed file at `path`, replacing the entry there (a file or
+    /// symbolic link; replacing a directory fails with EISDIR). The parent must be known, as
+    /// for [`ChunkStore::create`]. Returns the replaced entry's attributes.
+    pub fn install_entry(&self, path: &str, attr: Attr, bytes: &[u8]) -> Result<Option<Attr>, StoreError> {
+        let parent = path::parent(path).ok_or(Errno::EBUSY)?;
+        if attr.is_dir() {
+            return Err(Errno::EXDEV.into());
+        }
+        let mut dirs = lock(&self.dirs[shard_of(parent)]);
+        if parent != "/" && !dirs.known.contains(parent) {
+            return Err(StoreError::ParentUnknown(parent.to_string()));
+        }
+        let mut files = lock(&self.files[shard_of(path)]);
+        let existing = files.paths.get(path).and_then(|chunks| chunks.head.clone());
+        let replaced = match &existing {
+            Some(handle) => {
+                let chunk = lock(handle);
+                if chunk.attr.is_dir() {
+                    return Err(Errno::EISDIR.into());
+                }
+                Some(chunk.attr)
+            }
+            None => None,
+        };
+        let handle = self.new_chunk(path, 0, attr)?;
+        {
+            let mut chunk = lock(&handle);
+            if let Err(error) = self.fill(&mut chunk, 0, &mut &bytes[..]).and_then(|_| self.persist(&chunk)) {
+                drop(chunk);
+                self.discard(path, &handle);
+                return Err(error);
+            }
+        }
+        files.paths.entry(path.to_string()).or_default().head = Some(handle);
+        if replaced.is_none() {
+            dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(path).to_string());
+            self.entry_count.fetch_add(1, Ordering::Relaxed);
+        }
+        drop(files);
+        drop(dirs);
+        if let Some(old) = existing {
+            self.discard(path, &old);
+        }
+        Ok(replaced)
+    }
+
+    /// Copy of chunk 0 (attributes and bytes) of `path`, for a rename.
+    pub fn copy_head(&self, path: &str) -> Result<(Attr, Vec<u8>), StoreError> {
+        let handle = self.head_checked(path, 0)?;
+        let chunk = lock(&handle);
+        Ok((chunk.attr, chunk.body.to_vec()?))
+    }
+
+    pub fn stats(&self) -> StoreStats {
+        StoreStats {
+            entries: self.entry_count.load(Ordering::Relaxed),
+            chunks: self.chunk_count.load(Ordering::Relaxed),
+            used_bytes: self.used_bytes.load(Ordering::Relaxed),
+            capacity_bytes: self.capacity_bytes,
+        }
+    }
+}
+
+/// Removes from `slot` the later chunks (index >= `from_index`) of `file_id` (0: of any file).
+fn take_tail(slot: &mut PathChunks, file_id: u64, from_index: u64) -> Vec<ChunkHandle> {
+    let mut taken = Vec::new();
+    for candidates in slot.tail.range_mut(from_index..).map(|(_, candidates)| candidates) {
+        candidates.retain(|(id, handle)| {
+            let matches = file_id == 0 || *id == file_id;
+            if matches {
+                taken.push(handle.clone());
+            }
+            !matches
+        });
+    }
+    slot.tail.retain(|_, candidates| !candidates.is_empty());
+    taken
+}
+
+fn remove_child(dirs: &mut DirShard, parent: &str, path: &str) {
+    if let Some(children) = dirs.children.get_mut(parent) {
+        children.remove(path::file_name(path));
+        if children.is_empty() {
+            dirs.children.remove(parent);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const REGULAR: u32 = 0o100644;
+    const DIRECTORY: u32 = 0o040755;
+
+    fn memory_store() -> ChunkStore {
+        ChunkStore::open(StoreConfig::memory()).unwrap()
+    }
+
+    fn temp_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("ringfs-store-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    fn chunk(path: &str, index: u64, file_id: u64) -> ChunkRef {
+        ChunkRef { path: path.into(), index, file_id }
+    }
+
+    fn template(chunk_size: u32) -> ChunkTemplate {
+        ChunkTemplate { mode: REGULAR, uid: 0, gid: 0, chunk_size }
+    }
+
+    fn read_all(store: &ChunkStore, chunk: &ChunkRef) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        store.read(chunk, 0, u64::MAX, &mut bytes).unwrap();
+        bytes
+    }
+
+    fn create_dir(store: &ChunkStore, path: &str) {
+        store.create(&NewEntry::new(path, DIRECTORY, 4096, 1)).unwrap();
+        let ticket = store.known_dir(path).unwrap_err();
+        assert!(store.mark_known_dir(path, ticket));
+    }
+
+    #[test]
+    fn written_bytes_read_back_and_holes_read_as_zeros() {
+        let store = memory_store();
+        store.create(&NewEntry::new("/f", REGULAR, 100, 5)).unwrap();
+        let head = chunk("/f", 0, 5);
+        assert_eq!(store.write(&head, 10, &mut &b"abc"[..], template(100), 1).unwrap(), 13);
+        assert_eq!(read_all(&store, &head), [&[0u8; 10][..], b"abc"].concat());
+        assert_eq!(store.set_chunk_len(&head, 20, template(100), 2).unwrap().len, 20);
+        assert_eq!(read_all(&store, &head).len(), 20);
+        assert_eq!(store.set_chunk_len(&head, 11, template(100), 3).unwrap().len, 11);
+        assert_eq!(read_all(&store, &head), [&[0u8; 10][..], b"a"].concat());
+        // Writing past the chunk size is refused.
+        assert_eq!(store.write(&head, 99, &mut &b"xy"[..], template(100), 4).unwrap_err().errno(), Errno::EINVAL);
+    }
+
+    #[test]
+    fn later_chunks_belong_to_one_file_id() {
+        let store = memory_store();
+        store.write(&chunk("/f", 3, 7), 0, &mut &b"new"[..], template(64), 1).unwrap();
+        store.write(&chunk("/f", 3, 8), 0, &mut &b"other"[..], template(64), 1).unwrap();
+        assert_eq!(read_all(&store, &chunk("/f", 3, 7)), b"new");
+        assert_eq!(read_all(&store, &chunk("/f", 3, 8)), b"other");
+        assert_eq!(store.read(&chunk("/f", 4, 7), 0, 10, &mut Vec::new()).unwrap(), (None, 0));
+        assert_eq!(store.last_chunk("/f", 7), Some((3, 3)));
+        assert_eq!(store.remove_chunks("/f", 8, 1), 1);
+        assert_eq!(store.last_chunk("/f", 8), None);
+        assert_eq!(store.last_chunk("/f", 7), Some((3, 3)));
+        assert_eq!(store.stats().chunks, 1);
+    }
+
+    #[test]
+    fn a_stale_file_id_is_refused_on_chunk_zero() {
+        let store = memory_store();
+        store.create(&NewEntry::new("/f", REGULAR, 64, 5)).unwrap();
+        let error = store.write(&chunk("/f", 0, 6), 0, &mut &b"x"[..], template(64), 1).unwrap_err();
+        assert_eq!(error.errno(), Errno::ESTALE);
+        store.unlink("/f", 0).unwrap();
+        let error = store.write(&chunk("/f", 0, 5), 0, &mut &b"x"[..], template(64), 1).unwrap_err();
+        assert_eq!(error.errno(), Errno::ESTALE);
+        assert_eq!(store.stat(&chunk("/f", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+    }
+
+    #[test]
+    fn creates_follow_posix_rules() {
+        let store = memory_store();
+        let entry = NewEntry::new("/d/f", REGULAR, 64, 1);
+        assert!(matches!(store.create(&entry), Err(StoreError::ParentUnknown(parent)) if parent == "/d"));
+        create_dir(&store, "/d");
+        assert!(store.create(&entry).unwrap().created);
+        assert_eq!(store.create(&entry).unwrap_err().errno(), Errno::EEXIST);
+        let open = NewEntry { exclusive: false, ..entry.clone() };
+        assert!(!store.create(&open).unwrap().created);
+        let mkdir_over_file = NewEntry::new("/d/f", DIRECTORY, 64, 2);
+        assert_eq!(store.create(&mkdir_over_file).unwrap_err().errno(), Errno::EEXIST);
+        let open_dir = NewEntry { exclusive: false, ..NewEntry::new("/d", REGULAR, 64, 3) };
+        assert_eq!(store.create(&open_dir).unwrap_err().errno(), Errno::EISDIR);
+        assert_eq!(store.unlink("/d", 0).unwrap_err().errno(), Errno::EISDIR);
+    }
+
+    #[test]
+    fn truncating_open_empties_the_file_and_reports_extension() {
+        let store = memory_store();
+        store.create(&NewEntry::new("/f", REGULAR, 64, 1)).unwrap();
+        store.write(&chunk("/f", 0, 1), 0, &mut &[1u8; 64][..], template(64), 1).unwrap();
+        store.mark_extended("/f", 1).unwrap();
+        let reopen = NewEntry { exclusive: false, truncate: true, ..NewEntry::new("/f", REGULAR, 64, 2) };
+        let outcome = store.create(&reopen).unwrap();
+        assert!(outcome.truncated_extended);
+        assert_eq!((outcome.attr.len, outcome.attr.file_id, outcome.attr.is_extended()), (0, 1, false));
+    }
+
+    #[test]
+    fn rmdir_preparation_invalidates_known_directories() {
+        let store = memory_store();
+        create_dir(&store, "/d");
+        assert_eq!(store.known_dir("/d"), Ok(()));
+        store.create(&NewEntry::new("/d/f", REGULAR, 64, 1)).unwrap();
+        assert!(store.prepare_rmdir("/d"));
+        // A lookup that started before the invalidation cannot record a stale answer.
+        let stale_ticket = store.known_dir("/d").unwrap_err() - 1;
+        assert!(!store.mark_known_dir("/d", stale_ticket));
+        assert!(matches!(store.create(&NewEntry::new("/d/g", REGULAR, 64, 2)), Err(StoreError::ParentUnknown(_))));
+        store.unlink("/d/f", 0).unwrap();
+        assert!(!store.prepare_rmdir("/d"));
+        store.begin_rmdir("/d").unwrap();
+        assert_eq!(store.lookup_dir("/d").unwrap_err().errno(), Errno::ENOENT);
+        store.finish_rmdir("/d", true).unwrap();
+        assert_eq!(store.stat(&chunk("/d", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+        assert_eq!(store.stats().entries, 0);
+    }
+
+    #[test]
+    fn read_dir_pages_through_entries_in_name_order() {
+        let store = memory_store();
+        for i in 0..25 {
+            store.create(&NewEntry::new(&format!("/f{i:02}"), REGULAR, 64, i + 1)).unwrap();
+        }
+        let mut names = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = store.read_dir("/", after.as_deref(), 10);
+            names.extend(page.entries.iter().map(|entry| entry.name.clone()));
+            after = names.last().cloned();
+            if !page.more {
+                break;
+            }
+        }
+        assert_eq!(names, (0..25).map(|i| format!("f{i:02}")).collect::<Vec<_>>());
+        assert!(store.read_dir("/missing", None, 10).entries.is_empty());
+    }
+
+    #[test]
+    fn capacity_limit_gives_enospc_and_frees_on_unlink() {
+        let store = ChunkStore::open(StoreConfig { backend: Backend::Memory, capacity_bytes: 10_000 }).unwrap();
+        store.create(&NewEntry::new("/f", REGULAR, 1 << 20, 1)).unwrap();
+        let error = store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1).unwrap_err();
+        assert_eq!(error.errno(), Errno::ENOSPC);
+        store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 5_000][..], template(1 << 20), 1).unwrap();
+        let used = store.stats().used_bytes;
+        assert!(used >= 5_000);
+        store.unlink("/f", 0).unwrap();
+        assert_eq!(store.stats().used_bytes, 0);
+    }
+
+    #[test]
+    fn rename_steps_move_chunks_and_replace_the_target() {
+        let store = memory_store();
+        store.create(&NewEntry::new("/a", REGULAR, 8, 1)).unwrap();
+        store.create(&NewEntry::new("/b", REGULAR, 8, 2)).unwrap();
+        store.write(&chunk("/a", 0, 1), 0, &mut &b"12345678"[..], template(8), 1).unwrap();
+        store.write(&chunk("/a", 1, 1), 0, &mut &b"9"[..], template(8), 1).unwrap();
+        let moved = store.copy_tail("/a", 1).unwrap();
+        assert_eq!(moved.len(), 1);
+        store.put_chunk(&chunk("/b", 1, 1), moved[0].attr, &moved[0].bytes).unwrap();
+        let (attr, bytes) = store.copy_head("/a").unwrap();
+        let replaced = store.install_entry("/b", attr, &bytes).unwrap();
+        assert_eq!(replaced.map(|attr| attr.file_id), Some(2));
+        store.unlink("/a", 1).unwrap();
+        assert_eq!(read_all(&store, &chunk("/b", 0, 1)), b"12345678");
+        assert_eq!(read_all(&store, &chunk("/b", 1, 1)), b"9");
+        assert_eq!(store.stats().entries, 1);
+    }
+
+    #[test]
+    fn directory_store_survives_reopening() {
+        let root = temp_dir("reopen");
+        let config = StoreConfig { backend: Backend::Directory(root.clone()), capacity_bytes: 0 };
+        {
+            let store = ChunkStore::open(config.clone()).unwrap();
+            create_dir(&store, "/d");
+            store.create(&NewEntry::new("/d/f", REGULAR, 16, 9)).unwrap();
+            store.write(&chunk("/d/f", 0, 9), 0, &mut &b"0123456789abcdef"[..], template(16), 1).unwrap();
+            store.write(&chunk("/d/f", 2, 9), 4, &mut &b"xyz"[..], template(16), 2).unwrap();
+            store.mark_extended("/d/f", 9).unwrap();
+            store.create(&NewEntry { link_target: Some("/d/f".into()), ..NewEntry::new("/d/l", 0o120777, 16, 3) }).unwrap();
+            store.create(&NewEntry::new("/gone", REGULAR, 16, 4)).unwrap();
+            store.unlink("/gone", 0).unwrap();
+        }
+        let store = ChunkStore::open(config).unwrap();
+        assert_eq!(read_all(&store, &chunk("/d/f", 0, 9)), b"0123456789abcdef");
+        assert_eq!(read_all(&store, &chunk("/d/f", 2, 9)), b"\0\0\0\0xyz");
+        assert!(store.stat(&chunk("/d/f", 0, 0)).unwrap().is_extended());
+        assert_eq!(read_all(&store, &chunk("/d/l", 0, 0)), b"/d/f");
+        let names: Vec<String> = store.read_dir("/d", None, 100).entries.into_iter().map(|e| e.name).collect();
+        assert_eq!(names, ["f", "l"]);
+        assert_eq!(store.stat(&chunk("/gone", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+        assert_eq!(store.stats().entries, 3);
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    proptest! {
+        /// Random writes and length changes on one chunk, checked against a plain vector.
+        #[test]
+        fn chunk_matches_reference_model(
+            operations in proptest::collection::vec((0u64..300, proptest::collection::vec(any::<u8>(), 0..80), any::<bool>()), 1..40),
+            use_directory in any::<bool>(),
+        ) {
+            let root = temp_dir("model");
+            let backend = if use_directory { Backend::Directory(root.clone()) } else { Backend::Memory };
+            let store = ChunkStore::open(StoreConfig { backend, capacity_bytes: 0 }).unwrap();
+            let target = chunk("/m", 1, 42);
+            let mut model: Vec<u8> = Vec::new();
+            for (offset, bytes, shrink) in operations {
+                if shrink {
+                    let len = offset.min(model.len() as u64);
+                    store.set_chunk_len(&target, len, template(400), 1).unwrap();
+                    model.truncate(len as usize);
+                } else {
+                    store.write(&target, offset, &mut &bytes[..], template(400), 1).unwrap();
+                    let end = offset as usize + bytes.len();
+                    if model.len() < end && !bytes.is_empty() {
+                        model.resize(end, 0);
+                    }
+                    if model.len() < offset as usize {
+                        model.resize(offset as usize, 0);
+                    }
+                    model[offset as usize..end].copy_from_slice(&bytes);
+                }
+                prop_assert_eq!(read_all(&store, &target), model.clone());
+            }
+            let _ = std::fs::remove_dir_all(root);
+        }
+    }
+}
