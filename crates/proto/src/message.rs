@@ -84,8 +84,19 @@ pub struct Read {
     /// Byte offset inside the chunk.
     pub offset: u64,
     pub len: u64,
-    /// Client address the server pushes the bytes to (same host only); `None`: inline reply.
-    pub destination: Option<u64>,
+    /// Ask for a [`Lease`] on the bytes instead of receiving them inline (same host only).
+    pub lease: bool,
+}
+
+/// Bytes a server keeps unchanged in its memory until the client releases them, so that a
+/// client on the same host can copy them itself with cross-memory attach (one copy, no socket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: u64,
+    /// Address of the first byte in the server process.
+    pub address: u64,
+    /// Bytes readable at `address`; the rest of the reply's length reads as zeros.
+    pub stored: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,8 +163,11 @@ pub struct HelloReply {
     pub version: u16,
     pub server_name: String,
     /// The server could read the client's memory probe: `WriteSource::Remote` and
-    /// `Read::destination` may be used on this connection.
+    /// `Read::lease` may be used on this connection.
     pub memory_access: bool,
+    /// Address and contents of a token in the server's memory: a client that can read it may
+    /// copy leased bytes out of the server (see [`Lease`]).
+    pub memory_probe: Option<(u64, u64)>,
 }
 
 /// Everything a client or a peer server can ask a server.
@@ -205,6 +219,8 @@ pub enum Request {
     /// Server to server: install chunk 0 of a renamed file at its new path, replacing what
     /// is there (bytes in the data section).
     InstallEntry { path: String, attr: Attr },
+    /// Ends leases granted by `Read` replies. Sent with request id 0: no response.
+    Release { leases: Vec<u64> },
 }
 
 /// What a server answers. Errors carry an errno; every other variant answers particular
@@ -218,9 +234,9 @@ pub enum Response {
     Attr(Attr),
     /// Result of a `Write`: the chunk's logical length after it.
     Written { chunk_len: u64 },
-    /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist) and how
-    /// many bytes were delivered (inline in the data section, or pushed to the destination).
-    Read { attr: Option<Attr>, len: u64 },
+    /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist), how
+    /// many bytes the read yields, and where they are: in the data section, or in a lease.
+    Read { attr: Option<Attr>, len: u64, lease: Option<Lease> },
     Count(u64),
     LastChunk(Option<(u64, u64)>),
     DirPage(DirPage),
@@ -257,6 +273,7 @@ const TAG_RENAME: u8 = 25;
 const TAG_MOVE_CHUNKS: u8 = 26;
 const TAG_PUT_CHUNK: u8 = 27;
 const TAG_INSTALL_ENTRY: u8 = 28;
+const TAG_RELEASE: u8 = 29;
 
 const TAG_R_ERROR: u8 = 128;
 const TAG_R_DONE: u8 = 129;
@@ -388,10 +405,7 @@ impl Request {
             Request::Read(read) => {
                 w.u8(TAG_READ);
                 write_chunk(&mut w, &read.chunk);
-                w.u64(read.offset).u64(read.len);
-                w.option(read.destination.as_ref(), |w, address| {
-                    w.u64(*address);
-                });
+                w.u64(read.offset).u64(read.len).bool(read.lease);
             }
             Request::Truncate { path, file_id, size, time_ns } => {
                 w.u8(TAG_TRUNCATE).str(path).u64(*file_id).u64(*size).i64(*time_ns);
@@ -464,6 +478,12 @@ impl Request {
                 w.u8(TAG_INSTALL_ENTRY).str(path);
                 write_attr(&mut w, attr);
             }
+            Request::Release { leases } => {
+                w.u8(TAG_RELEASE).u32(leases.len() as u32);
+                for lease in leases {
+                    w.u64(*lease);
+                }
+            }
         }
     }
 
@@ -516,7 +536,7 @@ impl Request {
                 chunk: read_chunk(&mut r)?,
                 offset: r.u64()?,
                 len: r.u64()?,
-                destination: r.option(|r| r.u64())?,
+                lease: r.bool()?,
             }),
             TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
             TAG_SET_CHUNK_LEN => {
@@ -545,6 +565,10 @@ impl Request {
             TAG_MOVE_CHUNKS => Request::MoveChunks { from: r.string()?, to: r.string()?, file_id: r.u64()? },
             TAG_PUT_CHUNK => Request::PutChunk { chunk: read_chunk(&mut r)?, attr: read_attr(&mut r)? },
             TAG_INSTALL_ENTRY => Request::InstallEntry { path: r.string()?, attr: read_attr(&mut r)? },
+            TAG_RELEASE => {
+                let count = r.count(8)?;
+                Request::Release { leases: (0..count).map(|_| r.u64()).collect::<Result<_, _>>()? }
+            }
             other => return Err(DecodeError::UnknownMessage(other)),
         };
         r.finish()?;
@@ -580,7 +604,8 @@ impl Request {
             | Request::LastChunk { .. }
             | Request::ReadDir { .. }
             | Request::PrepareRmdir { .. }
-            | Request::MoveChunks { .. } => None,
+            | Request::MoveChunks { .. }
+            | Request::Release { .. } => None,
         }
     }
 }
@@ -598,6 +623,9 @@ impl Response {
             }
             Response::Hello(reply) => {
                 w.u8(TAG_R_HELLO).u16(reply.version).str(&reply.server_name).bool(reply.memory_access);
+                w.option(reply.memory_probe.as_ref(), |w, (address, token)| {
+                    w.u64(*address).u64(*token);
+                });
             }
             Response::Members(list) => {
                 w.u8(TAG_R_MEMBERS);
@@ -610,10 +638,13 @@ impl Response {
             Response::Written { chunk_len } => {
                 w.u8(TAG_R_WRITTEN).u64(*chunk_len);
             }
-            Response::Read { attr, len } => {
+            Response::Read { attr, len, lease } => {
                 w.u8(TAG_R_READ);
                 w.option(attr.as_ref(), write_attr);
                 w.u64(*len);
+                w.option(lease.as_ref(), |w, lease| {
+                    w.u64(lease.id).u64(lease.address).u64(lease.stored);
+                });
             }
             Response::Count(count) => {
                 w.u8(TAG_R_COUNT).u64(*count);
@@ -661,11 +692,16 @@ impl Response {
                 version: r.u16()?,
                 server_name: r.string()?,
                 memory_access: r.bool()?,
+                memory_probe: r.option(|r| Ok((r.u64()?, r.u64()?)))?,
             }),
             TAG_R_MEMBERS => Response::Members(read_member_list(&mut r)?),
             TAG_R_ATTR => Response::Attr(read_attr(&mut r)?),
             TAG_R_WRITTEN => Response::Written { chunk_len: r.u64()? },
-            TAG_R_READ => Response::Read { attr: r.option(read_attr)?, len: r.u64()? },
+            TAG_R_READ => Response::Read {
+                attr: r.option(read_attr)?,
+                len: r.u64()?,
+                lease: r.option(|r| Ok(Lease { id: r.u64()?, address: r.u64()?, stored: r.u64()? }))?,
+            },
             TAG_R_COUNT => Response::Count(r.u64()?),
             TAG_R_LAST_CHUNK => Response::LastChunk(r.option(|r| Ok((r.u64()?, r.u64()?)))?),
             TAG_R_DIR_PAGE => {
@@ -760,7 +796,7 @@ mod tests {
                 time_ns: 8,
             }),
             Request::Write(Write { chunk: chunk.clone(), offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
-            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, destination: None }),
+            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true }),
             Request::Truncate { path: "/f".into(), file_id: 3, size: 1 << 33, time_ns: 1 },
             Request::SetChunkLen { chunk: chunk.clone(), len: 10, template },
             Request::MarkExtended { path: "/f".into(), file_id: 1 },
@@ -784,6 +820,7 @@ mod tests {
             Request::MoveChunks { from: "/a".into(), to: "/b".into(), file_id: 4 },
             Request::PutChunk { chunk, attr: sample_attr() },
             Request::InstallEntry { path: "/b".into(), attr: sample_attr() },
+            Request::Release { leases: vec![1, 2, 3] },
         ]
     }
 
@@ -791,12 +828,12 @@ mod tests {
         vec![
             Response::Error(Errno::ENOENT),
             Response::Done,
-            Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true }),
+            Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true, memory_probe: Some((5, 6)) }),
             Response::Members(MemberList { epoch: 1, members: vec![] }),
             Response::Attr(sample_attr()),
             Response::Written { chunk_len: 77 },
-            Response::Read { attr: Some(sample_attr()), len: 5 },
-            Response::Read { attr: None, len: 0 },
+            Response::Read { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) },
+            Response::Read { attr: None, len: 0, lease: None },
             Response::Count(3),
             Response::LastChunk(Some((4, 5))),
             Response::LastChunk(None),

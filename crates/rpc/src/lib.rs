@@ -1,0 +1,60 @@
+//! Moving ringfs frames between processes.
+//!
+//! - [`transport`]: TCP and Unix-socket links behind small traits, so other transports (UCX,
+//!   verbs) can be added without touching anything above.
+//! - [`frame_io`]: buffered frame reading and vectored frame writing.
+//! - [`Connection`]: the client side; many threads, many requests in flight, deadlines.
+//! - [`RpcServer`] and [`Service`]: the server side; one thread per connection.
+//! - [`memory`]: cross-memory attach for same-host bulk copies.
+//!
+//! This crate knows the frame layout and the handshake, not what requests mean: the file
+//! system lives in `ringfs-server` (a [`Service`]) and `ringfs-client` (a user of
+//! [`Connection`]).
+//!
+//! ```no_run
+//! use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
+//! use ringfs_proto::Request;
+//! let config = ConnectionConfig { secret: b"job-secret".to_vec(), timeout: std::time::Duration::from_secs(10), host_id: 0 };
+//! let connection = Connection::open(&Endpoint::parse("127.0.0.1:7000").unwrap(), &config).unwrap();
+//! let reply = connection.call(&Request::Ping, &[]).unwrap();
+//! println!("{:?}", reply.response);
+//! ```
+
+mod connection;
+pub mod frame_io;
+pub mod memory;
+mod server;
+pub mod transport;
+
+pub use connection::{Connection, ConnectionConfig, PendingCall, Reply, SharedConnection};
+pub use server::{RpcServer, Service};
+pub use transport::{Endpoint, Link, Listener, PeerIdentity};
+
+use std::sync::Arc;
+
+use ringfs_proto::Errno;
+use thiserror::Error;
+
+/// Why a request did not get a response.
+#[derive(Clone, Debug, Error)]
+pub enum RpcError {
+    #[error("cannot connect to {endpoint}: {reason}")]
+    Connect { endpoint: String, reason: String },
+    #[error("{endpoint} refused the connection: {errno}")]
+    Refused { endpoint: String, errno: Errno },
+    #[error("connection to {endpoint} lost: {reason}")]
+    Broken { endpoint: String, reason: Arc<str> },
+    #[error("no answer from {endpoint} within {timeout_ms} ms")]
+    Timeout { endpoint: String, timeout_ms: u64 },
+}
+
+impl RpcError {
+    /// What a file-system caller sees: EIO for every transport failure (the server is dead,
+    /// unreachable or too slow), the server's own errno when it refused the connection.
+    pub fn errno(&self) -> Errno {
+        match self {
+            RpcError::Refused { errno, .. } => *errno,
+            _ => Errno::EIO,
+        }
+    }
+}

@@ -1,0 +1,227 @@
+//! Transports: how two processes get a reliable, ordered byte stream between them.
+//!
+//! Everything above this module (framing, connections, the server loop, and the file system
+//! logic above those) sees only [`Link`]s made of a [`ReadHalf`] and a [`WriteHalf`]. TCP
+//! serves remote peers; Unix sockets serve peers on the same host and tell the server the
+//! client's process id, which enables cross-memory attach ([`crate::memory`]). A UCX or
+//! verbs transport would add an implementation of these traits (plus a memory-access
+//! implementation for RDMA), leaving the layers above untouched.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where a server listens or a client connects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Endpoint {
+    /// `host:port` (also accepted with a `tcp://` prefix).
+    Tcp(String),
+    /// `unix:/path/to/socket`.
+    Unix(PathBuf),
+}
+
+impl Endpoint {
+    /// Parses `host:port`, `tcp://host:port` or `unix:/path`.
+    pub fn parse(text: &str) -> Result<Endpoint, String> {
+        if let Some(path) = text.strip_prefix("unix:") {
+            let path = path.trim_start_matches("//");
+            if path.is_empty() {
+                return Err(format!("empty Unix socket path in {text:?}"));
+            }
+            return Ok(Endpoint::Unix(PathBuf::from(path)));
+        }
+        let address = text.strip_prefix("tcp://").unwrap_or(text);
+        match address.rsplit_once(':') {
+            Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(Endpoint::Tcp(address.to_string())),
+            _ => Err(format!("expected host:port or unix:/path, got {text:?}")),
+        }
+    }
+}
+
+impl fmt::Display for Endpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Endpoint::Tcp(address) => f.write_str(address),
+            Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// The receiving half of a link.
+pub trait ReadHalf: Read + Send {
+    /// Longest a single `read` blocks before returning `WouldBlock`/`TimedOut`.
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+}
+
+/// The sending half of a link.
+pub trait WriteHalf: Write + Send {
+    /// Longest a single `write` blocks before failing.
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+    /// Closes both directions, waking a reader blocked on the other half.
+    fn shutdown(&self);
+}
+
+/// Who is on the other end of a link, as far as the transport can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PeerIdentity {
+    /// Process id of the peer, when the transport can vouch for it (Unix sockets).
+    pub pid: Option<u32>,
+}
+
+/// An established connection.
+pub struct Link {
+    pub reader: Box<dyn ReadHalf>,
+    pub writer: Box<dyn WriteHalf>,
+    pub peer: PeerIdentity,
+}
+
+macro_rules! stream_halves {
+    ($stream:ty) => {
+        impl ReadHalf for $stream {
+            fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+                <$stream>::set_read_timeout(self, timeout)
+            }
+        }
+
+        impl WriteHalf for $stream {
+            fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+                <$stream>::set_write_timeout(self, timeout)
+            }
+
+            fn shutdown(&self) {
+                let _ = <$stream>::shutdown(self, Shutdown::Both);
+            }
+        }
+    };
+}
+
+stream_halves!(TcpStream);
+stream_halves!(UnixStream);
+
+fn peer_pid(fd: RawFd) -> Option<u32> {
+    let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
+    let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `length` bytes into `credentials`.
+    let result = unsafe {
+        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut credentials).cast(), &mut length)
+    };
+    (result == 0 && credentials.pid > 0).then_some(credentials.pid as u32)
+}
+
+fn tcp_link(stream: TcpStream) -> io::Result<Link> {
+    stream.set_nodelay(true)?;
+    let reader = stream.try_clone()?;
+    Ok(Link { reader: Box::new(reader), writer: Box::new(stream), peer: PeerIdentity { pid: None } })
+}
+
+fn unix_link(stream: UnixStream) -> io::Result<Link> {
+    let pid = peer_pid(stream.as_raw_fd());
+    let reader = stream.try_clone()?;
+    Ok(Link { reader: Box::new(reader), writer: Box::new(stream), peer: PeerIdentity { pid } })
+}
+
+/// Connects to `endpoint`, giving up after `timeout`.
+pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
+    match endpoint {
+        Endpoint::Tcp(address) => {
+            let mut last_error = io::Error::new(io::ErrorKind::NotFound, format!("{address} resolves to no address"));
+            for socket_address in address.to_socket_addrs()? {
+                match TcpStream::connect_timeout(&socket_address, timeout) {
+                    Ok(stream) => return tcp_link(stream),
+                    Err(error) => last_error = error,
+                }
+            }
+            Err(last_error)
+        }
+        Endpoint::Unix(path) => unix_link(UnixStream::connect(path)?),
+    }
+}
+
+/// A listening socket of either kind.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds `endpoint`. A TCP port of 0 picks a free port; a stale Unix socket file is
+    /// replaced.
+    pub fn bind(endpoint: &Endpoint) -> io::Result<Listener> {
+        match endpoint {
+            Endpoint::Tcp(address) => Ok(Listener::Tcp(TcpListener::bind(address)?)),
+            Endpoint::Unix(path) => {
+                if path.exists() {
+                    std::fs::remove_file(path)?;
+                }
+                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
+            }
+        }
+    }
+
+    /// The endpoint clients should use (with the real port if 0 was asked for).
+    pub fn local_endpoint(&self) -> io::Result<Endpoint> {
+        match self {
+            Listener::Tcp(listener) => Ok(Endpoint::Tcp(listener.local_addr()?.to_string())),
+            Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+        }
+    }
+
+    pub fn accept(&self) -> io::Result<Link> {
+        match self {
+            Listener::Tcp(listener) => tcp_link(listener.accept()?.0),
+            Listener::Unix(listener, _) => unix_link(listener.accept()?.0),
+        }
+    }
+
+    /// Wakes a thread blocked in [`Listener::accept`] (which then fails) so it can exit.
+    pub fn shutdown(&self) {
+        let fd = match self {
+            Listener::Tcp(listener) => listener.as_raw_fd(),
+            Listener::Unix(listener, _) => listener.as_raw_fd(),
+        };
+        // SAFETY: shutting down a listening socket we own; accept() then returns EINVAL.
+        unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse() {
+        assert_eq!(Endpoint::parse("127.0.0.1:80"), Ok(Endpoint::Tcp("127.0.0.1:80".into())));
+        assert_eq!(Endpoint::parse("tcp://node1:7000"), Ok(Endpoint::Tcp("node1:7000".into())));
+        assert_eq!(Endpoint::parse("[::1]:9"), Ok(Endpoint::Tcp("[::1]:9".into())));
+        assert_eq!(Endpoint::parse("unix:/tmp/s"), Ok(Endpoint::Unix("/tmp/s".into())));
+        assert_eq!(Endpoint::parse("unix:///tmp/s"), Ok(Endpoint::Unix("/tmp/s".into())));
+        for bad in ["node", "node:x", ":80", "unix:"] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Endpoint::Unix("/a".into()).to_string(), "unix:/a");
+    }
+
+    #[test]
+    fn unix_links_know_the_peer_pid() {
+        let path = std::env::temp_dir().join(format!("ringfs-transport-{}.sock", std::process::id()));
+        let listener = Listener::bind(&Endpoint::Unix(path.clone())).unwrap();
+        let client = connect(&Endpoint::Unix(path.clone()), Duration::from_secs(1)).unwrap();
+        let server = listener.accept().unwrap();
+        assert_eq!(server.peer.pid, Some(std::process::id()));
+        drop(client);
+        drop(listener);
+        assert!(!path.exists());
+    }
+}
