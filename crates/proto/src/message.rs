@@ -47,6 +47,8 @@ pub struct Hello {
     pub secret: Vec<u8>,
     pub client_pid: u32,
     pub host_id: u64,
+    /// The peer is another server of the cluster (its requests are never forwarded again).
+    pub from_server: bool,
     /// Address and contents of a token in the client's memory. The server tries to read it
     /// with cross-memory attach; if it reads these bytes, bulk data may bypass the socket.
     pub memory_probe: Option<(u64, u64)>,
@@ -351,7 +353,7 @@ impl Request {
         match self {
             Request::Hello(hello) => {
                 w.u8(TAG_HELLO).u32(HELLO_MAGIC).u16(hello.version).bytes(&hello.secret);
-                w.u32(hello.client_pid).u64(hello.host_id);
+                w.u32(hello.client_pid).u64(hello.host_id).bool(hello.from_server);
                 w.option(hello.memory_probe.as_ref(), |w, (address, token)| {
                     w.u64(*address).u64(*token);
                 });
@@ -501,6 +503,7 @@ impl Request {
                     secret: r.bytes()?.to_vec(),
                     client_pid: r.u32()?,
                     host_id: r.u64()?,
+                    from_server: r.bool()?,
                     memory_probe: r.option(|r| Ok((r.u64()?, r.u64()?)))?,
                 })
             }
@@ -760,6 +763,7 @@ mod tests {
                 secret: vec![1, 2, 3],
                 client_pid: 42,
                 host_id: 7,
+                from_server: true,
                 memory_probe: Some((0x1000, 0xABCD)),
             }),
             Request::GetMembers,

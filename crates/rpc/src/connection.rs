@@ -42,6 +42,8 @@ pub struct ConnectionConfig {
     pub timeout: Duration,
     /// Identifies this host (see `Member::host_id`).
     pub host_id: u64,
+    /// Set when a server connects to another server.
+    pub from_server: bool,
 }
 
 /// A response and its data section.
@@ -119,6 +121,7 @@ impl Connection {
             secret: config.secret.clone(),
             client_pid: std::process::id(),
             host_id: config.host_id,
+            from_server: config.from_server,
             memory_probe: same_host.then(memory_probe),
         });
         let mut body = Vec::new();

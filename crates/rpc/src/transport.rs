@@ -196,6 +196,20 @@ impl Drop for Listener {
     }
 }
 
+/// A number that identifies this host: equal for processes on one machine (and boot),
+/// different across machines. Derived from the kernel's boot id and the host name with
+/// 64-bit FNV-1a.
+pub fn local_host_id() -> u64 {
+    let boot_id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in boot_id.trim().bytes().chain([0]).chain(host_name.trim().bytes()) {
+        hash ^= byte as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,6 +3,7 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::sync::Arc;
 
 use ringfs_proto::Errno;
 
@@ -11,9 +12,12 @@ use crate::io::{ByteSink, ByteSource, allocate_buffer, as_uninit};
 
 /// Where a chunk's bytes live. The bytes may be shorter than the chunk's logical length; the
 /// rest reads as zeros.
+///
+/// Memory bodies are shared (`Arc`) so that a read can lease them to a client without a copy:
+/// a write to a leased body copies it first (copy-on-write), so a lease never sees a change.
 #[derive(Debug)]
 pub(crate) enum Body {
-    Memory(Vec<u8>),
+    Memory(Arc<Vec<u8>>),
     File(ChunkFile),
 }
 
@@ -49,7 +53,8 @@ impl Body {
         }
         let end = offset + source.len();
         match self {
-            Body::Memory(bytes) => {
+            Body::Memory(shared) => {
+                let bytes = Arc::make_mut(shared);
                 if end > bytes.capacity() {
                     let target = end.max(bytes.capacity().saturating_mul(2).min(capacity_hint));
                     let mut bigger = allocate_buffer(target);
@@ -115,11 +120,11 @@ impl Body {
             return Ok(());
         }
         match self {
-            Body::Memory(bytes) => {
+            Body::Memory(shared) => {
                 if len == 0 {
-                    *bytes = Vec::new();
+                    *shared = Arc::default();
                 } else {
-                    bytes.truncate(len as usize);
+                    Arc::make_mut(shared).truncate(len as usize);
                 }
             }
             Body::File(file) => {

@@ -38,7 +38,7 @@ pub mod io;
 mod store;
 
 pub use io::{ByteSink, ByteSource};
-pub use store::{ChunkStore, CreateOutcome, MovedChunk, NewEntry, StoreStats};
+pub use store::{ChunkStore, CreateOutcome, MovedChunk, NewEntry, SharedRead, StoreStats};
 
 use std::path::PathBuf;
 

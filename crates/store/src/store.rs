@@ -82,6 +82,18 @@ pub struct MovedChunk {
     pub bytes: Vec<u8>,
 }
 
+/// Result of [`ChunkStore::read_shared`].
+#[derive(Debug)]
+pub struct SharedRead {
+    /// `None` if the chunk does not exist.
+    pub attr: Option<Attr>,
+    /// Bytes the read yields (stored bytes, then zeros).
+    pub len: u64,
+    /// The chunk's buffer and the range of it that holds the read's stored bytes; `None` for
+    /// chunks that are not in memory.
+    pub bytes: Option<(Arc<Vec<u8>>, std::ops::Range<usize>)>,
+}
+
 /// Usage figures of a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StoreStats {
@@ -245,7 +257,7 @@ impl ChunkStore {
     fn new_chunk(&self, path: &str, index: u64, attr: Attr) -> Result<ChunkHandle, StoreError> {
         self.charge(overhead_of(path))?;
         let body = match &self.directory {
-            None => Ok(Body::Memory(Vec::new())),
+            None => Ok(Body::Memory(Arc::default())),
             Some(directory) => directory.create(path, index, &attr).map(Body::File),
         };
         let body = body.inspect_err(|_| self.refund(overhead_of(path)))?;
@@ -262,7 +274,7 @@ impl ChunkStore {
         chunk.removed = true;
         chunk.body.remove();
         self.refund(overhead_of(path) + chunk.body.stored_len());
-        chunk.body = Body::Memory(Vec::new());
+        chunk.body = Body::Memory(Arc::default());
         self.chunk_count.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -586,6 +598,36 @@ impl ChunkStore {
         Ok((Some(chunk.attr), end - offset))
     }
 
+    /// Like [`ChunkStore::read`], but for a memory chunk returns a shared handle to its bytes
+    /// instead of copying them: bytes `range` of the returned buffer are the first bytes of
+    /// the read, the rest of its length reads as zeros. File-backed chunks return no buffer
+    /// (the caller falls back to [`ChunkStore::read`]).
+    pub fn read_shared(&self, chunk_ref: &ChunkRef, offset: u64, len: u64) -> Result<SharedRead, StoreError> {
+        let handle = if chunk_ref.index == 0 {
+            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
+        } else {
+            match self.find_tail(chunk_ref) {
+                Some(handle) => handle,
+                None => return Ok(SharedRead { attr: None, len: 0, bytes: None }),
+            }
+        };
+        let chunk = lock(&handle);
+        if chunk.removed {
+            return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
+        }
+        if chunk.attr.is_dir() {
+            return Err(Errno::EISDIR.into());
+        }
+        let Body::Memory(shared) = &chunk.body else {
+            return Ok(SharedRead { attr: Some(chunk.attr), len: 0, bytes: None });
+        };
+        let end = offset.saturating_add(len).min(chunk.attr.len);
+        let len = end.saturating_sub(offset);
+        let start = (offset.min(end) as usize).min(shared.len());
+        let range = start..(end as usize).min(shared.len()).max(start);
+        Ok(SharedRead { attr: Some(chunk.attr), len, bytes: Some((shared.clone(), range)) })
+    }
+
     /// Sets a chunk's logical length, dropping bytes beyond it; a missing later chunk is
     /// created (empty) from `template`.
     pub fn set_chunk_len(&self, chunk_ref: &ChunkRef, len: u64, template: ChunkTemplate, time_ns: i64) -> Result<Attr, StoreError> {
@@ -789,26 +831,29 @@ impl ChunkStore {
 
     // ----- rename ---------------------------------------------------------------------------
 
-    /// Copies of this store's chunks (index >= 1) of a file, for moving them to a new path.
-    pub fn copy_tail(&self, path: &str, file_id: u64) -> Result<Vec<MovedChunk>, StoreError> {
-        let handles: Vec<(u64, ChunkHandle)> = {
-            let files = lock(&self.files[shard_of(path)]);
-            let Some(slot) = files.paths.get(path) else { return Ok(Vec::new()) };
-            slot.tail
-                .iter()
-                .filter_map(|(index, candidates)| {
-                    candidates.iter().find(|(id, _)| *id == file_id).map(|(_, handle)| (*index, handle.clone()))
-                })
-                .collect()
+    /// Indices of this store's chunks (index >= 1) of a file, in order.
+    pub fn tail_indices(&self, path: &str, file_id: u64) -> Vec<u64> {
+        let files = lock(&self.files[shard_of(path)]);
+        let Some(slot) = files.paths.get(path) else { return Vec::new() };
+        slot.tail
+            .iter()
+            .filter(|(_, candidates)| candidates.iter().any(|(id, _)| *id == file_id))
+            .map(|(index, _)| *index)
+            .collect()
+    }
+
+    /// A copy of one chunk (attributes and bytes), for moving it to another server.
+    pub fn copy_chunk(&self, chunk_ref: &ChunkRef) -> Result<MovedChunk, StoreError> {
+        let handle = if chunk_ref.index == 0 {
+            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
+        } else {
+            self.find_tail(chunk_ref).ok_or(Errno::ENOENT)?
         };
-        let mut moved = Vec::with_capacity(handles.len());
-        for (index, handle) in handles {
-            let chunk = lock(&handle);
-            if !chunk.removed {
-                moved.push(MovedChunk { index, attr: chunk.attr, bytes: chunk.body.to_vec()? });
-            }
+        let chunk = lock(&handle);
+        if chunk.removed {
+            return Err(Errno::ENOENT.into());
         }
-        Ok(moved)
+        Ok(MovedChunk { index: chunk_ref.index, attr: chunk.attr, bytes: chunk.body.to_vec()? })
     }
 
     /// Stores a chunk (index >= 1) moved here by a rename, replacing this file's chunk at
@@ -883,13 +928,6 @@ impl ChunkStore {
             self.discard(path, &old);
         }
         Ok(replaced)
-    }
-
-    /// Copy of chunk 0 (attributes and bytes) of `path`, for a rename.
-    pub fn copy_head(&self, path: &str) -> Result<(Attr, Vec<u8>), StoreError> {
-        let handle = self.head_checked(path, 0)?;
-        let chunk = lock(&handle);
-        Ok((chunk.attr, chunk.body.to_vec()?))
     }
 
     pub fn stats(&self) -> StoreStats {
@@ -1096,16 +1134,31 @@ mod tests {
         store.create(&NewEntry::new("/b", REGULAR, 8, 2)).unwrap();
         store.write(&chunk("/a", 0, 1), 0, &mut &b"12345678"[..], template(8), 1).unwrap();
         store.write(&chunk("/a", 1, 1), 0, &mut &b"9"[..], template(8), 1).unwrap();
-        let moved = store.copy_tail("/a", 1).unwrap();
-        assert_eq!(moved.len(), 1);
-        store.put_chunk(&chunk("/b", 1, 1), moved[0].attr, &moved[0].bytes).unwrap();
-        let (attr, bytes) = store.copy_head("/a").unwrap();
-        let replaced = store.install_entry("/b", attr, &bytes).unwrap();
+        assert_eq!(store.tail_indices("/a", 1), [1]);
+        let moved = store.copy_chunk(&chunk("/a", 1, 1)).unwrap();
+        store.put_chunk(&chunk("/b", 1, 1), moved.attr, &moved.bytes).unwrap();
+        let head = store.copy_chunk(&chunk("/a", 0, 0)).unwrap();
+        let replaced = store.install_entry("/b", head.attr, &head.bytes).unwrap();
         assert_eq!(replaced.map(|attr| attr.file_id), Some(2));
         store.unlink("/a", 1).unwrap();
         assert_eq!(read_all(&store, &chunk("/b", 0, 1)), b"12345678");
         assert_eq!(read_all(&store, &chunk("/b", 1, 1)), b"9");
         assert_eq!(store.stats().entries, 1);
+    }
+
+    #[test]
+    fn shared_reads_are_not_changed_by_later_writes() {
+        let store = memory_store();
+        let target = chunk("/s", 1, 3);
+        store.write(&target, 0, &mut &b"before"[..], template(64), 1).unwrap();
+        store.set_chunk_len(&target, 10, template(64), 1).unwrap();
+        let shared = store.read_shared(&target, 2, 100).unwrap();
+        assert_eq!(shared.len, 8);
+        let (bytes, range) = shared.bytes.unwrap();
+        store.write(&target, 0, &mut &b"AFTER!"[..], template(64), 2).unwrap();
+        assert_eq!(&bytes[range], b"fore");
+        assert_eq!(read_all(&store, &target), b"AFTER!\0\0\0\0");
+        assert!(store.read_shared(&chunk("/s", 2, 3), 0, 1).unwrap().attr.is_none());
     }
 
     #[test]
