@@ -1,0 +1,289 @@
+//! The ringfs server (`ringfs server`): one per node, holding the chunks placement gives it.
+//!
+//! A server listens on TCP (for every client and server) and optionally on a Unix socket (for
+//! clients on its host, which may then move bulk data by cross-memory attach). It answers
+//! chunk requests from its [`ringfs_store::ChunkStore`], forwards requests for keys it does not
+//! own, coordinates the operations that span servers (unlink, truncate, rmdir, rename), and
+//! keeps the member list: joins, gossip, and failure detection of its ring successor.
+//!
+//! There is no metadata server: every server runs the same code and decides alone.
+//!
+//! ```no_run
+//! use ringfs_server::{Server, ServerConfig};
+//! let config = ServerConfig::new("node-0", "127.0.0.1:0", b"secret".to_vec());
+//! let server = Server::start(config).unwrap();
+//! println!("serving at {}", server.tcp_address());
+//! server.wait_for_shutdown();
+//! server.stop();
+//! ```
+
+mod coordination;
+mod membership;
+mod peers;
+mod service;
+
+pub use membership::Membership;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ringfs_placement::{HashFunction, Scheme};
+use ringfs_proto::{Member, Request, Response};
+use ringfs_rpc::transport::local_host_id;
+use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, Listener, RpcServer};
+use ringfs_store::{ChunkStore, StoreConfig, StoreError};
+use thiserror::Error;
+
+use crate::peers::Peers;
+use crate::service::ServerState;
+
+/// Everything a server needs to start. [`ServerConfig::new`] gives the defaults.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    /// Stable name; placement depends on it, so a restarted server must keep its name.
+    pub name: String,
+    /// TCP address to listen on (`host:port`; port 0 picks a free one).
+    pub listen: String,
+    /// Unix socket for clients on this host (`None`: TCP only).
+    pub unix_socket: Option<PathBuf>,
+    pub store: StoreConfig,
+    /// The job's secret; connections without it are refused.
+    pub secret: Vec<u8>,
+    /// Running servers to join through (tried in order); empty: start a new cluster.
+    pub join: Vec<String>,
+    pub hash: HashFunction,
+    pub placement: Scheme,
+    /// Deadline of a request to another server. Default 10 s.
+    pub peer_timeout: Duration,
+    /// How often a server pings its ring successor. Default 1 s.
+    pub heartbeat_interval: Duration,
+    /// A successor that answered no ping for this long is declared dead. Default 5 s.
+    pub failure_timeout: Duration,
+}
+
+impl ServerConfig {
+    pub fn new(name: &str, listen: &str, secret: Vec<u8>) -> ServerConfig {
+        ServerConfig {
+            name: name.to_string(),
+            listen: listen.to_string(),
+            unix_socket: None,
+            store: StoreConfig::memory(),
+            secret,
+            join: Vec::new(),
+            hash: HashFunction::default(),
+            placement: Scheme::default(),
+            peer_timeout: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(1),
+            failure_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum ServerError {
+    #[error("cannot listen on {endpoint}: {source}")]
+    Listen { endpoint: String, source: std::io::Error },
+    #[error("cannot open the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot join the cluster: {0}")]
+    Join(String),
+    #[error("invalid configuration: {0}")]
+    Config(String),
+}
+
+/// A running server.
+pub struct Server {
+    state: Arc<ServerState>,
+    rpc: RpcServer,
+    tcp_address: String,
+}
+
+fn now_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos() as u64).unwrap_or(1)
+}
+
+/// The address other hosts should use for a socket bound to `bound` (a wildcard address is
+/// replaced by the host name).
+fn advertised_address(bound: &str) -> String {
+    match bound.rsplit_once(':') {
+        Some((host, port)) if host == "0.0.0.0" || host == "[::]" => {
+            let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
+            format!("{}:{port}", host_name.trim())
+        }
+        _ => bound.to_string(),
+    }
+}
+
+impl Server {
+    /// Opens the store, binds the sockets, joins the cluster and starts serving.
+    pub fn start(config: ServerConfig) -> Result<Server, ServerError> {
+        if config.name.is_empty() {
+            return Err(ServerError::Config("the server name is empty".into()));
+        }
+        let store = ChunkStore::open(config.store.clone())?;
+        let tcp_endpoint = Endpoint::parse(&config.listen).map_err(ServerError::Config)?;
+        let listen_error = |endpoint: &Endpoint| {
+            let endpoint = endpoint.to_string();
+            move |source| ServerError::Listen { endpoint, source }
+        };
+        let tcp_listener = Listener::bind(&tcp_endpoint).map_err(listen_error(&tcp_endpoint))?;
+        let tcp_address = advertised_address(&tcp_listener.local_endpoint().map_err(listen_error(&tcp_endpoint))?.to_string());
+        let mut listeners = vec![tcp_listener];
+        if let Some(path) = &config.unix_socket {
+            let endpoint = Endpoint::Unix(path.clone());
+            listeners.push(Listener::bind(&endpoint).map_err(listen_error(&endpoint))?);
+        }
+
+        let host_id = local_host_id();
+        let own = Member {
+            name: config.name.clone(),
+            tcp_address: tcp_address.clone(),
+            unix_path: config.unix_socket.as_ref().map(|path| path.display().to_string()).unwrap_or_default(),
+            host_id,
+            pid: std::process::id(),
+            alive: true,
+            incarnation: now_ns(),
+        };
+        let peer_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true };
+        let mut membership = Membership::new(own.clone(), config.hash, config.placement);
+        if !config.join.is_empty() {
+            let list = join_cluster(&config.join, &own, &peer_config)?;
+            membership.merge(&list, &config.name);
+        }
+
+        let (gossip_sender, gossip_receiver) = mpsc::channel();
+        let state = Arc::new(ServerState::new(
+            config.name.clone(),
+            config.secret.clone(),
+            store,
+            membership,
+            Peers::new(peer_config),
+            gossip_sender,
+        ));
+        let rpc = RpcServer::start(state.clone(), listeners).map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
+        spawn_named("ringfs-gossip", {
+            let state = state.clone();
+            move || gossip_loop(&state, gossip_receiver)
+        });
+        spawn_named("ringfs-detector", {
+            let state = state.clone();
+            let interval = config.heartbeat_interval;
+            let failure_timeout = config.failure_timeout;
+            move || detect_failures(&state, interval, failure_timeout)
+        });
+        if !config.join.is_empty() {
+            state.spread_members();
+        }
+        log::info!("server {} serving at {tcp_address}", config.name);
+        Ok(Server { state, rpc, tcp_address })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.state.name
+    }
+
+    /// The TCP address clients and servers use to reach this server.
+    pub fn tcp_address(&self) -> &str {
+        &self.tcp_address
+    }
+
+    /// Current member list size (alive members).
+    pub fn alive_members(&self) -> usize {
+        self.state.membership().alive_members().count()
+    }
+
+    /// Asks the server to stop (what SIGTERM and `ringfs stop` do).
+    pub fn request_shutdown(&self) {
+        self.state.shutdown.request();
+    }
+
+    /// Blocks until a shutdown is requested.
+    pub fn wait_for_shutdown(&self) {
+        while !self.state.shutdown.wait(Duration::from_secs(3600)) {}
+    }
+
+    /// Stops serving: no new connections, open ones end, other servers hear that this one
+    /// left. A `dir` store keeps everything on disk for a restart.
+    pub fn stop(self) {
+        self.state.shutdown.request();
+        self.rpc.shutdown();
+        let list = {
+            let mut membership = self.state.membership_mut();
+            membership.declare_dead(&self.state.name);
+            membership.list().clone()
+        };
+        // Best effort: tell the others now rather than letting their detectors find out.
+        let results = self.state.broadcast_to_others(&Request::PushMembers(list));
+        log::info!("server {} stopped ({} peers told)", self.state.name, results.iter().filter(|ok| **ok).count());
+    }
+}
+
+fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
+    if let Err(error) = thread::Builder::new().name(name.into()).spawn(body) {
+        log::error!("cannot start thread {name}: {error}");
+    }
+}
+
+/// Sends `Join` to the first reachable server of `join` and returns its member list.
+fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Result<ringfs_proto::MemberList, ServerError> {
+    let mut failures = Vec::new();
+    for address in join {
+        let endpoint = Endpoint::parse(address).map_err(ServerError::Config)?;
+        let reply = Connection::open(&endpoint, config).and_then(|connection| connection.call(&Request::Join(own.clone()), &[]));
+        match reply {
+            Ok(reply) => match reply.response {
+                Response::Members(list) => return Ok(list),
+                other => failures.push(format!("{address}: unexpected answer {other:?}")),
+            },
+            Err(error) => failures.push(error.to_string()),
+        }
+    }
+    Err(ServerError::Join(failures.join("; ")))
+}
+
+impl ServerState {
+    /// Sends `request` to every other alive member; returns which ones answered.
+    fn broadcast_to_others(&self, request: &Request) -> Vec<bool> {
+        let others: Vec<Member> = self.membership().alive_members().filter(|member| member.name != self.name).cloned().collect();
+        let connections: Vec<_> = others.iter().filter_map(|member| self.peers.connection(member).ok()).collect();
+        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
+        calls.into_iter().map(|call| call.and_then(|call| call.wait()).is_ok()).collect()
+    }
+}
+
+/// Pushes the member list to everyone whenever something asks for it.
+fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
+    while requests.recv().is_ok() {
+        while requests.try_recv().is_ok() {}
+        if state.shutdown.is_requested() {
+            return;
+        }
+        let list = state.membership().list().clone();
+        state.broadcast_to_others(&Request::PushMembers(list));
+    }
+}
+
+/// Pings the ring successor every `interval`; declares it dead after `failure_timeout`
+/// without an answer.
+fn detect_failures(state: &ServerState, interval: Duration, failure_timeout: Duration) {
+    let mut last_answer: HashMap<String, Instant> = HashMap::new();
+    while !state.shutdown.wait(interval) {
+        let Some(successor) = state.membership().successor_of(&state.name).cloned() else { continue };
+        let answered = state.call_member(&successor, &Request::Ping, &[]).is_ok();
+        let now = Instant::now();
+        let last = last_answer.entry(successor.name.clone()).or_insert(now);
+        if answered {
+            *last = now;
+        } else if now.duration_since(*last) >= failure_timeout {
+            log::warn!("server {} stopped answering; declaring it dead", successor.name);
+            if state.membership_mut().declare_dead(&successor.name) {
+                state.spread_members();
+            }
+            last_answer.remove(&successor.name);
+        }
+    }
+}

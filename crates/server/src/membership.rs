@@ -1,0 +1,220 @@
+//! The member list: which servers form the file system, and which of them are alive.
+//!
+//! Every server holds its own view, a [`MemberList`] with an epoch. Views spread by gossip:
+//! a server that learns something new raises its epoch and pushes its view to the others,
+//! and a server that receives a view merges it. Merging takes, for each member, the entry with
+//! the higher *incarnation*, so views converge whatever order pushes arrive in.
+//!
+//! A member that stops answering is declared dead (its incarnation raised, `alive` false)
+//! but keeps its place in the ring: placement never changes because a server died, so data
+//! on the other servers stays reachable, and a restarted server (same name, higher
+//! incarnation) serves its `dir` store again. A live server that hears it was declared dead
+//! refutes it by raising its own incarnation.
+
+use ringfs_placement::{HashFunction, Placement, Scheme};
+use ringfs_proto::{Member, MemberList};
+
+/// One server's view of the cluster, with the placement derived from it.
+pub struct Membership {
+    list: MemberList,
+    placement: Placement,
+    /// For each ring position, the index of that member in `list.members`.
+    ring_to_member: Vec<usize>,
+    hash: HashFunction,
+    scheme: Scheme,
+}
+
+impl Membership {
+    /// A view that contains only this server.
+    pub fn new(own: Member, hash: HashFunction, scheme: Scheme) -> Membership {
+        let list = MemberList { epoch: 1, members: vec![own] };
+        Membership::from_list(list, hash, scheme)
+    }
+
+    fn from_list(list: MemberList, hash: HashFunction, scheme: Scheme) -> Membership {
+        let placement = Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme)
+            .expect("member names are unique and the list is never empty");
+        let ring_to_member = placement
+            .ring()
+            .iter()
+            .map(|name| list.members.iter().position(|member| &member.name == name).expect("ring built from members"))
+            .collect();
+        Membership { list, placement, ring_to_member, hash, scheme }
+    }
+
+    fn rebuild(&mut self) {
+        let list = std::mem::take(&mut self.list);
+        *self = Membership::from_list(list, self.hash, self.scheme);
+    }
+
+    pub fn list(&self) -> &MemberList {
+        &self.list
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.list.epoch
+    }
+
+    pub fn member(&self, name: &str) -> Option<&Member> {
+        self.list.members.iter().find(|member| member.name == name)
+    }
+
+    /// The member that owns chunk `index` of `path`.
+    pub fn owner(&self, path: &str, index: u64) -> &Member {
+        &self.list.members[self.ring_to_member[self.placement.owner(path, index)]]
+    }
+
+    pub fn alive_members(&self) -> impl Iterator<Item = &Member> {
+        self.list.members.iter().filter(|member| member.alive)
+    }
+
+    /// The next alive member after `name` in ring order (the one `name` watches).
+    pub fn successor_of(&self, name: &str) -> Option<&Member> {
+        let ring = self.placement.ring();
+        let start = ring.iter().position(|candidate| candidate == name)?;
+        (1..ring.len())
+            .map(|step| &self.list.members[self.ring_to_member[(start + step) % ring.len()]])
+            .find(|member| member.alive)
+    }
+
+    /// Admits a joining (or restarted) member. Returns false if the view already had an
+    /// entry at least as new.
+    pub fn admit(&mut self, member: Member) -> bool {
+        match self.list.members.iter_mut().find(|existing| existing.name == member.name) {
+            Some(existing) if existing.incarnation >= member.incarnation => return false,
+            Some(existing) => *existing = member,
+            None => self.list.members.push(member),
+        }
+        self.list.epoch += 1;
+        self.rebuild();
+        true
+    }
+
+    /// Declares a member dead. Returns false if it was not alive.
+    pub fn declare_dead(&mut self, name: &str) -> bool {
+        let Some(member) = self.list.members.iter_mut().find(|member| member.name == name && member.alive) else {
+            return false;
+        };
+        member.alive = false;
+        member.incarnation += 1;
+        self.list.epoch += 1;
+        true
+    }
+
+    /// Merges another view into this one (`own_name` is this server). Returns true when the
+    /// sender or others lack something this view knows, so this view should be pushed.
+    pub fn merge(&mut self, incoming: &MemberList, own_name: &str) -> bool {
+        let mut changed = false;
+        for theirs in &incoming.members {
+            match self.list.members.iter_mut().find(|ours| ours.name == theirs.name) {
+                None => {
+                    self.list.members.push(theirs.clone());
+                    changed = true;
+                }
+                Some(ours) if ours.name == own_name => {
+                    if !theirs.alive && theirs.incarnation >= ours.incarnation {
+                        // Refute a false report of our death.
+                        ours.incarnation = theirs.incarnation + 1;
+                        changed = true;
+                    }
+                }
+                Some(ours) if theirs.incarnation > ours.incarnation => {
+                    *ours = theirs.clone();
+                    changed = true;
+                }
+                Some(_) => {}
+            }
+        }
+        let sender_is_behind = self.list.members.iter().any(|ours| {
+            incoming.members.iter().find(|theirs| theirs.name == ours.name).is_none_or(|theirs| theirs.incarnation < ours.incarnation)
+        });
+        if changed || sender_is_behind {
+            self.list.epoch = self.list.epoch.max(incoming.epoch) + 1;
+            if changed {
+                self.rebuild();
+            }
+            true
+        } else {
+            self.list.epoch = self.list.epoch.max(incoming.epoch);
+            false
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(name: &str, incarnation: u64) -> Member {
+        Member {
+            name: name.into(),
+            tcp_address: format!("{name}:1"),
+            unix_path: String::new(),
+            host_id: 1,
+            pid: 1,
+            alive: true,
+            incarnation,
+        }
+    }
+
+    fn names(view: &Membership) -> Vec<String> {
+        let mut names: Vec<String> = view.list().members.iter().map(|m| m.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn concurrent_joins_at_different_servers_converge() {
+        let mut a = Membership::new(member("a", 1), HashFunction::Koyama, Scheme::Modular);
+        let mut b = Membership::new(member("b", 1), HashFunction::Koyama, Scheme::Modular);
+        b.merge(a.list(), "b");
+        a.merge(b.list(), "a");
+        assert!(a.admit(member("c", 1)));
+        assert!(b.admit(member("d", 1)));
+        // Pushes cross; each side pushes again while the other lacks something.
+        let mut rounds = 0;
+        while a.merge(&b.list().clone(), "a") | b.merge(&a.list().clone(), "b") {
+            rounds += 1;
+            assert!(rounds < 5, "gossip must converge");
+        }
+        assert_eq!(names(&a), ["a", "b", "c", "d"]);
+        assert_eq!(names(&b), names(&a));
+        assert_eq!(a.placement.ring(), b.placement.ring());
+    }
+
+    #[test]
+    fn a_dead_member_keeps_its_place_and_can_come_back() {
+        let mut view = Membership::new(member("a", 1), HashFunction::Koyama, Scheme::Modular);
+        view.admit(member("b", 1));
+        let owner_before = view.owner("/x", 0).name.clone();
+        assert!(view.declare_dead("b"));
+        assert!(!view.declare_dead("b"));
+        assert_eq!(view.owner("/x", 0).name, owner_before);
+        assert_eq!(view.alive_members().count(), 1);
+        // An older "alive" report does not revive it; a restart (newer incarnation) does.
+        assert!(!view.merge(&MemberList { epoch: 1, members: vec![member("b", 1)] }, "a") || !view.member("b").unwrap().alive);
+        assert!(view.admit(member("b", 10)));
+        assert!(view.member("b").unwrap().alive);
+    }
+
+    #[test]
+    fn a_live_server_refutes_its_reported_death() {
+        let mut view = Membership::new(member("a", 5), HashFunction::Koyama, Scheme::Modular);
+        let rumour = MemberList { epoch: 9, members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }] };
+        assert!(view.merge(&rumour, "a"));
+        let own = view.member("a").unwrap();
+        assert!(own.alive && own.incarnation == 7);
+        assert!(view.epoch() > 9);
+    }
+
+    #[test]
+    fn successor_skips_dead_members() {
+        let mut view = Membership::new(member("s0", 1), HashFunction::Koyama, Scheme::Modular);
+        view.admit(member("s1", 1));
+        view.admit(member("s2", 1));
+        assert_eq!(view.successor_of("s0").unwrap().name, "s1");
+        view.declare_dead("s1");
+        assert_eq!(view.successor_of("s0").unwrap().name, "s2");
+        assert_eq!(view.successor_of("s2").unwrap().name, "s0");
+    }
+}
