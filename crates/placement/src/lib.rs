@@ -68,6 +68,17 @@ impl FromStr for Scheme {
     }
 }
 
+/// The textual form `<scheme>/<hash>` servers announce in their member list.
+pub fn describe(scheme: Scheme, hash: HashFunction) -> String {
+    format!("{scheme}/{hash}")
+}
+
+/// Parses the form written by [`describe`].
+pub fn parse_description(text: &str) -> Result<(Scheme, HashFunction), String> {
+    let (scheme, hash) = text.split_once('/').ok_or_else(|| format!("invalid placement description {text:?}"))?;
+    Ok((scheme.parse()?, hash.parse()?))
+}
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum PlacementError {
     #[error("a placement needs at least one server")]
@@ -222,6 +233,16 @@ mod tests {
         assert_eq!("consistent:8".parse(), Ok(Scheme::Consistent { virtual_nodes: 8 }));
         assert!("consistent:0".parse::<Scheme>().is_err());
         assert!("ring".parse::<Scheme>().is_err());
+    }
+
+    #[test]
+    fn descriptions_round_trip() {
+        for scheme in [Scheme::Modular, Scheme::Consistent { virtual_nodes: 5 }] {
+            for hash in [HashFunction::Koyama, HashFunction::Murmur3] {
+                assert_eq!(parse_description(&describe(scheme, hash)), Ok((scheme, hash)));
+            }
+        }
+        assert!(parse_description("modular").is_err());
     }
 
     #[test]

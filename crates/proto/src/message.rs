@@ -133,6 +133,9 @@ pub struct Member {
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MemberList {
     pub epoch: u64,
+    /// How keys are placed, as `<scheme>/<hash>` (for example `modular/koyama`), so that
+    /// clients place keys exactly as the servers do.
+    pub placement: String,
     pub members: Vec<Member>,
 }
 
@@ -333,7 +336,7 @@ fn read_member(r: &mut Reader) -> Result<Member, DecodeError> {
 }
 
 fn write_member_list(w: &mut Writer, list: &MemberList) {
-    w.u64(list.epoch).u32(list.members.len() as u32);
+    w.u64(list.epoch).str(&list.placement).u32(list.members.len() as u32);
     for member in &list.members {
         write_member(w, member);
     }
@@ -341,9 +344,10 @@ fn write_member_list(w: &mut Writer, list: &MemberList) {
 
 fn read_member_list(r: &mut Reader) -> Result<MemberList, DecodeError> {
     let epoch = r.u64()?;
+    let placement = r.string()?;
     let count = r.count(12 + 8 + 4 + 1 + 8)?;
     let members = (0..count).map(|_| read_member(r)).collect::<Result<_, _>>()?;
-    Ok(MemberList { epoch, members })
+    Ok(MemberList { epoch, placement, members })
 }
 
 impl Request {
@@ -776,7 +780,7 @@ mod tests {
                 alive: true,
                 incarnation: 2,
             }),
-            Request::PushMembers(MemberList { epoch: 4, members: vec![] }),
+            Request::PushMembers(MemberList { epoch: 4, placement: "modular/koyama".into(), members: vec![] }),
             Request::Ping,
             Request::Stats,
             Request::Shutdown,
@@ -833,7 +837,7 @@ mod tests {
             Response::Error(Errno::ENOENT),
             Response::Done,
             Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true, memory_probe: Some((5, 6)) }),
-            Response::Members(MemberList { epoch: 1, members: vec![] }),
+            Response::Members(MemberList { epoch: 1, placement: String::new(), members: vec![] }),
             Response::Attr(sample_attr()),
             Response::Written { chunk_len: 77 },
             Response::Read { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) },

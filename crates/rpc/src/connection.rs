@@ -166,6 +166,20 @@ impl Connection {
         })
     }
 
+    /// Connects to a cluster member: through its Unix socket when it runs on this host (which
+    /// also enables cross-memory attach), otherwise, or if that fails, through TCP.
+    pub fn open_member(member: &ringfs_proto::Member, config: &ConnectionConfig) -> Result<Connection, RpcError> {
+        if member.host_id == config.host_id
+            && !member.unix_path.is_empty()
+            && let Ok(connection) = Connection::open(&Endpoint::Unix(member.unix_path.clone().into()), config)
+        {
+            return Ok(connection);
+        }
+        let endpoint =
+            Endpoint::parse(&member.tcp_address).map_err(|reason| RpcError::Connect { endpoint: member.tcp_address.clone(), reason })?;
+        Connection::open(&endpoint, config)
+    }
+
     pub fn endpoint(&self) -> &Endpoint {
         &self.endpoint
     }

@@ -47,6 +47,14 @@ impl ProcessMemory {
         Ok(())
     }
 
+    /// Like [`ProcessMemory::read`], into an initialised buffer.
+    pub fn read_bytes(&self, address: u64, destination: &mut [u8]) -> io::Result<()> {
+        // SAFETY: MaybeUninit<u8> has the layout of u8, and read() writes only initialised
+        // bytes, so `destination` stays initialised.
+        let destination = unsafe { &mut *(destination as *mut [u8] as *mut [MaybeUninit<u8>]) };
+        self.read(address, destination)
+    }
+
     /// True if `token` can be read at `address` in the other process.
     pub fn verify_probe(&self, (address, token): (u64, u64)) -> bool {
         let mut bytes = [MaybeUninit::<u8>::uninit(); 8];

@@ -48,6 +48,9 @@ pub struct ServerConfig {
     pub name: String,
     /// TCP address to listen on (`host:port`; port 0 picks a free one).
     pub listen: String,
+    /// Address other hosts use to reach this server (default: the bound address, with a
+    /// wildcard host replaced by the host name).
+    pub advertise: Option<String>,
     /// Unix socket for clients on this host (`None`: TCP only).
     pub unix_socket: Option<PathBuf>,
     pub store: StoreConfig,
@@ -70,6 +73,7 @@ impl ServerConfig {
         ServerConfig {
             name: name.to_string(),
             listen: listen.to_string(),
+            advertise: None,
             unix_socket: None,
             store: StoreConfig::memory(),
             secret,
@@ -93,6 +97,16 @@ pub enum ServerError {
     Join(String),
     #[error("invalid configuration: {0}")]
     Config(String),
+}
+
+/// Requests the shutdown of a [`Server`] from another thread.
+#[derive(Clone)]
+pub struct ShutdownHandle(Arc<ServerState>);
+
+impl ShutdownHandle {
+    pub fn request(&self) {
+        self.0.shutdown.request();
+    }
 }
 
 /// A running server.
@@ -131,7 +145,8 @@ impl Server {
             move |source| ServerError::Listen { endpoint, source }
         };
         let tcp_listener = Listener::bind(&tcp_endpoint).map_err(listen_error(&tcp_endpoint))?;
-        let tcp_address = advertised_address(&tcp_listener.local_endpoint().map_err(listen_error(&tcp_endpoint))?.to_string());
+        let bound = tcp_listener.local_endpoint().map_err(listen_error(&tcp_endpoint))?.to_string();
+        let tcp_address = config.advertise.clone().unwrap_or_else(|| advertised_address(&bound));
         let mut listeners = vec![tcp_listener];
         if let Some(path) = &config.unix_socket {
             let endpoint = Endpoint::Unix(path.clone());
@@ -152,6 +167,13 @@ impl Server {
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
         if !config.join.is_empty() {
             let list = join_cluster(&config.join, &own, &peer_config)?;
+            if list.placement != membership.list().placement {
+                return Err(ServerError::Config(format!(
+                    "the cluster places keys with {}, this server with {}",
+                    list.placement,
+                    membership.list().placement
+                )));
+            }
             membership.merge(&list, &config.name);
         }
 
@@ -199,6 +221,11 @@ impl Server {
     /// Asks the server to stop (what SIGTERM and `ringfs stop` do).
     pub fn request_shutdown(&self) {
         self.state.shutdown.request();
+    }
+
+    /// A handle another thread (a signal handler) can use to request the shutdown.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        ShutdownHandle(self.state.clone())
     }
 
     /// Blocks until a shutdown is requested.

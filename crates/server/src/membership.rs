@@ -27,7 +27,7 @@ pub struct Membership {
 impl Membership {
     /// A view that contains only this server.
     pub fn new(own: Member, hash: HashFunction, scheme: Scheme) -> Membership {
-        let list = MemberList { epoch: 1, members: vec![own] };
+        let list = MemberList { epoch: 1, placement: ringfs_placement::describe(scheme, hash), members: vec![own] };
         Membership::from_list(list, hash, scheme)
     }
 
@@ -104,6 +104,10 @@ impl Membership {
     /// Merges another view into this one (`own_name` is this server). Returns true when the
     /// sender or others lack something this view knows, so this view should be pushed.
     pub fn merge(&mut self, incoming: &MemberList, own_name: &str) -> bool {
+        if incoming.placement != self.list.placement {
+            log::error!("ignoring a member list with placement {} (ours is {})", incoming.placement, self.list.placement);
+            return false;
+        }
         let mut changed = false;
         for theirs in &incoming.members {
             match self.list.members.iter_mut().find(|ours| ours.name == theirs.name) {
@@ -192,7 +196,9 @@ mod tests {
         assert_eq!(view.owner("/x", 0).name, owner_before);
         assert_eq!(view.alive_members().count(), 1);
         // An older "alive" report does not revive it; a restart (newer incarnation) does.
-        assert!(!view.merge(&MemberList { epoch: 1, members: vec![member("b", 1)] }, "a") || !view.member("b").unwrap().alive);
+        let old_report = MemberList { epoch: 1, placement: view.list().placement.clone(), members: vec![member("b", 1)] };
+        view.merge(&old_report, "a");
+        assert!(!view.member("b").unwrap().alive);
         assert!(view.admit(member("b", 10)));
         assert!(view.member("b").unwrap().alive);
     }
@@ -200,7 +206,7 @@ mod tests {
     #[test]
     fn a_live_server_refutes_its_reported_death() {
         let mut view = Membership::new(member("a", 5), HashFunction::Koyama, Scheme::Modular);
-        let rumour = MemberList { epoch: 9, members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }] };
+        let rumour = MemberList { epoch: 9, placement: view.list().placement.clone(), members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }] };
         assert!(view.merge(&rumour, "a"));
         let own = view.member("a").unwrap();
         assert!(own.alive && own.incarnation == 7);

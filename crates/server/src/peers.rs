@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use ringfs_proto::Member;
-use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcError};
+use ringfs_rpc::{Connection, ConnectionConfig, RpcError};
 
 /// Opens connections to other servers on demand and keeps them.
 pub struct Peers {
@@ -24,20 +24,8 @@ impl Peers {
         {
             return Ok(connection.clone());
         }
-        let connection = Arc::new(open(member, &self.config)?);
+        let connection = Arc::new(Connection::open_member(member, &self.config)?);
         self.connections.lock().unwrap_or_else(|p| p.into_inner()).insert(member.name.clone(), connection.clone());
         Ok(connection)
     }
-}
-
-/// Connects to a member, preferring its Unix socket when it runs on this host.
-pub fn open(member: &Member, config: &ConnectionConfig) -> Result<Connection, RpcError> {
-    if member.host_id == config.host_id
-        && !member.unix_path.is_empty()
-        && let Ok(connection) = Connection::open(&Endpoint::Unix(member.unix_path.clone().into()), config)
-    {
-        return Ok(connection);
-    }
-    let endpoint = Endpoint::parse(&member.tcp_address).map_err(|reason| RpcError::Connect { endpoint: member.tcp_address.clone(), reason })?;
-    Connection::open(&endpoint, config)
 }

@@ -23,6 +23,9 @@ const SHARDS: usize = 64;
 /// of empty files also reports ENOSPC.
 const CHUNK_OVERHEAD_BYTES: u64 = 128;
 
+/// File id of the root directory.
+pub const ROOT_FILE_ID: u64 = 1;
+
 /// The attributes of a new entry (file, directory or symbolic link).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewEntry {
@@ -195,7 +198,35 @@ impl ChunkStore {
             chunk_count: AtomicU64::new(0),
         };
         store.recover()?;
+        store.ensure_root()?;
         Ok(store)
+    }
+
+    /// Every store holds an entry for the root directory, so the root exists wherever
+    /// placement puts it (owned by the server's user, mode 0755, file id 1). It is not counted
+    /// as an entry.
+    fn ensure_root(&self) -> Result<(), StoreError> {
+        if self.head("/").is_some() {
+            return Ok(());
+        }
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+        let attr = Attr {
+            mode: FileKind::Directory.mode_bits() | 0o755,
+            uid,
+            gid,
+            chunk_size: 4096,
+            len: 0,
+            file_id: ROOT_FILE_ID,
+            atime_ns: now,
+            mtime_ns: now,
+            ctime_ns: now,
+            flags: 0,
+        };
+        let handle = self.new_chunk("/", 0, attr)?;
+        lock(&self.files[shard_of("/")]).paths.entry("/".to_string()).or_default().head = Some(handle);
+        Ok(())
     }
 
     fn recover(&self) -> Result<(), StoreError> {
@@ -215,8 +246,8 @@ impl ChunkStore {
                 if let Some(parent) = path::parent(&chunk.path) {
                     let name = path::file_name(&chunk.path).to_string();
                     lock(&self.dirs[shard_of(parent)]).children.entry(parent.to_string()).or_default().insert(name);
+                    self.entry_count.fetch_add(1, Ordering::Relaxed);
                 }
-                self.entry_count.fetch_add(1, Ordering::Relaxed);
                 lock(&self.files[shard_of(&chunk.path)]).paths.entry(chunk.path).or_default().head = Some(handle);
             } else {
                 let file_id = chunk.attr.file_id;
@@ -1030,7 +1061,7 @@ mod tests {
         assert_eq!(store.remove_chunks("/f", 8, 1), 1);
         assert_eq!(store.last_chunk("/f", 8), None);
         assert_eq!(store.last_chunk("/f", 7), Some((3, 3)));
-        assert_eq!(store.stats().chunks, 1);
+        assert_eq!(store.stats().chunks, 2, "the root directory and one chunk");
     }
 
     #[test]
@@ -1092,6 +1123,7 @@ mod tests {
         store.finish_rmdir("/d", true).unwrap();
         assert_eq!(store.stat(&chunk("/d", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
         assert_eq!(store.stats().entries, 0);
+        assert_eq!(store.lookup_dir("/").unwrap().file_id, ROOT_FILE_ID);
     }
 
     #[test]
@@ -1117,6 +1149,7 @@ mod tests {
     #[test]
     fn capacity_limit_gives_enospc_and_frees_on_unlink() {
         let store = ChunkStore::open(StoreConfig { backend: Backend::Memory, capacity_bytes: 10_000 }).unwrap();
+        let baseline = store.stats().used_bytes;
         store.create(&NewEntry::new("/f", REGULAR, 1 << 20, 1)).unwrap();
         let error = store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1).unwrap_err();
         assert_eq!(error.errno(), Errno::ENOSPC);
@@ -1124,7 +1157,7 @@ mod tests {
         let used = store.stats().used_bytes;
         assert!(used >= 5_000);
         store.unlink("/f", 0).unwrap();
-        assert_eq!(store.stats().used_bytes, 0);
+        assert_eq!(store.stats().used_bytes, baseline);
     }
 
     #[test]
@@ -1185,6 +1218,7 @@ mod tests {
         assert_eq!(names, ["f", "l"]);
         assert_eq!(store.stat(&chunk("/gone", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
         assert_eq!(store.stats().entries, 3);
+        assert!(store.stat(&chunk("/", 0, 0)).unwrap().is_dir());
         std::fs::remove_dir_all(root).unwrap();
     }
 

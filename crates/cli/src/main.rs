@@ -1,0 +1,124 @@
+//! `ringfs`: the one command of the ringfs file system.
+//!
+//! Subcommands start and stop a job's servers (`start`, `stop`, `status`, `server`), move
+//! files in and out (`put`, `get`, `cat`) and manage names (`ls`, `stat`, `mkdir`, `rmdir`,
+//! `rm`, `mv`, `ln`), and measure (`bench`). Clients find the cluster through the variables
+//! `ringfs start` prints (`eval "$(ringfs start)"`). Errors are printed as one line and the
+//! command exits with status 1.
+
+mod cluster;
+mod logger;
+mod server_command;
+mod tools;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use ringfs_client::Client;
+
+#[derive(Parser, Debug)]
+#[command(name = "ringfs", version, about = "A job-scoped parallel file system on node-local storage")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one server in the foreground (normally started by `ringfs start`).
+    Server(server_command::ServerArgs),
+    /// Start a cluster and print the environment clients need: eval "$(ringfs start)".
+    Start(cluster::StartArgs),
+    /// Stop the cluster named by RINGFS_RUN_DIR (or --run-dir).
+    Stop(cluster::StopArgs),
+    /// Show every server with its counters.
+    Status,
+    /// Copy a local file into ringfs.
+    Put { local: PathBuf, path: String },
+    /// Copy a ringfs file to a local file (`-` for standard output).
+    Get { path: String, local: PathBuf },
+    /// Print a ringfs file.
+    Cat { path: String },
+    /// List a directory.
+    Ls {
+        #[arg(short, long)]
+        long: bool,
+        #[arg(default_value = "/")]
+        path: String,
+    },
+    /// Show the attributes of a file.
+    Stat { path: String },
+    /// Create a directory.
+    Mkdir {
+        /// Create missing parents; no error if the directory exists.
+        #[arg(short, long)]
+        parents: bool,
+        path: String,
+    },
+    /// Remove an empty directory.
+    Rmdir { path: String },
+    /// Remove a file (or a tree with -r).
+    Rm {
+        #[arg(short, long)]
+        recursive: bool,
+        path: String,
+    },
+    /// Rename a file.
+    Mv { from: String, to: String },
+    /// Create a symbolic link.
+    Ln {
+        /// (required) make a symbolic link.
+        #[arg(short, long, required = true)]
+        symbolic: bool,
+        target: String,
+        link: String,
+    },
+}
+
+fn client() -> Result<Client> {
+    Client::from_env().context("cannot connect to ringfs")
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Server(args) => server_command::run(args),
+        Command::Start(args) => {
+            let started = cluster::start(&args)?;
+            print!("{}", started.exports());
+            eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
+            Ok(())
+        }
+        Command::Stop(args) => cluster::stop(&args),
+        Command::Status => {
+            cluster::status(&client()?);
+            Ok(())
+        }
+        Command::Put { local, path } => tools::put(&client()?, &local, &path).map(|_| ()),
+        Command::Get { path, local } => tools::get(&client()?, &path, &local).map(|_| ()),
+        Command::Cat { path } => tools::get(&client()?, &path, &PathBuf::from("-")).map(|_| ()),
+        Command::Ls { long, path } => tools::ls(&client()?, &path, long),
+        Command::Stat { path } => tools::stat(&client()?, &path),
+        Command::Mkdir { parents, path } => tools::mkdir(&client()?, &path, parents),
+        Command::Rmdir { path } => client()?.rmdir(&path).map_err(|errno| anyhow::anyhow!("{path}: {errno}")),
+        Command::Rm { recursive, path } => tools::rm(&client()?, &path, recursive),
+        Command::Mv { from, to } => client()?.rename(&from, &to).map_err(|errno| anyhow::anyhow!("{from} -> {to}: {errno}")),
+        Command::Ln { target, link, .. } => client()?.symlink(&target, &link).map_err(|errno| anyhow::anyhow!("{link}: {errno}")),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Server(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    logger::init(default_level);
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // One clear line: the error and its causes, outermost first.
+            let causes: Vec<String> = error.chain().map(|cause| cause.to_string()).collect();
+            eprintln!("ringfs: {}", causes.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}

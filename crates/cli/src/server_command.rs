@@ -1,0 +1,138 @@
+//! `ringfs server`: run one server in the foreground until SIGTERM, SIGINT or `ringfs stop`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use ringfs_placement::{HashFunction, Scheme};
+use ringfs_server::{Server, ServerConfig};
+use ringfs_store::{Backend, StoreConfig};
+
+#[derive(Args, Debug, Clone)]
+pub struct ServerArgs {
+    /// Stable server name (placement depends on it; keep it across restarts).
+    #[arg(long)]
+    pub name: String,
+    /// TCP address to listen on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: String,
+    /// Address other hosts should use to reach this server (default: the bound address).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Unix socket for clients on this host (enables the same-host fast path).
+    #[arg(long)]
+    pub unix_socket: Option<PathBuf>,
+    /// Chunk store: `mem` (DRAM) or `dir:PATH` (one file per chunk; survives restarts).
+    #[arg(long, default_value = "mem")]
+    pub store: String,
+    /// Capacity of the store (e.g. 8G); writes beyond it fail with ENOSPC. 0: unlimited.
+    #[arg(long, default_value = "0")]
+    pub capacity: String,
+    /// Address of a running server to join (repeat to give alternatives).
+    #[arg(long)]
+    pub join: Vec<String>,
+    /// Hash of paths and server names: koyama or murmur3.
+    #[arg(long, default_value = "koyama")]
+    pub hash: HashFunction,
+    /// Placement: modular, consistent or consistent:N (N virtual nodes per server).
+    #[arg(long, default_value = "modular")]
+    pub placement: Scheme,
+    /// File holding the job's secret (otherwise RINGFS_SECRET is used).
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Write the TCP address here once the server accepts connections.
+    #[arg(long)]
+    pub address_file: Option<PathBuf>,
+    /// Interval of failure-detection pings, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub heartbeat_ms: u64,
+    /// A server silent for this long is declared dead, in milliseconds.
+    #[arg(long, default_value_t = 5000)]
+    pub failure_timeout_ms: u64,
+}
+
+/// Parses `mem` or `dir:PATH`.
+pub fn parse_store(text: &str) -> Result<Backend> {
+    match text.split_once(':') {
+        None if text == "mem" => Ok(Backend::Memory),
+        Some(("dir", path)) if !path.is_empty() => Ok(Backend::Directory(PathBuf::from(path))),
+        _ => bail!("invalid store {text:?}: expected mem or dir:PATH"),
+    }
+}
+
+/// Parses a byte count with an optional K/M/G/T suffix (powers of 1024).
+pub fn parse_bytes(text: &str) -> Result<u64> {
+    let text = text.trim();
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let number: u64 = text[..digits_end].parse().with_context(|| format!("invalid size {text:?}"))?;
+    let shift = match text[digits_end..].trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => bail!("invalid size {text:?}"),
+    };
+    number.checked_mul(1 << shift).with_context(|| format!("size {text:?} is too large"))
+}
+
+/// Reads the secret from a file or `RINGFS_SECRET`.
+pub fn read_secret(file: Option<&PathBuf>) -> Result<Vec<u8>> {
+    match file {
+        Some(path) => Ok(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?.trim().as_bytes().to_vec()),
+        None => Ok(std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes()),
+    }
+}
+
+/// Blocks SIGTERM, SIGINT and SIGHUP in every thread and returns a function that waits for one.
+fn block_termination_signals() -> impl FnOnce() -> i32 + Send + 'static {
+    // SAFETY: plain libc signal-set manipulation on a zeroed sigset_t, before other threads start.
+    let set = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+            libc::sigaddset(&mut set, signal);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
+    move || {
+        let mut signal = 0;
+        // SAFETY: waits for one of the blocked signals.
+        unsafe { libc::sigwait(&set, &mut signal) };
+        signal
+    }
+}
+
+pub fn run(args: ServerArgs) -> Result<()> {
+    let wait_for_signal = block_termination_signals();
+    let secret = read_secret(args.secret_file.as_ref())?;
+    if secret.is_empty() {
+        bail!("no secret: set RINGFS_SECRET or pass --secret-file");
+    }
+    let mut config = ServerConfig::new(&args.name, &args.listen, secret);
+    config.advertise = args.advertise;
+    config.unix_socket = args.unix_socket;
+    config.store = StoreConfig { backend: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)? };
+    config.join = args.join;
+    config.hash = args.hash;
+    config.placement = args.placement;
+    config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));
+    config.failure_timeout = Duration::from_millis(args.failure_timeout_ms.max(10));
+    let server = Server::start(config)?;
+    if let Some(path) = &args.address_file {
+        let temporary = path.with_extension("tmp");
+        std::fs::write(&temporary, server.tcp_address()).with_context(|| format!("cannot write {}", temporary.display()))?;
+        std::fs::rename(&temporary, path)?;
+    }
+    let shutdown = server.shutdown_handle();
+    std::thread::spawn(move || {
+        let signal = wait_for_signal();
+        log::info!("signal {signal} received, shutting down");
+        shutdown.request();
+    });
+    server.wait_for_shutdown();
+    server.stop();
+    Ok(())
+}

@@ -1,0 +1,186 @@
+//! The client's view of the servers: member list, placement, and one connection per server.
+//!
+//! The member list comes from any server named in the configuration. Every response carries
+//! the server's membership epoch; when it is newer than ours, the client fetches the list
+//! again, so it follows joins and failures without configuration.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ringfs_placement::Placement;
+use ringfs_proto::{Errno, Member, MemberList, Request, Response};
+use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
+
+use crate::ConnectError;
+
+struct View {
+    list: MemberList,
+    placement: Placement,
+    /// Members in ring order: `ring[placement.owner(..)]` is the owner.
+    ring: Vec<Member>,
+}
+
+impl View {
+    fn new(list: MemberList) -> Result<View, String> {
+        let (scheme, hash) = ringfs_placement::parse_description(&list.placement)?;
+        let placement = Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).map_err(|error| error.to_string())?;
+        let ring = placement
+            .ring()
+            .iter()
+            .map(|name| list.members.iter().find(|member| &member.name == name).cloned().expect("ring built from members"))
+            .collect();
+        Ok(View { list, placement, ring })
+    }
+}
+
+/// Connections to all servers, shared by every thread of the client.
+pub(crate) struct Cluster {
+    config: ConnectionConfig,
+    view: RwLock<View>,
+    epoch: AtomicU64,
+    connections: Mutex<HashMap<String, Arc<Connection>>>,
+    refreshing: Mutex<()>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn fetch_members(connection: &Connection) -> Result<MemberList, String> {
+    match connection.call(&Request::GetMembers, &[]).map_err(|error| error.to_string())?.response {
+        Response::Members(list) => Ok(list),
+        other => Err(format!("unexpected answer {other:?}")),
+    }
+}
+
+impl Cluster {
+    /// Fetches the member list from the first reachable server of `seeds`.
+    pub fn connect(seeds: &[String], config: ConnectionConfig) -> Result<Cluster, ConnectError> {
+        let mut failures = Vec::new();
+        for seed in seeds {
+            let endpoint = Endpoint::parse(seed).map_err(ConnectError::Config)?;
+            let list = Connection::open(&endpoint, &config).map_err(|error| match error {
+                ringfs_rpc::RpcError::Refused { errno, .. } => ConnectError::Refused(errno),
+                other => ConnectError::Unreachable(other.to_string()),
+            });
+            match list {
+                Ok(connection) => match fetch_members(&connection) {
+                    Ok(list) => {
+                        let view = View::new(list).map_err(ConnectError::Config)?;
+                        let cluster = Cluster {
+                            config,
+                            epoch: AtomicU64::new(view.list.epoch),
+                            view: RwLock::new(view),
+                            connections: Mutex::new(HashMap::new()),
+                            refreshing: Mutex::new(()),
+                        };
+                        return Ok(cluster);
+                    }
+                    Err(reason) => failures.push(format!("{seed}: {reason}")),
+                },
+                Err(ConnectError::Refused(errno)) => return Err(ConnectError::Refused(errno)),
+                Err(error) => failures.push(error.to_string()),
+            }
+        }
+        Err(ConnectError::Unreachable(if failures.is_empty() { "no server address given".into() } else { failures.join("; ") }))
+    }
+
+    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
+        self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The server that owns chunk `index` of `path`.
+    pub fn owner(&self, path: &str, index: u64) -> Member {
+        let view = self.view();
+        view.ring[view.placement.owner(path, index)].clone()
+    }
+
+    pub fn member_list(&self) -> MemberList {
+        self.view().list.clone()
+    }
+
+    /// A connection to `member`; EIO if it is known to be dead or cannot be reached.
+    pub fn connection(&self, member: &Member) -> Result<Arc<Connection>, Errno> {
+        if !member.alive {
+            return Err(Errno::EIO);
+        }
+        if let Some(connection) = lock(&self.connections).get(&member.name)
+            && !connection.is_broken()
+        {
+            return Ok(connection.clone());
+        }
+        let connection = Connection::open_member(member, &self.config).map_err(|error| {
+            log::debug!("cannot connect to server {}: {error}", member.name);
+            error.errno()
+        })?;
+        connection.set_local_epoch(self.epoch.load(Ordering::Relaxed));
+        let connection = Arc::new(connection);
+        lock(&self.connections).insert(member.name.clone(), connection.clone());
+        Ok(connection)
+    }
+
+    /// Collects a pending call, turning error responses into errnos, and follows membership
+    /// changes the server reports.
+    pub fn finish(&self, connection: &Connection, call: Result<PendingCall<'_>, ringfs_rpc::RpcError>) -> Result<Reply, Errno> {
+        let reply = call.and_then(PendingCall::wait).map_err(|error| {
+            log::debug!("request failed: {error}");
+            error.errno()
+        });
+        self.follow_epoch(connection);
+        let reply = reply?;
+        match reply.response {
+            Response::Error(errno) => Err(errno),
+            _ => Ok(reply),
+        }
+    }
+
+    /// Sends one request to `member` and waits for the answer.
+    pub fn call(&self, member: &Member, request: &Request, data: &[u8]) -> Result<Reply, Errno> {
+        let connection = self.connection(member)?;
+        let call = connection.start(request, data, None);
+        self.finish(&connection, call)
+    }
+
+    /// Sends one request to the owner of chunk `index` of `path`.
+    pub fn call_owner(&self, path: &str, index: u64, request: &Request) -> Result<Response, Errno> {
+        Ok(self.call(&self.owner(path, index), request, &[])?.response)
+    }
+
+    /// Sends `request` to every server at once; fails if any server fails.
+    pub fn broadcast(&self, request: &Request) -> Result<Vec<Response>, Errno> {
+        let members = self.view().list.members.clone();
+        let connections = members.iter().map(|member| self.connection(member)).collect::<Result<Vec<_>, _>>()?;
+        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
+        let mut responses = Vec::with_capacity(calls.len());
+        let mut failure = None;
+        for (connection, call) in connections.iter().zip(calls) {
+            match self.finish(connection, call) {
+                Ok(reply) => responses.push(reply.response),
+                Err(errno) => failure = failure.or(Some(errno)),
+            }
+        }
+        failure.map_or(Ok(responses), Err)
+    }
+
+    /// Refetches the member list if `connection`'s server has a newer epoch than ours.
+    fn follow_epoch(&self, connection: &Connection) {
+        if connection.peer_epoch() <= self.epoch.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(_guard) = self.refreshing.try_lock() else { return };
+        match fetch_members(connection).map(View::new) {
+            Ok(Ok(view)) => {
+                let epoch = view.list.epoch;
+                *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
+                self.epoch.store(epoch, Ordering::Relaxed);
+                for connection in lock(&self.connections).values() {
+                    connection.set_local_epoch(epoch);
+                }
+                log::debug!("member list updated to epoch {epoch}");
+            }
+            // The server may be shutting down; the next answer from another server retries.
+            Ok(Err(reason)) | Err(reason) => log::debug!("cannot refresh the member list: {reason}"),
+        }
+    }
+}

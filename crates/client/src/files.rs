@@ -1,0 +1,395 @@
+//! Open files: the fd table, and reading and writing by chunks.
+//!
+//! An open file remembers its path, the identity (file id) it had when opened, and its chunk
+//! size. A read or write is cut into per-chunk pieces ([`crate::chunking`]); the requests for
+//! all pieces go out before any answer is awaited, so the servers work on them in parallel.
+
+use std::collections::HashMap;
+use std::io::SeekFrom;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ringfs_proto::{ChunkRef, ChunkTemplate, Errno, Read, Request, Response, Write, WriteSource};
+use ringfs_rpc::{Connection, Reply};
+
+use crate::chunking::{Piece, pieces};
+use crate::{Client, Fd, OpenFlags, Result, Stat, now_ns};
+
+/// Pieces at least this large move by cross-memory attach on same-host connections; smaller
+/// ones are cheaper inline (fewer system calls).
+const DIRECT_COPY_THRESHOLD: usize = 32 * 1024;
+/// Most symbolic links followed while resolving one path.
+const MAX_SYMLINK_HOPS: usize = 40;
+
+pub(crate) struct OpenFile {
+    pub path: String,
+    pub file_id: u64,
+    pub chunk_size: u64,
+    pub template: ChunkTemplate,
+    readable: bool,
+    writable: bool,
+    append: bool,
+    position: Mutex<u64>,
+    /// Chunk 0 is known to carry the "extended" mark (set before the first write past it).
+    extended: AtomicBool,
+}
+
+/// The fd table. Fds are small integers, reused after close.
+#[derive(Default)]
+pub(crate) struct FileTable {
+    slots: Mutex<Vec<Option<Arc<OpenFile>>>>,
+}
+
+impl FileTable {
+    fn insert(&self, file: OpenFile) -> Fd {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let file = Some(Arc::new(file));
+        match slots.iter().position(Option::is_none) {
+            Some(free) => {
+                slots[free] = file;
+                Fd(free as u32)
+            }
+            None => {
+                slots.push(file);
+                Fd(slots.len() as u32 - 1)
+            }
+        }
+    }
+
+    fn get(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        slots.get(fd.0 as usize).and_then(Option::clone).ok_or(Errno::EBADF)
+    }
+
+    fn remove(&self, fd: Fd) -> Result<()> {
+        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = slots.get_mut(fd.0 as usize).ok_or(Errno::EBADF)?;
+        slot.take().map(|_| ()).ok_or(Errno::EBADF)
+    }
+}
+
+impl Client {
+    fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+        self.inner.files.get(fd)
+    }
+
+    /// Opens (and with [`OpenFlags::CREATE`], creates) a file. `mode` gives the permissions
+    /// of a new file. Symbolic links are followed.
+    pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
+        let mut path = ringfs_proto::path::canonicalize(path)?;
+        let writable = flags.contains(OpenFlags::WRITE);
+        for _ in 0..MAX_SYMLINK_HOPS {
+            let attr = if flags.contains(OpenFlags::CREATE) {
+                self.create_entry(&path, ringfs_proto::FileKind::Regular.mode_bits() | (mode & 0o7777), flags.contains(OpenFlags::EXCLUSIVE), flags.contains(OpenFlags::TRUNCATE) && writable, None)?
+            } else {
+                self.head_attr(&path)?
+            };
+            if attr.is_symlink() {
+                path = self.follow_link(&path)?;
+                continue;
+            }
+            if attr.is_dir() && writable {
+                return Err(Errno::EISDIR);
+            }
+            if !flags.contains(OpenFlags::CREATE) && flags.contains(OpenFlags::TRUNCATE) && writable && attr.is_regular() {
+                self.truncate_file(&path, attr.file_id, 0)?;
+            }
+            let file = OpenFile {
+                template: ChunkTemplate { mode: attr.mode, uid: attr.uid, gid: attr.gid, chunk_size: attr.chunk_size },
+                chunk_size: attr.chunk_size.max(1) as u64,
+                file_id: attr.file_id,
+                readable: flags.contains(OpenFlags::READ),
+                writable,
+                append: flags.contains(OpenFlags::APPEND),
+                position: Mutex::new(0),
+                extended: AtomicBool::new(attr.is_extended()),
+                path,
+            };
+            return Ok(self.inner.files.insert(file));
+        }
+        Err(Errno::ELOOP)
+    }
+
+    /// Creates (or truncates) a regular file for writing, like `creat(2)`.
+    pub fn create(&self, path: &str, mode: u32) -> Result<Fd> {
+        self.open(path, OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE, mode)
+    }
+
+    pub fn close(&self, fd: Fd) -> Result<()> {
+        self.inner.files.remove(fd)
+    }
+
+    /// Data reaches its server's memory before a write returns, so there is nothing to flush;
+    /// this checks that the fd is open. (Durability on the node is not promised: see
+    /// docs/CONSISTENCY.md.)
+    pub fn fsync(&self, fd: Fd) -> Result<()> {
+        self.file(fd).map(|_| ())
+    }
+
+    /// Writes at the current position (at the end with [`OpenFlags::APPEND`]).
+    pub fn write(&self, fd: Fd, bytes: &[u8]) -> Result<usize> {
+        let file = self.file(fd)?;
+        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        if file.append {
+            *position = self.file_size(&file.path, file.file_id)?;
+        }
+        let written = self.write_at(&file, bytes, *position)?;
+        *position += written as u64;
+        Ok(written)
+    }
+
+    /// Reads at the current position.
+    pub fn read(&self, fd: Fd, buffer: &mut [u8]) -> Result<usize> {
+        let file = self.file(fd)?;
+        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        let count = self.read_at(&file, buffer, *position)?;
+        *position += count as u64;
+        Ok(count)
+    }
+
+    pub fn pwrite(&self, fd: Fd, bytes: &[u8], offset: u64) -> Result<usize> {
+        self.write_at(&*self.file(fd)?, bytes, offset)
+    }
+
+    pub fn pread(&self, fd: Fd, buffer: &mut [u8], offset: u64) -> Result<usize> {
+        self.read_at(&*self.file(fd)?, buffer, offset)
+    }
+
+    /// Moves the position; returns the new one.
+    pub fn seek(&self, fd: Fd, to: SeekFrom) -> Result<u64> {
+        let file = self.file(fd)?;
+        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        let target = match to {
+            SeekFrom::Start(offset) => Some(offset),
+            SeekFrom::Current(delta) => position.checked_add_signed(delta),
+            SeekFrom::End(delta) => self.file_size(&file.path, file.file_id)?.checked_add_signed(delta),
+        };
+        *position = target.ok_or(Errno::EINVAL)?;
+        Ok(*position)
+    }
+
+    pub fn fstat(&self, fd: Fd) -> Result<Stat> {
+        let file = self.file(fd)?;
+        let attr = self.head_attr_of(&file.path, file.file_id)?;
+        Ok(Stat::from_attr(&attr, self.size_from_head(&file.path, &attr)?))
+    }
+
+    pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<()> {
+        let file = self.file(fd)?;
+        if !file.writable {
+            return Err(Errno::EINVAL);
+        }
+        self.truncate_file(&file.path, file.file_id, size)
+    }
+
+    fn write_at(&self, file: &OpenFile, bytes: &[u8], offset: u64) -> Result<usize> {
+        if !file.writable {
+            return Err(Errno::EBADF);
+        }
+        if bytes.is_empty() {
+            return Ok(0);
+        }
+        offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
+        let cluster = &self.inner.cluster;
+        let pieces: Vec<Piece> = pieces(offset, bytes.len(), file.chunk_size).collect();
+        let mark_extended = pieces.last().is_some_and(|last| last.index > 0) && !file.extended.load(Ordering::Relaxed);
+        let connections = pieces
+            .iter()
+            .map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index)))
+            .collect::<Result<Vec<_>>>()?;
+        let head_connection = if mark_extended { Some(cluster.connection(&cluster.owner(&file.path, 0))?) } else { None };
+
+        let time_ns = now_ns();
+        let mark = head_connection.as_ref().map(|connection| {
+            let request = Request::MarkExtended { path: file.path.clone(), file_id: file.file_id };
+            (connection, connection.start(&request, &[], None))
+        });
+        let calls: Vec<_> = pieces
+            .iter()
+            .zip(&connections)
+            .map(|(piece, connection)| {
+                let piece_bytes = &bytes[piece.buffer_offset..piece.buffer_offset + piece.len];
+                let direct = piece.len >= DIRECT_COPY_THRESHOLD && connection.server_reads_our_memory();
+                let (source, inline) = if direct {
+                    (WriteSource::Remote { address: piece_bytes.as_ptr() as u64, len: piece.len as u64 }, &[][..])
+                } else {
+                    (WriteSource::Inline, piece_bytes)
+                };
+                let request = Request::Write(Write {
+                    chunk: ChunkRef { path: file.path.clone(), index: piece.index, file_id: file.file_id },
+                    offset: piece.offset_in_chunk,
+                    source,
+                    template: file.template,
+                    time_ns,
+                });
+                (connection, connection.start(&request, inline, None))
+            })
+            .collect();
+        let mut outcome = Ok(bytes.len());
+        if let Some((connection, call)) = mark {
+            match cluster.finish(connection, call) {
+                Ok(_) => file.extended.store(true, Ordering::Relaxed),
+                Err(errno) => outcome = Err(errno),
+            }
+        }
+        for (connection, call) in calls {
+            if let Err(errno) = cluster.finish(connection, call) {
+                outcome = outcome.and(Err(errno));
+            }
+        }
+        outcome
+    }
+
+    fn read_at(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<usize> {
+        if !file.readable {
+            return Err(Errno::EBADF);
+        }
+        if buffer.is_empty() {
+            return Ok(0);
+        }
+        let cluster = &self.inner.cluster;
+        let pieces: Vec<Piece> = pieces(offset, buffer.len(), file.chunk_size).collect();
+        let connections = pieces
+            .iter()
+            .map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut slices = split_by_pieces(buffer, &pieces);
+
+        let calls: Vec<_> = pieces
+            .iter()
+            .zip(&connections)
+            .zip(slices.iter_mut())
+            .map(|((piece, connection), slice)| {
+                let lease = piece.len >= DIRECT_COPY_THRESHOLD && connection.server_memory().is_some();
+                let request = Request::Read(Read {
+                    chunk: ChunkRef { path: file.path.clone(), index: piece.index, file_id: file.file_id },
+                    offset: piece.offset_in_chunk,
+                    len: piece.len as u64,
+                    lease,
+                });
+                connection.start(&request, &[], Some(&mut **slice))
+            })
+            .collect();
+        let replies: Vec<Result<Reply>> = calls.into_iter().zip(&connections).map(|(call, connection)| cluster.finish(connection, call)).collect();
+
+        // Copy leased bytes, then let the servers release them.
+        let mut received = vec![0usize; pieces.len()];
+        let mut releases: HashMap<usize, Vec<u64>> = HashMap::new();
+        let mut failure = None;
+        for (position, reply) in replies.into_iter().enumerate() {
+            let outcome = reply.and_then(|reply| match reply.response {
+                Response::Read { len, lease, .. } => {
+                    let slice = &mut slices[position][..len as usize];
+                    if let Some(lease) = lease {
+                        releases.entry(position).or_default().push(lease.id);
+                        copy_lease(&connections[position], lease, slice)?;
+                    }
+                    Ok(len as usize)
+                }
+                _ => Err(Errno::EPROTO),
+            });
+            match outcome {
+                Ok(len) => received[position] = len,
+                Err(errno) => failure = failure.or(Some(errno)),
+            }
+        }
+        release_leases(&connections, releases);
+        if let Some(errno) = failure {
+            return Err(errno);
+        }
+        if received.iter().zip(&pieces).all(|(got, piece)| *got == piece.len) {
+            return Ok(buffer.len());
+        }
+        // A short piece is either the end of the file or a hole: the file size tells.
+        let size = self.file_size(&file.path, file.file_id)?;
+        let end = size.min(offset + buffer.len() as u64);
+        if end <= offset {
+            return Ok(0);
+        }
+        let valid = (end - offset) as usize;
+        for (piece, got) in pieces.iter().zip(received) {
+            let hole_start = piece.buffer_offset + got;
+            let hole_end = (piece.buffer_offset + piece.len).min(valid);
+            if hole_start < hole_end {
+                buffer[hole_start..hole_end].fill(0);
+            }
+        }
+        Ok(valid)
+    }
+
+    /// Attributes of chunk 0 of `path` (no symlink following).
+    pub(crate) fn head_attr(&self, path: &str) -> Result<ringfs_proto::Attr> {
+        self.head_attr_of(path, 0)
+    }
+
+    fn head_attr_of(&self, path: &str, file_id: u64) -> Result<ringfs_proto::Attr> {
+        match self.inner.cluster.call_owner(path, 0, &Request::Stat(ChunkRef { path: path.to_string(), index: 0, file_id }))? {
+            Response::Attr(attr) => Ok(attr),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// The size of the file with this path and id.
+    pub(crate) fn file_size(&self, path: &str, file_id: u64) -> Result<u64> {
+        let attr = self.head_attr_of(path, file_id)?;
+        self.size_from_head(path, &attr)
+    }
+
+    /// A file's size given its chunk 0: chunk 0's length, unless chunks after it may exist;
+    /// then every server reports its last chunk of the file and the largest end wins.
+    pub(crate) fn size_from_head(&self, path: &str, head: &ringfs_proto::Attr) -> Result<u64> {
+        if !head.is_regular() || !head.is_extended() {
+            return Ok(head.len);
+        }
+        let answers = self.inner.cluster.broadcast(&Request::LastChunk { path: path.to_string(), file_id: head.file_id })?;
+        let chunk_size = head.chunk_size as u64;
+        let mut size = head.len;
+        for answer in answers {
+            match answer {
+                Response::LastChunk(Some((index, len))) => size = size.max(index * chunk_size + len),
+                Response::LastChunk(None) => {}
+                _ => return Err(Errno::EPROTO),
+            }
+        }
+        Ok(size)
+    }
+}
+
+/// Cuts `buffer` into the disjoint slices the pieces address.
+fn split_by_pieces<'a>(buffer: &'a mut [u8], pieces: &[Piece]) -> Vec<&'a mut [u8]> {
+    let mut slices = Vec::with_capacity(pieces.len());
+    let mut rest = buffer;
+    for piece in pieces {
+        let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len);
+        slices.push(head);
+        rest = tail;
+    }
+    slices
+}
+
+/// Copies a leased range out of the server (the rest of `destination` is zeros).
+fn copy_lease(connection: &Connection, lease: ringfs_proto::Lease, destination: &mut [u8]) -> Result<()> {
+    let stored = (lease.stored as usize).min(destination.len());
+    let memory = connection.server_memory().ok_or(Errno::EPROTO)?;
+    let (data, zeros) = destination.split_at_mut(stored);
+    memory.read_bytes(lease.address, data).map_err(|error| {
+        log::warn!("copying leased bytes failed: {error}");
+        Errno::EIO
+    })?;
+    zeros.fill(0);
+    Ok(())
+}
+
+/// Tells each server which leases this read is done with (no answer expected).
+fn release_leases(connections: &[Arc<Connection>], releases: HashMap<usize, Vec<u64>>) {
+    let mut by_connection: HashMap<*const Connection, (usize, Vec<u64>)> = HashMap::new();
+    for (position, leases) in releases {
+        let entry = by_connection.entry(Arc::as_ptr(&connections[position])).or_insert((position, Vec::new()));
+        entry.1.extend(leases);
+    }
+    for (position, leases) in by_connection.into_values() {
+        if let Err(error) = connections[position].send_one_way(&Request::Release { leases }) {
+            log::debug!("could not release leases: {error}");
+        }
+    }
+}

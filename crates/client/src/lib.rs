@@ -1,0 +1,349 @@
+//! The ringfs client library: a POSIX-like file API over the chunk servers.
+//!
+//! A [`Client`] fetches the member list from any server, computes for every chunk the server
+//! that owns it (the same placement the servers use), and talks to each server directly. It
+//! keeps an fd table, cuts reads and writes at chunk boundaries and sends all chunk requests of
+//! one call at once, derives file sizes from the chunks, and reports failures as [`Errno`]
+//! values (a dead or silent server gives `EIO` within the request deadline).
+//!
+//! The API is blocking and thread-safe: `Client` is cheap to clone and every method may be
+//! called from any thread. (Measured on this class of machine, a blocking call costs a fifth
+//! of an async round trip; see docs/ARCHITECTURE.md.)
+//!
+//! On the same host as a server, bulk bytes skip the socket: the server copies write data
+//! straight out of this process, and reads copy leased server memory straight into the
+//! caller's buffer (cross-memory attach).
+//!
+//! ```no_run
+//! use ringfs_client::{Client, ClientConfig, OpenFlags};
+//! let client = Client::connect(ClientConfig::from_env().unwrap()).unwrap();
+//! let fd = client.open("/results/out.dat", OpenFlags::WRITE | OpenFlags::CREATE, 0o644).unwrap();
+//! client.write(fd, b"hello").unwrap();
+//! client.close(fd).unwrap();
+//! assert_eq!(client.stat("/results/out.dat").unwrap().size, 5);
+//! ```
+
+mod chunking;
+mod cluster;
+mod files;
+mod namespace;
+
+pub use ringfs_proto::{Errno, FileKind, MemberList, ServerStats};
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use ringfs_proto::Attr;
+use ringfs_rpc::ConnectionConfig;
+use thiserror::Error;
+
+use crate::cluster::Cluster;
+use crate::files::FileTable;
+
+/// Result of a file-system operation.
+pub type Result<T> = std::result::Result<T, Errno>;
+
+/// Default chunk size of new files: 1 MiB (docs/PERFORMANCE.md shows why).
+pub const DEFAULT_CHUNK_SIZE: u32 = 1 << 20;
+/// Default request deadline.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How to reach the file system. Built by hand or from the environment ([`ClientConfig::from_env`]).
+#[derive(Clone, Debug)]
+pub struct ClientConfig {
+    /// Server addresses (`host:port` or `unix:/path`); the first reachable one gives the member list.
+    pub servers: Vec<String>,
+    /// The job's secret.
+    pub secret: Vec<u8>,
+    /// Deadline of every request: a server that does not answer in time yields `EIO`.
+    pub timeout: Duration,
+    /// Chunk size of files this client creates.
+    pub chunk_size: u32,
+    /// Use Unix sockets and cross-memory attach for servers on this host.
+    pub local_fast_path: bool,
+}
+
+impl ClientConfig {
+    pub fn new(servers: Vec<String>, secret: Vec<u8>) -> ClientConfig {
+        ClientConfig { servers, secret, timeout: DEFAULT_TIMEOUT, chunk_size: DEFAULT_CHUNK_SIZE, local_fast_path: true }
+    }
+
+    /// Reads `RINGFS_SERVER` (comma-separated addresses, required), `RINGFS_SECRET`,
+    /// `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE` and `RINGFS_LOCAL` (0 disables the same-host
+    /// fast path) — the variables `ringfs start` prints.
+    pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
+        let servers = std::env::var("RINGFS_SERVER").map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
+        let servers: Vec<String> = servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+        let mut config = ClientConfig::new(servers, std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes());
+        if let Ok(text) = std::env::var("RINGFS_TIMEOUT_MS") {
+            let millis: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_TIMEOUT_MS={text:?} is not a number")))?;
+            config.timeout = Duration::from_millis(millis.max(1));
+        }
+        if let Ok(text) = std::env::var("RINGFS_CHUNK_SIZE") {
+            config.chunk_size = parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
+        }
+        if let Ok(text) = std::env::var("RINGFS_LOCAL") {
+            config.local_fast_path = text != "0";
+        }
+        Ok(config)
+    }
+}
+
+/// Parses a byte size such as `65536`, `64K`, `1M`, `4MiB`.
+pub fn parse_size(text: &str) -> Option<u32> {
+    let text = text.trim();
+    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let number: u64 = text[..digits_end].parse().ok()?;
+    let multiplier: u64 = match text[digits_end..].trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 1,
+        "K" | "KB" | "KIB" => 1 << 10,
+        "M" | "MB" | "MIB" => 1 << 20,
+        "G" | "GB" | "GIB" => 1 << 30,
+        _ => return None,
+    };
+    u32::try_from(number.checked_mul(multiplier)?).ok().filter(|size| *size > 0)
+}
+
+/// Why a client could not start.
+#[derive(Debug, Error)]
+pub enum ConnectError {
+    #[error("{0}")]
+    Config(String),
+    #[error("no ringfs server reachable: {0}")]
+    Unreachable(String),
+    #[error("the server refused the connection: {0} (is RINGFS_SECRET right?)")]
+    Refused(Errno),
+}
+
+/// An open file, as returned by [`Client::open`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Fd(pub u32);
+
+/// Flags of [`Client::open`] (combine with `|`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct OpenFlags(u32);
+
+impl OpenFlags {
+    pub const READ: OpenFlags = OpenFlags(1);
+    pub const WRITE: OpenFlags = OpenFlags(2);
+    pub const CREATE: OpenFlags = OpenFlags(4);
+    pub const EXCLUSIVE: OpenFlags = OpenFlags(8);
+    pub const TRUNCATE: OpenFlags = OpenFlags(16);
+    pub const APPEND: OpenFlags = OpenFlags(32);
+
+    pub fn contains(self, other: OpenFlags) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// Converts POSIX `open(2)` flags (`O_RDONLY`, `O_CREAT`, ...).
+    pub fn from_posix(flags: i32) -> OpenFlags {
+        let mut result = match flags & libc::O_ACCMODE {
+            libc::O_WRONLY => OpenFlags::WRITE,
+            libc::O_RDWR => OpenFlags::READ | OpenFlags::WRITE,
+            _ => OpenFlags::READ,
+        };
+        for (posix, flag) in [
+            (libc::O_CREAT, OpenFlags::CREATE),
+            (libc::O_EXCL, OpenFlags::EXCLUSIVE),
+            (libc::O_TRUNC, OpenFlags::TRUNCATE),
+            (libc::O_APPEND, OpenFlags::APPEND),
+        ] {
+            if flags & posix != 0 {
+                result = result | flag;
+            }
+        }
+        result
+    }
+}
+
+impl std::ops::BitOr for OpenFlags {
+    type Output = OpenFlags;
+
+    fn bitor(self, other: OpenFlags) -> OpenFlags {
+        OpenFlags(self.0 | other.0)
+    }
+}
+
+/// File attributes, as `stat(2)` reports them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Stat {
+    /// File type and permission bits (`st_mode`).
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Size in bytes (derived from the chunks).
+    pub size: u64,
+    /// The file's chunk size (`st_blksize`).
+    pub chunk_size: u32,
+    /// A number that identifies the file (its file id).
+    pub ino: u64,
+    pub nlink: u32,
+    pub atime_ns: i64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+impl Stat {
+    fn from_attr(attr: &Attr, size: u64) -> Stat {
+        Stat {
+            mode: attr.mode,
+            uid: attr.uid,
+            gid: attr.gid,
+            size,
+            chunk_size: attr.chunk_size,
+            ino: attr.file_id,
+            nlink: if attr.is_dir() { 2 } else { 1 },
+            atime_ns: attr.atime_ns,
+            mtime_ns: attr.mtime_ns,
+            ctime_ns: attr.ctime_ns,
+        }
+    }
+
+    pub fn kind(&self) -> Option<FileKind> {
+        FileKind::from_mode(self.mode)
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind() == Some(FileKind::Directory)
+    }
+
+    /// 512-byte blocks, as `st_blocks` counts them.
+    pub fn blocks(&self) -> u64 {
+        self.size.div_ceil(512)
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub stat: Stat,
+}
+
+/// Capacity and use of the whole file system (summed over servers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FsUsage {
+    pub capacity_bytes: u64,
+    pub used_bytes: u64,
+    pub entries: u64,
+    pub servers: u32,
+}
+
+/// A connection to a ringfs file system. Clone it freely; all clones share connections and
+/// the fd table.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cluster: Cluster,
+    files: FileTable,
+    chunk_size: u32,
+    uid: u32,
+    gid: u32,
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|elapsed| elapsed.as_nanos() as i64).unwrap_or(0)
+}
+
+impl Client {
+    /// Connects to the file system described by `config`.
+    pub fn connect(config: ClientConfig) -> std::result::Result<Client, ConnectError> {
+        if config.chunk_size == 0 || config.chunk_size > ringfs_proto::MAX_DATA_LEN {
+            return Err(ConnectError::Config(format!("chunk size {} is out of range", config.chunk_size)));
+        }
+        let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
+        let connection_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false };
+        let cluster = Cluster::connect(&config.servers, connection_config)?;
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(Client { inner: Arc::new(Inner { cluster, files: FileTable::default(), chunk_size: config.chunk_size, uid, gid }) })
+    }
+
+    /// Connects with the configuration in the environment (see [`ClientConfig::from_env`]).
+    pub fn from_env() -> std::result::Result<Client, ConnectError> {
+        Client::connect(ClientConfig::from_env()?)
+    }
+
+    /// The member list this client currently follows.
+    pub fn members(&self) -> MemberList {
+        self.inner.cluster.member_list()
+    }
+
+    /// Counters of every server, in member-list order (EIO if a server does not answer).
+    pub fn server_stats(&self) -> Result<Vec<ServerStats>> {
+        self.inner
+            .cluster
+            .broadcast(&ringfs_proto::Request::Stats)?
+            .into_iter()
+            .map(|response| match response {
+                ringfs_proto::Response::Stats(stats) => Ok(stats),
+                _ => Err(Errno::EPROTO),
+            })
+            .collect()
+    }
+
+    /// Each member with its counters, or the error that kept it from answering.
+    pub fn server_status(&self) -> Vec<(ringfs_proto::Member, Result<ServerStats>)> {
+        let members = self.inner.cluster.member_list().members;
+        members
+            .into_iter()
+            .map(|member| {
+                let stats = self.inner.cluster.call(&member, &ringfs_proto::Request::Stats, &[]).and_then(|reply| match reply.response {
+                    ringfs_proto::Response::Stats(stats) => Ok(stats),
+                    _ => Err(Errno::EPROTO),
+                });
+                (member, stats)
+            })
+            .collect()
+    }
+
+    /// Capacity and use summed over all servers.
+    pub fn usage(&self) -> Result<FsUsage> {
+        let stats = self.server_stats()?;
+        Ok(FsUsage {
+            capacity_bytes: stats.iter().map(|s| s.capacity_bytes).sum(),
+            used_bytes: stats.iter().map(|s| s.bytes).sum(),
+            entries: stats.iter().map(|s| s.entries).sum(),
+            servers: stats.len() as u32,
+        })
+    }
+
+    /// Asks every alive server to shut down.
+    pub fn shutdown_servers(&self) -> Result<()> {
+        let members = self.inner.cluster.member_list();
+        let mut failure = None;
+        for member in members.members.iter().filter(|member| member.alive) {
+            if let Err(errno) = self.inner.cluster.call(member, &ringfs_proto::Request::Shutdown, &[]) {
+                failure = Some(errno);
+            }
+        }
+        failure.map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("64K"), Some(65536));
+        assert_eq!(parse_size("1MiB"), Some(1 << 20));
+        assert_eq!(parse_size("4m"), Some(4 << 20));
+        assert_eq!(parse_size("0"), None);
+        assert_eq!(parse_size("8G"), None);
+        assert_eq!(parse_size("x"), None);
+    }
+
+    #[test]
+    fn posix_flags_convert() {
+        let flags = OpenFlags::from_posix(libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC);
+        assert!(flags.contains(OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE));
+        assert!(!flags.contains(OpenFlags::READ));
+        assert!(OpenFlags::from_posix(libc::O_RDWR).contains(OpenFlags::READ | OpenFlags::WRITE));
+    }
+}
