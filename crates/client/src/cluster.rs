@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use ringfs_placement::Placement;
 use ringfs_proto::{Errno, Member, MemberList, Request, Response};
@@ -40,8 +41,13 @@ pub(crate) struct Cluster {
     view: RwLock<View>,
     epoch: AtomicU64,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
-    refreshing: Mutex<()>,
+    /// Held while the member list is being fetched; holds the time of the last fetch that
+    /// followed a failure.
+    refreshing: Mutex<Option<Instant>>,
 }
+
+/// After a server fails, the member list is fetched again at most this often.
+const REFRESH_AFTER_FAILURE_INTERVAL: Duration = Duration::from_millis(500);
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -73,7 +79,7 @@ impl Cluster {
                             epoch: AtomicU64::new(view.list.epoch),
                             view: RwLock::new(view),
                             connections: Mutex::new(HashMap::new()),
-                            refreshing: Mutex::new(()),
+                            refreshing: Mutex::new(None),
                         };
                         return Ok(cluster);
                     }
@@ -110,10 +116,14 @@ impl Cluster {
         {
             return Ok(connection.clone());
         }
-        let connection = Connection::open_member(member, &self.config).map_err(|error| {
-            log::debug!("cannot connect to server {}: {error}", member.name);
-            error.errno()
-        })?;
+        let connection = match Connection::open_member(member, &self.config) {
+            Ok(connection) => connection,
+            Err(error) => {
+                log::debug!("cannot connect to server {}: {error}", member.name);
+                self.refresh_after_failure(&member.name);
+                return Err(error.errno());
+            }
+        };
         connection.set_local_epoch(self.epoch.load(Ordering::Relaxed));
         let connection = Arc::new(connection);
         lock(&self.connections).insert(member.name.clone(), connection.clone());
@@ -125,6 +135,7 @@ impl Cluster {
     pub fn finish(&self, connection: &Connection, call: Result<PendingCall<'_>, ringfs_rpc::RpcError>) -> Result<Reply, Errno> {
         let reply = call.and_then(PendingCall::wait).map_err(|error| {
             log::debug!("request failed: {error}");
+            self.refresh_after_failure(connection.server_name());
             error.errno()
         });
         self.follow_epoch(connection);
@@ -169,18 +180,53 @@ impl Cluster {
             return;
         }
         let Ok(_guard) = self.refreshing.try_lock() else { return };
+        self.adopt_members_from(connection);
+    }
+
+    /// After `failed_server` failed, asks the other alive servers for the member list: they
+    /// may already know it is dead, and then later requests for its keys fail at once.
+    fn refresh_after_failure(&self, failed_server: &str) {
+        let Ok(mut last) = self.refreshing.try_lock() else { return };
+        if last.is_some_and(|at| at.elapsed() < REFRESH_AFTER_FAILURE_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let others: Vec<Member> = self.view().list.members.iter().filter(|member| member.alive && member.name != failed_server).cloned().collect();
+        for member in others {
+            let connection = lock(&self.connections).get(&member.name).filter(|connection| !connection.is_broken()).cloned();
+            let connection = match connection {
+                Some(connection) => connection,
+                None => match Connection::open_member(&member, &self.config) {
+                    Ok(connection) => Arc::new(connection),
+                    Err(_) => continue,
+                },
+            };
+            if self.adopt_members_from(&connection) {
+                return;
+            }
+        }
+    }
+
+    /// Fetches the member list from `connection`'s server and adopts it if it is newer.
+    fn adopt_members_from(&self, connection: &Connection) -> bool {
         match fetch_members(connection).map(View::new) {
             Ok(Ok(view)) => {
                 let epoch = view.list.epoch;
-                *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
-                self.epoch.store(epoch, Ordering::Relaxed);
-                for connection in lock(&self.connections).values() {
-                    connection.set_local_epoch(epoch);
+                if epoch > self.epoch.load(Ordering::Relaxed) {
+                    *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
+                    self.epoch.store(epoch, Ordering::Relaxed);
+                    for connection in lock(&self.connections).values() {
+                        connection.set_local_epoch(epoch);
+                    }
+                    log::debug!("member list updated to epoch {epoch}");
                 }
-                log::debug!("member list updated to epoch {epoch}");
+                true
             }
-            // The server may be shutting down; the next answer from another server retries.
-            Ok(Err(reason)) | Err(reason) => log::debug!("cannot refresh the member list: {reason}"),
+            // The server may be shutting down; another answer will trigger a retry.
+            Ok(Err(reason)) | Err(reason) => {
+                log::debug!("cannot refresh the member list: {reason}");
+                false
+            }
         }
     }
 }

@@ -30,7 +30,7 @@ pub struct EntryFlags;
 
 impl EntryFlags {
     /// Set on chunk 0 once any chunk after it may exist; without it, chunk 0 alone gives the
-    /// file size.
+    /// file size. Never cleared while the file exists.
     pub const EXTENDED: u32 = 1;
 }
 

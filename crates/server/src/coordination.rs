@@ -196,18 +196,32 @@ impl ServerState {
         }
         let file_id = head.attr.file_id;
         if head.attr.is_extended() {
+            // Moving chunks is costly: check first that the install will be possible.
+            self.check_rename_target(to)?;
             let request = Request::MoveChunks { from: from.to_string(), to: to.to_string(), file_id };
-            for answer in self.broadcast(&request) {
-                answer?;
+            let moved = self.broadcast(&request).into_iter().collect::<Result<Vec<_>, Errno>>();
+            if let Err(errno) = moved {
+                self.remove_chunks_everywhere(to, file_id, 1);
+                return Err(errno);
             }
         }
         let attr = Attr { ctime_ns: time_ns, ..head.attr };
         let request = Request::InstallEntry { path: to.to_string(), attr };
         let owner = self.owner_of(to, 0);
-        let replaced = if owner.name == self.name {
-            self.install_entry(to, attr, &head.bytes)?
+        let installed = if owner.name == self.name {
+            self.install_entry(to, attr, &head.bytes)
         } else {
-            self.call_member(&owner, &request, &head.bytes)?.response
+            self.call_member(&owner, &request, &head.bytes).map(|reply| reply.response)
+        };
+        let replaced = match installed {
+            Ok(replaced) => replaced,
+            Err(errno) => {
+                // The copies under the new name carry this file's id: nothing else uses them.
+                if head.attr.is_extended() {
+                    self.remove_chunks_everywhere(to, file_id, 1);
+                }
+                return Err(errno);
+            }
         };
         if let Response::Replaced(Some(old)) = replaced
             && old.is_extended()
@@ -221,6 +235,27 @@ impl ServerState {
             self.remove_chunks_everywhere(from, file_id, 1);
         }
         Ok(Response::Done)
+    }
+
+    /// Fails like the install of a rename to `to` would: missing parent, or a directory there.
+    fn check_rename_target(&self, to: &str) -> Result<(), Errno> {
+        if let Some(parent) = path::parent(to)
+            && parent != "/"
+        {
+            self.resolve_parent(parent)?;
+        }
+        let stat = Request::Stat(ChunkRef { path: to.to_string(), index: 0, file_id: 0 });
+        let owner = self.owner_of(to, 0);
+        let existing = if owner.name == self.name {
+            self.execute(&mut Session::default(), stat, &[], &mut Vec::new())
+        } else {
+            self.call_member(&owner, &stat, &[]).map(|reply| reply.response)
+        };
+        match existing {
+            Ok(Response::Attr(attr)) if attr.is_dir() => Err(Errno::EISDIR),
+            Ok(_) | Err(Errno::ENOENT) => Ok(()),
+            Err(errno) => Err(errno),
+        }
     }
 
     /// This server's part of a rename: copy each of its chunks of the file to the owner of

@@ -300,7 +300,7 @@ fn detect_failures(state: &ServerState, interval: Duration, failure_timeout: Dur
     let mut last_answer: HashMap<String, Instant> = HashMap::new();
     while !state.shutdown.wait(interval) {
         let Some(successor) = state.membership().successor_of(&state.name).cloned() else { continue };
-        let answered = state.call_member(&successor, &Request::Ping, &[]).is_ok();
+        let answered = state.call_member_logged(&successor, &Request::Ping, &[], log::Level::Debug).is_ok();
         let now = Instant::now();
         let last = last_answer.entry(successor.name.clone()).or_insert(now);
         if answered {

@@ -152,15 +152,20 @@ impl ServerState {
 
     /// Sends a request to another member and returns its response (errors become errnos).
     pub fn call_member(&self, member: &Member, request: &Request, data: &[u8]) -> Result<ringfs_rpc::Reply, Errno> {
+        self.call_member_logged(member, request, data, log::Level::Warn)
+    }
+
+    /// [`ServerState::call_member`], logging a transport failure at `level`.
+    pub fn call_member_logged(&self, member: &Member, request: &Request, data: &[u8], level: log::Level) -> Result<ringfs_rpc::Reply, Errno> {
         if !member.alive {
             return Err(Errno::EIO);
         }
         let connection = self.peers.connection(member).map_err(|error| {
-            log::warn!("cannot reach server {}: {error}", member.name);
+            log::log!(level, "cannot reach server {}: {error}", member.name);
             error.errno()
         })?;
         let reply = connection.call(request, data).map_err(|error| {
-            log::warn!("request to server {} failed: {error}", member.name);
+            log::log!(level, "request to server {} failed: {error}", member.name);
             error.errno()
         })?;
         match reply.response {

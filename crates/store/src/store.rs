@@ -480,7 +480,6 @@ impl ChunkStore {
             self.refund(freed);
             truncated_extended = chunk.attr.is_extended();
             chunk.attr.len = 0;
-            chunk.attr.flags &= !EntryFlags::EXTENDED;
             chunk.attr.mtime_ns = entry.time_ns;
             chunk.attr.ctime_ns = entry.time_ns;
             self.persist(&chunk)?;
@@ -683,8 +682,11 @@ impl ChunkStore {
         Ok(chunk.attr)
     }
 
-    /// File-level truncate step on chunk 0: sets its length and whether the file extends
-    /// past it. Returns the attributes from before the call.
+    /// File-level truncate step on chunk 0: sets its length, and marks the file extended if
+    /// it now reaches past chunk 0. Returns the attributes from before the call.
+    ///
+    /// The extended mark is never cleared: it means "chunks after chunk 0 may exist", and
+    /// clients cache it per open file, which is only safe while it cannot go away.
     pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, extended: bool, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.head_checked(path, file_id)?;
         let mut chunk = lock(&handle);
@@ -700,8 +702,6 @@ impl ChunkStore {
         chunk.attr.len = len;
         if extended {
             chunk.attr.flags |= EntryFlags::EXTENDED;
-        } else {
-            chunk.attr.flags &= !EntryFlags::EXTENDED;
         }
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
@@ -1102,7 +1102,8 @@ mod tests {
         let reopen = NewEntry { exclusive: false, truncate: true, ..NewEntry::new("/f", REGULAR, 64, 2) };
         let outcome = store.create(&reopen).unwrap();
         assert!(outcome.truncated_extended);
-        assert_eq!((outcome.attr.len, outcome.attr.file_id, outcome.attr.is_extended()), (0, 1, false));
+        // The mark stays: open files may have cached it (see `truncate_head`).
+        assert_eq!((outcome.attr.len, outcome.attr.file_id, outcome.attr.is_extended()), (0, 1, true));
     }
 
     #[test]

@@ -1,0 +1,131 @@
+//! The `ringfs` command as users run it: start, tools, status, stop, and error reporting.
+
+mod common;
+
+use std::collections::HashMap;
+use std::process::{Command, Output};
+
+use common::{ringfs_binary, scratch_dir};
+
+fn ringfs(environment: &HashMap<String, String>, args: &[&str]) -> Output {
+    Command::new(ringfs_binary()).args(args).envs(environment).output().expect("run ringfs")
+}
+
+fn succeed(environment: &HashMap<String, String>, args: &[&str]) -> String {
+    let output = ringfs(environment, args);
+    assert!(output.status.success(), "ringfs {args:?} failed: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// Parses the `export NAME=value` lines of `ringfs start`.
+fn exports(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .filter_map(|line| line.strip_prefix("export "))
+        .filter_map(|assignment| assignment.split_once('='))
+        .map(|(name, value)| (name.to_string(), value.to_string()))
+        .collect()
+}
+
+/// Stops the cluster when the test ends, even on failure.
+struct Started(HashMap<String, String>);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        if self.0.contains_key("RINGFS_RUN_DIR") {
+            let _ = ringfs(&self.0, &["stop"]);
+        }
+    }
+}
+
+#[test]
+fn start_tools_status_and_stop() {
+    let scratch = scratch_dir("cli");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let environment = &started.0;
+    assert_eq!(environment["RINGFS_SERVER"].split(',').count(), 3);
+    assert!(environment["RINGFS_SECRET"].len() >= 32);
+
+    let local = scratch.join("input");
+    let contents: Vec<u8> = (0..3_000_000u32).map(|value| (value % 253) as u8).collect();
+    std::fs::write(&local, &contents).unwrap();
+    succeed(environment, &["mkdir", "-p", "/a/b"]);
+    succeed(environment, &["put", local.to_str().unwrap(), "/a/b/file"]);
+    succeed(environment, &["mv", "/a/b/file", "/a/file"]);
+    let copy = scratch.join("copy");
+    succeed(environment, &["get", "/a/file", copy.to_str().unwrap()]);
+    assert!(std::fs::read(&copy).unwrap() == contents);
+    let listing = succeed(environment, &["ls", "-l", "/a"]);
+    assert!(listing.contains("3000000 file") && listing.contains("b"), "{listing}");
+    assert!(succeed(environment, &["stat", "/a/file"]).contains("Size: 3000000"));
+    let status = succeed(environment, &["status"]);
+    assert_eq!(status.lines().filter(|line| line.contains(" up ")).count(), 3, "{status}");
+
+    let missing = ringfs(environment, &["cat", "/nope"]);
+    assert_eq!(missing.status.code(), Some(1));
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(message.trim(), "ringfs: /nope: No such file or directory");
+    let not_empty = ringfs(environment, &["rmdir", "/a"]);
+    assert!(String::from_utf8_lossy(&not_empty.stderr).contains("Directory not empty"));
+    succeed(environment, &["rm", "-r", "/a"]);
+    assert_eq!(succeed(environment, &["ls", "/"]), "");
+
+    let pids: Vec<u32> = std::fs::read_to_string(run_dir.join("servers"))
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2)?.parse().ok())
+        .collect();
+    assert_eq!(pids.len(), 3);
+    succeed(environment, &["stop"]);
+    // SAFETY: signal 0 only probes whether the processes still exist.
+    assert!(pids.iter().all(|pid| unsafe { libc::kill(*pid as libc::pid_t, 0) } != 0), "servers must be gone after stop");
+    assert!(!run_dir.exists());
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+#[test]
+fn commands_without_a_cluster_explain_what_is_missing() {
+    let mut environment = HashMap::new();
+    environment.insert("RINGFS_SERVER".to_string(), String::new());
+    let output = Command::new(ringfs_binary()).args(["ls", "/"]).env_remove("RINGFS_SERVER").output().unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("RINGFS_SERVER is not set"));
+    let output = ringfs(&environment, &["start", "--store", "tape"]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("invalid store"));
+}
+
+/// `start --hostfile` launches one server per host through the launcher; a launcher that
+/// runs the command locally stands in for ssh.
+#[test]
+fn start_with_a_hostfile_uses_the_launcher() {
+    let scratch = scratch_dir("hostfile");
+    let launcher = scratch.join("fake-ssh");
+    std::fs::write(&launcher, "#!/bin/sh\nhost=\"$1\"; shift\nexec sh -c \"$*\"\n").unwrap();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut std::fs::metadata(&launcher).unwrap().permissions(), 0o755);
+    std::fs::set_permissions(&launcher, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hostfile = scratch.join("hosts");
+    std::fs::write(&hostfile, "# compute nodes\n127.0.0.1 slots=4\n127.0.0.1\n").unwrap();
+    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(
+        &HashMap::new(),
+        &[
+            "start",
+            "--hostfile",
+            hostfile.to_str().unwrap(),
+            "--launcher",
+            launcher.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--run-dir",
+            run_dir.to_str().unwrap(),
+        ],
+    )));
+    let environment = &started.0;
+    assert_eq!(environment["RINGFS_SERVER"], format!("127.0.0.1:{port},127.0.0.1:{}", port + 1));
+    succeed(environment, &["mkdir", "/ok"]);
+    assert_eq!(succeed(environment, &["ls", "/"]).trim(), "ok");
+    drop(started);
+    let _ = std::fs::remove_dir_all(scratch);
+}

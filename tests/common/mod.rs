@@ -1,0 +1,260 @@
+//! `TestCluster`: real `ringfs server` processes on loopback for end-to-end tests.
+//!
+//! Every server listens on a free port of 127.0.0.1 and on a Unix socket in a private
+//! directory. Dropping the cluster kills the servers it started (by pid) and removes the
+//! directory, also when the test panics.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringfs_client::{Client, ClientConfig};
+
+/// The `ringfs` binary under test.
+pub fn ringfs_binary() -> &'static str {
+    env!("CARGO_BIN_EXE_ringfs")
+}
+
+/// A fresh private directory under the system temp directory.
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringfs-e2e-{tag}-{}-{:x}", std::process::id(), ringfs_rpc::memory::random_u64()));
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}
+
+/// Options of a test cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterOptions {
+    pub servers: usize,
+    /// `true`: each server keeps chunks in a `dir` store under the cluster directory.
+    pub dir_store: bool,
+    /// Per-server capacity (e.g. "2M"), if limited.
+    pub capacity: Option<String>,
+    pub extra_args: Vec<String>,
+}
+
+impl ClusterOptions {
+    pub fn new(servers: usize) -> ClusterOptions {
+        ClusterOptions { servers, dir_store: false, capacity: None, extra_args: Vec::new() }
+    }
+}
+
+struct ServerProcess {
+    name: String,
+    child: Option<Child>,
+    address: String,
+}
+
+pub struct TestCluster {
+    pub dir: PathBuf,
+    pub secret: String,
+    options: ClusterOptions,
+    servers: Vec<ServerProcess>,
+}
+
+fn wait_for_file(path: &Path, timeout: Duration) -> String {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && !text.is_empty()
+        {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "server did not write {}", path.display());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+impl TestCluster {
+    pub fn start(servers: usize) -> TestCluster {
+        TestCluster::with_options(ClusterOptions::new(servers))
+    }
+
+    pub fn with_options(options: ClusterOptions) -> TestCluster {
+        let dir = scratch_dir("cluster");
+        let secret = format!("{:016x}", ringfs_rpc::memory::random_u64());
+        std::fs::write(dir.join("secret"), &secret).unwrap();
+        let mut cluster = TestCluster { dir, secret, options: options.clone(), servers: Vec::new() };
+        for index in 0..options.servers {
+            let name = format!("server-{index}");
+            let join = cluster.servers.first().map(|first| first.address.clone());
+            let (child, address) = cluster.spawn(&name, join.as_deref());
+            cluster.servers.push(ServerProcess { name, child: Some(child), address });
+        }
+        cluster.wait_for_alive(options.servers);
+        cluster
+    }
+
+    fn spawn(&self, name: &str, join: Option<&str>) -> (Child, String) {
+        let address_file = self.dir.join(format!("{name}.addr"));
+        let _ = std::fs::remove_file(&address_file);
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut command = Command::new(ringfs_binary());
+        command
+            .arg("server")
+            .args(["--name", name, "--listen", "127.0.0.1:0"])
+            .arg("--unix-socket")
+            .arg(self.dir.join(format!("{name}.sock")))
+            .arg("--secret-file")
+            .arg(self.dir.join("secret"))
+            .arg("--address-file")
+            .arg(&address_file)
+            .args(["--heartbeat-ms", "200", "--failure-timeout-ms", "1000"])
+            .args(&self.options.extra_args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .env("RINGFS_LOG", "info");
+        if self.options.dir_store {
+            command.args(["--store", &format!("dir:{}", self.dir.join(format!("{name}.store")).display())]);
+        }
+        if let Some(capacity) = &self.options.capacity {
+            command.args(["--capacity", capacity]);
+        }
+        if let Some(join) = join {
+            command.args(["--join", join]);
+        }
+        let child = command.spawn().expect("start ringfs server");
+        let address = wait_for_file(&address_file, Duration::from_secs(20));
+        (child, address)
+    }
+
+    /// Waits until a fresh client sees `count` alive servers.
+    pub fn wait_for_alive(&self, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(client) = Client::connect(self.client_config())
+                && client.members().members.iter().filter(|member| member.alive).count() == count
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster did not reach {count} alive servers");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Addresses of the servers that are running.
+    pub fn addresses(&self) -> Vec<String> {
+        self.servers.iter().filter(|server| server.child.is_some()).map(|server| server.address.clone()).collect()
+    }
+
+    pub fn address(&self, index: usize) -> &str {
+        &self.servers[index].address
+    }
+
+    pub fn name(&self, index: usize) -> &str {
+        &self.servers[index].name
+    }
+
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(self.addresses(), self.secret.as_bytes().to_vec());
+        config.timeout = Duration::from_secs(5);
+        config
+    }
+
+    pub fn client(&self) -> Client {
+        Client::connect(self.client_config()).expect("connect to test cluster")
+    }
+
+    /// A client that uses TCP only (no Unix sockets, no cross-memory attach).
+    pub fn tcp_client(&self) -> Client {
+        let mut config = self.client_config();
+        config.local_fast_path = false;
+        Client::connect(config).expect("connect to test cluster")
+    }
+
+    pub fn pid(&self, index: usize) -> u32 {
+        self.servers[index].child.as_ref().expect("server is running").id()
+    }
+
+    /// Kills server `index` with SIGKILL.
+    pub fn kill(&mut self, index: usize) {
+        if let Some(mut child) = self.servers[index].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops server `index` with SIGTERM and waits for it to exit.
+    pub fn stop(&mut self, index: usize) {
+        if let Some(mut child) = self.servers[index].child.take() {
+            // SAFETY: signalling a child process this harness started.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+            let _ = child.wait();
+        }
+    }
+
+    /// Sends a signal (e.g. SIGSTOP, SIGCONT) to server `index`.
+    pub fn signal(&self, index: usize, signal: i32) {
+        // SAFETY: signalling a child process this harness started.
+        unsafe { libc::kill(self.pid(index) as libc::pid_t, signal) };
+    }
+
+    /// Restarts a stopped server under the same name (and store), joining a running one.
+    pub fn restart(&mut self, index: usize) {
+        assert!(self.servers[index].child.is_none(), "stop the server first");
+        let join = self.servers.iter().find(|server| server.child.is_some()).map(|server| server.address.clone());
+        let name = self.servers[index].name.clone();
+        let (child, address) = self.spawn(&name, join.as_deref());
+        self.servers[index].child = Some(child);
+        self.servers[index].address = address;
+    }
+
+    /// Adds a new server that joins the cluster.
+    pub fn add_server(&mut self) -> usize {
+        let name = format!("server-{}", self.servers.len());
+        let join = self.servers.iter().find(|server| server.child.is_some()).map(|server| server.address.clone());
+        let (child, address) = self.spawn(&name, join.as_deref());
+        self.servers.push(ServerProcess { name, child: Some(child), address });
+        self.servers.len() - 1
+    }
+
+    /// The server log, for failure messages.
+    pub fn log(&self, index: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{}.log", self.servers[index].name))).unwrap_or_default()
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for server in &mut self.servers {
+            if let Some(mut child) = server.child.take() {
+                // SAFETY: a child process this harness started; SIGCONT first in case a test
+                // left it stopped.
+                unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A small deterministic random generator (xorshift64*), so failures can be replayed.
+pub struct Random(u64);
+
+impl Random {
+    pub fn new(seed: u64) -> Random {
+        Random(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    pub fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound.max(1)
+    }
+
+    pub fn fill(&mut self, bytes: &mut [u8]) {
+        for chunk in bytes.chunks_mut(8) {
+            let word = self.next().to_le_bytes();
+            chunk.copy_from_slice(&word[..chunk.len()]);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! End-to-end behaviour of the file system: data, names, POSIX errors, capacity.
+//! Every test starts real `ringfs server` processes and uses the real client.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::SeekFrom;
+
+use common::{ClusterOptions, Random, TestCluster};
+use ringfs_client::{Client, ClientConfig, Errno, OpenFlags};
+
+fn open_rw(client: &Client, path: &str) -> ringfs_client::Fd {
+    client.open(path, OpenFlags::READ | OpenFlags::WRITE | OpenFlags::CREATE, 0o644).unwrap()
+}
+
+fn read_whole(client: &Client, path: &str) -> Vec<u8> {
+    let size = client.stat(path).unwrap().size as usize;
+    let fd = client.open(path, OpenFlags::READ, 0).unwrap();
+    let mut bytes = vec![0u8; size + 100];
+    let count = client.pread(fd, &mut bytes, 0).unwrap();
+    client.close(fd).unwrap();
+    bytes.truncate(count);
+    bytes
+}
+
+fn small_chunk_client(cluster: &TestCluster, local_fast_path: bool) -> Client {
+    let mut config: ClientConfig = cluster.client_config();
+    config.chunk_size = 64 * 1024;
+    config.local_fast_path = local_fast_path;
+    Client::connect(config).unwrap()
+}
+
+/// Random writes, reads and truncates across chunk boundaries, compared with a plain vector,
+/// over both transfer paths (same-host fast path and TCP).
+#[test]
+fn random_io_across_chunk_boundaries_matches_a_reference_model() {
+    let cluster = TestCluster::start(3);
+    for (seed, fast_path) in [(7, true), (11, false)] {
+        let client = small_chunk_client(&cluster, fast_path);
+        let path = format!("/model-{seed}");
+        let fd = open_rw(&client, &path);
+        let mut model: Vec<u8> = Vec::new();
+        let mut random = Random::new(seed);
+        for step in 0..250 {
+            match random.below(10) {
+                0..=4 => {
+                    let offset = random.below(900_000) as usize;
+                    let mut bytes = vec![0u8; random.below(200_000) as usize + 1];
+                    random.fill(&mut bytes);
+                    assert_eq!(client.pwrite(fd, &bytes, offset as u64).unwrap(), bytes.len());
+                    if model.len() < offset + bytes.len() {
+                        model.resize(offset + bytes.len(), 0);
+                    }
+                    model[offset..offset + bytes.len()].copy_from_slice(&bytes);
+                }
+                5..=7 => {
+                    let offset = random.below(1_100_000) as usize;
+                    let mut buffer = vec![0xAAu8; random.below(300_000) as usize + 1];
+                    let count = client.pread(fd, &mut buffer, offset as u64).unwrap();
+                    let expected = model.get(offset..).map_or(&[][..], |tail| &tail[..tail.len().min(buffer.len())]);
+                    assert_eq!(count, expected.len(), "step {step}: read length at {offset}");
+                    assert!(buffer[..count] == *expected, "step {step}: read contents at {offset}");
+                }
+                8 => {
+                    let size = random.below(1_000_000) as usize;
+                    client.ftruncate(fd, size as u64).unwrap();
+                    model.resize(size, 0);
+                }
+                _ => assert_eq!(client.fstat(fd).unwrap().size, model.len() as u64, "step {step}: size"),
+            }
+        }
+        assert!(read_whole(&client, &path) == model);
+        client.close(fd).unwrap();
+    }
+}
+
+/// Many writers fill disjoint, interleaved 47,008-byte blocks of one shared file (the
+/// IOR-hard pattern); a fresh client reads back every block.
+#[test]
+fn many_writers_to_interleaved_blocks_of_one_shared_file() {
+    const BLOCK: usize = 47_008;
+    const WRITERS: usize = 6;
+    const SEGMENTS: usize = 30;
+    let cluster = TestCluster::start(3);
+    let block = |writer: usize, segment: usize| -> Vec<u8> {
+        let mut bytes = vec![0u8; BLOCK];
+        Random::new((writer * 1000 + segment + 1) as u64).fill(&mut bytes);
+        bytes
+    };
+    let setup = cluster.client();
+    setup.close(setup.create("/shared", 0o644).unwrap()).unwrap();
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let client = cluster.client();
+            std::thread::spawn(move || {
+                let fd = client.open("/shared", OpenFlags::WRITE, 0).unwrap();
+                for segment in 0..SEGMENTS {
+                    let offset = ((segment * WRITERS + writer) * BLOCK) as u64;
+                    assert_eq!(client.pwrite(fd, &block(writer, segment), offset).unwrap(), BLOCK);
+                }
+                client.close(fd).unwrap();
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().unwrap();
+    }
+    let reader = cluster.client();
+    assert_eq!(reader.stat("/shared").unwrap().size, (WRITERS * SEGMENTS * BLOCK) as u64);
+    let fd = reader.open("/shared", OpenFlags::READ, 0).unwrap();
+    let mut buffer = vec![0u8; BLOCK];
+    for segment in 0..SEGMENTS {
+        for writer in 0..WRITERS {
+            let offset = ((segment * WRITERS + writer) * BLOCK) as u64;
+            assert_eq!(reader.pread(fd, &mut buffer, offset).unwrap(), BLOCK);
+            assert!(buffer == block(writer, segment), "block of writer {writer}, segment {segment}");
+        }
+    }
+}
+
+/// A directory of 10,000 entries spread over 4 servers lists completely, with every server
+/// holding part of it.
+#[test]
+fn readdir_of_ten_thousand_entries_spread_over_four_servers() {
+    let cluster = TestCluster::start(4);
+    let client = cluster.client();
+    client.mkdir("/big", 0o755).unwrap();
+    let creators: Vec<_> = (0..4)
+        .map(|part| {
+            let client = cluster.client();
+            std::thread::spawn(move || {
+                for index in (part..10_000).step_by(4) {
+                    let fd = client.open(&format!("/big/entry.{index:05}"), OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUSIVE, 0o600).unwrap();
+                    client.close(fd).unwrap();
+                }
+            })
+        })
+        .collect();
+    for creator in creators {
+        creator.join().unwrap();
+    }
+    let listing = client.readdir("/big").unwrap();
+    let names: Vec<String> = listing.iter().map(|entry| entry.name.clone()).collect();
+    let expected: Vec<String> = (0..10_000).map(|index| format!("entry.{index:05}")).collect();
+    assert_eq!(names, expected);
+    assert!(listing.iter().all(|entry| entry.stat.size == 0 && entry.stat.mode & 0o777 == 0o600));
+    let per_server: Vec<u64> = client.server_stats().unwrap().iter().map(|stats| stats.entries).collect();
+    assert!(per_server.iter().all(|entries| *entries >= 1_000), "entries per server: {per_server:?}");
+}
+
+#[test]
+fn truncate_shrinks_and_grows_files_with_zero_filled_holes() {
+    let cluster = TestCluster::start(3);
+    let client = small_chunk_client(&cluster, true);
+    let chunk = 64 * 1024;
+    let mut data = vec![0u8; chunk * 3 + chunk / 2];
+    Random::new(3).fill(&mut data);
+    let fd = open_rw(&client, "/t");
+    client.pwrite(fd, &data, 0).unwrap();
+
+    client.truncate("/t", (chunk + chunk / 5) as u64).unwrap();
+    assert_eq!(client.stat("/t").unwrap().size, (chunk + chunk / 5) as u64);
+    assert!(read_whole(&client, "/t") == data[..chunk + chunk / 5]);
+
+    client.ftruncate(fd, (chunk * 5) as u64).unwrap();
+    let grown = read_whole(&client, "/t");
+    assert_eq!(grown.len(), chunk * 5);
+    assert!(grown[..chunk + chunk / 5] == data[..chunk + chunk / 5]);
+    assert!(grown[chunk + chunk / 5..].iter().all(|byte| *byte == 0), "old bytes past the cut must not come back");
+
+    client.truncate("/t", 0).unwrap();
+    assert_eq!(client.stat("/t").unwrap().size, 0);
+    // A sparse file: grow an empty file far past its first chunk, write near the end.
+    client.truncate("/t", 10 * chunk as u64 + 17).unwrap();
+    assert_eq!(client.stat("/t").unwrap().size, 10 * chunk as u64 + 17);
+    client.pwrite(fd, b"tail", 10 * chunk as u64 + 10).unwrap();
+    let sparse = read_whole(&client, "/t");
+    assert_eq!(sparse.len(), 10 * chunk + 17);
+    assert_eq!(&sparse[10 * chunk + 10..10 * chunk + 14], b"tail");
+    assert!(sparse[..10 * chunk + 10].iter().all(|byte| *byte == 0));
+    // A write far beyond the end of a new file extends it.
+    let fd2 = open_rw(&client, "/t2");
+    client.pwrite(fd2, b"x", 7 * chunk as u64 + 3).unwrap();
+    assert_eq!(client.fstat(fd2).unwrap().size, 7 * chunk as u64 + 4);
+    assert!(client.truncate("/", 0).is_err());
+}
+
+#[test]
+fn rename_moves_files_whole_and_replaces_targets() {
+    let cluster = TestCluster::start(3);
+    let client = small_chunk_client(&cluster, true);
+    let mut big = vec![0u8; 64 * 1024 * 7 + 123];
+    Random::new(9).fill(&mut big);
+    client.mkdir("/src", 0o755).unwrap();
+    client.mkdir("/dst", 0o755).unwrap();
+    let fd = client.create("/src/big", 0o640).unwrap();
+    client.pwrite(fd, &big, 0).unwrap();
+    client.close(fd).unwrap();
+
+    client.rename("/src/big", "/dst/big").unwrap();
+    assert_eq!(client.stat("/src/big").unwrap_err(), Errno::ENOENT);
+    let moved = client.stat("/dst/big").unwrap();
+    assert_eq!((moved.size, moved.mode & 0o777), (big.len() as u64, 0o640));
+    assert!(read_whole(&client, "/dst/big") == big);
+
+    // Rename over an existing, larger file: the target shows exactly the source afterwards.
+    let fd = client.create("/dst/target", 0o644).unwrap();
+    client.pwrite(fd, &vec![7u8; 64 * 1024 * 12], 0).unwrap();
+    client.close(fd).unwrap();
+    let fd = client.create("/src/small", 0o644).unwrap();
+    client.pwrite(fd, b"small file", 0).unwrap();
+    client.close(fd).unwrap();
+    client.rename("/src/small", "/dst/target").unwrap();
+    assert_eq!(read_whole(&client, "/dst/target"), b"small file");
+    client.rename("/dst/big", "/dst/target").unwrap();
+    assert!(read_whole(&client, "/dst/target") == big);
+    let names: Vec<String> = client.readdir("/dst").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["target"]);
+
+    assert_eq!(client.rename("/src/missing", "/dst/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(client.rename("/dst/target", "/nowhere/x").unwrap_err(), Errno::ENOENT);
+    assert_eq!(client.rename("/dst/target", "/src").unwrap_err(), Errno::EISDIR);
+    assert_eq!(client.rename("/src", "/elsewhere").unwrap_err(), Errno::EXDEV);
+    // Space of the replaced files is freed on every server.
+    client.unlink("/dst/target").unwrap();
+    let used: u64 = client.server_stats().unwrap().iter().map(|stats| stats.bytes).sum();
+    assert!(used < 64 * 1024, "{used} bytes still used after removing every file");
+}
+
+#[test]
+fn symbolic_links_resolve_and_dangle_like_posix() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/data", 0o755).unwrap();
+    let fd = client.create("/data/real", 0o644).unwrap();
+    client.write(fd, b"through the link").unwrap();
+    client.close(fd).unwrap();
+    client.symlink("real", "/data/relative").unwrap();
+    client.symlink("/data/real", "/absolute").unwrap();
+    assert_eq!(client.readlink("/data/relative").unwrap(), "real");
+    assert_eq!(client.stat("/absolute").unwrap().size, 16);
+    assert!(client.lstat("/absolute").unwrap().kind() == Some(ringfs_client::FileKind::Symlink));
+    assert_eq!(read_whole(&client, "/data/relative"), b"through the link");
+    assert_eq!(client.readlink("/data/real").unwrap_err(), Errno::EINVAL);
+    assert_eq!(client.symlink("x", "/absolute").unwrap_err(), Errno::EEXIST);
+    client.unlink("/absolute").unwrap();
+    assert!(client.stat("/data/real").is_ok());
+    client.symlink("/nowhere", "/dangling").unwrap();
+    assert_eq!(client.stat("/dangling").unwrap_err(), Errno::ENOENT);
+    client.symlink("/loop2", "/loop1").unwrap();
+    client.symlink("/loop1", "/loop2").unwrap();
+    assert_eq!(client.stat("/loop1").unwrap_err(), Errno::ELOOP);
+}
+
+#[test]
+fn namespace_operations_fail_with_posix_errors() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).unwrap();
+    client.close(client.create("/d/f", 0o644).unwrap()).unwrap();
+
+    assert_eq!(client.rmdir("/d").unwrap_err(), Errno::ENOTEMPTY);
+    assert_eq!(client.create("/missing/f", 0o644).unwrap_err(), Errno::ENOENT);
+    assert_eq!(client.mkdir("/missing/sub", 0o755).unwrap_err(), Errno::ENOENT);
+    assert_eq!(client.mkdir("/d", 0o755).unwrap_err(), Errno::EEXIST);
+    assert_eq!(client.open("/d/f", OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUSIVE, 0o644).unwrap_err(), Errno::EEXIST);
+    assert_eq!(client.unlink("/d").unwrap_err(), Errno::EISDIR);
+    assert_eq!(client.rmdir("/d/f").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(client.open("/d/none", OpenFlags::READ, 0).unwrap_err(), Errno::ENOENT);
+    assert_eq!(client.create("/d/f/child", 0o644).unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(client.readdir("/d/f").unwrap_err(), Errno::ENOTDIR);
+    assert_eq!(client.open("/d", OpenFlags::WRITE, 0).unwrap_err(), Errno::EISDIR);
+    assert_eq!(client.rmdir("/").unwrap_err(), Errno::EBUSY);
+    assert_eq!(client.stat(&format!("/{}", "n".repeat(300))).unwrap_err(), Errno::ENAMETOOLONG);
+
+    // Once a directory is removed, nothing can be created in it (on any server).
+    client.unlink("/d/f").unwrap();
+    client.rmdir("/d").unwrap();
+    for index in 0..20 {
+        assert_eq!(client.create(&format!("/d/f{index}"), 0o644).unwrap_err(), Errno::ENOENT);
+    }
+    // ... and a new directory of the same name works normally.
+    client.mkdir("/d", 0o700).unwrap();
+    client.close(client.create("/d/again", 0o644).unwrap()).unwrap();
+    assert_eq!(client.readdir("/d").unwrap().len(), 1);
+    let fd = client.open("/d/again", OpenFlags::READ, 0).unwrap();
+    assert_eq!(client.write(fd, b"x").unwrap_err(), Errno::EBADF);
+    assert_eq!(client.close(ringfs_client::Fd(9999)).unwrap_err(), Errno::EBADF);
+}
+
+#[test]
+fn file_positions_append_and_attributes_work() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let fd = client.create("/log", 0o600).unwrap();
+    client.write(fd, b"one ").unwrap();
+    client.write(fd, b"two").unwrap();
+    client.close(fd).unwrap();
+    let fd = client.open("/log", OpenFlags::WRITE | OpenFlags::APPEND, 0).unwrap();
+    client.write(fd, b" three").unwrap();
+    client.close(fd).unwrap();
+    let fd = client.open("/log", OpenFlags::READ, 0).unwrap();
+    assert_eq!(client.seek(fd, SeekFrom::End(-5)).unwrap(), 8);
+    let mut tail = [0u8; 10];
+    assert_eq!(client.read(fd, &mut tail).unwrap(), 5);
+    assert_eq!(&tail[..5], b"three");
+    assert_eq!(client.read(fd, &mut tail).unwrap(), 0, "end of file");
+    client.close(fd).unwrap();
+
+    client.chmod("/log", 0o640).unwrap();
+    client.chown("/log", Some(1234), Some(99)).unwrap();
+    client.utimens("/log", Some(1_000_000_000), Some(2_000_000_000)).unwrap();
+    let stat = client.stat("/log").unwrap();
+    assert_eq!((stat.mode & 0o7777, stat.uid, stat.gid, stat.mtime_ns, stat.atime_ns), (0o640, 1234, 99, 2_000_000_000, 1_000_000_000));
+    client.access("/log", 0).unwrap();
+    assert_eq!(client.access("/missing", 0).unwrap_err(), Errno::ENOENT);
+    // Opening with O_TRUNC empties the file.
+    client.close(client.open("/log", OpenFlags::WRITE | OpenFlags::TRUNCATE, 0).unwrap()).unwrap();
+    assert_eq!(client.stat("/log").unwrap().size, 0);
+}
+
+#[test]
+fn a_full_store_gives_enospc_and_space_comes_back_after_unlink() {
+    let cluster = TestCluster::with_options(ClusterOptions { capacity: Some("2M".into()), ..ClusterOptions::new(2) });
+    let client = cluster.client();
+    let fd = client.create("/fill", 0o644).unwrap();
+    let block = vec![1u8; 1 << 20];
+    let mut written = 0u64;
+    let error = loop {
+        match client.pwrite(fd, &block, written) {
+            Ok(count) => written += count as u64,
+            Err(errno) => break errno,
+        }
+        assert!(written <= 8 << 20, "capacity limit not enforced");
+    };
+    assert_eq!(error, Errno::ENOSPC);
+    assert!(written >= 2 << 20, "only {written} bytes fit in 4 MiB of capacity");
+    client.close(fd).unwrap();
+    client.unlink("/fill").unwrap();
+    let fd = client.create("/again", 0o644).unwrap();
+    client.pwrite(fd, &block, 0).unwrap();
+}
+
+/// Names and numbers that are easy to get wrong: files named like numbers, deep paths,
+/// names with spaces and non-ASCII characters.
+#[test]
+fn unusual_names_round_trip() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let names = ["00000001", "with space", "ünïcödé", "dots.in.name", "...", "a-b_c+d=e"];
+    for name in names {
+        let fd = client.create(&format!("/{name}"), 0o644).unwrap();
+        client.write(fd, name.as_bytes()).unwrap();
+        client.close(fd).unwrap();
+    }
+    let listed: BTreeSet<String> = client.readdir("/").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(listed, names.iter().map(|name| name.to_string()).collect());
+    for name in names {
+        assert_eq!(read_whole(&client, &format!("/{name}")), name.as_bytes());
+    }
+    let mut deep = String::new();
+    for level in 0..30 {
+        deep.push_str(&format!("/level{level}"));
+        client.mkdir(&deep, 0o755).unwrap();
+    }
+    client.close(client.create(&format!("{deep}/leaf"), 0o644).unwrap()).unwrap();
+    assert!(client.stat(&format!("{deep}/leaf")).is_ok());
+}

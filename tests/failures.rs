@@ -1,0 +1,216 @@
+//! End-to-end behaviour under failures and hostile input: restarts, dead and hung servers,
+//! malformed frames, wrong secrets, stale member lists.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use common::{ClusterOptions, Random, TestCluster};
+use ringfs_client::{Client, ConnectError, Errno, OpenFlags};
+use ringfs_proto::{FrameHeader, Hello, PROTOCOL_VERSION, Request, Response};
+
+fn write_file(client: &Client, path: &str, bytes: &[u8]) {
+    let fd = client.create(path, 0o644).unwrap();
+    assert_eq!(client.pwrite(fd, bytes, 0).unwrap(), bytes.len());
+    client.close(fd).unwrap();
+}
+
+fn read_file(client: &Client, path: &str) -> Result<Vec<u8>, Errno> {
+    let size = client.stat(path)?.size as usize;
+    let fd = client.open(path, OpenFlags::READ, 0)?;
+    let mut bytes = vec![0u8; size];
+    let count = client.pread(fd, &mut bytes, 0)?;
+    client.close(fd)?;
+    bytes.truncate(count);
+    Ok(bytes)
+}
+
+/// Paths whose chunk 0 lives on `server` (by the client's view of placement).
+fn paths_owned_by(client: &Client, server: &str, count: usize) -> Vec<String> {
+    let list = client.members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    (0..10_000)
+        .map(|index| format!("/owned-{index}"))
+        .filter(|path| placement.ring()[placement.owner(path, 0)] == server)
+        .take(count)
+        .collect()
+}
+
+#[test]
+fn a_restarted_server_serves_its_dir_store_again() {
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let client = cluster.client();
+    client.mkdir("/keep", 0o755).unwrap();
+    let mut files = Vec::new();
+    for index in 0..12 {
+        let mut bytes = vec![0u8; 300_000 * (index % 4) + 1000];
+        Random::new(index as u64 + 1).fill(&mut bytes);
+        write_file(&client, &format!("/keep/file{index}"), &bytes);
+        files.push(bytes);
+    }
+    cluster.stop(1);
+    cluster.wait_for_alive(2);
+    cluster.restart(1);
+    cluster.wait_for_alive(3);
+    let client = cluster.client();
+    for (index, bytes) in files.iter().enumerate() {
+        assert!(read_file(&client, &format!("/keep/file{index}")).unwrap() == *bytes, "file {index} after restart");
+    }
+    assert_eq!(client.readdir("/keep").unwrap().len(), 12);
+    // The restarted server takes new data too.
+    write_file(&client, "/keep/new", b"after restart");
+    assert_eq!(read_file(&client, "/keep/new").unwrap(), b"after restart");
+}
+
+#[test]
+fn a_killed_server_turns_into_eio_within_the_deadline_and_others_keep_working() {
+    let mut cluster = TestCluster::start(3);
+    let mut config = cluster.client_config();
+    config.timeout = Duration::from_secs(2);
+    let client = Client::connect(config).unwrap();
+    let victim = cluster.name(2).to_string();
+    let doomed = paths_owned_by(&client, &victim, 3);
+    let safe = paths_owned_by(&client, cluster.name(0), 3);
+    for path in doomed.iter().chain(&safe) {
+        write_file(&client, path, b"data");
+    }
+    cluster.kill(2);
+    for path in &doomed {
+        let started = Instant::now();
+        assert_eq!(read_file(&client, path).unwrap_err(), Errno::EIO);
+        assert!(started.elapsed() < Duration::from_secs(3), "EIO took {:?}", started.elapsed());
+    }
+    for path in &safe {
+        assert_eq!(read_file(&client, path).unwrap(), b"data");
+    }
+    // The others notice and drop it from service; it stays in the ring so placement holds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while client.members().members.iter().any(|member| member.name == victim && member.alive) {
+        assert!(Instant::now() < deadline, "dead server was not detected");
+        let _ = client.stat("/");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(client.members().members.len(), 3);
+    let started = Instant::now();
+    assert_eq!(read_file(&client, &doomed[0]).unwrap_err(), Errno::EIO);
+    assert!(started.elapsed() < Duration::from_millis(500), "a known-dead server must fail fast");
+}
+
+#[test]
+fn a_hung_server_turns_into_eio_within_the_deadline() {
+    let cluster = TestCluster::start(2);
+    let mut config = cluster.client_config();
+    config.timeout = Duration::from_millis(1500);
+    let client = Client::connect(config).unwrap();
+    let path = paths_owned_by(&client, cluster.name(1), 1).remove(0);
+    write_file(&client, &path, b"data");
+    cluster.signal(1, libc::SIGSTOP);
+    let started = Instant::now();
+    let result = read_file(&client, &path);
+    let elapsed = started.elapsed();
+    cluster.signal(1, libc::SIGCONT);
+    assert_eq!(result.unwrap_err(), Errno::EIO);
+    assert!(elapsed >= Duration::from_millis(1400) && elapsed < Duration::from_millis(3500), "EIO after {elapsed:?}");
+}
+
+#[test]
+fn a_wrong_secret_is_refused() {
+    let cluster = TestCluster::start(1);
+    let mut config = cluster.client_config();
+    config.secret = b"not the secret".to_vec();
+    match Client::connect(config) {
+        Err(ConnectError::Refused(errno)) => assert_eq!(errno, Errno::EACCES),
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("a wrong secret must be refused"),
+    }
+}
+
+fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
+    let mut body = Vec::new();
+    Request::Hello(Hello { version: PROTOCOL_VERSION, secret: secret.as_bytes().to_vec(), client_pid: 0, host_id: 0, from_server: false, memory_probe: None })
+        .encode(&mut body);
+    let header = FrameHeader { body_len: body.len() as u32, data_len: 0, request_id: 1, epoch: 0 };
+    socket.write_all(&[header.encode().as_slice(), &body].concat()).unwrap();
+    let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];
+    socket.read_exact(&mut reply_header).unwrap();
+    let reply_header = FrameHeader::decode(&reply_header).unwrap();
+    let mut reply = vec![0u8; reply_header.body_len as usize];
+    socket.read_exact(&mut reply).unwrap();
+    assert!(matches!(Response::decode(&reply), Ok(Response::Hello(_))));
+}
+
+#[test]
+fn malformed_and_oversized_frames_close_only_their_connection() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    write_file(&client, "/before", b"still here");
+    let write_request = {
+        let mut body = Vec::new();
+        Request::Stat(ringfs_proto::ChunkRef { path: "relative/not/canonical".into(), index: 0, file_id: 0 }).encode(&mut body);
+        body
+    };
+    let garbage: Vec<Vec<u8>> = vec![
+        FrameHeader { body_len: u32::MAX, data_len: 0, request_id: 5, epoch: 0 }.encode().to_vec(),
+        FrameHeader { body_len: 4, data_len: u32::MAX, request_id: 5, epoch: 0 }.encode().to_vec(),
+        [FrameHeader { body_len: 5, data_len: 0, request_id: 5, epoch: 0 }.encode().to_vec(), vec![0xFF, 0, 0, 0, 0]].concat(),
+        [FrameHeader { body_len: 2, data_len: 0, request_id: 5, epoch: 0 }.encode().to_vec(), vec![11, 0]].concat(),
+    ];
+    for (case, bytes) in garbage.iter().enumerate() {
+        let mut socket = std::net::TcpStream::connect(cluster.address(0)).unwrap();
+        socket.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        handshake(&mut socket, &cluster.secret);
+        socket.write_all(bytes).unwrap();
+        let mut answer = Vec::new();
+        let closed = socket.read_to_end(&mut answer);
+        assert!(closed.is_ok() && answer.is_empty(), "case {case}: the connection must be closed without an answer");
+    }
+    // A well-formed request with an invalid path gets an error answer, not a closed socket.
+    let mut socket = std::net::TcpStream::connect(cluster.address(0)).unwrap();
+    handshake(&mut socket, &cluster.secret);
+    let header = FrameHeader { body_len: write_request.len() as u32, data_len: 0, request_id: 9, epoch: 0 };
+    socket.write_all(&[header.encode().as_slice(), &write_request].concat()).unwrap();
+    let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];
+    socket.read_exact(&mut reply_header).unwrap();
+    let reply_header = FrameHeader::decode(&reply_header).unwrap();
+    let mut reply = vec![0u8; reply_header.body_len as usize];
+    socket.read_exact(&mut reply).unwrap();
+    assert_eq!(Response::decode(&reply), Ok(Response::Error(Errno::EINVAL)));
+    // Everybody else is unaffected.
+    assert_eq!(read_file(&client, "/before").unwrap(), b"still here");
+    assert_eq!(cluster.client().members().members.iter().filter(|member| member.alive).count(), 2);
+}
+
+/// A client that connected before a server joined routes some keys to the wrong server;
+/// servers forward them, and the client catches up with the member list.
+#[test]
+fn requests_routed_by_a_stale_member_list_are_forwarded() {
+    let mut cluster = TestCluster::start(2);
+    let stale = cluster.client();
+    assert_eq!(stale.members().members.len(), 2);
+    let old_list = stale.members();
+    cluster.add_server();
+    cluster.wait_for_alive(3);
+    // First, a file whose owner the new server changed: the stale client sends it to the
+    // old owner, which forwards it.
+    let new_list = cluster.client().members();
+    let owner = |list: &ringfs_proto::MemberList, path: &str| {
+        let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+        let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+        placement.ring()[placement.owner(path, 0)].clone()
+    };
+    let moved = (0..1000).map(|index| format!("/moved-{index}")).find(|path| owner(&old_list, path) != owner(&new_list, path)).unwrap();
+    write_file(&stale, &moved, b"forwarded");
+    for index in 0..30 {
+        write_file(&stale, &format!("/routed-{index}"), format!("content {index}").as_bytes());
+    }
+    assert_eq!(stale.members().members.len(), 3, "the client follows the new member list");
+    let fresh = cluster.client();
+    assert_eq!(read_file(&fresh, &moved).unwrap(), b"forwarded");
+    for index in 0..30 {
+        assert_eq!(read_file(&fresh, &format!("/routed-{index}")).unwrap(), format!("content {index}").as_bytes());
+    }
+    let forwarded: u64 = fresh.server_stats().unwrap().iter().map(|stats| stats.forwarded).sum();
+    assert!(forwarded > 0, "the misrouted request is forwarded");
+}
