@@ -85,7 +85,7 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Server(args) => server_command::run(args),
         Command::Start(args) => {
-            let started = cluster::start(&args)?;
+            let started = ringfs_launch::start(&args.launch_config()?)?;
             print!("{}", started.exports());
             eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
             Ok(())

@@ -1,0 +1,439 @@
+//! Starting and stopping the servers of one job.
+//!
+//! [`start`] launches `ringfs server` processes — on this machine by default (the embedded
+//! local cluster), or one per host of a hostfile through ssh or another launcher — waits until
+//! all have joined, and returns a [`Cluster`] with what clients need (addresses, secret,
+//! chunk size). Everything [`stop`] needs is kept in a *run directory*: the secret, the
+//! servers' addresses and process ids, and their logs.
+//!
+//! ```no_run
+//! use ringfs_launch::{LaunchConfig, start};
+//! let config = LaunchConfig::local(2, "/usr/local/bin/ringfs".into());
+//! let cluster = start(&config).unwrap();
+//! print!("{}", cluster.exports());
+//! cluster.stop().unwrap();
+//! ```
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringfs_client::{Client, ClientConfig};
+use ringfs_placement::{HashFunction, Scheme};
+use thiserror::Error;
+
+/// How long `start` waits for the servers, and `stop` for them to exit.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a cluster could not be started or stopped.
+#[derive(Debug, Error)]
+pub enum LaunchError {
+    #[error("{0}")]
+    Config(String),
+    #[error("{what}: {source}")]
+    Io { what: String, source: std::io::Error },
+    #[error("starting the cluster failed: {0}")]
+    Startup(String),
+}
+
+type Result<T> = std::result::Result<T, LaunchError>;
+
+fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
+    let what = what.into();
+    move |source| LaunchError::Io { what, source }
+}
+
+/// What to start. [`LaunchConfig::local`] gives the defaults of `ringfs start`.
+#[derive(Clone, Debug)]
+pub struct LaunchConfig {
+    /// Number of servers on this machine (ignored with a hostfile).
+    pub servers: usize,
+    /// `mem` or `dir:PATH` (each server uses PATH/<name>).
+    pub store: String,
+    /// Capacity per server, as `ringfs server --capacity` takes it ("0": unlimited).
+    pub capacity: String,
+    /// Chunk size clients of this cluster use for new files.
+    pub chunk_size: u32,
+    /// One server per line (first word: host name) instead of local servers.
+    pub hostfile: Option<PathBuf>,
+    /// Runs a shell command on a host: `<launcher> <host> <command>`.
+    pub launcher: String,
+    /// First TCP port on hosts of a hostfile (server i listens on port + i).
+    pub port: u16,
+    /// Address local servers listen on.
+    pub listen_host: String,
+    pub hash: HashFunction,
+    pub placement: Scheme,
+    /// Where to keep secret, addresses and logs (default: a new directory under
+    /// $TMPDIR/ringfs-<uid>, or ~/.ringfs with a hostfile so every host can read it).
+    pub run_dir: Option<PathBuf>,
+    /// The `ringfs` executable the servers run.
+    pub executable: PathBuf,
+    /// Extra arguments for every `ringfs server`.
+    pub server_args: Vec<String>,
+}
+
+impl LaunchConfig {
+    /// `servers` in-memory servers on this machine, listening on 127.0.0.1.
+    pub fn local(servers: usize, executable: PathBuf) -> LaunchConfig {
+        LaunchConfig {
+            servers,
+            store: "mem".into(),
+            capacity: "0".into(),
+            chunk_size: ringfs_client::DEFAULT_CHUNK_SIZE,
+            hostfile: None,
+            launcher: "ssh -o BatchMode=yes".into(),
+            port: 7717,
+            listen_host: "127.0.0.1".into(),
+            hash: HashFunction::default(),
+            placement: Scheme::default(),
+            run_dir: None,
+            executable,
+            server_args: Vec::new(),
+        }
+    }
+}
+
+/// A launched server, as recorded in the run directory.
+struct ServerRecord {
+    name: String,
+    address: String,
+    /// Process id, for servers started on this machine.
+    pid: Option<u32>,
+}
+
+fn random_hex(bytes: usize) -> String {
+    let digits: String = (0..bytes.div_ceil(8)).map(|_| format!("{:016x}", ringfs_rpc::memory::random_u64())).collect();
+    digits[..bytes * 2].to_string()
+}
+
+fn default_run_dir(shared: bool) -> PathBuf {
+    let id = random_hex(6);
+    if shared && let Some(home) = std::env::var_os("HOME") {
+        return PathBuf::from(home).join(".ringfs").join(id);
+    }
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    std::env::temp_dir().join(format!("ringfs-{uid}")).join(id)
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<()> {
+    let what = format!("cannot write {}", path.display());
+    let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(io_error(&what))?;
+    file.write_all(contents.as_bytes()).map_err(io_error(what))
+}
+
+fn read_hostfile(path: &Path) -> Result<Vec<String>> {
+    let text = fs::read_to_string(path).map_err(io_error(format!("cannot read hostfile {}", path.display())))?;
+    let hosts: Vec<String> = text
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or("").trim())
+        .filter_map(|line| line.split_whitespace().next().map(String::from))
+        .collect();
+    if hosts.is_empty() {
+        return Err(LaunchError::Config(format!("hostfile {} names no host", path.display())));
+    }
+    Ok(hosts)
+}
+
+/// The `--store` argument of one server: a `dir` store gets a subdirectory per server.
+fn store_for(store: &str, name: &str) -> Result<String> {
+    match store.split_once(':') {
+        None if store == "mem" => Ok("mem".into()),
+        Some(("dir", path)) if !path.is_empty() => Ok(format!("dir:{}", Path::new(path).join(name).display())),
+        _ => Err(LaunchError::Config(format!("invalid store {store:?}: expected mem or dir:PATH"))),
+    }
+}
+
+fn wait_for_file(path: &Path, deadline: Instant) -> Result<String> {
+    loop {
+        if let Ok(text) = fs::read_to_string(path)
+            && !text.trim().is_empty()
+        {
+            return Ok(text.trim().to_string());
+        }
+        if Instant::now() > deadline {
+            return Err(LaunchError::Startup(format!("timed out waiting for {}", path.display())));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+fn signal(pid: u32, signal: i32) {
+    // SAFETY: only called with pids of servers this module started (recorded in the run
+    // directory of their cluster).
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
+}
+
+/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end.
+/// Returns how many had to be killed.
+fn wait_for_exit(pids: &[u32], timeout: Duration) -> usize {
+    let deadline = Instant::now() + timeout;
+    while pids.iter().any(|pid| process_alive(*pid)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stubborn: Vec<u32> = pids.iter().copied().filter(|pid| process_alive(*pid)).collect();
+    for pid in &stubborn {
+        signal(*pid, libc::SIGKILL);
+    }
+    stubborn.len()
+}
+
+fn log_tail(run_dir: &Path, name: &str) -> String {
+    let text = fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(5)..].join("\n")
+}
+
+/// Launches one server on this machine as a detached process.
+fn spawn_local(config: &LaunchConfig, run_dir: &Path, name: &str, join: Option<&str>) -> Result<(u32, PathBuf)> {
+    let address_file = run_dir.join(format!("{name}.addr"));
+    let log_path = run_dir.join(format!("{name}.log"));
+    let log = fs::File::create(&log_path).map_err(io_error(format!("cannot create {}", log_path.display())))?;
+    let log_copy = log.try_clone().map_err(io_error("cannot duplicate a file handle"))?;
+    let mut command = Command::new(&config.executable);
+    command
+        .arg("server")
+        .args(["--name", name])
+        .args(["--listen", &format!("{}:0", config.listen_host)])
+        .arg("--unix-socket")
+        .arg(run_dir.join(format!("{name}.sock")))
+        .args(["--store", &store_for(&config.store, name)?])
+        .args(["--capacity", &config.capacity])
+        .args(["--hash", &config.hash.to_string()])
+        .args(["--placement", &config.placement.to_string()])
+        .arg("--secret-file")
+        .arg(run_dir.join("secret"))
+        .arg("--address-file")
+        .arg(&address_file)
+        .args(&config.server_args)
+        .stdin(Stdio::null())
+        .stdout(log_copy)
+        .stderr(log)
+        .env_remove("RINGFS_SECRET");
+    if let Some(join) = join {
+        command.args(["--join", join]);
+    }
+    // SAFETY: setsid is async-signal-safe; it detaches the server from the terminal session so
+    // that a Ctrl-C aimed at the launching command does not reach it.
+    unsafe {
+        command.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = command.spawn().map_err(io_error(format!("cannot run {}", config.executable.display())))?;
+    Ok((child.id(), address_file))
+}
+
+/// Launches one server on `host` through the launcher.
+fn spawn_remote(config: &LaunchConfig, run_dir: &Path, host: &str, name: &str, port: u16, join: Option<&str>) -> Result<()> {
+    let mut command = format!(
+        "{exe} server --name {name} --listen 0.0.0.0:{port} --advertise {host}:{port} --unix-socket /tmp/ringfs-{id}-{name}.sock \
+         --store {store} --capacity {capacity} --hash {hash} --placement {placement} --secret-file {run_dir}/secret {extra}",
+        exe = config.executable.display(),
+        id = run_dir.file_name().and_then(|name| name.to_str()).unwrap_or("job"),
+        store = store_for(&config.store, name)?,
+        capacity = config.capacity,
+        hash = config.hash,
+        placement = config.placement,
+        run_dir = run_dir.display(),
+        extra = config.server_args.join(" "),
+    );
+    if let Some(join) = join {
+        command.push_str(&format!(" --join {join}"));
+    }
+    command.push_str(&format!(" >{}/{name}.log 2>&1 </dev/null &", run_dir.display()));
+    let mut words = config.launcher.split_whitespace();
+    let program = words.next().ok_or_else(|| LaunchError::Config("the launcher command is empty".into()))?;
+    let status = Command::new(program)
+        .args(words)
+        .arg(host)
+        .arg(&command)
+        .stdin(Stdio::null())
+        .status()
+        .map_err(io_error(format!("cannot run {program}")))?;
+    if !status.success() {
+        return Err(LaunchError::Startup(format!("launching the server on {host} failed ({status})")));
+    }
+    Ok(())
+}
+
+/// Polls the cluster until `expected` servers are alive.
+fn wait_for_members(first_address: &str, secret: &str, expected: usize, deadline: Instant) -> Result<()> {
+    let mut last_error = String::from("no answer yet");
+    while Instant::now() < deadline {
+        match Client::connect(ClientConfig::new(vec![first_address.to_string()], secret.as_bytes().to_vec())) {
+            Ok(client) => {
+                let alive = client.members().members.iter().filter(|member| member.alive).count();
+                if alive >= expected {
+                    return Ok(());
+                }
+                last_error = format!("{alive} of {expected} servers joined");
+            }
+            Err(error) => last_error = error.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    Err(LaunchError::Startup(format!("the servers did not come up within {STARTUP_TIMEOUT:?}: {last_error}")))
+}
+
+fn write_records(run_dir: &Path, records: &[ServerRecord]) -> Result<()> {
+    let text: String = records
+        .iter()
+        .map(|record| format!("{} {} {}\n", record.name, record.address, record.pid.map(|pid| pid.to_string()).unwrap_or("-".into())))
+        .collect();
+    write_private(&run_dir.join("servers"), &text)
+}
+
+fn read_records(run_dir: &Path) -> Result<Vec<ServerRecord>> {
+    let text = fs::read_to_string(run_dir.join("servers")).map_err(io_error(format!("{} holds no ringfs cluster", run_dir.display())))?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            Some(ServerRecord { name: words.next()?.to_string(), address: words.next()?.to_string(), pid: words.next()?.parse().ok() })
+        })
+        .collect())
+}
+
+/// A started cluster: what clients need to use it.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    pub run_dir: PathBuf,
+    /// TCP addresses of the servers.
+    pub servers: Vec<String>,
+    pub secret: String,
+    pub chunk_size: u32,
+}
+
+impl Cluster {
+    /// The `export` lines `ringfs start` prints.
+    pub fn exports(&self) -> String {
+        self.environment().iter().map(|(name, value)| format!("export {name}={value}\n")).collect()
+    }
+
+    /// The client variables, as (name, value) pairs.
+    pub fn environment(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("RINGFS_SERVER", self.servers.join(",")),
+            ("RINGFS_SECRET", self.secret.clone()),
+            ("RINGFS_RUN_DIR", self.run_dir.display().to_string()),
+            ("RINGFS_CHUNK_SIZE", self.chunk_size.to_string()),
+        ]
+    }
+
+    /// A client configuration for this cluster.
+    pub fn client_config(&self) -> ClientConfig {
+        let mut config = ClientConfig::new(self.servers.clone(), self.secret.as_bytes().to_vec());
+        config.chunk_size = self.chunk_size;
+        config
+    }
+
+    /// Stops the servers and removes the run directory.
+    pub fn stop(&self) -> Result<()> {
+        stop(&self.run_dir, false)
+    }
+}
+
+/// Starts a cluster and waits until every server has joined.
+pub fn start(config: &LaunchConfig) -> Result<Cluster> {
+    let hosts = config.hostfile.as_deref().map(read_hostfile).transpose()?;
+    if hosts.is_none() && config.servers == 0 {
+        return Err(LaunchError::Config("a cluster needs at least one server".into()));
+    }
+    store_for(&config.store, "check")?;
+    let run_dir = config.run_dir.clone().unwrap_or_else(|| default_run_dir(hosts.is_some()));
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(&run_dir).map_err(io_error(format!("cannot create {}", run_dir.display())))?;
+    let secret = random_hex(32);
+    write_private(&run_dir.join("secret"), &secret)?;
+
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    let mut records: Vec<ServerRecord> = Vec::new();
+    let launched = launch_all(config, &run_dir, hosts.as_deref(), &secret, deadline, &mut records)
+        .and_then(|()| wait_for_members(&records[0].address, &secret, records.len(), deadline));
+    if let Err(error) = launched {
+        let pids: Vec<u32> = records.iter().filter_map(|record| record.pid).collect();
+        for pid in &pids {
+            signal(*pid, libc::SIGTERM);
+        }
+        wait_for_exit(&pids, Duration::from_secs(5));
+        let logs: String = records.iter().map(|record| format!("\n--- {} log:\n{}", record.name, log_tail(&run_dir, &record.name))).collect();
+        let _ = fs::remove_dir_all(&run_dir);
+        return Err(LaunchError::Startup(format!("{error}{logs}")));
+    }
+    write_records(&run_dir, &records)?;
+    Ok(Cluster { run_dir, servers: records.iter().map(|record| record.address.clone()).collect(), secret, chunk_size: config.chunk_size })
+}
+
+fn launch_all(config: &LaunchConfig, run_dir: &Path, hosts: Option<&[String]>, secret: &str, deadline: Instant, records: &mut Vec<ServerRecord>) -> Result<()> {
+    match hosts {
+        None => {
+            let (pid, address_file) = spawn_local(config, run_dir, "server-0", None)?;
+            records.push(ServerRecord { name: "server-0".into(), address: String::new(), pid: Some(pid) });
+            records[0].address = wait_for_file(&address_file, deadline)?;
+            let first = records[0].address.clone();
+            let mut pending = Vec::new();
+            for index in 1..config.servers {
+                let name = format!("server-{index}");
+                let (pid, address_file) = spawn_local(config, run_dir, &name, Some(&first))?;
+                records.push(ServerRecord { name, address: String::new(), pid: Some(pid) });
+                pending.push((records.len() - 1, address_file));
+            }
+            for (position, address_file) in pending {
+                records[position].address = wait_for_file(&address_file, deadline)?;
+            }
+        }
+        Some(hosts) => {
+            for (index, host) in hosts.iter().enumerate() {
+                let name = format!("{host}-{index}");
+                let port = config.port.checked_add(index as u16).ok_or_else(|| LaunchError::Config("the port range overflows".into()))?;
+                let first = records.first().map(|record| record.address.clone());
+                spawn_remote(config, run_dir, host, &name, port, first.as_deref())?;
+                records.push(ServerRecord { name, address: format!("{host}:{port}"), pid: None });
+                if index == 0 {
+                    wait_for_members(&records[0].address, secret, 1, deadline)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Stops every server of the cluster in `run_dir` and waits until they have exited; removes
+/// the run directory unless `keep`.
+pub fn stop(run_dir: &Path, keep: bool) -> Result<()> {
+    let records = read_records(run_dir)?;
+    let secret = fs::read_to_string(run_dir.join("secret")).map_err(io_error("cannot read the cluster secret"))?.trim().to_string();
+    let addresses: Vec<String> = records.iter().map(|record| record.address.clone()).collect();
+    match Client::connect(ClientConfig::new(addresses, secret.into_bytes())) {
+        Ok(client) => {
+            if let Err(errno) = client.shutdown_servers() {
+                log::info!("not every server answered the shutdown request: {errno}");
+            }
+        }
+        Err(error) => log::warn!("no server answered ({error}); stopping the local processes"),
+    }
+    let pids: Vec<u32> = records.iter().filter_map(|record| record.pid).collect();
+    for pid in pids.iter().filter(|pid| process_alive(**pid)) {
+        signal(*pid, libc::SIGTERM);
+    }
+    let killed = wait_for_exit(&pids, SHUTDOWN_TIMEOUT);
+    if killed > 0 {
+        log::warn!("{killed} servers did not stop in time and were killed");
+    }
+    if !keep {
+        fs::remove_dir_all(run_dir).map_err(io_error(format!("cannot remove {}", run_dir.display())))?;
+    }
+    Ok(())
+}
