@@ -6,6 +6,7 @@
 //! `ringfs start` prints (`eval "$(ringfs start)"`). Errors are printed as one line and the
 //! command exits with status 1.
 
+mod bench_command;
 mod cluster;
 mod logger;
 mod server_command;
@@ -67,6 +68,9 @@ enum Command {
     },
     /// Rename a file.
     Mv { from: String, to: String },
+    /// Measure ringfs against a POSIX directory (micro benchmark).
+    #[command(subcommand)]
+    Bench(bench_command::BenchCommand),
     /// Create a symbolic link.
     Ln {
         /// (required) make a symbolic link.
@@ -104,6 +108,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rmdir { path } => client()?.rmdir(&path).map_err(|errno| anyhow::anyhow!("{path}: {errno}")),
         Command::Rm { recursive, path } => tools::rm(&client()?, &path, recursive),
         Command::Mv { from, to } => client()?.rename(&from, &to).map_err(|errno| anyhow::anyhow!("{from} -> {to}: {errno}")),
+        Command::Bench(command) => bench_command::run(command),
         Command::Ln { target, link, .. } => client()?.symlink(&target, &link).map_err(|errno| anyhow::anyhow!("{link}: {errno}")),
     }
 }

@@ -50,6 +50,9 @@ pub struct ServerArgs {
     /// A server silent for this long is declared dead, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     pub failure_timeout_ms: u64,
+    /// Microseconds a connection thread polls for the next request before sleeping (0: never).
+    #[arg(long, default_value_t = 50)]
+    pub poll_us: u64,
 }
 
 /// Parses `mem` or `dir:PATH`.
@@ -120,6 +123,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     config.placement = args.placement;
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));
     config.failure_timeout = Duration::from_millis(args.failure_timeout_ms.max(10));
+    config.poll = Duration::from_micros(args.poll_us);
     let server = Server::start(config)?;
     if let Some(path) = &args.address_file {
         let temporary = path.with_extension("tmp");

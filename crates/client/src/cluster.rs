@@ -41,6 +41,8 @@ pub(crate) struct Cluster {
     view: RwLock<View>,
     epoch: AtomicU64,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// Per server: leases this client is done with, to be released with the next read.
+    lease_backlog: Mutex<HashMap<String, Vec<u64>>>,
     /// Held while the member list is being fetched; holds the time of the last fetch that
     /// followed a failure.
     refreshing: Mutex<Option<Instant>>,
@@ -79,6 +81,7 @@ impl Cluster {
                             epoch: AtomicU64::new(view.list.epoch),
                             view: RwLock::new(view),
                             connections: Mutex::new(HashMap::new()),
+                            lease_backlog: Mutex::new(HashMap::new()),
                             refreshing: Mutex::new(None),
                         };
                         return Ok(cluster);
@@ -128,6 +131,27 @@ impl Cluster {
         let connection = Arc::new(connection);
         lock(&self.connections).insert(member.name.clone(), connection.clone());
         Ok(connection)
+    }
+
+    /// Leases to release with the next read sent to `server`.
+    pub fn take_releases(&self, server: &str) -> Vec<u64> {
+        lock(&self.lease_backlog).get_mut(server).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Remembers leases to release with the next read on `connection`; too many are released
+    /// at once with a message of their own.
+    pub fn defer_releases(&self, connection: &Connection, leases: Vec<u64>) {
+        const MAX_BACKLOG: usize = 64;
+        let mut backlog = lock(&self.lease_backlog);
+        let pending = backlog.entry(connection.server_name().to_string()).or_default();
+        pending.extend(leases);
+        if pending.len() >= MAX_BACKLOG {
+            let leases = std::mem::take(pending);
+            drop(backlog);
+            if let Err(error) = connection.send_one_way(&Request::Release { leases }) {
+                log::debug!("could not release leases: {error}");
+            }
+        }
     }
 
     /// Collects a pending call, turning error responses into errnos, and follows membership

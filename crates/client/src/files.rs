@@ -4,7 +4,6 @@
 //! size. A read or write is cut into per-chunk pieces ([`crate::chunking`]); the requests for
 //! all pieces go out before any answer is awaited, so the servers work on them in parallel.
 
-use std::collections::HashMap;
 use std::io::SeekFrom;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -266,23 +265,24 @@ impl Client {
                     offset: piece.offset_in_chunk,
                     len: piece.len as u64,
                     lease,
+                    release: cluster.take_releases(connection.server_name()),
                 });
                 connection.start(&request, &[], Some(&mut **slice))
             })
             .collect();
         let replies: Vec<Result<Reply>> = calls.into_iter().zip(&connections).map(|(call, connection)| cluster.finish(connection, call)).collect();
 
-        // Copy leased bytes, then let the servers release them.
+        // Copy leased bytes; the servers release them with the next read.
         let mut received = vec![0usize; pieces.len()];
-        let mut releases: HashMap<usize, Vec<u64>> = HashMap::new();
         let mut failure = None;
         for (position, reply) in replies.into_iter().enumerate() {
             let outcome = reply.and_then(|reply| match reply.response {
                 Response::Read { len, lease, .. } => {
                     let slice = &mut slices[position][..len as usize];
                     if let Some(lease) = lease {
-                        releases.entry(position).or_default().push(lease.id);
-                        copy_lease(&connections[position], lease, slice)?;
+                        let copied = copy_lease(&connections[position], lease, slice);
+                        cluster.defer_releases(&connections[position], vec![lease.id]);
+                        copied?;
                     }
                     Ok(len as usize)
                 }
@@ -293,7 +293,6 @@ impl Client {
                 Err(errno) => failure = failure.or(Some(errno)),
             }
         }
-        release_leases(&connections, releases);
         if let Some(errno) = failure {
             return Err(errno);
         }
@@ -378,18 +377,4 @@ fn copy_lease(connection: &Connection, lease: ringfs_proto::Lease, destination: 
     })?;
     zeros.fill(0);
     Ok(())
-}
-
-/// Tells each server which leases this read is done with (no answer expected).
-fn release_leases(connections: &[Arc<Connection>], releases: HashMap<usize, Vec<u64>>) {
-    let mut by_connection: HashMap<*const Connection, (usize, Vec<u64>)> = HashMap::new();
-    for (position, leases) in releases {
-        let entry = by_connection.entry(Arc::as_ptr(&connections[position])).or_insert((position, Vec::new()));
-        entry.1.extend(leases);
-    }
-    for (position, leases) in by_connection.into_values() {
-        if let Err(error) = connections[position].send_one_way(&Request::Release { leases }) {
-            log::debug!("could not release leases: {error}");
-        }
-    }
 }

@@ -61,16 +61,19 @@ pub struct ClientConfig {
     pub chunk_size: u32,
     /// Use Unix sockets and cross-memory attach for servers on this host.
     pub local_fast_path: bool,
+    /// How long to poll for a response before sleeping (zero: never).
+    pub poll: Duration,
 }
 
 impl ClientConfig {
     pub fn new(servers: Vec<String>, secret: Vec<u8>) -> ClientConfig {
-        ClientConfig { servers, secret, timeout: DEFAULT_TIMEOUT, chunk_size: DEFAULT_CHUNK_SIZE, local_fast_path: true }
+        ClientConfig { servers, secret, timeout: DEFAULT_TIMEOUT, chunk_size: DEFAULT_CHUNK_SIZE, local_fast_path: true, poll: ringfs_rpc::DEFAULT_POLL }
     }
 
     /// Reads `RINGFS_SERVER` (comma-separated addresses, required), `RINGFS_SECRET`,
-    /// `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE` and `RINGFS_LOCAL` (0 disables the same-host
-    /// fast path) — the variables `ringfs start` prints.
+    /// `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`, `RINGFS_LOCAL` (0 disables the same-host
+    /// fast path) and `RINGFS_POLL_US` (poll budget, 0 disables) — `ringfs start` prints the
+    /// first ones.
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
         let servers = std::env::var("RINGFS_SERVER").map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
         let servers: Vec<String> = servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
@@ -84,6 +87,10 @@ impl ClientConfig {
         }
         if let Ok(text) = std::env::var("RINGFS_LOCAL") {
             config.local_fast_path = text != "0";
+        }
+        if let Ok(text) = std::env::var("RINGFS_POLL_US") {
+            let micros: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_POLL_US={text:?} is not a number")))?;
+            config.poll = Duration::from_micros(micros);
         }
         Ok(config)
     }
@@ -255,7 +262,7 @@ impl Client {
             return Err(ConnectError::Config(format!("chunk size {} is out of range", config.chunk_size)));
         }
         let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
-        let connection_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false };
+        let connection_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false, poll: config.poll };
         let cluster = Cluster::connect(&config.servers, connection_config)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -127,6 +127,7 @@ impl Client {
             offset: 0,
             len: path::MAX_PATH_BYTES as u64,
             lease: false,
+            release: Vec::new(),
         });
         let reply = self.inner.cluster.call(&self.inner.cluster.owner(&path, 0), &request, &[])?;
         match reply.response {

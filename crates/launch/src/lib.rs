@@ -164,9 +164,19 @@ fn wait_for_file(path: &Path, deadline: Instant) -> Result<String> {
     }
 }
 
+/// True while a server process runs. An exited server stays a zombie until its parent reaps
+/// it: reap it if it is our child, and count a zombie as gone either way.
 fn process_alive(pid: u32) -> bool {
+    // SAFETY: a non-blocking wait for one specific pid; it fails harmlessly (ECHILD) when the
+    // process is not our child.
+    unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
     // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return false;
+    }
+    let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The state letter follows the parenthesised command name.
+    !matches!(state.rsplit_once(") ").map(|(_, rest)| rest.chars().next()), Some(Some('Z' | 'X')))
 }
 
 fn signal(pid: u32, signal: i32) {

@@ -88,6 +88,9 @@ pub struct Read {
     pub len: u64,
     /// Ask for a [`Lease`] on the bytes instead of receiving them inline (same host only).
     pub lease: bool,
+    /// Leases of earlier reads on this connection that the client is done with (piggybacked
+    /// here to save a message; see `Request::Release`).
+    pub release: Vec<u64>,
 }
 
 /// Bytes a server keeps unchanged in its memory until the client releases them, so that a
@@ -411,7 +414,10 @@ impl Request {
             Request::Read(read) => {
                 w.u8(TAG_READ);
                 write_chunk(&mut w, &read.chunk);
-                w.u64(read.offset).u64(read.len).bool(read.lease);
+                w.u64(read.offset).u64(read.len).bool(read.lease).u32(read.release.len() as u32);
+                for lease in &read.release {
+                    w.u64(*lease);
+                }
             }
             Request::Truncate { path, file_id, size, time_ns } => {
                 w.u8(TAG_TRUNCATE).str(path).u64(*file_id).u64(*size).i64(*time_ns);
@@ -544,6 +550,10 @@ impl Request {
                 offset: r.u64()?,
                 len: r.u64()?,
                 lease: r.bool()?,
+                release: {
+                    let count = r.count(8)?;
+                    (0..count).map(|_| r.u64()).collect::<Result<_, _>>()?
+                },
             }),
             TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
             TAG_SET_CHUNK_LEN => {
@@ -804,7 +814,7 @@ mod tests {
                 time_ns: 8,
             }),
             Request::Write(Write { chunk: chunk.clone(), offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
-            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true }),
+            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true, release: vec![4, 5] }),
             Request::Truncate { path: "/f".into(), file_id: 3, size: 1 << 33, time_ns: 1 },
             Request::SetChunkLen { chunk: chunk.clone(), len: 10, template },
             Request::MarkExtended { path: "/f".into(), file_id: 1 },

@@ -44,7 +44,12 @@ pub struct ConnectionConfig {
     pub host_id: u64,
     /// Set when a server connects to another server.
     pub from_server: bool,
+    /// How long to poll for a response before sleeping (see `frame_io`); zero: never.
+    pub poll: Duration,
 }
+
+/// Default poll budget of clients and servers.
+pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
 
 /// A response and its data section.
 #[derive(Debug)]
@@ -78,6 +83,9 @@ struct Pending {
     slots: HashMap<u64, Slot>,
     reader_busy: bool,
     broken: Option<RpcError>,
+    /// Threads blocked on `wakeup`. Notifying costs a system call even when nobody waits,
+    /// so it is skipped when this is 0 (the single-threaded case).
+    sleepers: usize,
 }
 
 /// A connection to one server.
@@ -113,7 +121,7 @@ impl Connection {
         let link = transport::connect(endpoint, config.timeout).map_err(|error| connect_error(error.to_string()))?;
         let mut writer = link.writer;
         writer.set_write_timeout(Some(config.timeout)).map_err(|error| connect_error(error.to_string()))?;
-        let mut reader = FrameReader::new(link.reader, TICK, config.timeout).map_err(|error| connect_error(error.to_string()))?;
+        let mut reader = FrameReader::new(link.reader, TICK, config.timeout, config.poll).map_err(|error| connect_error(error.to_string()))?;
 
         let same_host = link.peer.pid.is_some();
         let hello = Request::Hello(Hello {
@@ -266,9 +274,12 @@ impl Connection {
     fn break_connection(&self, reason: String) -> RpcError {
         let mut pending = lock(&self.pending);
         let error = self.fail_all(&mut pending, reason);
+        let sleepers = pending.sleepers;
         drop(pending);
         lock(&self.writer).shutdown();
-        self.wakeup.notify_all();
+        if sleepers > 0 {
+            self.wakeup.notify_all();
+        }
         error
     }
 
@@ -303,7 +314,9 @@ impl Connection {
             }
             if pending.reader_busy {
                 let wait = deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), TICK);
+                pending.sleepers += 1;
                 pending = self.wakeup.wait_timeout(pending, wait).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                pending.sleepers -= 1;
                 continue;
             }
             pending.reader_busy = true;
@@ -315,7 +328,9 @@ impl Connection {
                 self.fail_all(&mut pending, error.to_string());
                 lock(&self.writer).shutdown();
             }
-            self.wakeup.notify_all();
+            if pending.sleepers > 0 {
+                self.wakeup.notify_all();
+            }
         }
     }
 
@@ -401,7 +416,9 @@ impl Drop for PendingCall<'_> {
         }
         let mut pending = lock(&self.connection.pending);
         while matches!(pending.slots.get(&self.request_id), Some(Slot::Receiving)) {
+            pending.sleepers += 1;
             pending = self.connection.wakeup.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner());
+            pending.sleepers -= 1;
         }
         pending.slots.remove(&self.request_id);
     }

@@ -5,6 +5,11 @@
 //! underlying reader has a short timeout (the *tick*): an idle wait for the next frame returns
 //! `Ok(None)` at every tick so the caller can check deadlines, while a frame that has started
 //! must complete within `stall_limit` or the link is considered broken.
+//!
+//! Before blocking, a reader may *poll* for a short budget: it tries non-blocking reads and
+//! yields the CPU between tries. A reply that arrives within the budget is then picked up
+//! without a sleep and a wake-up, which on virtual machines cost far more than the poll
+//! (docs/PERFORMANCE.md). Yielding means polling only uses cycles no other thread wants.
 
 use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};
@@ -35,6 +40,7 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     stall_limit: Duration,
+    poll_budget: Duration,
 }
 
 fn is_timeout(error: &io::Error) -> bool {
@@ -42,10 +48,31 @@ fn is_timeout(error: &io::Error) -> bool {
 }
 
 impl FrameReader {
-    /// Wraps `reader`, whose blocking reads return after `tick` when nothing arrives.
-    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration) -> io::Result<FrameReader> {
+    /// Wraps `reader`, whose blocking reads return after `tick` when nothing arrives; before
+    /// blocking it polls for up to `poll_budget` (zero: never).
+    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration, poll_budget: Duration) -> io::Result<FrameReader> {
         reader.set_read_timeout(Some(tick))?;
-        Ok(FrameReader { reader, buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, stall_limit })
+        Ok(FrameReader { reader, buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, stall_limit, poll_budget })
+    }
+
+    /// Tries non-blocking reads into `destination` for up to the poll budget.
+    /// `Ok(Some(n))` when bytes (or EOF: `Some(0)`) arrived, `Ok(None)` when the budget ran out.
+    fn poll(reader: &mut dyn ReadHalf, destination: &mut [u8], budget: Duration) -> io::Result<Option<usize>> {
+        if budget.is_zero() {
+            return Ok(None);
+        }
+        let started = Instant::now();
+        loop {
+            match reader.read_available(destination) {
+                Ok(count) => return Ok(Some(count)),
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock || error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+            if started.elapsed() >= budget {
+                return Ok(None);
+            }
+            std::thread::yield_now();
+        }
     }
 
     fn buffered(&self) -> usize {
@@ -62,7 +89,12 @@ impl FrameReader {
             self.end -= self.start;
             self.start = 0;
         }
-        match self.reader.read(&mut self.buffer[self.end..]) {
+        let polled = Self::poll(self.reader.as_mut(), &mut self.buffer[self.end..], self.poll_budget)?;
+        let read = match polled {
+            Some(count) => Ok(count),
+            None => self.reader.read(&mut self.buffer[self.end..]),
+        };
+        match read {
             Ok(0) => Err(FrameReadError::Closed),
             Ok(count) => {
                 self.end += count;

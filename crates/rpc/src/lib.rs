@@ -14,7 +14,7 @@
 //! ```no_run
 //! use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
 //! use ringfs_proto::Request;
-//! let config = ConnectionConfig { secret: b"job-secret".to_vec(), timeout: std::time::Duration::from_secs(10), host_id: 0, from_server: false };
+//! let config = ConnectionConfig { secret: b"job-secret".to_vec(), timeout: std::time::Duration::from_secs(10), host_id: 0, from_server: false, poll: ringfs_rpc::DEFAULT_POLL };
 //! let connection = Connection::open(&Endpoint::parse("127.0.0.1:7000").unwrap(), &config).unwrap();
 //! let reply = connection.call(&Request::Ping, &[]).unwrap();
 //! println!("{:?}", reply.response);
@@ -26,7 +26,7 @@ pub mod memory;
 mod server;
 pub mod transport;
 
-pub use connection::{Connection, ConnectionConfig, PendingCall, Reply, SharedConnection};
+pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection};
 pub use server::{RpcServer, Service};
 pub use transport::{Endpoint, Link, Listener, PeerIdentity};
 

@@ -73,6 +73,24 @@ pub fn memory_probe() -> (u64, u64) {
     (&**token as *const u64 as u64, **token)
 }
 
+/// 64 random bits from a per-thread generator (xorshift64*) seeded once from the kernel:
+/// for identifiers that must not collide, drawn often enough that a system call each is too
+/// dear.
+pub fn fast_random_u64() -> u64 {
+    use std::cell::Cell;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(random_u64() | 1);
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    })
+}
+
 /// 64 random bits from the kernel (falls back to time and pid if getrandom fails).
 pub fn random_u64() -> u64 {
     let mut bytes = [0u8; 8];

@@ -55,15 +55,16 @@ pub struct RpcServer {
 }
 
 impl RpcServer {
-    /// Starts accepting on every listener.
-    pub fn start<S: Service>(service: Arc<S>, listeners: Vec<Listener>) -> io::Result<RpcServer> {
+    /// Starts accepting on every listener. Connection threads poll for `poll` before they
+    /// sleep waiting for the next request (see `frame_io`).
+    pub fn start<S: Service>(service: Arc<S>, listeners: Vec<Listener>, poll: Duration) -> io::Result<RpcServer> {
         let stopping = Arc::new(AtomicBool::new(false));
         let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
         for listener in &listeners {
             let listener = listener.clone();
             let service = service.clone();
             let stopping = stopping.clone();
-            thread::Builder::new().name("ringfs-accept".into()).spawn(move || accept_loop(listener, service, stopping))?;
+            thread::Builder::new().name("ringfs-accept".into()).spawn(move || accept_loop(listener, service, stopping, poll))?;
         }
         Ok(RpcServer { listeners, stopping })
     }
@@ -77,7 +78,7 @@ impl RpcServer {
     }
 }
 
-fn accept_loop<S: Service>(listener: Arc<Listener>, service: Arc<S>, stopping: Arc<AtomicBool>) {
+fn accept_loop<S: Service>(listener: Arc<Listener>, service: Arc<S>, stopping: Arc<AtomicBool>, poll: Duration) {
     while !stopping.load(Ordering::SeqCst) {
         match listener.accept() {
             Ok(link) => {
@@ -86,7 +87,7 @@ fn accept_loop<S: Service>(listener: Arc<Listener>, service: Arc<S>, stopping: A
                 let spawned = thread::Builder::new()
                     .name("ringfs-conn".into())
                     .stack_size(CONNECTION_STACK_BYTES)
-                    .spawn(move || serve_connection(link, service.as_ref(), &stopping));
+                    .spawn(move || serve_connection(link, service.as_ref(), &stopping, poll));
                 if let Err(error) = spawned {
                     log::error!("cannot start a connection thread: {error}");
                 }
@@ -125,9 +126,9 @@ fn reply(writer: &mut dyn WriteHalf, request_id: u64, epoch: u64, response: &Res
     write_frame(writer, &header, body, data)
 }
 
-fn serve_connection<S: Service>(link: Link, service: &S, stopping: &AtomicBool) {
+fn serve_connection<S: Service>(link: Link, service: &S, stopping: &AtomicBool, poll: Duration) {
     let Link { reader, mut writer, peer } = link;
-    let mut reader = match FrameReader::new(reader, SERVER_TICK, STALL_LIMIT) {
+    let mut reader = match FrameReader::new(reader, SERVER_TICK, STALL_LIMIT, poll) {
         Ok(reader) => reader,
         Err(error) => {
             log::warn!("cannot set up a connection: {error}");

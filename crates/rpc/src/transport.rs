@@ -55,6 +55,9 @@ impl fmt::Display for Endpoint {
 pub trait ReadHalf: Read + Send {
     /// Longest a single `read` blocks before returning `WouldBlock`/`TimedOut`.
     fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Reads what is available without blocking (`WouldBlock` if nothing is).
+    fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize>;
 }
 
 /// The sending half of a link.
@@ -84,6 +87,12 @@ macro_rules! stream_halves {
         impl ReadHalf for $stream {
             fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
                 <$stream>::set_read_timeout(self, timeout)
+            }
+
+            fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+                // SAFETY: recv writes at most buffer.len() bytes into the buffer.
+                let count = unsafe { libc::recv(self.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT) };
+                if count < 0 { Err(io::Error::last_os_error()) } else { Ok(count as usize) }
             }
         }
 

@@ -51,11 +51,11 @@ fn start_server(endpoint: Endpoint) -> (RpcServer, Endpoint, Arc<Echo>) {
     let listener = Listener::bind(&endpoint).unwrap();
     let endpoint = listener.local_endpoint().unwrap();
     let service = Arc::new(Echo { handled: AtomicU64::new(0) });
-    (RpcServer::start(service.clone(), vec![listener]).unwrap(), endpoint, service)
+    (RpcServer::start(service.clone(), vec![listener], ringfs_rpc::DEFAULT_POLL).unwrap(), endpoint, service)
 }
 
 fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
-    ConnectionConfig { secret: secret.to_vec(), timeout: Duration::from_millis(timeout_ms), host_id: 0, from_server: false }
+    ConnectionConfig { secret: secret.to_vec(), timeout: Duration::from_millis(timeout_ms), host_id: 0, from_server: false, poll: ringfs_rpc::DEFAULT_POLL }
 }
 
 fn stat(index: u64) -> Request {

@@ -14,7 +14,7 @@
 
 use ringfs_proto::path;
 use ringfs_proto::{Attr, ChunkRef, Create, Errno, Request, Response};
-use ringfs_rpc::memory::random_u64;
+use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::{NewEntry, StoreError};
 
 use crate::service::{MAX_CHUNK_SIZE, ServerState, Session, store_errno};
@@ -118,7 +118,7 @@ impl ServerState {
             gid: create.gid,
             chunk_size: create.chunk_size,
             time_ns: create.time_ns,
-            file_id: random_u64() | 1,
+            file_id: fast_random_u64() | 1,
             exclusive: create.exclusive,
             truncate: create.truncate,
             link_target: create.link_target,

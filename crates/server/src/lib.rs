@@ -66,6 +66,9 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// A successor that answered no ping for this long is declared dead. Default 5 s.
     pub failure_timeout: Duration,
+    /// How long a connection thread polls for the next request before sleeping. Default
+    /// 50 µs; zero never polls (see docs/PERFORMANCE.md).
+    pub poll: Duration,
 }
 
 impl ServerConfig {
@@ -83,6 +86,7 @@ impl ServerConfig {
             peer_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(1),
             failure_timeout: Duration::from_secs(5),
+            poll: ringfs_rpc::DEFAULT_POLL,
         }
     }
 }
@@ -163,7 +167,7 @@ impl Server {
             alive: true,
             incarnation: now_ns(),
         };
-        let peer_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true };
+        let peer_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true, poll: config.poll };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
         if !config.join.is_empty() {
             let list = join_cluster(&config.join, &own, &peer_config)?;
@@ -186,7 +190,7 @@ impl Server {
             Peers::new(peer_config),
             gossip_sender,
         ));
-        let rpc = RpcServer::start(state.clone(), listeners).map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
+        let rpc = RpcServer::start(state.clone(), listeners, config.poll).map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
         spawn_named("ringfs-gossip", {
             let state = state.clone();
             move || gossip_loop(&state, gossip_receiver)

@@ -187,7 +187,7 @@ impl ServerState {
                 let bytes: Vec<u8> = bytes.into_iter().map(|byte| unsafe { byte.assume_init() }).collect();
                 (Request::Write(Write { source: WriteSource::Inline, ..write }), Some(bytes))
             }
-            Request::Read(read) => (Request::Read(Read { lease: false, ..read }), None),
+            Request::Read(read) => (Request::Read(Read { lease: false, release: Vec::new(), ..read }), None),
             other => (other, None),
         };
         let reply = self.call_member(owner, &request, pulled.as_deref().unwrap_or(data))?;
@@ -289,6 +289,9 @@ impl ServerState {
     }
 
     fn read(&self, session: &mut Session, read: Read, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
+        for lease in &read.release {
+            session.leases.remove(lease);
+        }
         let len = read.len.min(MAX_CHUNK_SIZE as u64);
         if read.lease && session.client_memory.is_some() {
             let shared = self.store.read_shared(&read.chunk, read.offset, len).map_err(store_errno)?;

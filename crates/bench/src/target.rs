@@ -1,0 +1,203 @@
+//! What a benchmark runs against: ringfs (through the native client) or a POSIX directory.
+//!
+//! Both targets offer the same few operations, so a workload is written once and every figure
+//! can be compared with a baseline measured the same way in the same run.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::path::PathBuf;
+
+use ringfs_client::{Client, Fd, OpenFlags};
+
+/// A file system to benchmark.
+pub enum Target {
+    Ringfs(Client),
+    /// Paths are taken relative to this directory.
+    Posix(PathBuf),
+}
+
+/// An open file of a [`Target`].
+pub enum Handle<'a> {
+    Ringfs(&'a Client, Fd),
+    Posix(File),
+}
+
+/// How to reach a target, as given on the command line: `ringfs` or `posix:DIR`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetSpec {
+    Ringfs,
+    Posix(PathBuf),
+}
+
+impl TargetSpec {
+    pub fn parse(text: &str) -> Result<TargetSpec, String> {
+        match text.split_once(':') {
+            None if text == "ringfs" => Ok(TargetSpec::Ringfs),
+            Some(("posix", dir)) if !dir.is_empty() => Ok(TargetSpec::Posix(PathBuf::from(dir))),
+            _ => Err(format!("invalid target {text:?}: expected ringfs or posix:DIR")),
+        }
+    }
+
+    /// Short name for reports.
+    pub fn label(&self) -> String {
+        match self {
+            TargetSpec::Ringfs => "ringfs".into(),
+            TargetSpec::Posix(dir) => format!("posix:{}", dir.display()),
+        }
+    }
+
+    /// Connects (ringfs: with the RINGFS_* environment).
+    pub fn connect(&self) -> io::Result<Target> {
+        match self {
+            TargetSpec::Ringfs => Client::from_env().map(Target::Ringfs).map_err(|error| io::Error::other(error.to_string())),
+            TargetSpec::Posix(dir) => Ok(Target::Posix(dir.clone())),
+        }
+    }
+}
+
+impl Target {
+    fn local(&self, path: &str) -> PathBuf {
+        match self {
+            Target::Posix(root) => root.join(path.trim_start_matches('/')),
+            Target::Ringfs(_) => unreachable!("only POSIX paths are local"),
+        }
+    }
+
+    /// Creates a directory; an existing one is fine.
+    pub fn mkdir(&self, path: &str) -> io::Result<()> {
+        let result = match self {
+            Target::Ringfs(client) => client.mkdir(path, 0o755).map_err(io::Error::from),
+            Target::Posix(_) => std::fs::create_dir(self.local(path)),
+        };
+        match result {
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            other => other,
+        }
+    }
+
+    pub fn rmdir(&self, path: &str) -> io::Result<()> {
+        match self {
+            Target::Ringfs(client) => client.rmdir(path).map_err(io::Error::from),
+            Target::Posix(_) => std::fs::remove_dir(self.local(path)),
+        }
+    }
+
+    /// Creates (truncating) a file for writing.
+    pub fn create(&self, path: &str) -> io::Result<Handle<'_>> {
+        match self {
+            Target::Ringfs(client) => client.create(path, 0o644).map(|fd| Handle::Ringfs(client, fd)).map_err(io::Error::from),
+            Target::Posix(_) => {
+                OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(self.local(path)).map(Handle::Posix)
+            }
+        }
+    }
+
+    /// Creates an empty file exclusively and closes it.
+    pub fn create_empty(&self, path: &str) -> io::Result<()> {
+        match self {
+            Target::Ringfs(client) => {
+                let fd = client.open(path, OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUSIVE, 0o644)?;
+                client.close(fd).map_err(io::Error::from)
+            }
+            Target::Posix(_) => OpenOptions::new().write(true).create_new(true).mode(0o644).open(self.local(path)).map(drop),
+        }
+    }
+
+    pub fn open_read(&self, path: &str) -> io::Result<Handle<'_>> {
+        match self {
+            Target::Ringfs(client) => client.open(path, OpenFlags::READ, 0).map(|fd| Handle::Ringfs(client, fd)).map_err(io::Error::from),
+            Target::Posix(_) => File::open(self.local(path)).map(Handle::Posix),
+        }
+    }
+
+    /// Size of a file.
+    pub fn size(&self, path: &str) -> io::Result<u64> {
+        match self {
+            Target::Ringfs(client) => client.stat(path).map(|stat| stat.size).map_err(io::Error::from),
+            Target::Posix(_) => std::fs::metadata(self.local(path)).map(|metadata| metadata.len()),
+        }
+    }
+
+    pub fn unlink(&self, path: &str) -> io::Result<()> {
+        match self {
+            Target::Ringfs(client) => client.unlink(path).map_err(io::Error::from),
+            Target::Posix(_) => std::fs::remove_file(self.local(path)),
+        }
+    }
+}
+
+impl Handle<'_> {
+    pub fn write_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        match self {
+            Handle::Ringfs(client, fd) => client.pwrite(*fd, bytes, offset).map(drop).map_err(io::Error::from),
+            Handle::Posix(file) => file.write_all_at(bytes, offset),
+        }
+    }
+
+    /// Reads up to `buffer.len()` bytes at `offset`; returns how many.
+    pub fn read_at(&self, buffer: &mut [u8], offset: u64) -> io::Result<usize> {
+        match self {
+            Handle::Ringfs(client, fd) => client.pread(*fd, buffer, offset).map_err(io::Error::from),
+            Handle::Posix(file) => {
+                let mut done = 0;
+                while done < buffer.len() {
+                    match file.read_at(&mut buffer[done..], offset + done as u64)? {
+                        0 => break,
+                        count => done += count,
+                    }
+                }
+                Ok(done)
+            }
+        }
+    }
+
+    pub fn fsync(&self) -> io::Result<()> {
+        match self {
+            Handle::Ringfs(client, fd) => client.fsync(*fd).map_err(io::Error::from),
+            Handle::Posix(file) => file.sync_all(),
+        }
+    }
+
+    pub fn close(self) -> io::Result<()> {
+        match self {
+            Handle::Ringfs(client, fd) => client.close(fd).map_err(io::Error::from),
+            Handle::Posix(file) => {
+                drop(file);
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(TargetSpec::parse("ringfs"), Ok(TargetSpec::Ringfs));
+        assert_eq!(TargetSpec::parse("posix:/dev/shm"), Ok(TargetSpec::Posix("/dev/shm".into())));
+        assert!(TargetSpec::parse("posix:").is_err());
+        assert!(TargetSpec::parse("nfs").is_err());
+    }
+
+    #[test]
+    fn posix_target_round_trips_a_file() {
+        let dir = std::env::temp_dir().join(format!("ringfs-bench-target-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = Target::Posix(dir.clone());
+        target.mkdir("/sub").unwrap();
+        target.mkdir("/sub").unwrap();
+        let handle = target.create("/sub/f").unwrap();
+        handle.write_at(b"hello", 3).unwrap();
+        handle.close().unwrap();
+        assert_eq!(target.size("/sub/f").unwrap(), 8);
+        let mut buffer = [0u8; 16];
+        assert_eq!(target.open_read("/sub/f").unwrap().read_at(&mut buffer, 0).unwrap(), 8);
+        assert_eq!(&buffer[3..8], b"hello");
+        target.unlink("/sub/f").unwrap();
+        target.rmdir("/sub").unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

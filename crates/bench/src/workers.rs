@@ -1,0 +1,186 @@
+//! Running a workload in N processes: a coordinator and its workers.
+//!
+//! The coordinator starts N worker processes (the same executable, with a worker
+//! subcommand), and drives them phase by phase over their standard input and output: it
+//! sends every worker the phase's command line at once (a barrier), and each worker answers
+//! `ok <elapsed_ns> <ops> <bytes>` or `error <message>` when done. A phase's rate is the total
+//! work divided by the slowest worker's time, as IOR and mdtest count it.
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use crate::BenchError;
+
+/// What one worker reports for one phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WorkerResult {
+    pub elapsed: Duration,
+    /// Operations done (files, requests, ...).
+    pub ops: u64,
+    pub bytes: u64,
+}
+
+/// A phase's result over all workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct PhaseResult {
+    /// Time of the slowest worker.
+    pub elapsed: Duration,
+    pub ops: u64,
+    pub bytes: u64,
+}
+
+impl PhaseResult {
+    pub fn combine(results: &[WorkerResult]) -> PhaseResult {
+        PhaseResult {
+            elapsed: results.iter().map(|result| result.elapsed).max().unwrap_or_default(),
+            ops: results.iter().map(|result| result.ops).sum(),
+            bytes: results.iter().map(|result| result.bytes).sum(),
+        }
+    }
+
+    pub fn ops_per_second(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    pub fn bytes_per_second(&self) -> f64 {
+        self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The running worker processes of one workload.
+pub struct Workers {
+    children: Vec<Child>,
+    inputs: Vec<ChildStdin>,
+    outputs: Vec<BufReader<ChildStdout>>,
+}
+
+impl Workers {
+    /// Starts `count` workers: `executable` with `arguments(rank)`, and `environment` set.
+    pub fn spawn(
+        executable: &Path,
+        count: usize,
+        arguments: impl Fn(usize) -> Vec<String>,
+        environment: &[(&str, String)],
+    ) -> Result<Workers, BenchError> {
+        let mut workers = Workers { children: Vec::new(), inputs: Vec::new(), outputs: Vec::new() };
+        for rank in 0..count {
+            let mut child = Command::new(executable)
+                .args(arguments(rank))
+                .envs(environment.iter().map(|(name, value)| (*name, value.as_str())))
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .map_err(|error| BenchError::Worker(format!("cannot start worker {rank}: {error}")))?;
+            workers.inputs.push(child.stdin.take().expect("piped stdin"));
+            workers.outputs.push(BufReader::new(child.stdout.take().expect("piped stdout")));
+            workers.children.push(child);
+        }
+        Ok(workers)
+    }
+
+    pub fn count(&self) -> usize {
+        self.children.len()
+    }
+
+    /// Sends `command` to every worker and collects their answers (in rank order).
+    pub fn run(&mut self, command: &str) -> Result<Vec<WorkerResult>, BenchError> {
+        self.run_each(|_| command.to_string())
+    }
+
+    /// Like [`Workers::run`] with a different command line per rank.
+    pub fn run_each(&mut self, command: impl Fn(usize) -> String) -> Result<Vec<WorkerResult>, BenchError> {
+        for (rank, input) in self.inputs.iter_mut().enumerate() {
+            writeln!(input, "{}", command(rank)).and_then(|()| input.flush()).map_err(|error| BenchError::Worker(format!("worker {rank} is gone: {error}")))?;
+        }
+        let mut results = Vec::with_capacity(self.outputs.len());
+        for (rank, output) in self.outputs.iter_mut().enumerate() {
+            let mut line = String::new();
+            output.read_line(&mut line).map_err(|error| BenchError::Worker(format!("worker {rank}: {error}")))?;
+            results.push(parse_answer(&line).map_err(|message| BenchError::Worker(format!("worker {rank}: {message}")))?);
+        }
+        Ok(results)
+    }
+
+    /// Ends the workers and waits for them.
+    pub fn finish(mut self) {
+        self.inputs.clear();
+        for child in &mut self.children {
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        self.inputs.clear();
+        for child in &mut self.children {
+            if let Ok(None) = child.try_wait() {
+                std::thread::sleep(Duration::from_millis(50));
+                if let Ok(None) = child.try_wait() {
+                    let _ = child.kill();
+                }
+            }
+            let _ = child.wait();
+        }
+    }
+}
+
+fn parse_answer(line: &str) -> Result<WorkerResult, String> {
+    let mut words = line.split_whitespace();
+    match words.next() {
+        Some("ok") => {
+            let mut number = || words.next().and_then(|word| word.parse::<u64>().ok()).ok_or_else(|| format!("malformed answer {line:?}"));
+            Ok(WorkerResult { elapsed: Duration::from_nanos(number()?), ops: number()?, bytes: number()? })
+        }
+        Some("error") => Err(line.trim_start_matches("error").trim().to_string()),
+        _ if line.is_empty() => Err("exited without answering".into()),
+        _ => Err(format!("malformed answer {line:?}")),
+    }
+}
+
+/// The worker side: reads commands from standard input until it closes, runs each with
+/// `handle`, and answers on standard output.
+pub fn serve(mut handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>) -> io::Result<()> {
+    let stdin = io::stdin();
+    let mut stdout = io::stdout();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        match handle(&words) {
+            Ok(result) => writeln!(stdout, "ok {} {} {}", result.elapsed.as_nanos(), result.ops, result.bytes)?,
+            Err(message) => writeln!(stdout, "error {}", message.replace('\n', " "))?,
+        }
+        stdout.flush()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_parse() {
+        assert_eq!(parse_answer("ok 1000 5 6\n"), Ok(WorkerResult { elapsed: Duration::from_nanos(1000), ops: 5, bytes: 6 }));
+        assert_eq!(parse_answer("error disk on fire\n"), Err("disk on fire".into()));
+        assert!(parse_answer("").is_err());
+        assert!(parse_answer("ok x").is_err());
+    }
+
+    #[test]
+    fn the_slowest_worker_sets_the_time() {
+        let combined = PhaseResult::combine(&[
+            WorkerResult { elapsed: Duration::from_secs(1), ops: 10, bytes: 100 },
+            WorkerResult { elapsed: Duration::from_secs(2), ops: 30, bytes: 300 },
+        ]);
+        assert_eq!(combined.elapsed, Duration::from_secs(2));
+        assert_eq!(combined.ops_per_second(), 20.0);
+        assert_eq!(combined.bytes_per_second(), 200.0);
+    }
+}
