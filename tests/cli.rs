@@ -26,6 +26,16 @@ fn exports(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// True once a process has exited (a zombie waiting for its parent counts as exited).
+fn process_gone(pid: u32) -> bool {
+    // SAFETY: signal 0 only probes whether the process exists.
+    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
+        return true;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    matches!(stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next()), Some('Z' | 'X') | None)
+}
+
 /// Stops the cluster when the test ends, even on failure.
 struct Started(HashMap<String, String>);
 
@@ -77,8 +87,7 @@ fn start_tools_status_and_stop() {
         .collect();
     assert_eq!(pids.len(), 3);
     succeed(environment, &["stop"]);
-    // SAFETY: signal 0 only probes whether the processes still exist.
-    assert!(pids.iter().all(|pid| unsafe { libc::kill(*pid as libc::pid_t, 0) } != 0), "servers must be gone after stop");
+    assert!(pids.iter().all(|pid| process_gone(*pid)), "servers must be gone after stop");
     assert!(!run_dir.exists());
     let _ = std::fs::remove_dir_all(scratch);
 }
