@@ -130,7 +130,9 @@ fn readdir_of_ten_thousand_entries_spread_over_four_servers() {
             let client = cluster.client();
             std::thread::spawn(move || {
                 for index in (part..10_000).step_by(4) {
-                    let fd = client.open(&format!("/big/entry.{index:05}"), OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUSIVE, 0o600).unwrap();
+                    let fd = client
+                        .open(&format!("/big/entry.{index:05}"), OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::EXCLUSIVE, 0o600)
+                        .unwrap();
                     client.close(fd).unwrap();
                 }
             })

@@ -129,8 +129,15 @@ fn a_wrong_secret_is_refused() {
 
 fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
     let mut body = Vec::new();
-    Request::Hello(Hello { version: PROTOCOL_VERSION, secret: secret.as_bytes().to_vec(), client_pid: 0, host_id: 0, from_server: false, memory_probe: None })
-        .encode(&mut body);
+    Request::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        secret: secret.as_bytes().to_vec(),
+        client_pid: 0,
+        host_id: 0,
+        from_server: false,
+        memory_probe: None,
+    })
+    .encode(&mut body);
     let header = FrameHeader { body_len: body.len() as u32, data_len: 0, request_id: 1, epoch: 0 };
     socket.write_all(&[header.encode().as_slice(), &body].concat()).unwrap();
     let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];

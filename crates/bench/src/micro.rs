@@ -209,7 +209,12 @@ fn run_once(workers: &mut Workers, config: &MicroConfig) -> Result<Vec<f64>, Ben
 
 /// Runs the micro benchmark on each target (`environment` reaches ringfs), interleaving the
 /// targets in every repetition so that drift of a noisy machine hits them alike.
-pub fn run(executable: &Path, targets: &[TargetSpec], environment: &[(&str, String)], config: &MicroConfig) -> Result<Vec<TargetRates>, BenchError> {
+pub fn run(
+    executable: &Path,
+    targets: &[TargetSpec],
+    environment: &[(&str, String)],
+    config: &MicroConfig,
+) -> Result<Vec<TargetRates>, BenchError> {
     let mut all_rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); PHASES.len()]; targets.len()];
     let mut worker_sets = targets
         .iter()
@@ -218,9 +223,19 @@ pub fn run(executable: &Path, targets: &[TargetSpec], environment: &[(&str, Stri
                 executable,
                 config.processes,
                 |rank| {
-                    ["bench", "worker", "micro", "--target", &target.label(), "--rank", &rank.to_string(), "--processes", &config.processes.to_string()]
-                        .map(String::from)
-                        .to_vec()
+                    [
+                        "bench",
+                        "worker",
+                        "micro",
+                        "--target",
+                        &target.label(),
+                        "--rank",
+                        &rank.to_string(),
+                        "--processes",
+                        &config.processes.to_string(),
+                    ]
+                    .map(String::from)
+                    .to_vec()
                 },
                 environment,
             )
@@ -304,7 +319,11 @@ pub fn to_json(results: &[TargetRates], config: &MicroConfig) -> String {
 
 /// A unique working directory name.
 pub fn work_dir_name() -> String {
-    format!("/ringfs-bench-{}-{:x}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0))
+    format!(
+        "/ringfs-bench-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0)
+    )
 }
 
 /// Where the POSIX baseline works by default.

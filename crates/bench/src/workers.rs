@@ -93,7 +93,9 @@ impl Workers {
     /// Like [`Workers::run`] with a different command line per rank.
     pub fn run_each(&mut self, command: impl Fn(usize) -> String) -> Result<Vec<WorkerResult>, BenchError> {
         for (rank, input) in self.inputs.iter_mut().enumerate() {
-            writeln!(input, "{}", command(rank)).and_then(|()| input.flush()).map_err(|error| BenchError::Worker(format!("worker {rank} is gone: {error}")))?;
+            writeln!(input, "{}", command(rank))
+                .and_then(|()| input.flush())
+                .map_err(|error| BenchError::Worker(format!("worker {rank} is gone: {error}")))?;
         }
         let mut results = Vec::with_capacity(self.outputs.len());
         for (rank, output) in self.outputs.iter_mut().enumerate() {

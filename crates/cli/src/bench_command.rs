@@ -83,7 +83,8 @@ impl BenchCluster {
             return Ok(BenchCluster(None));
         }
         let mut config = LaunchConfig::local(args.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
-        config.chunk_size = ringfs_client::parse_size(&args.chunk_size).with_context(|| format!("invalid chunk size {:?}", args.chunk_size))?;
+        config.chunk_size =
+            ringfs_client::parse_size(&args.chunk_size).with_context(|| format!("invalid chunk size {:?}", args.chunk_size))?;
         config.store = args.store.clone();
         Ok(BenchCluster(Some(ringfs_launch::start(&config)?)))
     }

@@ -50,7 +50,8 @@ pub struct StartArgs {
 impl StartArgs {
     pub fn launch_config(&self) -> Result<LaunchConfig> {
         crate::server_command::parse_bytes(&self.capacity)?;
-        let chunk_size = ringfs_client::parse_size(&self.chunk_size).with_context(|| format!("invalid chunk size {:?}", self.chunk_size))?;
+        let chunk_size =
+            ringfs_client::parse_size(&self.chunk_size).with_context(|| format!("invalid chunk size {:?}", self.chunk_size))?;
         let mut config = LaunchConfig::local(self.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
         config.store = self.store.clone();
         config.capacity = self.capacity.clone();
@@ -87,7 +88,10 @@ pub fn stop(args: &StopArgs) -> Result<()> {
 
 /// Prints one line per server: address, state, and its counters.
 pub fn status(client: &Client) {
-    println!("{:<16} {:<22} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10}", "SERVER", "ADDRESS", "STATE", "ENTRIES", "CHUNKS", "BYTES", "REQUESTS", "FORWARDED");
+    println!(
+        "{:<16} {:<22} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10}",
+        "SERVER", "ADDRESS", "STATE", "ENTRIES", "CHUNKS", "BYTES", "REQUESTS", "FORWARDED"
+    );
     for (member, stats) in client.server_status() {
         match stats {
             Ok(stats) => println!(

@@ -16,7 +16,8 @@ impl log::Log for StderrLogger {
     fn log(&self, record: &log::Record) {
         if self.enabled(record.metadata()) {
             let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-            let line = format!("{}.{:03} {:5} {}: {}\n", now.as_secs(), now.subsec_millis(), record.level(), record.target(), record.args());
+            let line =
+                format!("{}.{:03} {:5} {}: {}\n", now.as_secs(), now.subsec_millis(), record.level(), record.target(), record.args());
             let _ = std::io::stderr().write_all(line.as_bytes());
         }
     }

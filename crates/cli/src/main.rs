@@ -8,6 +8,7 @@
 
 mod bench_command;
 mod cluster;
+mod demo_command;
 mod logger;
 mod server_command;
 mod tools;
@@ -68,6 +69,8 @@ enum Command {
     },
     /// Rename a file.
     Mv { from: String, to: String },
+    /// Start a local cluster, use it, measure it against /dev/shm, and stop it.
+    Demo(demo_command::DemoArgs),
     /// Measure ringfs against a POSIX directory (micro benchmark).
     #[command(subcommand)]
     Bench(bench_command::BenchCommand),
@@ -109,6 +112,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Rm { recursive, path } => tools::rm(&client()?, &path, recursive),
         Command::Mv { from, to } => client()?.rename(&from, &to).map_err(|errno| anyhow::anyhow!("{from} -> {to}: {errno}")),
         Command::Bench(command) => bench_command::run(command),
+        Command::Demo(args) => demo_command::run(&args),
         Command::Ln { target, link, .. } => client()?.symlink(&target, &link).map_err(|errno| anyhow::anyhow!("{link}: {errno}")),
     }
 }

@@ -83,7 +83,9 @@ pub fn parse_bytes(text: &str) -> Result<u64> {
 /// Reads the secret from a file or `RINGFS_SECRET`.
 pub fn read_secret(file: Option<&PathBuf>) -> Result<Vec<u8>> {
     match file {
-        Some(path) => Ok(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?.trim().as_bytes().to_vec()),
+        Some(path) => {
+            Ok(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?.trim().as_bytes().to_vec())
+        }
         None => Ok(std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes()),
     }
 }

@@ -25,7 +25,8 @@ struct View {
 impl View {
     fn new(list: MemberList) -> Result<View, String> {
         let (scheme, hash) = ringfs_placement::parse_description(&list.placement)?;
-        let placement = Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).map_err(|error| error.to_string())?;
+        let placement =
+            Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).map_err(|error| error.to_string())?;
         let ring = placement
             .ring()
             .iter()
@@ -215,7 +216,8 @@ impl Cluster {
             return;
         }
         *last = Some(Instant::now());
-        let others: Vec<Member> = self.view().list.members.iter().filter(|member| member.alive && member.name != failed_server).cloned().collect();
+        let others: Vec<Member> =
+            self.view().list.members.iter().filter(|member| member.alive && member.name != failed_server).cloned().collect();
         for member in others {
             let connection = lock(&self.connections).get(&member.name).filter(|connection| !connection.is_broken()).cloned();
             let connection = match connection {

@@ -79,7 +79,13 @@ impl Client {
         let writable = flags.contains(OpenFlags::WRITE);
         for _ in 0..MAX_SYMLINK_HOPS {
             let attr = if flags.contains(OpenFlags::CREATE) {
-                self.create_entry(&path, ringfs_proto::FileKind::Regular.mode_bits() | (mode & 0o7777), flags.contains(OpenFlags::EXCLUSIVE), flags.contains(OpenFlags::TRUNCATE) && writable, None)?
+                self.create_entry(
+                    &path,
+                    ringfs_proto::FileKind::Regular.mode_bits() | (mode & 0o7777),
+                    flags.contains(OpenFlags::EXCLUSIVE),
+                    flags.contains(OpenFlags::TRUNCATE) && writable,
+                    None,
+                )?
             } else {
                 self.head_attr(&path)?
             };
@@ -192,10 +198,8 @@ impl Client {
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, bytes.len(), file.chunk_size).collect();
         let mark_extended = pieces.last().is_some_and(|last| last.index > 0) && !file.extended.load(Ordering::Relaxed);
-        let connections = pieces
-            .iter()
-            .map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index)))
-            .collect::<Result<Vec<_>>>()?;
+        let connections =
+            pieces.iter().map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index))).collect::<Result<Vec<_>>>()?;
         let head_connection = if mark_extended { Some(cluster.connection(&cluster.owner(&file.path, 0))?) } else { None };
 
         let time_ns = now_ns();
@@ -248,10 +252,8 @@ impl Client {
         }
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, buffer.len(), file.chunk_size).collect();
-        let connections = pieces
-            .iter()
-            .map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index)))
-            .collect::<Result<Vec<_>>>()?;
+        let connections =
+            pieces.iter().map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index))).collect::<Result<Vec<_>>>()?;
         let mut slices = split_by_pieces(buffer, &pieces);
 
         let calls: Vec<_> = pieces
@@ -270,7 +272,8 @@ impl Client {
                 connection.start(&request, &[], Some(&mut **slice))
             })
             .collect();
-        let replies: Vec<Result<Reply>> = calls.into_iter().zip(&connections).map(|(call, connection)| cluster.finish(connection, call)).collect();
+        let replies: Vec<Result<Reply>> =
+            calls.into_iter().zip(&connections).map(|(call, connection)| cluster.finish(connection, call)).collect();
 
         // Copy leased bytes; the servers release them with the next read.
         let mut received = vec![0usize; pieces.len()];

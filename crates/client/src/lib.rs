@@ -67,7 +67,14 @@ pub struct ClientConfig {
 
 impl ClientConfig {
     pub fn new(servers: Vec<String>, secret: Vec<u8>) -> ClientConfig {
-        ClientConfig { servers, secret, timeout: DEFAULT_TIMEOUT, chunk_size: DEFAULT_CHUNK_SIZE, local_fast_path: true, poll: ringfs_rpc::DEFAULT_POLL }
+        ClientConfig {
+            servers,
+            secret,
+            timeout: DEFAULT_TIMEOUT,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            local_fast_path: true,
+            poll: ringfs_rpc::DEFAULT_POLL,
+        }
     }
 
     /// Reads `RINGFS_SERVER` (comma-separated addresses, required), `RINGFS_SECRET`,
@@ -75,7 +82,8 @@ impl ClientConfig {
     /// fast path) and `RINGFS_POLL_US` (poll budget, 0 disables) — `ringfs start` prints the
     /// first ones.
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
-        let servers = std::env::var("RINGFS_SERVER").map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
+        let servers = std::env::var("RINGFS_SERVER")
+            .map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
         let servers: Vec<String> = servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
         let mut config = ClientConfig::new(servers, std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes());
         if let Ok(text) = std::env::var("RINGFS_TIMEOUT_MS") {
@@ -83,7 +91,8 @@ impl ClientConfig {
             config.timeout = Duration::from_millis(millis.max(1));
         }
         if let Ok(text) = std::env::var("RINGFS_CHUNK_SIZE") {
-            config.chunk_size = parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
+            config.chunk_size =
+                parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
         }
         if let Ok(text) = std::env::var("RINGFS_LOCAL") {
             config.local_fast_path = text != "0";
@@ -262,7 +271,8 @@ impl Client {
             return Err(ConnectError::Config(format!("chunk size {} is out of range", config.chunk_size)));
         }
         let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
-        let connection_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false, poll: config.poll };
+        let connection_config =
+            ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false, poll: config.poll };
         let cluster = Cluster::connect(&config.servers, connection_config)?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };

@@ -213,7 +213,8 @@ impl Client {
 
     fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
         let path = path::canonicalize(path)?;
-        let mut request = SetAttr { path: path.clone(), mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns: now_ns() };
+        let mut request =
+            SetAttr { path: path.clone(), mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns: now_ns() };
         change(&mut request);
         self.inner.cluster.call_owner(&path, 0, &Request::SetAttr(request)).map(|_| ())
     }

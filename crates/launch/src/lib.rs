@@ -378,7 +378,8 @@ pub fn start(config: &LaunchConfig) -> Result<Cluster> {
             signal(*pid, libc::SIGTERM);
         }
         wait_for_exit(&pids, Duration::from_secs(5));
-        let logs: String = records.iter().map(|record| format!("\n--- {} log:\n{}", record.name, log_tail(&run_dir, &record.name))).collect();
+        let logs: String =
+            records.iter().map(|record| format!("\n--- {} log:\n{}", record.name, log_tail(&run_dir, &record.name))).collect();
         let _ = fs::remove_dir_all(&run_dir);
         return Err(LaunchError::Startup(format!("{error}{logs}")));
     }
@@ -386,7 +387,14 @@ pub fn start(config: &LaunchConfig) -> Result<Cluster> {
     Ok(Cluster { run_dir, servers: records.iter().map(|record| record.address.clone()).collect(), secret, chunk_size: config.chunk_size })
 }
 
-fn launch_all(config: &LaunchConfig, run_dir: &Path, hosts: Option<&[String]>, secret: &str, deadline: Instant, records: &mut Vec<ServerRecord>) -> Result<()> {
+fn launch_all(
+    config: &LaunchConfig,
+    run_dir: &Path,
+    hosts: Option<&[String]>,
+    secret: &str,
+    deadline: Instant,
+    records: &mut Vec<ServerRecord>,
+) -> Result<()> {
     match hosts {
         None => {
             let (pid, address_file) = spawn_local(config, run_dir, "server-0", None)?;

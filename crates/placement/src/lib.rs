@@ -36,7 +36,9 @@ use thiserror::Error;
 pub enum Scheme {
     #[default]
     Modular,
-    Consistent { virtual_nodes: u32 },
+    Consistent {
+        virtual_nodes: u32,
+    },
 }
 
 /// Virtual nodes per server when consistent hashing is chosen without a count.
@@ -100,11 +102,7 @@ pub struct Placement {
 
 impl Placement {
     /// Builds the ring from server names (in any order).
-    pub fn new(
-        names: impl IntoIterator<Item = String>,
-        hash: HashFunction,
-        scheme: Scheme,
-    ) -> Result<Placement, PlacementError> {
+    pub fn new(names: impl IntoIterator<Item = String>, hash: HashFunction, scheme: Scheme) -> Result<Placement, PlacementError> {
         let mut ring: Vec<String> = names.into_iter().collect();
         if ring.is_empty() {
             return Err(PlacementError::NoServers);
@@ -119,11 +117,8 @@ impl Placement {
                 let mut points = Vec::with_capacity(ring.len() * virtual_nodes as usize);
                 for (position, name) in ring.iter().enumerate() {
                     for node in 0..virtual_nodes {
-                        let point = if virtual_nodes == 1 {
-                            hash.hash(name.as_bytes())
-                        } else {
-                            hash.hash(format!("{name}#{node}").as_bytes())
-                        };
+                        let point =
+                            if virtual_nodes == 1 { hash.hash(name.as_bytes()) } else { hash.hash(format!("{name}#{node}").as_bytes()) };
                         points.push((point, position));
                     }
                 }

@@ -170,10 +170,7 @@ impl<'a> Reader<'a> {
         std::str::from_utf8(bytes).map(str::to_owned).map_err(|_| DecodeError::NotUtf8)
     }
 
-    pub fn option<T>(
-        &mut self,
-        read: impl FnOnce(&mut Self) -> Result<T, DecodeError>,
-    ) -> Result<Option<T>, DecodeError> {
+    pub fn option<T>(&mut self, read: impl FnOnce(&mut Self) -> Result<T, DecodeError>) -> Result<Option<T>, DecodeError> {
         if self.bool()? { Ok(Some(read(self)?)) } else { Ok(None) }
     }
 

@@ -65,12 +65,7 @@ impl FrameHeader {
             array.copy_from_slice(&bytes[range]);
             u64::from_le_bytes(array)
         };
-        let header = FrameHeader {
-            body_len: word(0..4),
-            data_len: word(4..8),
-            request_id: long(8..16),
-            epoch: long(16..24),
-        };
+        let header = FrameHeader { body_len: word(0..4), data_len: word(4..8), request_id: long(8..16), epoch: long(16..24) };
         if header.body_len == 0 {
             return Err(FrameError::EmptyBody);
         }

@@ -4,8 +4,8 @@
 //! encoded with [`crate::codec`]. `docs/PROTOCOL.md` lists every message; the `TAG_*` constants
 //! below are the wire values and must never be renumbered.
 
-use crate::codec::{DecodeError, Reader, Writer};
 use crate::attr::ATTR_BYTES;
+use crate::codec::{DecodeError, Reader, Writer};
 use crate::{Attr, Errno};
 
 /// First four bytes of a `Hello` body: "RNGF".
@@ -199,36 +199,83 @@ pub enum Request {
     Write(Write),
     Read(Read),
     /// File-level truncate, sent to the owner of chunk 0, which coordinates the other chunks.
-    Truncate { path: String, file_id: u64, size: u64, time_ns: i64 },
+    Truncate {
+        path: String,
+        file_id: u64,
+        size: u64,
+        time_ns: i64,
+    },
     /// Set the logical length of one chunk (creating it empty if needed).
-    SetChunkLen { chunk: ChunkRef, len: u64, template: ChunkTemplate },
+    SetChunkLen {
+        chunk: ChunkRef,
+        len: u64,
+        template: ChunkTemplate,
+    },
     /// Record on chunk 0 that chunks after it may exist.
-    MarkExtended { path: String, file_id: u64 },
-    Unlink { path: String },
+    MarkExtended {
+        path: String,
+        file_id: u64,
+    },
+    Unlink {
+        path: String,
+    },
     /// Remove this server's chunks of `path` with index >= `from_index` (0 = every file id,
     /// otherwise only chunks of that file).
-    RemoveChunks { path: String, file_id: u64, from_index: u64 },
+    RemoveChunks {
+        path: String,
+        file_id: u64,
+        from_index: u64,
+    },
     /// This server's highest chunk index (>= 1) of the file, with that chunk's length.
-    LastChunk { path: String, file_id: u64 },
+    LastChunk {
+        path: String,
+        file_id: u64,
+    },
     SetAttr(SetAttr),
     /// One page of the entries of `path` that this server holds, names after `after`.
-    ReadDir { path: String, after: Option<String>, limit: u32 },
+    ReadDir {
+        path: String,
+        after: Option<String>,
+        limit: u32,
+    },
     /// Server to server: is `path` an existing directory? (parent checks)
-    LookupDir { path: String },
+    LookupDir {
+        path: String,
+    },
     /// Server to server: forget cached knowledge of directory `path` and report whether this
     /// server holds any entry inside it.
-    PrepareRmdir { path: String },
-    Rmdir { path: String },
-    Rename { from: String, to: String, time_ns: i64 },
+    PrepareRmdir {
+        path: String,
+    },
+    Rmdir {
+        path: String,
+    },
+    Rename {
+        from: String,
+        to: String,
+        time_ns: i64,
+    },
     /// Server to server: move this server's chunks (index >= 1) of a file to the new path.
-    MoveChunks { from: String, to: String, file_id: u64 },
+    MoveChunks {
+        from: String,
+        to: String,
+        file_id: u64,
+    },
     /// Server to server: store a chunk moved by a rename (bytes in the data section).
-    PutChunk { chunk: ChunkRef, attr: Attr },
+    PutChunk {
+        chunk: ChunkRef,
+        attr: Attr,
+    },
     /// Server to server: install chunk 0 of a renamed file at its new path, replacing what
     /// is there (bytes in the data section).
-    InstallEntry { path: String, attr: Attr },
+    InstallEntry {
+        path: String,
+        attr: Attr,
+    },
     /// Ends leases granted by `Read` replies. Sent with request id 0: no response.
-    Release { leases: Vec<u64> },
+    Release {
+        leases: Vec<u64>,
+    },
 }
 
 /// What a server answers. Errors carry an errno; every other variant answers particular
@@ -241,10 +288,16 @@ pub enum Response {
     Members(MemberList),
     Attr(Attr),
     /// Result of a `Write`: the chunk's logical length after it.
-    Written { chunk_len: u64 },
+    Written {
+        chunk_len: u64,
+    },
     /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist), how
     /// many bytes the read yields, and where they are: in the data section, or in a lease.
-    Read { attr: Option<Attr>, len: u64, lease: Option<Lease> },
+    Read {
+        attr: Option<Attr>,
+        len: u64,
+        lease: Option<Lease>,
+    },
     Count(u64),
     LastChunk(Option<(u64, u64)>),
     DirPage(DirPage),
@@ -556,9 +609,7 @@ impl Request {
                 },
             }),
             TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
-            TAG_SET_CHUNK_LEN => {
-                Request::SetChunkLen { chunk: read_chunk(&mut r)?, len: r.u64()?, template: read_template(&mut r)? }
-            }
+            TAG_SET_CHUNK_LEN => Request::SetChunkLen { chunk: read_chunk(&mut r)?, len: r.u64()?, template: read_template(&mut r)? },
             TAG_MARK_EXTENDED => Request::MarkExtended { path: r.string()?, file_id: r.u64()? },
             TAG_UNLINK => Request::Unlink { path: r.string()? },
             TAG_REMOVE_CHUNKS => Request::RemoveChunks { path: r.string()?, file_id: r.u64()?, from_index: r.u64()? },
@@ -572,9 +623,7 @@ impl Request {
                 mtime_ns: r.option(|r| r.i64())?,
                 time_ns: r.i64()?,
             }),
-            TAG_READ_DIR => {
-                Request::ReadDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? }
-            }
+            TAG_READ_DIR => Request::ReadDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? },
             TAG_LOOKUP_DIR => Request::LookupDir { path: r.string()? },
             TAG_PREPARE_RMDIR => Request::PrepareRmdir { path: r.string()? },
             TAG_RMDIR => Request::Rmdir { path: r.string()? },
@@ -724,9 +773,8 @@ impl Response {
             TAG_R_DIR_PAGE => {
                 let more = r.bool()?;
                 let count = r.count(4 + ATTR_BYTES)?;
-                let entries = (0..count)
-                    .map(|_| Ok(DirEntry { name: r.string()?, attr: read_attr(&mut r)? }))
-                    .collect::<Result<_, DecodeError>>()?;
+                let entries =
+                    (0..count).map(|_| Ok(DirEntry { name: r.string()?, attr: read_attr(&mut r)? })).collect::<Result<_, DecodeError>>()?;
                 Response::DirPage(DirPage { entries, more })
             }
             TAG_R_HAS_ENTRIES => Response::HasEntries(r.bool()?),
@@ -855,13 +903,18 @@ mod tests {
             Response::Count(3),
             Response::LastChunk(Some((4, 5))),
             Response::LastChunk(None),
-            Response::DirPage(DirPage {
-                entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }],
-                more: true,
-            }),
+            Response::DirPage(DirPage { entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }], more: true }),
             Response::HasEntries(false),
             Response::Replaced(Some(sample_attr())),
-            Response::Stats(ServerStats { name: "s".into(), entries: 1, chunks: 2, bytes: 3, capacity_bytes: 4, requests: 5, forwarded: 6 }),
+            Response::Stats(ServerStats {
+                name: "s".into(),
+                entries: 1,
+                chunks: 2,
+                bytes: 3,
+                capacity_bytes: 4,
+                requests: 5,
+                forwarded: 6,
+            }),
         ]
     }
 

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 
 use ringfs_proto::{FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
 
+use crate::RpcError;
 use crate::frame_io::{FrameReadError, FrameReader, write_frame};
 use crate::memory::{ProcessMemory, memory_probe};
 use crate::transport::{self, Endpoint, WriteHalf};
-use crate::RpcError;
 
 /// How often a waiting reader wakes up to check deadlines.
 const TICK: Duration = Duration::from_millis(50);
@@ -121,7 +121,8 @@ impl Connection {
         let link = transport::connect(endpoint, config.timeout).map_err(|error| connect_error(error.to_string()))?;
         let mut writer = link.writer;
         writer.set_write_timeout(Some(config.timeout)).map_err(|error| connect_error(error.to_string()))?;
-        let mut reader = FrameReader::new(link.reader, TICK, config.timeout, config.poll).map_err(|error| connect_error(error.to_string()))?;
+        let mut reader =
+            FrameReader::new(link.reader, TICK, config.timeout, config.poll).map_err(|error| connect_error(error.to_string()))?;
 
         let same_host = link.peer.pid.is_some();
         let hello = Request::Hello(Hello {
@@ -238,7 +239,8 @@ impl Connection {
             let destination = destination.map(|buffer| Destination { pointer: buffer.as_mut_ptr(), len: buffer.len() });
             pending.slots.insert(request_id, Slot::Waiting(destination));
         }
-        let call = PendingCall { connection: self, request_id, deadline: Instant::now() + self.timeout, finished: false, _buffer: PhantomData };
+        let call =
+            PendingCall { connection: self, request_id, deadline: Instant::now() + self.timeout, finished: false, _buffer: PhantomData };
         if let Err(error) = self.send(request, data, request_id) {
             let error = self.break_connection(format!("sending failed: {error}"));
             drop(call);
@@ -284,10 +286,8 @@ impl Connection {
     }
 
     fn fail_all(&self, pending: &mut Pending, reason: String) -> RpcError {
-        let error = pending
-            .broken
-            .get_or_insert_with(|| RpcError::Broken { endpoint: self.endpoint.to_string(), reason: reason.into() })
-            .clone();
+        let error =
+            pending.broken.get_or_insert_with(|| RpcError::Broken { endpoint: self.endpoint.to_string(), reason: reason.into() }).clone();
         for slot in pending.slots.values_mut() {
             if matches!(slot, Slot::Waiting(_)) {
                 *slot = Slot::Done(Err(error.clone()));

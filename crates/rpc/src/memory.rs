@@ -25,10 +25,7 @@ impl ProcessMemory {
     pub fn read(&self, address: u64, destination: &mut [MaybeUninit<u8>]) -> io::Result<()> {
         let mut done = 0usize;
         while done < destination.len() {
-            let local = libc::iovec {
-                iov_base: destination[done..].as_mut_ptr().cast(),
-                iov_len: destination.len() - done,
-            };
+            let local = libc::iovec { iov_base: destination[done..].as_mut_ptr().cast(), iov_len: destination.len() - done };
             let remote = libc::iovec { iov_base: (address as usize + done) as *mut libc::c_void, iov_len: destination.len() - done };
             // SAFETY: `local` covers memory we own exclusively; the kernel checks `remote`
             // against the other process's mappings and fails with EFAULT if it is not mapped.

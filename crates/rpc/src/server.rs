@@ -103,7 +103,12 @@ fn accept_loop<S: Service>(listener: Arc<Listener>, service: Arc<S>, stopping: A
 
 /// Reads the next frame: header, body, and data section into `data`. `Ok(None)`: the server
 /// is stopping.
-fn next_frame(reader: &mut FrameReader, body: &mut Vec<u8>, data: &mut Vec<u8>, stopping: &AtomicBool) -> Result<Option<FrameHeader>, FrameReadError> {
+fn next_frame(
+    reader: &mut FrameReader,
+    body: &mut Vec<u8>,
+    data: &mut Vec<u8>,
+    stopping: &AtomicBool,
+) -> Result<Option<FrameHeader>, FrameReadError> {
     let header = loop {
         match reader.next_header()? {
             Some(header) => break header,

@@ -115,9 +115,7 @@ fn peer_pid(fd: RawFd) -> Option<u32> {
     let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
     let mut length = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `length` bytes into `credentials`.
-    let result = unsafe {
-        libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut credentials).cast(), &mut length)
-    };
+    let result = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, libc::SO_PEERCRED, (&raw mut credentials).cast(), &mut length) };
     (result == 0 && credentials.pid > 0).then_some(credentials.pid as u32)
 }
 

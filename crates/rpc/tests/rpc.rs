@@ -55,7 +55,13 @@ fn start_server(endpoint: Endpoint) -> (RpcServer, Endpoint, Arc<Echo>) {
 }
 
 fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
-    ConnectionConfig { secret: secret.to_vec(), timeout: Duration::from_millis(timeout_ms), host_id: 0, from_server: false, poll: ringfs_rpc::DEFAULT_POLL }
+    ConnectionConfig {
+        secret: secret.to_vec(),
+        timeout: Duration::from_millis(timeout_ms),
+        host_id: 0,
+        from_server: false,
+        poll: ringfs_rpc::DEFAULT_POLL,
+    }
 }
 
 fn stat(index: u64) -> Request {
@@ -178,8 +184,15 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
         socket.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         // A proper handshake first, so the garbage arrives on an accepted connection.
         let mut hello = Vec::new();
-        Request::Hello(Hello { version: PROTOCOL_VERSION, secret: SECRET.to_vec(), client_pid: 0, host_id: 0, from_server: false, memory_probe: None })
-            .encode(&mut hello);
+        Request::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            secret: SECRET.to_vec(),
+            client_pid: 0,
+            host_id: 0,
+            from_server: false,
+            memory_probe: None,
+        })
+        .encode(&mut hello);
         let header = ringfs_proto::FrameHeader { body_len: hello.len() as u32, data_len: 0, request_id: 1, epoch: 0 };
         socket.write_all(&[header.encode().as_slice(), &hello].concat()).unwrap();
         let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];

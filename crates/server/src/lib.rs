@@ -167,7 +167,8 @@ impl Server {
             alive: true,
             incarnation: now_ns(),
         };
-        let peer_config = ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true, poll: config.poll };
+        let peer_config =
+            ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true, poll: config.poll };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
         if !config.join.is_empty() {
             let list = join_cluster(&config.join, &own, &peer_config)?;
@@ -190,7 +191,8 @@ impl Server {
             Peers::new(peer_config),
             gossip_sender,
         ));
-        let rpc = RpcServer::start(state.clone(), listeners, config.poll).map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
+        let rpc = RpcServer::start(state.clone(), listeners, config.poll)
+            .map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
         spawn_named("ringfs-gossip", {
             let state = state.clone();
             move || gossip_loop(&state, gossip_receiver)

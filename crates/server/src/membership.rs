@@ -72,9 +72,7 @@ impl Membership {
     pub fn successor_of(&self, name: &str) -> Option<&Member> {
         let ring = self.placement.ring();
         let start = ring.iter().position(|candidate| candidate == name)?;
-        (1..ring.len())
-            .map(|step| &self.list.members[self.ring_to_member[(start + step) % ring.len()]])
-            .find(|member| member.alive)
+        (1..ring.len()).map(|step| &self.list.members[self.ring_to_member[(start + step) % ring.len()]]).find(|member| member.alive)
     }
 
     /// Admits a joining (or restarted) member. Returns false if the view already had an
@@ -206,7 +204,11 @@ mod tests {
     #[test]
     fn a_live_server_refutes_its_reported_death() {
         let mut view = Membership::new(member("a", 5), HashFunction::Koyama, Scheme::Modular);
-        let rumour = MemberList { epoch: 9, placement: view.list().placement.clone(), members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }] };
+        let rumour = MemberList {
+            epoch: 9,
+            placement: view.list().placement.clone(),
+            members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }],
+        };
         assert!(view.merge(&rumour, "a"));
         let own = view.member("a").unwrap();
         assert!(own.alive && own.incarnation == 7);

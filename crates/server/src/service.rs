@@ -11,9 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ringfs_proto::path;
-use ringfs_proto::{
-    Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource,
-};
+use ringfs_proto::{Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource};
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Service};
 use ringfs_store::{ByteSource, ChunkStore, StoreError};
@@ -56,7 +54,8 @@ impl ShutdownSignal {
     /// Blocks until a shutdown is requested, or `timeout` passes; returns whether requested.
     pub fn wait(&self, timeout: std::time::Duration) -> bool {
         let requested = self.requested.lock().unwrap_or_else(|p| p.into_inner());
-        let (requested, _) = self.changed.wait_timeout_while(requested, timeout, |requested| !*requested).unwrap_or_else(|p| p.into_inner());
+        let (requested, _) =
+            self.changed.wait_timeout_while(requested, timeout, |requested| !*requested).unwrap_or_else(|p| p.into_inner());
         *requested
     }
 }
@@ -156,7 +155,13 @@ impl ServerState {
     }
 
     /// [`ServerState::call_member`], logging a transport failure at `level`.
-    pub fn call_member_logged(&self, member: &Member, request: &Request, data: &[u8], level: log::Level) -> Result<ringfs_rpc::Reply, Errno> {
+    pub fn call_member_logged(
+        &self,
+        member: &Member,
+        request: &Request,
+        data: &[u8],
+        level: log::Level,
+    ) -> Result<ringfs_rpc::Reply, Errno> {
         if !member.alive {
             return Err(Errno::EIO);
         }
@@ -174,7 +179,14 @@ impl ServerState {
         }
     }
 
-    fn forward(&self, owner: &Member, session: &Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
+    fn forward(
+        &self,
+        owner: &Member,
+        session: &Session,
+        request: Request,
+        data: &[u8],
+        reply_data: &mut Vec<u8>,
+    ) -> Result<Response, Errno> {
         self.forwarded.fetch_add(1, Ordering::Relaxed);
         // The owner cannot reach the client's memory: pull write bytes here, and ask for
         // read bytes inline.

@@ -236,12 +236,8 @@ impl ChunkStore {
         for chunk in recovered {
             self.used_bytes.fetch_add(overhead_of(&chunk.path) + chunk.file.stored_len, Ordering::Relaxed);
             self.chunk_count.fetch_add(1, Ordering::Relaxed);
-            let handle = Arc::new(Mutex::new(Chunk {
-                attr: chunk.attr,
-                body: Body::File(chunk.file),
-                removed: false,
-                rmdir_pending: false,
-            }));
+            let handle =
+                Arc::new(Mutex::new(Chunk { attr: chunk.attr, body: Body::File(chunk.file), removed: false, rmdir_pending: false }));
             if chunk.index == 0 {
                 if let Some(parent) = path::parent(&chunk.path) {
                     let name = path::file_name(&chunk.path).to_string();
@@ -557,11 +553,8 @@ impl ChunkStore {
     /// Attributes of a chunk. Chunk 0 is looked up by path (checked against `file_id` unless
     /// it is 0); later chunks by path, index and file id.
     pub fn stat(&self, chunk: &ChunkRef) -> Result<Attr, StoreError> {
-        let handle = if chunk.index == 0 {
-            self.head_checked(&chunk.path, chunk.file_id)?
-        } else {
-            self.find_tail(chunk).ok_or(Errno::ENOENT)?
-        };
+        let handle =
+            if chunk.index == 0 { self.head_checked(&chunk.path, chunk.file_id)? } else { self.find_tail(chunk).ok_or(Errno::ENOENT)? };
         let chunk = lock(&handle);
         if chunk.removed {
             return Err(Errno::ENOENT.into());
@@ -866,11 +859,7 @@ impl ChunkStore {
     pub fn tail_indices(&self, path: &str, file_id: u64) -> Vec<u64> {
         let files = lock(&self.files[shard_of(path)]);
         let Some(slot) = files.paths.get(path) else { return Vec::new() };
-        slot.tail
-            .iter()
-            .filter(|(_, candidates)| candidates.iter().any(|(id, _)| *id == file_id))
-            .map(|(index, _)| *index)
-            .collect()
+        slot.tail.iter().filter(|(_, candidates)| candidates.iter().any(|(id, _)| *id == file_id)).map(|(index, _)| *index).collect()
     }
 
     /// A copy of one chunk (attributes and bytes), for moving it to another server.
