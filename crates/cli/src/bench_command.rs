@@ -42,6 +42,9 @@ pub struct ClusterArgs {
     /// Use the running cluster named by RINGFS_SERVER instead of starting one.
     #[arg(long)]
     pub use_running: bool,
+    /// Poll budget in microseconds of servers and clients before they sleep (0: never poll).
+    #[arg(long, default_value_t = 50)]
+    pub poll_us: u64,
 }
 
 #[derive(Args, Debug)]
@@ -75,33 +78,39 @@ pub struct MicroArgs {
 }
 
 /// A cluster started for a benchmark, stopped when dropped (also on errors).
-pub struct BenchCluster(Option<Cluster>);
+pub struct BenchCluster {
+    cluster: Option<Cluster>,
+    poll_us: u64,
+}
 
 impl BenchCluster {
     pub fn start(args: &ClusterArgs) -> Result<BenchCluster> {
         if args.use_running {
-            return Ok(BenchCluster(None));
+            return Ok(BenchCluster { cluster: None, poll_us: args.poll_us });
         }
         let mut config = LaunchConfig::local(args.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
         config.chunk_size =
             ringfs_client::parse_size(&args.chunk_size).with_context(|| format!("invalid chunk size {:?}", args.chunk_size))?;
         config.store = args.store.clone();
-        Ok(BenchCluster(Some(ringfs_launch::start(&config)?)))
+        config.server_args = vec!["--poll-us".into(), args.poll_us.to_string()];
+        Ok(BenchCluster { cluster: Some(ringfs_launch::start(&config)?), poll_us: args.poll_us })
     }
 
     /// The environment worker processes need to reach ringfs.
     pub fn environment(&self) -> Vec<(&'static str, String)> {
-        match &self.0 {
+        let mut environment = match &self.cluster {
             Some(cluster) => cluster.environment(),
             None => ["RINGFS_SERVER", "RINGFS_SECRET", "RINGFS_CHUNK_SIZE"]
                 .into_iter()
                 .filter_map(|name| std::env::var(name).ok().map(|value| (name, value)))
                 .collect(),
-        }
+        };
+        environment.push(("RINGFS_POLL_US", self.poll_us.to_string()));
+        environment
     }
 
     pub fn describe(&self) -> String {
-        match &self.0 {
+        match &self.cluster {
             Some(cluster) => format!("local cluster of {} servers, chunk size {}", cluster.servers.len(), cluster.chunk_size),
             None => "running cluster (RINGFS_SERVER)".into(),
         }
@@ -110,7 +119,7 @@ impl BenchCluster {
 
 impl Drop for BenchCluster {
     fn drop(&mut self) {
-        if let Some(cluster) = self.0.take()
+        if let Some(cluster) = self.cluster.take()
             && let Err(error) = cluster.stop()
         {
             log::warn!("stopping the benchmark cluster: {error}");
