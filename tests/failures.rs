@@ -138,14 +138,19 @@ fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
         memory_probe: None,
     })
     .encode(&mut body);
+    assert!(matches!(exchange(socket, &body), Response::Hello(_)));
+}
+
+/// Sends one request body in a frame on a raw socket and decodes the response.
+fn exchange(socket: &mut std::net::TcpStream, body: &[u8]) -> Response {
     let header = FrameHeader { body_len: body.len() as u32, data_len: 0, request_id: 1, epoch: 0 };
-    socket.write_all(&[header.encode().as_slice(), &body].concat()).unwrap();
+    socket.write_all(&[header.encode().as_slice(), body].concat()).unwrap();
     let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];
     socket.read_exact(&mut reply_header).unwrap();
     let reply_header = FrameHeader::decode(&reply_header).unwrap();
     let mut reply = vec![0u8; reply_header.body_len as usize];
     socket.read_exact(&mut reply).unwrap();
-    assert!(matches!(Response::decode(&reply), Ok(Response::Hello(_))));
+    Response::decode(&reply).unwrap()
 }
 
 #[test]
@@ -153,7 +158,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     let cluster = TestCluster::start(2);
     let client = cluster.client();
     write_file(&client, "/before", b"still here");
-    let write_request = {
+    let invalid_path_request = {
         let mut body = Vec::new();
         Request::Stat(ringfs_proto::ChunkRef { path: "relative/not/canonical".into(), index: 0, file_id: 0 }).encode(&mut body);
         body
@@ -176,14 +181,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     // A well-formed request with an invalid path gets an error answer, not a closed socket.
     let mut socket = std::net::TcpStream::connect(cluster.address(0)).unwrap();
     handshake(&mut socket, &cluster.secret);
-    let header = FrameHeader { body_len: write_request.len() as u32, data_len: 0, request_id: 9, epoch: 0 };
-    socket.write_all(&[header.encode().as_slice(), &write_request].concat()).unwrap();
-    let mut reply_header = [0u8; ringfs_proto::HEADER_LEN];
-    socket.read_exact(&mut reply_header).unwrap();
-    let reply_header = FrameHeader::decode(&reply_header).unwrap();
-    let mut reply = vec![0u8; reply_header.body_len as usize];
-    socket.read_exact(&mut reply).unwrap();
-    assert_eq!(Response::decode(&reply), Ok(Response::Error(Errno::EINVAL)));
+    assert_eq!(exchange(&mut socket, &invalid_path_request), Response::Error(Errno::EINVAL));
     // Everybody else is unaffected.
     assert_eq!(read_file(&client, "/before").unwrap(), b"still here");
     assert_eq!(cluster.client().members().members.iter().filter(|member| member.alive).count(), 2);

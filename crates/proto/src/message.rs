@@ -70,6 +70,18 @@ pub struct Create {
     pub link_target: Option<String>,
 }
 
+impl Create {
+    /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
+    pub fn new(path: &str, mode: u32, chunk_size: u32) -> Create {
+        Create { path: path.to_string(), mode, uid: 0, gid: 0, chunk_size, time_ns: 0, exclusive: true, truncate: false, link_target: None }
+    }
+
+    /// What later chunks of the new file are created with.
+    pub fn template(&self) -> ChunkTemplate {
+        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Write {
     pub chunk: ChunkRef,

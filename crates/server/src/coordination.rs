@@ -15,7 +15,7 @@
 use ringfs_proto::path;
 use ringfs_proto::{Attr, ChunkRef, Create, Errno, Request, Response};
 use ringfs_rpc::memory::fast_random_u64;
-use ringfs_store::{NewEntry, StoreError};
+use ringfs_store::StoreError;
 
 use crate::service::{MAX_CHUNK_SIZE, ServerState, Session, store_errno};
 
@@ -111,21 +111,10 @@ impl ServerState {
         {
             return Err(Errno::EINVAL);
         }
-        let entry = NewEntry {
-            path: create.path,
-            mode: create.mode,
-            uid: create.uid,
-            gid: create.gid,
-            chunk_size: create.chunk_size,
-            time_ns: create.time_ns,
-            file_id: fast_random_u64() | 1,
-            exclusive: create.exclusive,
-            truncate: create.truncate,
-            link_target: create.link_target,
-        };
-        let outcome = self.with_parent(|| self.store.create(&entry))?;
+        let file_id = fast_random_u64() | 1;
+        let outcome = self.with_parent(|| self.store.create(&create, file_id))?;
         if outcome.truncated_extended {
-            self.remove_chunks_everywhere(&entry.path, outcome.attr.file_id, 1);
+            self.remove_chunks_everywhere(&create.path, outcome.attr.file_id, 1);
         }
         Ok(Response::Attr(outcome.attr))
     }

@@ -20,11 +20,11 @@
 //! calls the per-server steps here.
 //!
 //! ```
-//! use ringfs_store::{ChunkStore, NewEntry, StoreConfig};
-//! use ringfs_proto::{ChunkRef, FileKind};
+//! use ringfs_store::{ChunkStore, StoreConfig};
+//! use ringfs_proto::{ChunkRef, Create, FileKind};
 //! let store = ChunkStore::open(StoreConfig::memory()).unwrap();
-//! let entry = NewEntry::new("/hello", FileKind::Regular.mode_bits() | 0o644, 4096, 7);
-//! store.create(&entry).unwrap();
+//! let entry = Create::new("/hello", FileKind::Regular.mode_bits() | 0o644, 4096);
+//! store.create(&entry, 7).unwrap();
 //! let chunk = ChunkRef { path: "/hello".into(), index: 0, file_id: 7 };
 //! store.write(&chunk, 0, &mut &b"hi"[..], entry.template(), 0).unwrap();
 //! let mut bytes = Vec::new();
@@ -38,7 +38,7 @@ pub mod io;
 mod store;
 
 pub use io::{ByteSink, ByteSource};
-pub use store::{ChunkStore, CreateOutcome, MovedChunk, NewEntry, SharedRead, StoreStats};
+pub use store::{ChunkStore, CreateOutcome, MovedChunk, SharedRead, StoreStats};
 
 use std::path::PathBuf;
 

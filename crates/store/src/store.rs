@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, DirEntry, DirPage, EntryFlags, Errno, FileKind};
+use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, Create, DirEntry, DirPage, EntryFlags, Errno, FileKind};
 
 use crate::body::Body;
 use crate::directory::ChunkDirectory;
@@ -25,45 +25,6 @@ const CHUNK_OVERHEAD_BYTES: u64 = 128;
 
 /// File id of the root directory.
 pub const ROOT_FILE_ID: u64 = 1;
-
-/// The attributes of a new entry (file, directory or symbolic link).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NewEntry {
-    pub path: String,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub chunk_size: u32,
-    pub time_ns: i64,
-    /// Identity given to the new file (ignored if the entry exists).
-    pub file_id: u64,
-    pub exclusive: bool,
-    pub truncate: bool,
-    pub link_target: Option<String>,
-}
-
-impl NewEntry {
-    /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
-    pub fn new(path: &str, mode: u32, chunk_size: u32, file_id: u64) -> NewEntry {
-        NewEntry {
-            path: path.to_string(),
-            mode,
-            uid: 0,
-            gid: 0,
-            chunk_size,
-            time_ns: 0,
-            file_id,
-            exclusive: true,
-            truncate: false,
-            link_target: None,
-        }
-    }
-
-    /// What later chunks of this file are created with.
-    pub fn template(&self) -> ChunkTemplate {
-        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size }
-    }
-}
 
 /// Result of [`ChunkStore::create`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -400,11 +361,12 @@ impl ChunkStore {
     /// [`StoreError::ParentUnknown`]. The check and the insertion happen under the parent's
     /// directory-shard lock, the same lock [`ChunkStore::prepare_rmdir`] takes, so a create
     /// and an rmdir of its parent cannot both succeed.
-    pub fn create(&self, entry: &NewEntry) -> Result<CreateOutcome, StoreError> {
+    /// A new entry gets the identity `file_id` (ignored if the entry exists).
+    pub fn create(&self, entry: &Create, file_id: u64) -> Result<CreateOutcome, StoreError> {
         // An entry removed between the index lookup and its lock is retried as absent; each
         // retry needs a concurrent removal to lose again, so a few attempts are plenty.
         for _ in 0..8 {
-            match self.try_create(entry) {
+            match self.try_create(entry, file_id) {
                 Err(StoreError::Fs(Errno::EAGAIN)) => continue,
                 outcome => return outcome,
             }
@@ -412,7 +374,7 @@ impl ChunkStore {
         Err(Errno::EAGAIN.into())
     }
 
-    fn try_create(&self, entry: &NewEntry) -> Result<CreateOutcome, StoreError> {
+    fn try_create(&self, entry: &Create, file_id: u64) -> Result<CreateOutcome, StoreError> {
         let parent = path::parent(&entry.path).ok_or(Errno::EEXIST)?;
         let kind = FileKind::from_mode(entry.mode).ok_or(Errno::EINVAL)?;
         if entry.chunk_size == 0 {
@@ -435,7 +397,7 @@ impl ChunkStore {
             gid: entry.gid,
             chunk_size: entry.chunk_size,
             len: target.len() as u64,
-            file_id: entry.file_id,
+            file_id,
             atime_ns: entry.time_ns,
             mtime_ns: entry.time_ns,
             ctime_ns: entry.time_ns,
@@ -457,7 +419,7 @@ impl ChunkStore {
         Ok(CreateOutcome { attr, created: true, truncated_extended: false })
     }
 
-    fn open_existing(&self, handle: &ChunkHandle, entry: &NewEntry, kind: FileKind) -> Result<CreateOutcome, StoreError> {
+    fn open_existing(&self, handle: &ChunkHandle, entry: &Create, kind: FileKind) -> Result<CreateOutcome, StoreError> {
         let mut chunk = lock(handle);
         if chunk.removed || chunk.rmdir_pending {
             // Lost a race with a removal: the caller retries as if the entry was absent.
@@ -1018,7 +980,7 @@ mod tests {
     }
 
     fn create_dir(store: &ChunkStore, path: &str) {
-        store.create(&NewEntry::new(path, DIRECTORY, 4096, 1)).unwrap();
+        store.create(&Create::new(path, DIRECTORY, 4096), 1).unwrap();
         let ticket = store.known_dir(path).unwrap_err();
         assert!(store.mark_known_dir(path, ticket));
     }
@@ -1026,7 +988,7 @@ mod tests {
     #[test]
     fn written_bytes_read_back_and_holes_read_as_zeros() {
         let store = memory_store();
-        store.create(&NewEntry::new("/f", REGULAR, 100, 5)).unwrap();
+        store.create(&Create::new("/f", REGULAR, 100), 5).unwrap();
         let head = chunk("/f", 0, 5);
         assert_eq!(store.write(&head, 10, &mut &b"abc"[..], template(100), 1).unwrap(), 13);
         assert_eq!(read_all(&store, &head), [&[0u8; 10][..], b"abc"].concat());
@@ -1056,7 +1018,7 @@ mod tests {
     #[test]
     fn a_stale_file_id_is_refused_on_chunk_zero() {
         let store = memory_store();
-        store.create(&NewEntry::new("/f", REGULAR, 64, 5)).unwrap();
+        store.create(&Create::new("/f", REGULAR, 64), 5).unwrap();
         let error = store.write(&chunk("/f", 0, 6), 0, &mut &b"x"[..], template(64), 1).unwrap_err();
         assert_eq!(error.errno(), Errno::ESTALE);
         store.unlink("/f", 0).unwrap();
@@ -1068,28 +1030,28 @@ mod tests {
     #[test]
     fn creates_follow_posix_rules() {
         let store = memory_store();
-        let entry = NewEntry::new("/d/f", REGULAR, 64, 1);
-        assert!(matches!(store.create(&entry), Err(StoreError::ParentUnknown(parent)) if parent == "/d"));
+        let entry = Create::new("/d/f", REGULAR, 64);
+        assert!(matches!(store.create(&entry, 1), Err(StoreError::ParentUnknown(parent)) if parent == "/d"));
         create_dir(&store, "/d");
-        assert!(store.create(&entry).unwrap().created);
-        assert_eq!(store.create(&entry).unwrap_err().errno(), Errno::EEXIST);
-        let open = NewEntry { exclusive: false, ..entry.clone() };
-        assert!(!store.create(&open).unwrap().created);
-        let mkdir_over_file = NewEntry::new("/d/f", DIRECTORY, 64, 2);
-        assert_eq!(store.create(&mkdir_over_file).unwrap_err().errno(), Errno::EEXIST);
-        let open_dir = NewEntry { exclusive: false, ..NewEntry::new("/d", REGULAR, 64, 3) };
-        assert_eq!(store.create(&open_dir).unwrap_err().errno(), Errno::EISDIR);
+        assert!(store.create(&entry, 1).unwrap().created);
+        assert_eq!(store.create(&entry, 1).unwrap_err().errno(), Errno::EEXIST);
+        let open = Create { exclusive: false, ..entry.clone() };
+        assert!(!store.create(&open, 1).unwrap().created);
+        let mkdir_over_file = Create::new("/d/f", DIRECTORY, 64);
+        assert_eq!(store.create(&mkdir_over_file, 2).unwrap_err().errno(), Errno::EEXIST);
+        let open_dir = Create { exclusive: false, ..Create::new("/d", REGULAR, 64) };
+        assert_eq!(store.create(&open_dir, 3).unwrap_err().errno(), Errno::EISDIR);
         assert_eq!(store.unlink("/d", 0).unwrap_err().errno(), Errno::EISDIR);
     }
 
     #[test]
     fn truncating_open_empties_the_file_and_reports_extension() {
         let store = memory_store();
-        store.create(&NewEntry::new("/f", REGULAR, 64, 1)).unwrap();
+        store.create(&Create::new("/f", REGULAR, 64), 1).unwrap();
         store.write(&chunk("/f", 0, 1), 0, &mut &[1u8; 64][..], template(64), 1).unwrap();
         store.mark_extended("/f", 1).unwrap();
-        let reopen = NewEntry { exclusive: false, truncate: true, ..NewEntry::new("/f", REGULAR, 64, 2) };
-        let outcome = store.create(&reopen).unwrap();
+        let reopen = Create { exclusive: false, truncate: true, ..Create::new("/f", REGULAR, 64) };
+        let outcome = store.create(&reopen, 2).unwrap();
         assert!(outcome.truncated_extended);
         // The mark stays: open files may have cached it (see `truncate_head`).
         assert_eq!((outcome.attr.len, outcome.attr.file_id, outcome.attr.is_extended()), (0, 1, true));
@@ -1100,12 +1062,12 @@ mod tests {
         let store = memory_store();
         create_dir(&store, "/d");
         assert_eq!(store.known_dir("/d"), Ok(()));
-        store.create(&NewEntry::new("/d/f", REGULAR, 64, 1)).unwrap();
+        store.create(&Create::new("/d/f", REGULAR, 64), 1).unwrap();
         assert!(store.prepare_rmdir("/d"));
         // A lookup that started before the invalidation cannot record a stale answer.
         let stale_ticket = store.known_dir("/d").unwrap_err() - 1;
         assert!(!store.mark_known_dir("/d", stale_ticket));
-        assert!(matches!(store.create(&NewEntry::new("/d/g", REGULAR, 64, 2)), Err(StoreError::ParentUnknown(_))));
+        assert!(matches!(store.create(&Create::new("/d/g", REGULAR, 64), 2), Err(StoreError::ParentUnknown(_))));
         store.unlink("/d/f", 0).unwrap();
         assert!(!store.prepare_rmdir("/d"));
         store.begin_rmdir("/d").unwrap();
@@ -1120,7 +1082,7 @@ mod tests {
     fn read_dir_pages_through_entries_in_name_order() {
         let store = memory_store();
         for i in 0..25 {
-            store.create(&NewEntry::new(&format!("/f{i:02}"), REGULAR, 64, i + 1)).unwrap();
+            store.create(&Create::new(&format!("/f{i:02}"), REGULAR, 64), i + 1).unwrap();
         }
         let mut names = Vec::new();
         let mut after: Option<String> = None;
@@ -1140,7 +1102,7 @@ mod tests {
     fn capacity_limit_gives_enospc_and_frees_on_unlink() {
         let store = ChunkStore::open(StoreConfig { backend: Backend::Memory, capacity_bytes: 10_000 }).unwrap();
         let baseline = store.stats().used_bytes;
-        store.create(&NewEntry::new("/f", REGULAR, 1 << 20, 1)).unwrap();
+        store.create(&Create::new("/f", REGULAR, 1 << 20), 1).unwrap();
         let error = store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1).unwrap_err();
         assert_eq!(error.errno(), Errno::ENOSPC);
         store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 5_000][..], template(1 << 20), 1).unwrap();
@@ -1153,8 +1115,8 @@ mod tests {
     #[test]
     fn rename_steps_move_chunks_and_replace_the_target() {
         let store = memory_store();
-        store.create(&NewEntry::new("/a", REGULAR, 8, 1)).unwrap();
-        store.create(&NewEntry::new("/b", REGULAR, 8, 2)).unwrap();
+        store.create(&Create::new("/a", REGULAR, 8), 1).unwrap();
+        store.create(&Create::new("/b", REGULAR, 8), 2).unwrap();
         store.write(&chunk("/a", 0, 1), 0, &mut &b"12345678"[..], template(8), 1).unwrap();
         store.write(&chunk("/a", 1, 1), 0, &mut &b"9"[..], template(8), 1).unwrap();
         assert_eq!(store.tail_indices("/a", 1), [1]);
@@ -1191,12 +1153,12 @@ mod tests {
         {
             let store = ChunkStore::open(config.clone()).unwrap();
             create_dir(&store, "/d");
-            store.create(&NewEntry::new("/d/f", REGULAR, 16, 9)).unwrap();
+            store.create(&Create::new("/d/f", REGULAR, 16), 9).unwrap();
             store.write(&chunk("/d/f", 0, 9), 0, &mut &b"0123456789abcdef"[..], template(16), 1).unwrap();
             store.write(&chunk("/d/f", 2, 9), 4, &mut &b"xyz"[..], template(16), 2).unwrap();
             store.mark_extended("/d/f", 9).unwrap();
-            store.create(&NewEntry { link_target: Some("/d/f".into()), ..NewEntry::new("/d/l", 0o120777, 16, 3) }).unwrap();
-            store.create(&NewEntry::new("/gone", REGULAR, 16, 4)).unwrap();
+            store.create(&Create { link_target: Some("/d/f".into()), ..Create::new("/d/l", 0o120777, 16) }, 3).unwrap();
+            store.create(&Create::new("/gone", REGULAR, 16), 4).unwrap();
             store.unlink("/gone", 0).unwrap();
         }
         let store = ChunkStore::open(config).unwrap();
