@@ -84,25 +84,36 @@ impl ClientConfig {
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
         let servers = std::env::var("RINGFS_SERVER")
             .map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
-        let servers: Vec<String> = servers.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
-        let mut config = ClientConfig::new(servers, std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes());
+        ClientConfig::new(split_servers(&servers), Vec::new()).with_environment()
+    }
+
+    /// Applies `RINGFS_SECRET`, `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`, `RINGFS_LOCAL` and
+    /// `RINGFS_POLL_US` from the environment to this configuration.
+    pub fn with_environment(mut self) -> std::result::Result<ClientConfig, ConnectError> {
+        if let Ok(secret) = std::env::var("RINGFS_SECRET") {
+            self.secret = secret.into_bytes();
+        }
         if let Ok(text) = std::env::var("RINGFS_TIMEOUT_MS") {
             let millis: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_TIMEOUT_MS={text:?} is not a number")))?;
-            config.timeout = Duration::from_millis(millis.max(1));
+            self.timeout = Duration::from_millis(millis.max(1));
         }
         if let Ok(text) = std::env::var("RINGFS_CHUNK_SIZE") {
-            config.chunk_size =
-                parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
+            self.chunk_size = parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
         }
         if let Ok(text) = std::env::var("RINGFS_LOCAL") {
-            config.local_fast_path = text != "0";
+            self.local_fast_path = text != "0";
         }
         if let Ok(text) = std::env::var("RINGFS_POLL_US") {
             let micros: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_POLL_US={text:?} is not a number")))?;
-            config.poll = Duration::from_micros(micros);
+            self.poll = Duration::from_micros(micros);
         }
-        Ok(config)
+        Ok(self)
     }
+}
+
+/// Splits a comma-separated list of server addresses.
+pub fn split_servers(text: &str) -> Vec<String> {
+    text.split(',').map(str::trim).filter(|server| !server.is_empty()).map(String::from).collect()
 }
 
 /// Parses a byte size such as `65536`, `64K`, `1M`, `4MiB`.

@@ -1,0 +1,93 @@
+//! The C library: a C test program and the C example, compiled with `cc` through
+//! pkg-config, run against a live cluster.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{TestCluster, ringfs_binary, scratch_dir};
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The build directory of the binary under test (target/debug or target/release), with
+/// libringfs.so built in it (`cargo test` does not build C libraries by itself).
+fn library_dir() -> (PathBuf, String) {
+    let dir = Path::new(ringfs_binary()).parent().unwrap().to_path_buf();
+    let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
+    if !dir.join("libringfs.so").exists() {
+        let mut build = Command::new(env!("CARGO"));
+        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-ffi"]);
+        if profile == "release" {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building libringfs failed");
+    }
+    (dir, profile)
+}
+
+/// Compiles a C program against libringfs with the flags pkg-config gives for ringfs.pc.
+fn compile(source: &str, output: &Path) {
+    let (_, profile) = library_dir();
+    let pkg_dir = output.parent().unwrap().join("pkgconfig");
+    let script = workspace_root().join("scripts/install-c-library.sh");
+    assert!(Command::new(&script).arg("--in-place").arg(&pkg_dir).arg(&profile).status().unwrap().success());
+    let flags = Command::new("pkg-config").args(["--cflags", "--libs", "ringfs"]).env("PKG_CONFIG_PATH", &pkg_dir).output().unwrap();
+    assert!(flags.status.success(), "pkg-config: {}", String::from_utf8_lossy(&flags.stderr));
+    let flags = String::from_utf8(flags.stdout).unwrap();
+    let compiled = Command::new("cc")
+        .args(["-std=c11", "-D_GNU_SOURCE", "-Wall", "-Wextra", "-Werror", "-pthread"])
+        .arg(workspace_root().join(source))
+        .args(flags.split_whitespace())
+        .arg("-o")
+        .arg(output)
+        .output()
+        .unwrap();
+    assert!(compiled.status.success(), "cc failed:\n{}", String::from_utf8_lossy(&compiled.stderr));
+}
+
+fn run_against(cluster: &TestCluster, program: &Path) -> std::process::Output {
+    Command::new(program)
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .env("RINGFS_TIMEOUT_MS", "5000")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn the_c_test_program_passes_against_a_live_cluster() {
+    let scratch = scratch_dir("c-api");
+    let program = scratch.join("test_ringfs");
+    compile("tests/c/test_ringfs.c", &program);
+    let cluster = TestCluster::start(3);
+    let output = run_against(&cluster, &program);
+    assert!(
+        output.status.success(),
+        "C checks failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(String::from_utf8_lossy(&output.stdout).contains("all C API checks passed"));
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+#[test]
+fn the_c_example_runs() {
+    let scratch = scratch_dir("c-example");
+    let program = scratch.join("hello");
+    compile("examples/c/hello.c", &program);
+    let cluster = TestCluster::start(2);
+    let output = run_against(&cluster, &program);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("read back 28 bytes: Hello from C through ringfs"), "{stdout}");
+    assert!(stdout.contains("greeting.txt"), "{stdout}");
+    // Without a cluster the example explains what is missing.
+    let output = Command::new(&program).env_remove("RINGFS_SERVER").output().unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("ringfs_init"));
+    let _ = std::fs::remove_dir_all(scratch);
+}
