@@ -9,8 +9,11 @@
 mod bench_command;
 mod cluster;
 mod demo_command;
+mod mount_command;
+mod run_command;
 mod logger;
 mod server_command;
+mod signals;
 mod tools;
 
 use std::path::PathBuf;
@@ -32,7 +35,17 @@ enum Command {
     /// Run one server in the foreground (normally started by `ringfs start`).
     Server(server_command::ServerArgs),
     /// Start a cluster and print the environment clients need: eval "$(ringfs start)".
-    Start(cluster::StartArgs),
+    Start {
+        #[command(flatten)]
+        start: cluster::StartArgs,
+        /// Also mount the file system here (FUSE); `ringfs stop` unmounts it.
+        #[arg(long)]
+        mount: Option<PathBuf>,
+    },
+    /// Run a command on a fresh cluster: start, (mount), run, stop; exits with its status.
+    Run(run_command::RunArgs),
+    /// Mount the file system with FUSE (in the foreground, until SIGTERM or unmount).
+    Mount(mount_command::MountArgs),
     /// Stop the cluster named by RINGFS_RUN_DIR (or --run-dir).
     Stop(cluster::StopArgs),
     /// Show every server with its counters.
@@ -91,12 +104,21 @@ fn client() -> Result<Client> {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Server(args) => server_command::run(args),
-        Command::Start(args) => {
-            let started = ringfs_launch::start(&args.launch_config()?)?;
+        Command::Start { start, mount } => {
+            let started = ringfs_launch::start(&start.launch_config()?)?;
+            if let Some(directory) = &mount {
+                let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
+                if let Err(error) = started.mount(&executable, directory, &[]).map_err(anyhow::Error::from) {
+                    let _ = started.stop();
+                    return Err(error);
+                }
+                println!("export RINGFS_MOUNT={}", directory.display());
+            }
             print!("{}", started.exports());
             eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
             Ok(())
         }
+        Command::Run(_) | Command::Mount(_) => unreachable!("handled in main"),
         Command::Stop(args) => cluster::stop(&args),
         Command::Status => {
             cluster::status(&client()?);
@@ -117,17 +139,24 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
+/// Errors are printed as one line: the error and its causes, outermost first.
+fn report(error: anyhow::Error) -> ExitCode {
+    let causes: Vec<String> = error.chain().map(|cause| cause.to_string()).collect();
+    eprintln!("ringfs: {}", causes.join(": "));
+    ExitCode::FAILURE
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Server(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    let default_level = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
     logger::init(default_level);
-    match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            // One clear line: the error and its causes, outermost first.
-            let causes: Vec<String> = error.chain().map(|cause| cause.to_string()).collect();
-            eprintln!("ringfs: {}", causes.join(": "));
-            ExitCode::FAILURE
-        }
+    let outcome = match cli.command {
+        Command::Run(args) => run_command::run(args),
+        Command::Mount(args) => mount_command::run(args).map(|()| ExitCode::SUCCESS),
+        command => run(Cli { command }).map(|()| ExitCode::SUCCESS),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(error) => report(error),
     }
 }

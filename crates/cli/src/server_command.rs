@@ -90,28 +90,8 @@ pub fn read_secret(file: Option<&PathBuf>) -> Result<Vec<u8>> {
     }
 }
 
-/// Blocks SIGTERM, SIGINT and SIGHUP in every thread and returns a function that waits for one.
-fn block_termination_signals() -> impl FnOnce() -> i32 + Send + 'static {
-    // SAFETY: plain libc signal-set manipulation on a zeroed sigset_t, before other threads start.
-    let set = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    move || {
-        let mut signal = 0;
-        // SAFETY: waits for one of the blocked signals.
-        unsafe { libc::sigwait(&set, &mut signal) };
-        signal
-    }
-}
-
 pub fn run(args: ServerArgs) -> Result<()> {
-    let wait_for_signal = block_termination_signals();
+    let wait_for_signal = crate::signals::block_termination_signals();
     let secret = read_secret(args.secret_file.as_ref())?;
     if secret.is_empty() {
         bail!("no secret: set RINGFS_SECRET or pass --secret-file");

@@ -350,9 +350,84 @@ impl Cluster {
         config
     }
 
-    /// Stops the servers and removes the run directory.
+    /// Stops the servers (unmounting mounts first) and removes the run directory.
     pub fn stop(&self) -> Result<()> {
         stop(&self.run_dir, false)
+    }
+
+    /// Mounts the file system at `directory` with `ringfs mount` (extra options in
+    /// `mount_args`), as a process of its own that `stop` ends before the servers.
+    pub fn mount(&self, executable: &Path, directory: &Path, mount_args: &[String]) -> Result<()> {
+        let index = fs::read_to_string(self.run_dir.join("mounts")).map(|text| text.lines().count()).unwrap_or(0);
+        let ready = self.run_dir.join(format!("mount-{index}.ready"));
+        let log_path = self.run_dir.join(format!("mount-{index}.log"));
+        let log = fs::File::create(&log_path).map_err(io_error(format!("cannot create {}", log_path.display())))?;
+        let log_copy = log.try_clone().map_err(io_error("cannot duplicate a file handle"))?;
+        let mut command = Command::new(executable);
+        command
+            .arg("mount")
+            .arg(directory)
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(mount_args)
+            .envs(self.environment())
+            .stdin(Stdio::null())
+            .stdout(log_copy)
+            .stderr(log);
+        // SAFETY: setsid is async-signal-safe (see spawn_local).
+        unsafe {
+            command.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        let mut child = command.spawn().map_err(io_error(format!("cannot run {}", executable.display())))?;
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while !ready.exists() {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = fs::read_to_string(&log_path).unwrap_or_default();
+                return Err(LaunchError::Startup(format!("mounting {} failed ({status}): {}", directory.display(), log.trim())));
+            }
+            if Instant::now() > deadline {
+                signal(child.id(), libc::SIGKILL);
+                return Err(LaunchError::Startup(format!("mounting {} timed out", directory.display())));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let mut records = fs::read_to_string(self.run_dir.join("mounts")).unwrap_or_default();
+        records.push_str(&format!("{} {}\n", child.id(), directory.display()));
+        write_private(&self.run_dir.join("mounts"), &records)
+    }
+}
+
+/// True while `directory` is a mount point (per /proc/self/mountinfo).
+fn is_mounted(directory: &Path) -> bool {
+    let Ok(canonical) = directory.canonicalize().or_else(|_| Ok::<_, std::io::Error>(directory.to_path_buf())) else { return false };
+    let target = canonical.display().to_string();
+    fs::read_to_string("/proc/self/mountinfo").unwrap_or_default().lines().any(|line| line.split(' ').nth(4) == Some(target.as_str()))
+}
+
+/// Ends the mounts of a cluster: SIGTERM to each `ringfs mount` (it unmounts), and a lazy
+/// unmount of any mount point still attached (a mount process that died).
+fn unmount_all(run_dir: &Path) {
+    let records = fs::read_to_string(run_dir.join("mounts")).unwrap_or_default();
+    let mounts: Vec<(u32, PathBuf)> = records
+        .lines()
+        .filter_map(|line| line.split_once(' ').and_then(|(pid, dir)| Some((pid.parse().ok()?, PathBuf::from(dir)))))
+        .collect();
+    let pids: Vec<u32> = mounts.iter().map(|(pid, _)| *pid).filter(|pid| process_alive(*pid)).collect();
+    for pid in &pids {
+        signal(*pid, libc::SIGTERM);
+    }
+    wait_for_exit(&pids, SHUTDOWN_TIMEOUT);
+    for (_, directory) in &mounts {
+        if is_mounted(directory) {
+            log::warn!("{} is still mounted; detaching it", directory.display());
+            let detached = Command::new("fusermount3").arg("-u").arg("-z").arg(directory).status().is_ok_and(|status| status.success());
+            if !detached {
+                let _ = Command::new("umount").arg("-l").arg(directory).status();
+            }
+        }
     }
 }
 
@@ -431,6 +506,7 @@ fn launch_all(
 /// Stops every server of the cluster in `run_dir` and waits until they have exited; removes
 /// the run directory unless `keep`.
 pub fn stop(run_dir: &Path, keep: bool) -> Result<()> {
+    unmount_all(run_dir);
     let records = read_records(run_dir)?;
     let secret = fs::read_to_string(run_dir.join("secret")).map_err(io_error("cannot read the cluster secret"))?.trim().to_string();
     let addresses: Vec<String> = records.iter().map(|record| record.address.clone()).collect();

@@ -108,6 +108,15 @@ impl ChunkDirectory {
         file.write_all_at(&attr.to_bytes(), 24)
     }
 
+    /// Size in bytes of the file system the directory is on.
+    pub fn file_system_size(&self) -> Option<u64> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.chunks.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs fills the zeroed struct for a valid NUL-terminated path.
+        let mut info: libc::statvfs = unsafe { std::mem::zeroed() };
+        (unsafe { libc::statvfs(path.as_ptr(), &mut info) } == 0).then(|| info.f_blocks * info.f_frsize)
+    }
+
     /// Reads every chunk file under the directory. Files that are not chunk files, or whose
     /// header is damaged, are skipped with a warning.
     pub fn recover(&self) -> io::Result<Vec<RecoveredChunk>> {

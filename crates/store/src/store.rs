@@ -66,7 +66,7 @@ pub struct StoreStats {
     pub chunks: u64,
     /// Bytes charged against the capacity (chunk bytes plus per-chunk overhead).
     pub used_bytes: u64,
-    /// 0 = unlimited.
+    /// The configured capacity, or for an unlimited store what the node can hold.
     pub capacity_bytes: u64,
 }
 
@@ -917,7 +917,22 @@ impl ChunkStore {
             entries: self.entry_count.load(Ordering::Relaxed),
             chunks: self.chunk_count.load(Ordering::Relaxed),
             used_bytes: self.used_bytes.load(Ordering::Relaxed),
-            capacity_bytes: self.capacity_bytes,
+            capacity_bytes: if self.capacity_bytes > 0 { self.capacity_bytes } else { self.physical_capacity() },
+        }
+    }
+
+    /// What an unlimited store can hold at most: the node's memory for `mem`, the size of the
+    /// file system under the directory for `dir` (0 if unknown).
+    fn physical_capacity(&self) -> u64 {
+        match &self.directory {
+            None => std::fs::read_to_string("/proc/meminfo")
+                .ok()
+                .and_then(|text| {
+                    let line = text.lines().find(|line| line.starts_with("MemTotal:"))?;
+                    line.split_whitespace().nth(1)?.parse::<u64>().ok()
+                })
+                .map_or(0, |kibibytes| kibibytes * 1024),
+            Some(directory) => directory.file_system_size().unwrap_or(0),
         }
     }
 }

@@ -1,0 +1,67 @@
+//! `ringfs mount DIR`: serve the file system through FUSE until SIGTERM, SIGINT or unmount.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use ringfs_client::Client;
+use ringfs_fuse::MountOptions;
+
+#[derive(Args, Debug, Clone)]
+pub struct MountArgs {
+    /// Directory to mount ringfs on (must exist).
+    pub directory: PathBuf,
+    /// Bypass the page cache (every read and write goes to ringfs; mmap does not work).
+    #[arg(long)]
+    pub direct_io: bool,
+    /// Let the kernel gather small writes in the page cache before sending them.
+    #[arg(long)]
+    pub writeback_cache: bool,
+    /// How long the kernel caches attributes and names, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub attr_timeout_ms: u64,
+    /// Threads serving kernel requests.
+    #[arg(long, default_value_t = 4)]
+    pub threads: usize,
+    /// Let other users access the mount.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Write this file once the mount is ready (used by `ringfs start --mount`).
+    #[arg(long, hide = true)]
+    pub ready_file: Option<PathBuf>,
+}
+
+impl MountArgs {
+    fn options(&self) -> MountOptions {
+        MountOptions {
+            attr_timeout: Duration::from_millis(self.attr_timeout_ms),
+            direct_io: self.direct_io,
+            writeback_cache: self.writeback_cache,
+            threads: self.threads,
+            allow_other: self.allow_other,
+        }
+    }
+}
+
+pub fn run(args: MountArgs) -> Result<()> {
+    let wait_for_signal = crate::signals::block_termination_signals_with_timeout();
+    let client = Client::from_env().context("cannot connect to ringfs")?;
+    let mounted = ringfs_fuse::mount(client, &args.directory, &args.options())?;
+    if let Some(ready) = &args.ready_file {
+        std::fs::write(ready, std::process::id().to_string()).with_context(|| format!("cannot write {}", ready.display()))?;
+    }
+    log::info!("ringfs mounted at {}", args.directory.display());
+    loop {
+        if let Some(signal) = wait_for_signal(Duration::from_millis(500)) {
+            log::info!("signal {signal} received, unmounting {}", args.directory.display());
+            break;
+        }
+        if mounted.is_finished() {
+            log::info!("{} was unmounted", args.directory.display());
+            break;
+        }
+    }
+    mounted.unmount()?;
+    Ok(())
+}

@@ -1,0 +1,570 @@
+//! ringfs as a FUSE mount (`ringfs mount DIR`): every ringfs operation through the kernel's
+//! file interface, so `ls`, `cp`, `tar`, `rsync`, editors, Python and MPI programs work.
+//!
+//! [`RingfsFilesystem`] implements `fuser::Filesystem` over a [`ringfs_client::Client`].
+//! Inode numbers are file ids (see [`inodes`]). The kernel may cache attributes and names for
+//! [`MountOptions::attr_timeout`] (1 s by default); file data goes through the page cache,
+//! which is dropped whenever a file is opened (close-to-open consistency), or bypasses it with
+//! [`MountOptions::direct_io`]. Requests run on several threads; writes and reads travel in
+//! pieces of up to 1 MiB (the kernel's limit). A dead server makes calls fail with EIO after
+//! the client's request deadline; the mount never hangs on it.
+//!
+//! ```no_run
+//! use ringfs_fuse::{MountOptions, mount};
+//! let client = ringfs_client::Client::from_env().unwrap();
+//! let mounted = mount(client, "/mnt/ringfs".as_ref(), &MountOptions::default()).unwrap();
+//! // ... the file system is usable under /mnt/ringfs ...
+//! mounted.unmount().unwrap();
+//! ```
+
+pub mod inodes;
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BackgroundSession, Config, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
+    WriteFlags,
+};
+use ringfs_client::{Client, Errno, Fd, FileKind, OpenFlags, Stat};
+use thiserror::Error;
+
+use crate::inodes::{InodeTable, ROOT_INODE};
+
+/// Largest read or write the kernel sends in one request.
+const MAX_TRANSFER: u32 = 1 << 20;
+
+/// How a mount behaves.
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// How long the kernel may cache attributes and names. Default 1 s.
+    pub attr_timeout: Duration,
+    /// Bypass the page cache: every read and write goes to ringfs (mmap does not work).
+    pub direct_io: bool,
+    /// Let the kernel collect small writes in the page cache and send them later (faster
+    /// small writes; data reaches ringfs at close, fsync or memory pressure).
+    pub writeback_cache: bool,
+    /// Threads that serve kernel requests. Default 4.
+    pub threads: usize,
+    /// Let other users (and root) access the mount (needs `user_allow_other` in
+    /// /etc/fuse.conf when not mounted by root).
+    pub allow_other: bool,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions { attr_timeout: Duration::from_secs(1), direct_io: false, writeback_cache: false, threads: 4, allow_other: false }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum MountError {
+    #[error("cannot mount on {path}: {source}")]
+    Mount { path: String, source: std::io::Error },
+    #[error("unmounting failed: {0}")]
+    Unmount(std::io::Error),
+}
+
+/// One listed entry of an open directory.
+struct Listed {
+    inode: u64,
+    name: String,
+    attr: FileAttr,
+}
+
+/// The ringfs file system, as the kernel sees it.
+pub struct RingfsFilesystem {
+    client: Client,
+    inodes: InodeTable,
+    options: MountOptions,
+    /// Listings of open directories, by directory handle (taken at opendir, so that the
+    /// kernel's successive readdir calls page through one consistent list).
+    directories: Mutex<HashMap<u64, Vec<Listed>>>,
+    next_directory_handle: AtomicU64,
+}
+
+thread_local! {
+    /// Per-thread read buffer, reused so that large reads touch no new pages.
+    static READ_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn fuse_errno(errno: Errno) -> FuseErrno {
+    FuseErrno::from_i32(errno.code())
+}
+
+fn system_time(nanoseconds: i64) -> SystemTime {
+    if nanoseconds >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(nanoseconds as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(nanoseconds.unsigned_abs())
+    }
+}
+
+fn nanoseconds(time: TimeOrNow) -> i64 {
+    let time = match time {
+        TimeOrNow::SpecificTime(time) => time,
+        TimeOrNow::Now => SystemTime::now(),
+    };
+    match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => after.as_nanos() as i64,
+        Err(before) => -(before.duration().as_nanos() as i64),
+    }
+}
+
+fn file_type(stat: &Stat) -> FileType {
+    match stat.kind() {
+        Some(FileKind::Directory) => FileType::Directory,
+        Some(FileKind::Symlink) => FileType::Symlink,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn file_attr(stat: &Stat) -> FileAttr {
+    FileAttr {
+        ino: INodeNo(stat.ino),
+        size: stat.size,
+        blocks: stat.blocks(),
+        atime: system_time(stat.atime_ns),
+        mtime: system_time(stat.mtime_ns),
+        ctime: system_time(stat.ctime_ns),
+        crtime: system_time(stat.ctime_ns),
+        kind: file_type(stat),
+        perm: (stat.mode & 0o7777) as u16,
+        nlink: stat.nlink,
+        uid: stat.uid,
+        gid: stat.gid,
+        rdev: 0,
+        blksize: stat.chunk_size,
+        flags: 0,
+    }
+}
+
+fn name_str(name: &OsStr) -> Result<&str, Errno> {
+    name.to_str().ok_or(Errno::EINVAL)
+}
+
+fn fd_of(handle: FileHandle) -> Fd {
+    Fd(handle.0 as u32)
+}
+
+impl RingfsFilesystem {
+    pub fn new(client: Client, options: MountOptions) -> RingfsFilesystem {
+        RingfsFilesystem {
+            client,
+            inodes: InodeTable::default(),
+            options,
+            directories: Mutex::new(HashMap::new()),
+            next_directory_handle: AtomicU64::new(1),
+        }
+    }
+
+    fn child_path(&self, parent: INodeNo, name: &OsStr) -> Result<String, Errno> {
+        Ok(ringfs_proto::path::join(&self.inodes.path(parent.0)?, name_str(name)?))
+    }
+
+    /// Attributes of `path` for a reply that hands the kernel a reference to its inode.
+    fn entry(&self, path: &str) -> Result<FileAttr, Errno> {
+        let stat = self.client.lstat(path)?;
+        self.inodes.remember(stat.ino, path);
+        Ok(file_attr(&stat))
+    }
+
+    fn open_flags(&self) -> FopenFlags {
+        if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
+        match result {
+            Ok(attr) => reply.entry(&self.options.attr_timeout, &attr, Generation(0)),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn reply_empty(reply: ReplyEmpty, result: Result<(), Errno>) {
+        match result {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn set_attributes(
+        &self,
+        inode: INodeNo,
+        mode: Option<u32>,
+        owner: (Option<u32>, Option<u32>),
+        size: Option<u64>,
+        times: (Option<TimeOrNow>, Option<TimeOrNow>),
+        handle: Option<FileHandle>,
+    ) -> Result<FileAttr, Errno> {
+        let path = self.inodes.path(inode.0)?;
+        if let Some(size) = size {
+            match handle {
+                Some(handle) => self.client.ftruncate(fd_of(handle), size)?,
+                None => self.client.truncate(&path, size)?,
+            }
+        }
+        if let Some(mode) = mode {
+            self.client.chmod(&path, mode)?;
+        }
+        if owner.0.is_some() || owner.1.is_some() {
+            self.client.chown(&path, owner.0, owner.1)?;
+        }
+        if times.0.is_some() || times.1.is_some() {
+            self.client.utimens(&path, times.0.map(nanoseconds), times.1.map(nanoseconds))?;
+        }
+        Ok(file_attr(&self.client.lstat(&path)?))
+    }
+
+    fn list(&self, inode: INodeNo) -> Result<Vec<Listed>, Errno> {
+        let path = self.inodes.path(inode.0)?;
+        let own = self.client.lstat(&path)?;
+        let parent_path = ringfs_proto::path::parent(&path).unwrap_or("/");
+        let parent = if parent_path == path { own } else { self.client.lstat(parent_path)? };
+        let mut listing = vec![
+            Listed { inode: own.ino, name: ".".into(), attr: file_attr(&own) },
+            Listed { inode: parent.ino, name: "..".into(), attr: file_attr(&parent) },
+        ];
+        listing.extend(
+            self.client
+                .readdir(&path)?
+                .into_iter()
+                .map(|entry| Listed { inode: entry.stat.ino, attr: file_attr(&entry.stat), name: entry.name }),
+        );
+        Ok(listing)
+    }
+
+    fn directories(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Listed>>> {
+        self.directories.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Filesystem for RingfsFilesystem {
+    fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_TRANSFER);
+        let _ = config.set_max_readahead(MAX_TRANSFER);
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_ASYNC_DIO;
+        if self.options.writeback_cache {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in wanted.iter() {
+            if config.add_capabilities(flag).is_err() {
+                log::info!("the kernel does not offer FUSE capability {flag:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let result = self.child_path(parent, name).and_then(|path| self.entry(&path));
+        self.reply_entry(reply, result);
+    }
+
+    fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
+        self.inodes.forget(inode.0, lookups);
+    }
+
+    fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        let stat = match handle {
+            Some(handle) if inode.0 != ROOT_INODE => self.client.fstat(fd_of(handle)),
+            _ => self.inodes.path(inode.0).and_then(|path| self.client.lstat(&path)),
+        };
+        match stat {
+            Ok(stat) => reply.attr(&self.options.attr_timeout, &file_attr(&stat)),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _request: &Request,
+        inode: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        handle: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        match self.set_attributes(inode, mode, (uid, gid), size, (atime, mtime), handle) {
+            Ok(attr) => reply.attr(&self.options.attr_timeout, &attr),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn readlink(&self, _request: &Request, inode: INodeNo, reply: ReplyData) {
+        match self.inodes.path(inode.0).and_then(|path| self.client.readlink(&path)) {
+            Ok(target) => reply.data(target.as_bytes()),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn mkdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let result = self.child_path(parent, name).and_then(|path| {
+            self.client.mkdir(&path, mode & !umask)?;
+            self.entry(&path)
+        });
+        self.reply_entry(reply, result);
+    }
+
+    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.unlink(&path)));
+    }
+
+    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.rmdir(&path)));
+    }
+
+    fn symlink(&self, _request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let result = self.child_path(parent, link_name).and_then(|path| {
+            self.client.symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
+            self.entry(&path)
+        });
+        self.reply_entry(reply, result);
+    }
+
+    fn rename(
+        &self,
+        _request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        let result = (|| {
+            let from = self.child_path(parent, name)?;
+            let to = self.child_path(new_parent, new_name)?;
+            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+                return Err(Errno::EINVAL);
+            }
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) && self.client.lstat(&to).is_ok() {
+                return Err(Errno::EEXIST);
+            }
+            self.client.rename(&from, &to)?;
+            self.inodes.renamed(&from, &to);
+            Ok(())
+        })();
+        Self::reply_empty(reply, result);
+    }
+
+    fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let result = self.inodes.path(inode.0).and_then(|path| self.client.open(&path, OpenFlags::from_posix(flags.0), 0));
+        match result {
+            Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags()),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn create(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let result = self.child_path(parent, name).and_then(|path| {
+            let fd = self.client.open(&path, OpenFlags::from_posix(flags) | OpenFlags::CREATE, mode & !umask)?;
+            match self.entry(&path) {
+                Ok(attr) => Ok((fd, attr)),
+                Err(errno) => {
+                    let _ = self.client.close(fd);
+                    Err(errno)
+                }
+            }
+        });
+        match result {
+            Ok((fd, attr)) => reply.created(&self.options.attr_timeout, &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn read(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        READ_BUFFER.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            if buffer.len() < size as usize {
+                buffer.resize(size as usize, 0);
+            }
+            match self.client.pread(fd_of(handle), &mut buffer[..size as usize], offset) {
+                Ok(count) => reply.data(&buffer[..count]),
+                Err(errno) => reply.error(fuse_errno(errno)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.client.pwrite(fd_of(handle), data, offset) {
+            Ok(count) => reply.written(count as u32),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn flush(&self, _request: &Request, _inode: INodeNo, _handle: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        Self::reply_empty(reply, self.client.close(fd_of(handle)));
+    }
+
+    fn fsync(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.client.fsync(fd_of(handle)));
+    }
+
+    fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
+        match self.list(inode) {
+            Ok(listing) => {
+                let handle = self.next_directory_handle.fetch_add(1, Ordering::Relaxed);
+                self.directories().insert(handle, listing);
+                reply.opened(FileHandle(handle), FopenFlags::empty());
+            }
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let directories = self.directories();
+        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
+        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(entry.inode), (position + 1) as u64, entry.attr.kind, &entry.name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Ok(dir_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
+        let directories = self.directories();
+        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
+        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
+            if reply.add(INodeNo(entry.inode), (position + 1) as u64, &entry.name, &self.options.attr_timeout, &entry.attr, Generation(0)) {
+                break;
+            }
+            // The kernel now holds a reference to every entry but "." and "..".
+            if position >= 2 {
+                self.inodes.remember(entry.inode, &ringfs_proto::path::join(&dir_path, &entry.name));
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
+        self.directories().remove(&handle.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _request: &Request, _inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.ok();
+    }
+
+    fn statfs(&self, _request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
+        const BLOCK: u64 = 4096;
+        match self.client.usage() {
+            Ok(usage) => {
+                let blocks = usage.capacity_bytes / BLOCK;
+                let free = usage.capacity_bytes.saturating_sub(usage.used_bytes) / BLOCK;
+                let files = usage.entries + (1 << 30);
+                reply.statfs(blocks, free, free, files, files - usage.entries, BLOCK as u32, 255, BLOCK as u32);
+            }
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        let result = self.inodes.path(inode.0).and_then(|path| self.client.access(&path, mask.bits() as u32));
+        Self::reply_empty(reply, result);
+    }
+}
+
+/// A mounted file system; unmounts when [`MountedFs::unmount`] is called or it is dropped.
+pub struct MountedFs {
+    session: Option<BackgroundSession>,
+}
+
+impl MountedFs {
+    /// True once the session has ended (for example, someone ran `umount`).
+    pub fn is_finished(&self) -> bool {
+        self.session.as_ref().is_none_or(|session| session.guard.is_finished())
+    }
+
+    /// Unmounts and waits for the request threads to finish.
+    pub fn unmount(mut self) -> Result<(), MountError> {
+        match self.session.take() {
+            Some(session) => session.umount_and_join().map_err(MountError::Unmount),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for MountedFs {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take()
+            && let Err(error) = session.umount_and_join()
+        {
+            log::warn!("unmounting failed: {error}");
+        }
+    }
+}
+
+/// Mounts ringfs at `directory` and serves it on background threads.
+pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result<MountedFs, MountError> {
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("ringfs".into()),
+        MountOption::Subtype("ringfs".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoAtime,
+    ];
+    if options.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config.n_threads = Some(options.threads.max(1));
+    config.clone_fd = true;
+    let filesystem = RingfsFilesystem::new(client, options.clone());
+    let session = fuser::spawn_mount(filesystem, directory, &config)
+        .map_err(|source| MountError::Mount { path: directory.display().to_string(), source })?;
+    Ok(MountedFs { session: Some(session) })
+}
