@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check of ringfs: formatting, lints, unit tests and the multi-process
-# end-to-end tests (real servers on loopback). Exits non-zero if anything fails.
+# end-to-end tests (real servers on loopback, FUSE mounts, the C library). Exits non-zero if
+# anything fails.
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/setup.sh
@@ -8,6 +9,14 @@ echo "== formatting"
 cargo fmt --all -- --check
 echo "== lints"
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+echo "== build (including the C library the C tests link)"
+cargo build --workspace --quiet
+if [ -e /dev/fuse ]; then
+    # This machine can mount FUSE: the FUSE tests must run, not skip.
+    export RINGFS_REQUIRE_FUSE=1
+else
+    echo "note: /dev/fuse is missing here; the FUSE tests will report SKIPPED"
+fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
 echo "== all tests passed"

@@ -1,9 +1,12 @@
 # Sourced by demo.sh and test.sh: makes sure the tools ringfs needs are installed.
 # The Rust toolchain named in rust-toolchain.toml (with rustfmt and clippy) is installed by
-# rustup on first use; system packages are installed with apt-get when missing and possible.
+# rustup on first use; missing system packages are installed with apt-get (as root).
+#   gcc, pkg-config  the C library's example and test program
+#   fuse3            fusermount3, for FUSE mounts by users other than root
+#   rsync, python3   tools the FUSE tests run through the mount
 
 need_packages=()
-for tool in cc:gcc pkg-config:pkg-config; do
+for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
 if [ ${#need_packages[@]} -gt 0 ]; then

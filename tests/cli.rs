@@ -138,3 +138,71 @@ fn start_with_a_hostfile_uses_the_launcher() {
     drop(started);
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+fn ringfs_run(args: &[&str]) -> Output {
+    Command::new(ringfs_binary()).arg("run").args(args).output().expect("run ringfs run")
+}
+
+#[test]
+fn run_propagates_the_exit_status_of_the_command() {
+    assert_eq!(ringfs_run(&["--", "sh", "-c", "exit 3"]).status.code(), Some(3));
+    assert_eq!(ringfs_run(&["--", "false"]).status.code(), Some(1));
+    let ok = ringfs_run(&["--servers", "3", "--", "sh", "-c", "test -n \"$RINGFS_SERVER\" && test -n \"$RINGFS_SECRET\""]);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let missing = ringfs_run(&["--", "/no/such/program"]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot run /no/such/program"));
+}
+
+#[test]
+fn run_gives_the_command_a_working_cluster() {
+    let script = format!(
+        "{ringfs} mkdir /job && echo result > /tmp/ringfs-run-$$ && {ringfs} put /tmp/ringfs-run-$$ /job/out && rm /tmp/ringfs-run-$$ && \
+         test \"$({ringfs} cat /job/out)\" = result",
+        ringfs = ringfs_binary()
+    );
+    let output = ringfs_run(&["--", "sh", "-c", &script]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
+
+#[test]
+fn run_with_a_mount_exposes_the_file_system_at_the_mount_point() {
+    if !common::fuse_available() {
+        return;
+    }
+    let scratch = scratch_dir("run-mount");
+    let mount = scratch.join("mnt");
+    std::fs::create_dir_all(&mount).unwrap();
+    let script = "echo through-fuse > \"$RINGFS_MOUNT/file\" && test \"$(cat \"$RINGFS_MOUNT/file\")\" = through-fuse && mkdir \"$RINGFS_MOUNT/d\" && ls \"$RINGFS_MOUNT\" | grep -qx d";
+    let output = ringfs_run(&["--mount", mount.to_str().unwrap(), "--", "sh", "-c", script]);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(mount.to_str().unwrap()), "the mount must be gone after run");
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+#[test]
+fn an_interrupted_run_stops_its_command_and_cluster() {
+    let scratch = scratch_dir("run-interrupt");
+    let marker = scratch.join("run-dir");
+    let script = format!("echo \"$RINGFS_RUN_DIR\" > {} && exec sleep 60", marker.display());
+    let mut child = Command::new(ringfs_binary()).args(["run", "--", "sh", "-c", &script]).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_to_string(&marker).map(|text| text.trim().is_empty()).unwrap_or(true) {
+        assert!(std::time::Instant::now() < deadline, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let run_dir = std::path::PathBuf::from(std::fs::read_to_string(&marker).unwrap().trim());
+    let pids: Vec<u32> = std::fs::read_to_string(run_dir.join("servers"))
+        .unwrap()
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(2)?.parse().ok())
+        .collect();
+    // SAFETY: signalling the `ringfs run` process this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGTERM), "exit status of a command killed by SIGTERM");
+    assert!(!run_dir.exists(), "the cluster's run directory is removed");
+    assert!(pids.iter().all(|pid| process_gone(*pid)), "the servers are stopped");
+    let _ = std::fs::remove_dir_all(scratch);
+}

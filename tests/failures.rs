@@ -85,6 +85,8 @@ fn a_killed_server_turns_into_eio_within_the_deadline_and_others_keep_working() 
     for path in &safe {
         assert_eq!(read_file(&client, path).unwrap(), b"data");
     }
+    // Every server holds the root directory: it stays usable.
+    assert!(client.stat("/").unwrap().is_dir());
     // The others notice and drop it from service; it stays in the ring so placement holds.
     let deadline = Instant::now() + Duration::from_secs(10);
     while client.members().members.iter().any(|member| member.name == victim && member.alive) {

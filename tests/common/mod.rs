@@ -258,3 +258,86 @@ impl Random {
         }
     }
 }
+
+/// True if this process may use FUSE. When it may not, FUSE tests skip with a message — unless
+/// `RINGFS_REQUIRE_FUSE=1` (set by test.sh where /dev/fuse exists), which makes them fail.
+pub fn fuse_available() -> bool {
+    let available = std::fs::OpenOptions::new().read(true).write(true).open("/dev/fuse").is_ok();
+    if !available {
+        assert!(std::env::var("RINGFS_REQUIRE_FUSE").as_deref() != Ok("1"), "/dev/fuse cannot be opened but RINGFS_REQUIRE_FUSE=1");
+        eprintln!("SKIPPED: /dev/fuse cannot be opened here; FUSE tests need it");
+    }
+    available
+}
+
+/// A `ringfs mount` process; unmounts (SIGTERM, then a lazy unmount) when dropped.
+pub struct Mount {
+    pub dir: PathBuf,
+    child: Option<Child>,
+}
+
+impl TestCluster {
+    /// Mounts the cluster at a fresh directory with `ringfs mount` and extra `args`.
+    pub fn mount(&self, args: &[&str]) -> Mount {
+        let dir = self.dir.join(format!("mnt-{:x}", ringfs_rpc::memory::random_u64()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ready = dir.with_extension("ready");
+        let log = std::fs::File::create(dir.with_extension("log")).unwrap();
+        let child = Command::new(ringfs_binary())
+            .arg("mount")
+            .arg(&dir)
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(args)
+            .env("RINGFS_SERVER", self.addresses().join(","))
+            .env("RINGFS_SECRET", &self.secret)
+            .env("RINGFS_TIMEOUT_MS", "3000")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start ringfs mount");
+        let mut mount = Mount { dir, child: Some(child) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !ready.exists() {
+            if let Some(status) = mount.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("ringfs mount exited ({status}): {}", std::fs::read_to_string(mount.dir.with_extension("log")).unwrap_or_default());
+            }
+            assert!(Instant::now() < deadline, "mount did not become ready");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        mount
+    }
+}
+
+impl Mount {
+    /// Path of `relative` inside the mount.
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.join(relative.trim_start_matches('/'))
+    }
+
+    /// Unmounts and returns the mount process's exit status.
+    pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        // SAFETY: signalling the mount process this harness started.
+        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+                return child.wait().ok();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}

@@ -9,9 +9,9 @@
 mod bench_command;
 mod cluster;
 mod demo_command;
+mod logger;
 mod mount_command;
 mod run_command;
-mod logger;
 mod server_command;
 mod signals;
 mod tools;
@@ -148,7 +148,8 @@ fn report(error: anyhow::Error) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Server(_) | Command::Mount(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    let default_level =
+        if matches!(cli.command, Command::Server(_) | Command::Mount(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
     logger::init(default_level);
     let outcome = match cli.command {
         Command::Run(args) => run_command::run(args),

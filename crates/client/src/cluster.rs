@@ -100,10 +100,19 @@ impl Cluster {
         self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The server that owns chunk `index` of `path`.
+    /// The server that owns chunk `index` of `path`. Every server holds the root directory:
+    /// for `/` this is the placement owner if it is alive, else any alive server, so that the
+    /// root stays usable while some server is down.
     pub fn owner(&self, path: &str, index: u64) -> Member {
         let view = self.view();
-        view.ring[view.placement.owner(path, index)].clone()
+        let owner = &view.ring[view.placement.owner(path, index)];
+        if path == "/"
+            && !owner.alive
+            && let Some(alive) = view.ring.iter().find(|member| member.alive)
+        {
+            return alive.clone();
+        }
+        owner.clone()
     }
 
     pub fn member_list(&self) -> MemberList {
@@ -178,9 +187,23 @@ impl Cluster {
         self.finish(&connection, call)
     }
 
-    /// Sends one request to the owner of chunk `index` of `path`.
+    /// Sends one request to the owner of chunk `index` of `path`. Requests about the root
+    /// directory, which every server holds, try the other servers when the first one fails.
     pub fn call_owner(&self, path: &str, index: u64, request: &Request) -> Result<Response, Errno> {
-        Ok(self.call(&self.owner(path, index), request, &[])?.response)
+        let owner = self.owner(path, index);
+        let first = self.call(&owner, request, &[]);
+        if path != "/" || first.is_ok() {
+            return Ok(first?.response);
+        }
+        let others: Vec<Member> = self.view().ring.iter().filter(|member| member.alive && member.name != owner.name).cloned().collect();
+        let mut last = first;
+        for member in others {
+            last = self.call(&member, request, &[]);
+            if last.is_ok() {
+                break;
+            }
+        }
+        Ok(last?.response)
     }
 
     /// Sends `request` to every server at once; fails if any server fails.

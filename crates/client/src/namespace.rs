@@ -216,6 +216,10 @@ impl Client {
         let mut request =
             SetAttr { path: path.clone(), mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns: now_ns() };
         change(&mut request);
+        if path == "/" {
+            // Every server holds a copy of the root directory; keep them alike.
+            return self.inner.cluster.broadcast(&Request::SetAttr(request)).map(|_| ());
+        }
         self.inner.cluster.call_owner(&path, 0, &Request::SetAttr(request)).map(|_| ())
     }
 

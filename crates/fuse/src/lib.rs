@@ -231,12 +231,11 @@ impl RingfsFilesystem {
             Listed { inode: own.ino, name: ".".into(), attr: file_attr(&own) },
             Listed { inode: parent.ino, name: "..".into(), attr: file_attr(&parent) },
         ];
-        listing.extend(
-            self.client
-                .readdir(&path)?
-                .into_iter()
-                .map(|entry| Listed { inode: entry.stat.ino, attr: file_attr(&entry.stat), name: entry.name }),
-        );
+        listing.extend(self.client.readdir(&path)?.into_iter().map(|entry| Listed {
+            inode: entry.stat.ino,
+            attr: file_attr(&entry.stat),
+            name: entry.name,
+        }));
         Ok(listing)
     }
 

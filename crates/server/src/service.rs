@@ -364,6 +364,8 @@ impl Service for ServerState {
     fn handle(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
         let routed_elsewhere = match request.routing_key() {
+            // Every server holds the root directory and answers for it itself.
+            Some(("/", 0)) => None,
             Some((path, index)) => {
                 let owner = self.owner_of(path, index);
                 (owner.name != self.name).then_some(owner)

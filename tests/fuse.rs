@@ -1,0 +1,269 @@
+//! The FUSE mount with the tools users run on it: cp, diff, tar, rsync, dd, ls, Python —
+//! real `ringfs mount` and server processes, real kernel.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{TestCluster, fuse_available};
+
+fn workspace_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// Runs a shell command and fails the test with its output if it fails.
+fn sh(script: &str) -> String {
+    let output = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    assert!(
+        output.status.success(),
+        "`{script}` failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn copied_source_tree_and_tar_and_rsync_round_trips_are_identical() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let source = workspace_root().join("crates");
+    let m = mount.dir.display();
+    let s = source.display();
+    sh(&format!("cp -r {s} {m}/copy && diff -r {s} {m}/copy"));
+    sh(&format!(
+        "cd {s}/.. && tar cf {m}/crates.tar crates && mkdir {m}/untar && tar xf {m}/crates.tar -C {m}/untar && diff -r {s} {m}/untar/crates"
+    ));
+    sh(&format!("tar tf {m}/crates.tar | grep -q crates/fuse/src/lib.rs"));
+    sh(&format!("rsync -a {s}/ {m}/synced/ && diff -r {s} {m}/synced"));
+    // A second rsync finds nothing to transfer; a changed file is copied again.
+    let second = sh(&format!("rsync -a --stats {s}/ {m}/synced/"));
+    assert!(second.contains("Number of regular files transferred: 0"), "{second}");
+    std::fs::write(mount.path("synced/proto/Cargo.toml"), "changed").unwrap();
+    sh(&format!("rsync -a {s}/ {m}/synced/ && diff -r {s} {m}/synced"));
+}
+
+#[test]
+fn a_one_gibibyte_dd_reads_back_with_the_same_checksum() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let m = mount.dir.display();
+    let block = cluster.dir.join("block");
+    let b = block.display();
+    // 1 GiB: one random MiB repeated, written with dd in 1 MiB blocks.
+    sh(&format!("head -c 1048576 /dev/urandom > {b}"));
+    let stream = format!("for i in $(seq 1024); do cat {b}; done");
+    sh(&format!("{stream} | dd of={m}/big bs=1M iflag=fullblock status=none"));
+    let expected = sh(&format!("{stream} | sha256sum"));
+    let read = sh(&format!("dd if={m}/big bs=1M status=none | sha256sum"));
+    assert_eq!(read, expected);
+    assert_eq!(std::fs::metadata(mount.path("big")).unwrap().len(), 1 << 30);
+}
+
+#[test]
+fn python_os_and_shutil_work_on_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let script = r#"
+import os, shutil, sys, json
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "a/b/c"))
+with open(os.path.join(root, "a/b/c/data.json"), "w") as f:
+    json.dump({"numbers": list(range(1000))}, f)
+    f.flush()
+    os.fsync(f.fileno())
+with open(os.path.join(root, "a/b/c/data.json")) as f:
+    assert json.load(f)["numbers"][999] == 999
+shutil.copytree(os.path.join(root, "a"), os.path.join(root, "a-copy"))
+assert sorted(os.listdir(os.path.join(root, "a-copy/b/c"))) == ["data.json"]
+os.rename(os.path.join(root, "a-copy/b/c/data.json"), os.path.join(root, "a-copy/moved.json"))
+st = os.stat(os.path.join(root, "a-copy/moved.json"))
+assert st.st_size == os.stat(os.path.join(root, "a/b/c/data.json")).st_size
+os.symlink("moved.json", os.path.join(root, "a-copy/link"))
+assert os.readlink(os.path.join(root, "a-copy/link")) == "moved.json"
+with open(os.path.join(root, "a-copy/link")) as f:
+    assert json.load(f)["numbers"][0] == 0
+with open(os.path.join(root, "append.log"), "a") as f:
+    f.write("one\n")
+with open(os.path.join(root, "append.log"), "a") as f:
+    f.write("two\n")
+assert open(os.path.join(root, "append.log")).read() == "one\ntwo\n"
+with open(os.path.join(root, "sparse"), "wb") as f:
+    f.seek(5_000_000)
+    f.write(b"end")
+assert os.path.getsize(os.path.join(root, "sparse")) == 5_000_003
+assert open(os.path.join(root, "sparse"), "rb").read(10) == bytes(10)
+os.truncate(os.path.join(root, "sparse"), 100)
+assert os.path.getsize(os.path.join(root, "sparse")) == 100
+shutil.rmtree(os.path.join(root, "a-copy"))
+assert not os.path.exists(os.path.join(root, "a-copy"))
+try:
+    os.rmdir(os.path.join(root, "a"))
+    raise SystemExit("rmdir of a non-empty directory succeeded")
+except OSError as error:
+    assert error.errno == 39, error
+shutil.move(os.path.join(root, "a"), os.path.join(root, "moved-dir"))
+assert os.path.exists(os.path.join(root, "moved-dir/b/c/data.json"))
+print("python ok")
+"#;
+    let output = Command::new("python3").arg("-c").arg(script).arg(&mount.dir).output().unwrap();
+    assert!(output.status.success(), "{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("python ok"));
+}
+
+#[test]
+fn rename_over_an_existing_file_replaces_it() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    std::fs::write(mount.path("target"), vec![b'x'; 3 << 20]).unwrap();
+    std::fs::write(mount.path("new"), b"the new contents").unwrap();
+    std::fs::rename(mount.path("new"), mount.path("target")).unwrap();
+    assert_eq!(std::fs::read(mount.path("target")).unwrap(), b"the new contents");
+    assert!(!mount.path("new").exists());
+    let m = mount.dir.display();
+    sh(&format!("echo second > {m}/other && mv -f {m}/other {m}/target && test \"$(cat {m}/target)\" = second"));
+}
+
+#[test]
+fn concurrent_appends_from_two_processes_to_separate_files() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let m = mount.dir.display();
+    sh(&format!(
+        "(for i in $(seq 500); do echo \"first $i\" >> {m}/first.log; done) & \
+         (for i in $(seq 500); do echo \"second $i\" >> {m}/second.log; done) & wait"
+    ));
+    for name in ["first", "second"] {
+        let text = std::fs::read_to_string(mount.path(&format!("{name}.log"))).unwrap();
+        let expected: String = (1..=500).map(|i| format!("{name} {i}\n")).collect();
+        assert_eq!(text, expected);
+    }
+}
+
+#[test]
+fn ls_lists_ten_thousand_entries_with_attributes() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/many", 0o755).unwrap();
+    for index in 0..10_000 {
+        let fd = client.create(&format!("/many/file.{index:05}"), 0o640).unwrap();
+        if index % 1000 == 0 {
+            client.write(fd, b"some bytes").unwrap();
+        }
+        client.close(fd).unwrap();
+    }
+    let mount = cluster.mount(&[]);
+    let listing = sh(&format!("ls -l {}", mount.path("many").display()));
+    let lines: Vec<&str> = listing.lines().filter(|line| line.contains("file.")).collect();
+    assert_eq!(lines.len(), 10_000);
+    assert!(lines.iter().all(|line| line.starts_with("-rw-r-----")), "{}", lines[0]);
+    assert!(lines[0].contains(" 10 ") && lines[0].ends_with("file.00000"), "{}", lines[0]);
+    assert_eq!(sh(&format!("ls {} | wc -l", mount.path("many").display())).trim(), "10000");
+}
+
+#[test]
+fn attributes_links_statfs_and_errors_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let file = mount.path("file");
+    std::fs::write(&file, b"0123456789").unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::chown(&file, Some(4321), Some(99)).unwrap();
+    sh(&format!("touch -m -d '2001-02-03 04:05:06 UTC' {}", file.display()));
+    let metadata = std::fs::metadata(&file).unwrap();
+    assert_eq!((metadata.mode() & 0o7777, metadata.uid(), metadata.gid()), (0o600, 4321, 99));
+    assert_eq!(metadata.mtime(), 981_173_106);
+    std::os::unix::fs::symlink("file", mount.path("link")).unwrap();
+    assert_eq!(std::fs::read_link(mount.path("link")).unwrap(), Path::new("file"));
+    assert_eq!(std::fs::read(mount.path("link")).unwrap(), b"0123456789");
+    let opened = std::fs::OpenOptions::new().write(true).open(&file).unwrap();
+    opened.set_len(4).unwrap();
+    opened.sync_all().unwrap();
+    assert_eq!(std::fs::read(&file).unwrap(), b"0123");
+    let df = sh(&format!("df -k {} | tail -1", mount.dir.display()));
+    let size_kib: u64 = df.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(size_kib > 0, "df reports a size: {df}");
+    assert_eq!(std::fs::create_dir(mount.path("missing/dir")).unwrap_err().raw_os_error(), Some(libc::ENOENT));
+    std::fs::create_dir(mount.path("dir")).unwrap();
+    std::fs::write(mount.path("dir/inside"), b"x").unwrap();
+    assert_eq!(std::fs::remove_dir(mount.path("dir")).unwrap_err().raw_os_error(), Some(libc::ENOTEMPTY));
+    assert_eq!(std::fs::remove_file(mount.path("dir")).unwrap_err().raw_os_error(), Some(libc::EISDIR));
+    // Files written through the native client appear in the mount and the other way round.
+    let client = cluster.client();
+    assert_eq!(client.stat("/dir/inside").unwrap().size, 1);
+    let fd = client.create("/native", 0o644).unwrap();
+    client.write(fd, b"from the native client").unwrap();
+    client.close(fd).unwrap();
+    assert_eq!(std::fs::read(mount.path("native")).unwrap(), b"from the native client");
+}
+
+#[test]
+fn a_dead_server_gives_eio_through_the_mount_instead_of_hanging() {
+    if !fuse_available() {
+        return;
+    }
+    let mut cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    for index in 0..20 {
+        std::fs::write(mount.path(&format!("f{index}")), b"data").unwrap();
+    }
+    cluster.kill(1);
+    let started = Instant::now();
+    let mut failures = 0;
+    for index in 0..20 {
+        let mut bytes = Vec::new();
+        let read = std::fs::File::open(mount.path(&format!("f{index}"))).and_then(|mut file| file.read_to_end(&mut bytes));
+        if let Err(error) = read {
+            assert_eq!(error.raw_os_error(), Some(libc::EIO), "{error}");
+            failures += 1;
+        }
+    }
+    assert!(failures > 0, "some files live on the dead server");
+    assert!(started.elapsed() < Duration::from_secs(15), "the mount answered within the deadlines ({:?})", started.elapsed());
+    // Writing to a file of the surviving server still works.
+    let mut ok = 0;
+    for index in 0..20 {
+        if let Ok(mut file) = std::fs::OpenOptions::new().write(true).open(mount.path(&format!("f{index}"))) {
+            ok += usize::from(file.write_all(b"more").is_ok());
+        }
+    }
+    assert!(ok > 0);
+}
+
+#[test]
+fn direct_io_mounts_work_too() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&["--direct-io"]);
+    let data: Vec<u8> = (0..5_000_000u32).map(|value| (value % 241) as u8).collect();
+    std::fs::write(mount.path("direct"), &data).unwrap();
+    assert!(std::fs::read(mount.path("direct")).unwrap() == data);
+}
