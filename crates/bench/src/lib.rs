@@ -15,7 +15,7 @@
 //!     files_per_process: 1000, repeats: 3, work_dir: micro::work_dir_name() };
 //! let targets = [TargetSpec::Posix("/dev/shm".into())];
 //! let results = micro::run("/usr/local/bin/ringfs".as_ref(), &targets, &[], &config).unwrap();
-//! print!("{}", micro::report(&results));
+//! print!("{}", micro::report(&results, false));
 //! ```
 
 pub mod micro;

@@ -65,20 +65,26 @@ pub struct TargetRates {
     pub phases: Vec<(Phase, f64, Vec<f64>)>,
 }
 
-/// Fills a block with a pattern that identifies its writer and position.
-pub fn fill_block(block: &mut [u8], rank: usize, index: u64) {
+/// Bytes at the start of every block that identify its writer and position.
+const STAMP_BYTES: usize = 64;
+
+/// Writes the stamp of block `index` of process `rank` into the start of `block`. The rest of
+/// the block keeps whatever it held (the benchmark fills it once): generating data must cost
+/// the benchmark's processes next to nothing, or it steals CPU from the servers.
+pub fn stamp_block(block: &mut [u8], rank: usize, index: u64) {
     let seed = ((rank as u64) << 40) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    for (position, word) in block.chunks_mut(8).enumerate() {
+    let stamp_len = block.len().min(STAMP_BYTES);
+    for (position, word) in block[..stamp_len].chunks_mut(8).enumerate() {
         let value = seed.wrapping_add(position as u64).to_le_bytes();
         word.copy_from_slice(&value[..word.len()]);
     }
 }
 
-/// Checks the start of a block written by [`fill_block`].
+/// Checks the stamp of a block written with [`stamp_block`].
 fn block_is_intact(block: &[u8], rank: usize, index: u64) -> bool {
-    let mut expected = [0u8; 64];
-    let check = block.len().min(expected.len());
-    fill_block(&mut expected[..check], rank, index);
+    let mut expected = [0u8; STAMP_BYTES];
+    let check = block.len().min(STAMP_BYTES);
+    stamp_block(&mut expected[..check], rank, index);
     block[..check] == expected[..check]
 }
 
@@ -106,13 +112,13 @@ pub fn worker_command(target: &Target, rank: usize, processes: usize, words: &[&
         "setup-own" => timed(|| target.mkdir(&own_files).map(|()| (0, 0))),
         "write" => {
             let (total, block_bytes) = (number(words, 2)?, number(words, 3)? as usize);
-            let mut block = vec![0u8; block_bytes];
+            let mut block: Vec<u8> = (0..block_bytes).map(|position| (position * 7 + rank) as u8).collect();
             timed(|| {
                 let handle = target.create(&format!("{dir}/data.{rank}"))?;
                 let mut offset = 0;
                 while offset < total {
                     let len = block_bytes.min((total - offset) as usize);
-                    fill_block(&mut block[..len], rank, offset / block_bytes as u64);
+                    stamp_block(&mut block[..len], rank, offset / block_bytes as u64);
                     handle.write_at(&block[..len], offset)?;
                     offset += len as u64;
                 }
@@ -228,7 +234,7 @@ pub fn run(
                         "worker",
                         "micro",
                         "--target",
-                        &target.label(),
+                        &target.spec(),
                         "--rank",
                         &rank.to_string(),
                         "--processes",
@@ -265,24 +271,33 @@ fn format_rate(phase: Phase, rate: f64) -> String {
     if phase.is_bandwidth() { format!("{:.2} GB/s", rate / 1e9) } else { format!("{:.1} k/s", rate / 1e3) }
 }
 
-/// The comparison table: one row per phase, one column per target, and the ratio of the
-/// first target to the second.
-pub fn report(results: &[TargetRates]) -> String {
+/// The comparison table: one row per phase, one column per target, then — when the last
+/// target is a baseline — the ratio of every other target to it.
+pub fn report(results: &[TargetRates], last_is_baseline: bool) -> String {
+    let label_width = results.iter().map(|target| target.label.len()).max().unwrap_or(0).max(14);
+    let (compared, baseline) = match results.split_last() {
+        Some((baseline, compared)) if last_is_baseline && !compared.is_empty() => (compared, Some(baseline)),
+        _ => (results, None),
+    };
     let mut text = format!("{:<8}", "phase");
     for target in results {
-        text.push_str(&format!(" {:>22}", target.label));
+        text.push_str(&format!(" {:>label_width$}", target.label));
     }
-    if results.len() == 2 {
-        text.push_str(&format!(" {:>8}", "ratio"));
+    if baseline.is_some() {
+        for target in compared {
+            text.push_str(&format!(" {:>12}", format!("{}/base", target.label.split(':').next().unwrap_or(""))));
+        }
     }
     text.push('\n');
     for (index, phase) in PHASES.iter().enumerate() {
         text.push_str(&format!("{:<8}", phase.name()));
         for target in results {
-            text.push_str(&format!(" {:>22}", format_rate(*phase, target.phases[index].1)));
+            text.push_str(&format!(" {:>label_width$}", format_rate(*phase, target.phases[index].1)));
         }
-        if let [first, second] = results {
-            text.push_str(&format!(" {:>8.2}", first.phases[index].1 / second.phases[index].1.max(1e-9)));
+        if let Some(baseline) = baseline {
+            for target in compared {
+                text.push_str(&format!(" {:>12.2}", target.phases[index].1 / baseline.phases[index].1.max(1e-9)));
+            }
         }
         text.push('\n');
     }

@@ -23,11 +23,13 @@ pub enum Handle<'a> {
     Posix(File),
 }
 
-/// How to reach a target, as given on the command line: `ringfs` or `posix:DIR`.
+/// How to reach a target, as given on the command line: `ringfs`, `posix:DIR`, or
+/// `fuse:DIR` (a ringfs FUSE mount, used like any POSIX directory but labelled as ringfs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetSpec {
     Ringfs,
     Posix(PathBuf),
+    Fuse(PathBuf),
 }
 
 impl TargetSpec {
@@ -35,15 +37,25 @@ impl TargetSpec {
         match text.split_once(':') {
             None if text == "ringfs" => Ok(TargetSpec::Ringfs),
             Some(("posix", dir)) if !dir.is_empty() => Ok(TargetSpec::Posix(PathBuf::from(dir))),
-            _ => Err(format!("invalid target {text:?}: expected ringfs or posix:DIR")),
+            Some(("fuse", dir)) if !dir.is_empty() => Ok(TargetSpec::Fuse(PathBuf::from(dir))),
+            _ => Err(format!("invalid target {text:?}: expected ringfs, posix:DIR or fuse:DIR")),
+        }
+    }
+
+    /// The text [`TargetSpec::parse`] reads back (for worker command lines).
+    pub fn spec(&self) -> String {
+        match self {
+            TargetSpec::Ringfs => "ringfs".into(),
+            TargetSpec::Posix(dir) => format!("posix:{}", dir.display()),
+            TargetSpec::Fuse(dir) => format!("fuse:{}", dir.display()),
         }
     }
 
     /// Short name for reports.
     pub fn label(&self) -> String {
         match self {
-            TargetSpec::Ringfs => "ringfs".into(),
-            TargetSpec::Posix(dir) => format!("posix:{}", dir.display()),
+            TargetSpec::Fuse(_) => "ringfs-fuse".into(),
+            other => other.spec(),
         }
     }
 
@@ -51,7 +63,7 @@ impl TargetSpec {
     pub fn connect(&self) -> io::Result<Target> {
         match self {
             TargetSpec::Ringfs => Client::from_env().map(Target::Ringfs).map_err(|error| io::Error::other(error.to_string())),
-            TargetSpec::Posix(dir) => Ok(Target::Posix(dir.clone())),
+            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) => Ok(Target::Posix(dir.clone())),
         }
     }
 }
@@ -178,6 +190,7 @@ mod tests {
     fn specs_parse() {
         assert_eq!(TargetSpec::parse("ringfs"), Ok(TargetSpec::Ringfs));
         assert_eq!(TargetSpec::parse("posix:/dev/shm"), Ok(TargetSpec::Posix("/dev/shm".into())));
+        assert_eq!(TargetSpec::parse("fuse:/mnt"), Ok(TargetSpec::Fuse("/mnt".into())));
         assert!(TargetSpec::parse("posix:").is_err());
         assert!(TargetSpec::parse("nfs").is_err());
     }

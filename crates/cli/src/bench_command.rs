@@ -72,6 +72,12 @@ pub struct MicroArgs {
     /// Measure ringfs only.
     #[arg(long)]
     pub no_baseline: bool,
+    /// Also measure through a FUSE mount of the cluster.
+    #[arg(long)]
+    pub fuse: bool,
+    /// Options for that mount (e.g. "--direct-io").
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pub fuse_options: String,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -109,6 +115,16 @@ impl BenchCluster {
         environment
     }
 
+    /// Mounts the benchmark cluster with FUSE at a fresh directory (unmounted by stop).
+    pub fn mount(&self, options: &str) -> Result<PathBuf> {
+        let cluster = self.cluster.as_ref().context("--fuse needs a cluster started by the benchmark")?;
+        let directory = cluster.run_dir.join("mnt");
+        std::fs::create_dir_all(&directory).with_context(|| format!("cannot create {}", directory.display()))?;
+        let options: Vec<String> = options.split_whitespace().map(String::from).collect();
+        cluster.mount(&std::env::current_exe().context("cannot find the ringfs executable")?, &directory, &options)?;
+        Ok(directory)
+    }
+
     pub fn describe(&self) -> String {
         match &self.cluster {
             Some(cluster) => format!("local cluster of {} servers, chunk size {}", cluster.servers.len(), cluster.chunk_size),
@@ -138,6 +154,9 @@ fn run_micro(args: &MicroArgs) -> Result<()> {
     };
     let cluster = BenchCluster::start(&args.cluster)?;
     let mut targets = vec![TargetSpec::Ringfs];
+    if args.fuse {
+        targets.push(TargetSpec::Fuse(cluster.mount(&args.fuse_options)?));
+    }
     if !args.no_baseline {
         targets.push(TargetSpec::Posix(args.baseline.clone()));
     }
@@ -152,7 +171,7 @@ fn run_micro(args: &MicroArgs) -> Result<()> {
     );
     let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
     let results = micro::run(&executable, &targets, &cluster.environment(), &config)?;
-    print!("{}", micro::report(&results));
+    print!("{}", micro::report(&results, !args.no_baseline));
     if let Some(path) = &args.json {
         std::fs::write(path, micro::to_json(&results, &config)).with_context(|| format!("cannot write {}", path.display()))?;
     }

@@ -112,7 +112,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let targets = [TargetSpec::Ringfs, TargetSpec::Posix(micro::default_baseline())];
     let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
     let results = micro::run(&executable, &targets, &cluster.environment(), &config)?;
-    print!("{}", micro::report(&results));
+    print!("{}", micro::report(&results, true));
 
     step("stop the cluster");
     drop(client);

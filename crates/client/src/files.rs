@@ -75,6 +75,12 @@ impl Client {
     /// Opens (and with [`OpenFlags::CREATE`], creates) a file. `mode` gives the permissions
     /// of a new file. Symbolic links are followed.
     pub fn open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<Fd> {
+        self.open_with_stat(path, flags, mode).map(|(fd, _)| fd)
+    }
+
+    /// [`Client::open`], also returning the attributes of the opened file (without a
+    /// separate stat: a create or open already brings them).
+    pub fn open_with_stat(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<(Fd, Stat)> {
         let mut path = ringfs_proto::path::canonicalize(path)?;
         let writable = flags.contains(OpenFlags::WRITE);
         for _ in 0..MAX_SYMLINK_HOPS {
@@ -96,9 +102,12 @@ impl Client {
             if attr.is_dir() && writable {
                 return Err(Errno::EISDIR);
             }
-            if !flags.contains(OpenFlags::CREATE) && flags.contains(OpenFlags::TRUNCATE) && writable && attr.is_regular() {
+            let truncate_now = !flags.contains(OpenFlags::CREATE) && flags.contains(OpenFlags::TRUNCATE) && writable && attr.is_regular();
+            if truncate_now {
                 self.truncate_file(&path, attr.file_id, 0)?;
             }
+            let size = if truncate_now { 0 } else { self.size_from_head(&path, &attr)? };
+            let stat = Stat::from_attr(&attr, size);
             let file = OpenFile {
                 template: ChunkTemplate { mode: attr.mode, uid: attr.uid, gid: attr.gid, chunk_size: attr.chunk_size },
                 chunk_size: attr.chunk_size.max(1) as u64,
@@ -110,7 +119,7 @@ impl Client {
                 extended: AtomicBool::new(attr.is_extended()),
                 path,
             };
-            return Ok(self.inner.files.insert(file));
+            return Ok((self.inner.files.insert(file), stat));
         }
         Err(Errno::ELOOP)
     }

@@ -375,14 +375,9 @@ impl Filesystem for RingfsFilesystem {
 
     fn create(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let result = self.child_path(parent, name).and_then(|path| {
-            let fd = self.client.open(&path, OpenFlags::from_posix(flags) | OpenFlags::CREATE, mode & !umask)?;
-            match self.entry(&path) {
-                Ok(attr) => Ok((fd, attr)),
-                Err(errno) => {
-                    let _ = self.client.close(fd);
-                    Err(errno)
-                }
-            }
+            let (fd, stat) = self.client.open_with_stat(&path, OpenFlags::from_posix(flags) | OpenFlags::CREATE, mode & !umask)?;
+            self.inodes.remember(stat.ino, &path);
+            Ok((fd, file_attr(&stat)))
         });
         match result {
             Ok((fd, attr)) => reply.created(&self.options.attr_timeout, &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use ringfs_proto::Errno;
 
 use crate::directory::ChunkFile;
-use crate::io::{ByteSink, ByteSource, allocate_buffer, as_uninit};
+use crate::io::{ByteSink, ByteSource, as_uninit};
+use crate::pool::BufferPool;
 
 /// Where a chunk's bytes live. The bytes may be shorter than the chunk's logical length; the
 /// rest reads as zeros.
@@ -46,8 +47,9 @@ impl Body {
     }
 
     /// Writes `source` at `offset`, zero-filling any gap after the stored bytes.
-    /// `capacity_hint` is the chunk size: the buffer grows towards it in few steps.
-    pub fn write(&mut self, offset: usize, source: &mut dyn ByteSource, capacity_hint: usize) -> Result<(), Errno> {
+    /// `capacity_hint` is the chunk size: the buffer grows towards it in few steps, taking
+    /// buffers from `pool`.
+    pub fn write(&mut self, offset: usize, source: &mut dyn ByteSource, capacity_hint: usize, pool: &BufferPool) -> Result<(), Errno> {
         if source.is_empty() {
             return Ok(());
         }
@@ -57,9 +59,9 @@ impl Body {
                 let bytes = Arc::make_mut(shared);
                 if end > bytes.capacity() {
                     let target = end.max(bytes.capacity().saturating_mul(2).min(capacity_hint));
-                    let mut bigger = allocate_buffer(target);
+                    let mut bigger = pool.take(target);
                     bigger.extend_from_slice(bytes);
-                    *bytes = bigger;
+                    pool.give(std::mem::replace(bytes, bigger));
                 }
                 if offset > bytes.len() {
                     bytes.resize(offset, 0);
@@ -142,12 +144,19 @@ impl Body {
         Ok(bytes)
     }
 
-    /// Deletes the chunk file, if any. Memory is freed when the body is dropped.
-    pub fn remove(&self) {
-        if let Body::File(file) = self
-            && let Err(error) = std::fs::remove_file(&file.location)
-        {
-            log::warn!("could not remove chunk file {}: {error}", file.location.display());
+    /// Deletes the chunk file, or hands the memory to `pool` (unless a lease still holds it).
+    pub fn remove(self, pool: &BufferPool) {
+        match self {
+            Body::File(file) => {
+                if let Err(error) = std::fs::remove_file(&file.location) {
+                    log::warn!("could not remove chunk file {}: {error}", file.location.display());
+                }
+            }
+            Body::Memory(shared) => {
+                if let Ok(bytes) = Arc::try_unwrap(shared) {
+                    pool.give(bytes);
+                }
+            }
         }
     }
 }

@@ -35,6 +35,7 @@
 mod body;
 mod directory;
 pub mod io;
+mod pool;
 mod store;
 
 pub use io::{ByteSink, ByteSource};

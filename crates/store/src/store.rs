@@ -15,6 +15,7 @@ use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, Create, DirEntry, DirPage, Ent
 
 use crate::body::Body;
 use crate::directory::ChunkDirectory;
+use crate::pool::BufferPool;
 use crate::{Backend, ByteSink, ByteSource, StoreConfig, StoreError};
 
 const SHARDS: usize = 64;
@@ -22,6 +23,9 @@ const SHARDS: usize = 64;
 /// Capacity charged per chunk for its index entry, on top of its bytes, so that a store full
 /// of empty files also reports ENOSPC.
 const CHUNK_OVERHEAD_BYTES: u64 = 128;
+
+/// Most bytes of removed chunks' buffers kept for new chunks (see `pool`).
+const POOL_LIMIT_BYTES: usize = 512 << 20;
 
 /// File id of the root directory.
 pub const ROOT_FILE_ID: u64 = 1;
@@ -122,6 +126,7 @@ pub struct ChunkStore {
     files: Vec<Mutex<FileShard>>,
     dirs: Vec<Mutex<DirShard>>,
     directory: Option<ChunkDirectory>,
+    pool: BufferPool,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     entry_count: AtomicU64,
@@ -153,6 +158,7 @@ impl ChunkStore {
             files: (0..SHARDS).map(|_| Mutex::default()).collect(),
             dirs: (0..SHARDS).map(|_| Mutex::default()).collect(),
             directory,
+            pool: BufferPool::new(POOL_LIMIT_BYTES),
             capacity_bytes: config.capacity_bytes,
             used_bytes: AtomicU64::new(0),
             entry_count: AtomicU64::new(0),
@@ -260,9 +266,8 @@ impl ChunkStore {
             return;
         }
         chunk.removed = true;
-        chunk.body.remove();
         self.refund(overhead_of(path) + chunk.body.stored_len());
-        chunk.body = Body::Memory(Arc::default());
+        std::mem::replace(&mut chunk.body, Body::Memory(Arc::default())).remove(&self.pool);
         self.chunk_count.fetch_sub(1, Ordering::Relaxed);
     }
 
@@ -280,7 +285,7 @@ impl ChunkStore {
         let before = chunk.body.stored_len();
         let growth = end.saturating_sub(before);
         self.charge(growth)?;
-        let result = chunk.body.write(offset as usize, source, chunk_size as usize);
+        let result = chunk.body.write(offset as usize, source, chunk_size as usize, &self.pool);
         let actual_growth = chunk.body.stored_len() - before;
         self.refund(growth - actual_growth);
         Ok(result?)
