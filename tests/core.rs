@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::io::SeekFrom;
 
 use common::{ClusterOptions, Random, TestCluster};
-use ringfs_client::{Client, ClientConfig, Errno, OpenFlags};
+use ringfs_client::{Client, ClientConfig, Errno, FindFilter, OpenFlags};
 
 fn open_rw(client: &Client, path: &str) -> ringfs_client::Fd {
     client.open(path, OpenFlags::READ | OpenFlags::WRITE | OpenFlags::CREATE, 0o644).unwrap()
@@ -367,4 +367,57 @@ fn unusual_names_round_trip() {
     }
     client.close(client.create(&format!("{deep}/leaf"), 0o644).unwrap()).unwrap();
     assert!(client.stat(&format!("{deep}/leaf")).is_ok());
+}
+
+/// Server-side find: every server filters its own entries; files spread over servers are
+/// judged by size and time as a whole.
+#[test]
+fn find_counts_what_find_would_count() {
+    let cluster = TestCluster::start(3);
+    let client = small_chunk_client(&cluster, true);
+    client.mkdir("/tree", 0o755).unwrap();
+    client.mkdir("/tree/old", 0o755).unwrap();
+    for index in 0..50 {
+        let fd = client.create(&format!("/tree/old/file.{index:03}"), 0o644).unwrap();
+        client.write(fd, &[1u8; 3901]).unwrap();
+        client.close(fd).unwrap();
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let timestamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    client.mkdir("/tree/new", 0o755).unwrap();
+    for index in 0..50 {
+        let fd = client.create(&format!("/tree/new/file.{index:03}"), 0o644).unwrap();
+        client.write(fd, &vec![2u8; if index % 2 == 0 { 3901 } else { 100 }]).unwrap();
+        client.close(fd).unwrap();
+    }
+    // A large file (spread over servers) whose first chunk is old but whose last write is new.
+    let fd = client.create("/tree/big.01", 0o644).unwrap();
+    client.pwrite(fd, &[3u8; 3901], 0).unwrap();
+    client.close(fd).unwrap();
+    client.truncate("/tree/big.01", 64 * 1024 * 3).unwrap();
+    client.truncate("/tree/big.01", 3901).unwrap();
+
+    let all = client.find("/tree", &FindFilter::default()).unwrap();
+    assert_eq!(all.scanned, 2 + 50 + 50 + 1, "directories and files below /tree");
+    assert_eq!(all.matched, all.scanned);
+    let io500_like = FindFilter { newer_than_ns: Some(timestamp), size: Some(3901), name: Some("*01*".into()) };
+    let found = client.find("/tree", &io500_like).unwrap();
+    // New files of 3901 bytes whose names contain "01": file.010, 012, 014, 016, 018 and big.01.
+    assert_eq!(found.matched, 6);
+    assert_eq!(client.find("/tree/old", &FindFilter { name: Some("file.04?".into()), ..FindFilter::default() }).unwrap().matched, 10);
+    assert_eq!(client.find("/tree/old/file.000", &FindFilter::default()).unwrap_err(), Errno::ENOTDIR);
+}
+
+#[test]
+fn writes_past_the_first_chunk_update_the_files_modification_time() {
+    let cluster = TestCluster::start(3);
+    let client = small_chunk_client(&cluster, true);
+    let fd = client.create("/timed", 0o644).unwrap();
+    client.pwrite(fd, &[1u8; 64 * 1024 * 3], 0).unwrap();
+    client.utimens("/timed", None, Some(1_000_000_000)).unwrap();
+    let before = client.stat("/timed").unwrap().mtime_ns;
+    client.pwrite(fd, b"late", 64 * 1024 * 2 + 5).unwrap();
+    let after = client.stat("/timed").unwrap().mtime_ns;
+    assert!(after > before, "a write to the third chunk must show in the file's mtime ({before} -> {after})");
 }

@@ -106,8 +106,7 @@ impl Client {
             if truncate_now {
                 self.truncate_file(&path, attr.file_id, 0)?;
             }
-            let size = if truncate_now { 0 } else { self.size_from_head(&path, &attr)? };
-            let stat = Stat::from_attr(&attr, size);
+            let stat = if truncate_now { Stat::from_attr(&attr, 0) } else { self.stat_from_head(&path, &attr)? };
             let file = OpenFile {
                 template: ChunkTemplate { mode: attr.mode, uid: attr.uid, gid: attr.gid, chunk_size: attr.chunk_size },
                 chunk_size: attr.chunk_size.max(1) as u64,
@@ -185,7 +184,7 @@ impl Client {
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         let file = self.file(fd)?;
         let attr = self.head_attr_of(&file.path, file.file_id)?;
-        Ok(Stat::from_attr(&attr, self.size_from_head(&file.path, &attr)?))
+        self.stat_from_head(&file.path, &attr)
     }
 
     pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<()> {
@@ -343,26 +342,27 @@ impl Client {
     /// The size of the file with this path and id.
     pub(crate) fn file_size(&self, path: &str, file_id: u64) -> Result<u64> {
         let attr = self.head_attr_of(path, file_id)?;
-        self.size_from_head(path, &attr)
+        Ok(self.stat_from_head(path, &attr)?.size)
     }
 
-    /// A file's size given its chunk 0: chunk 0's length, unless chunks after it may exist;
-    /// then every server reports its last chunk of the file and the largest end wins.
-    pub(crate) fn size_from_head(&self, path: &str, head: &ringfs_proto::Attr) -> Result<u64> {
+    /// A file's attributes given its chunk 0. Size and modification time come from chunk 0
+    /// alone, unless chunks after it may exist: then every server reports its part of the
+    /// file, and the largest end and the newest time win.
+    pub(crate) fn stat_from_head(&self, path: &str, head: &ringfs_proto::Attr) -> Result<Stat> {
+        let mut stat = Stat::from_attr(head, head.len);
         if !head.is_regular() || !head.is_extended() {
-            return Ok(head.len);
+            return Ok(stat);
         }
         let answers = self.inner.cluster.broadcast(&Request::LastChunk { path: path.to_string(), file_id: head.file_id })?;
         let chunk_size = head.chunk_size as u64;
-        let mut size = head.len;
         for answer in answers {
-            match answer {
-                Response::LastChunk(Some((index, len))) => size = size.max(index * chunk_size + len),
-                Response::LastChunk(None) => {}
-                _ => return Err(Errno::EPROTO),
+            let Response::Tail(tail) = answer else { return Err(Errno::EPROTO) };
+            if let Some((index, len)) = tail.last {
+                stat.size = stat.size.max(index * chunk_size + len);
             }
+            stat.mtime_ns = stat.mtime_ns.max(tail.newest_mtime_ns);
         }
-        Ok(size)
+        Ok(stat)
     }
 }
 

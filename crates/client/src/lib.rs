@@ -28,7 +28,7 @@ mod cluster;
 mod files;
 mod namespace;
 
-pub use ringfs_proto::{Errno, FileKind, MemberList, ServerStats};
+pub use ringfs_proto::{Errno, FileKind, FindFilter, MemberList, ServerStats};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -245,6 +245,15 @@ impl Stat {
 pub struct DirEntry {
     pub name: String,
     pub stat: Stat,
+}
+
+/// Result of [`Client::find`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct FindSummary {
+    /// Entries visited (everything below the root).
+    pub scanned: u64,
+    /// Entries matching every criterion.
+    pub matched: u64,
 }
 
 /// Capacity and use of the whole file system (summed over servers).

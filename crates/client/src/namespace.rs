@@ -1,9 +1,9 @@
 //! Operations on names: stat, directories, links, rename, truncate, attributes.
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, Create, DirPage, Errno, FileKind, Request, Response, SetAttr};
+use ringfs_proto::{Attr, ChunkRef, Create, DirPage, Errno, FileKind, FindFilter, Request, Response, SetAttr};
 
-use crate::{Client, DirEntry, Result, Stat, now_ns};
+use crate::{Client, DirEntry, FindSummary, Result, Stat, now_ns};
 
 /// Entries asked from each server per page of a directory listing.
 const DIRECTORY_PAGE: u32 = 4096;
@@ -57,7 +57,7 @@ impl Client {
         for _ in 0..MAX_SYMLINK_HOPS {
             let attr = self.head_attr(&path)?;
             if !attr.is_symlink() {
-                return Ok(Stat::from_attr(&attr, self.size_from_head(&path, &attr)?));
+                return self.stat_from_head(&path, &attr);
             }
             path = self.follow_link(&path)?;
         }
@@ -68,7 +68,7 @@ impl Client {
     pub fn lstat(&self, path: &str) -> Result<Stat> {
         let path = path::canonicalize(path)?;
         let attr = self.head_attr(&path)?;
-        Ok(Stat::from_attr(&attr, self.size_from_head(&path, &attr)?))
+        self.stat_from_head(&path, &attr)
     }
 
     /// Checks permissions like `access(2)` (`mode` 0 checks existence; see [`READ_OK`] etc.).
@@ -203,12 +203,40 @@ impl Client {
             .into_iter()
             .map(|entry| {
                 let full = path::join(&path, &entry.name);
-                let size = self.size_from_head(&full, &entry.attr)?;
-                Ok(DirEntry { name: entry.name, stat: Stat::from_attr(&entry.attr, size) })
+                let stat = self.stat_from_head(&full, &entry.attr)?;
+                Ok(DirEntry { name: entry.name, stat })
             })
             .collect::<Result<Vec<_>>>()?;
         listing.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(listing)
+    }
+
+    /// Counts the entries below `root` (at any depth) and those matching `filter`, like
+    /// `find ROOT -newer … -size …c -name …` would. Every server filters its own entries;
+    /// files spread over several servers are judged with a stat.
+    pub fn find(&self, root: &str, filter: &FindFilter) -> Result<FindSummary> {
+        let root = path::canonicalize(root)?;
+        if !self.stat(&root)?.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let answers = self.inner.cluster.broadcast(&Request::Find { root, filter: filter.clone() })?;
+        let mut summary = FindSummary::default();
+        for answer in answers {
+            let Response::Found(found) = answer else { return Err(Errno::EPROTO) };
+            summary.scanned += found.scanned;
+            summary.matched += found.matched;
+            for candidate in found.undecided {
+                let stat = match self.lstat(&candidate) {
+                    Ok(stat) => stat,
+                    Err(Errno::ENOENT) => continue,
+                    Err(errno) => return Err(errno),
+                };
+                let newer = filter.newer_than_ns.is_none_or(|time| stat.mtime_ns > time);
+                let sized = filter.size.is_none_or(|size| stat.size == size);
+                summary.matched += u64::from(newer && sized);
+            }
+        }
+        Ok(summary)
     }
 
     fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {

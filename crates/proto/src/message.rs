@@ -167,6 +167,38 @@ pub struct DirPage {
     pub more: bool,
 }
 
+/// A server's knowledge of the chunks (index >= 1) of one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TailSummary {
+    /// Highest chunk index held, with that chunk's length.
+    pub last: Option<(u64, u64)>,
+    /// Latest modification time among the chunks held (0 if none).
+    pub newest_mtime_ns: i64,
+}
+
+/// What `Find` looks for; absent criteria match everything.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FindFilter {
+    /// Modified after this time (`find -newer`).
+    pub newer_than_ns: Option<i64>,
+    /// Exactly this size in bytes (`find -size Nc`).
+    pub size: Option<u64>,
+    /// Shell pattern the name must match (`find -name`): `*`, `?` and `[...]`.
+    pub name: Option<String>,
+}
+
+/// One server's answer to `Find`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FindResult {
+    /// Entries under the root held here (all of them count, as `find` visits them).
+    pub scanned: u64,
+    /// Entries that match every criterion.
+    pub matched: u64,
+    /// Files that match by name but whose size or time this server cannot judge alone
+    /// (chunks after chunk 0 live elsewhere): the client checks them with a stat.
+    pub undecided: Vec<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ServerStats {
     pub name: String,
@@ -288,6 +320,11 @@ pub enum Request {
     Release {
         leases: Vec<u64>,
     },
+    /// Count this server's entries under `root` and those matching `filter`.
+    Find {
+        root: String,
+        filter: FindFilter,
+    },
 }
 
 /// What a server answers. Errors carry an errno; every other variant answers particular
@@ -311,7 +348,10 @@ pub enum Response {
         lease: Option<Lease>,
     },
     Count(u64),
-    LastChunk(Option<(u64, u64)>),
+    /// Result of `LastChunk`: this server's part of a file after chunk 0.
+    Tail(TailSummary),
+    /// Result of `Find`.
+    Found(FindResult),
     DirPage(DirPage),
     HasEntries(bool),
     /// Result of `InstallEntry`: the attributes of the entry that was replaced, if any.
@@ -347,6 +387,7 @@ const TAG_MOVE_CHUNKS: u8 = 26;
 const TAG_PUT_CHUNK: u8 = 27;
 const TAG_INSTALL_ENTRY: u8 = 28;
 const TAG_RELEASE: u8 = 29;
+const TAG_FIND: u8 = 30;
 
 const TAG_R_ERROR: u8 = 128;
 const TAG_R_DONE: u8 = 129;
@@ -356,11 +397,12 @@ const TAG_R_ATTR: u8 = 132;
 const TAG_R_WRITTEN: u8 = 133;
 const TAG_R_READ: u8 = 134;
 const TAG_R_COUNT: u8 = 135;
-const TAG_R_LAST_CHUNK: u8 = 136;
+const TAG_R_TAIL: u8 = 136;
 const TAG_R_DIR_PAGE: u8 = 137;
 const TAG_R_HAS_ENTRIES: u8 = 138;
 const TAG_R_REPLACED: u8 = 139;
 const TAG_R_STATS: u8 = 140;
+const TAG_R_FOUND: u8 = 141;
 
 fn write_attr(w: &mut Writer, attr: &Attr) {
     w.raw(&attr.to_bytes());
@@ -561,6 +603,18 @@ impl Request {
                     w.u64(*lease);
                 }
             }
+            Request::Find { root, filter } => {
+                w.u8(TAG_FIND).str(root);
+                w.option(filter.newer_than_ns.as_ref(), |w, time| {
+                    w.i64(*time);
+                });
+                w.option(filter.size.as_ref(), |w, size| {
+                    w.u64(*size);
+                });
+                w.option(filter.name.as_deref(), |w, name| {
+                    w.str(name);
+                });
+            }
         }
     }
 
@@ -647,6 +701,10 @@ impl Request {
                 let count = r.count(8)?;
                 Request::Release { leases: (0..count).map(|_| r.u64()).collect::<Result<_, _>>()? }
             }
+            TAG_FIND => Request::Find {
+                root: r.string()?,
+                filter: FindFilter { newer_than_ns: r.option(|r| r.i64())?, size: r.option(|r| r.u64())?, name: r.option(|r| r.string())? },
+            },
             other => return Err(DecodeError::UnknownMessage(other)),
         };
         r.finish()?;
@@ -683,7 +741,8 @@ impl Request {
             | Request::ReadDir { .. }
             | Request::PrepareRmdir { .. }
             | Request::MoveChunks { .. }
-            | Request::Release { .. } => None,
+            | Request::Release { .. }
+            | Request::Find { .. } => None,
         }
     }
 }
@@ -727,11 +786,18 @@ impl Response {
             Response::Count(count) => {
                 w.u8(TAG_R_COUNT).u64(*count);
             }
-            Response::LastChunk(last) => {
-                w.u8(TAG_R_LAST_CHUNK);
-                w.option(last.as_ref(), |w, (index, len)| {
+            Response::Tail(tail) => {
+                w.u8(TAG_R_TAIL);
+                w.option(tail.last.as_ref(), |w, (index, len)| {
                     w.u64(*index).u64(*len);
                 });
+                w.i64(tail.newest_mtime_ns);
+            }
+            Response::Found(found) => {
+                w.u8(TAG_R_FOUND).u64(found.scanned).u64(found.matched).u32(found.undecided.len() as u32);
+                for path in &found.undecided {
+                    w.str(path);
+                }
             }
             Response::DirPage(page) => {
                 w.u8(TAG_R_DIR_PAGE).bool(page.more).u32(page.entries.len() as u32);
@@ -781,7 +847,13 @@ impl Response {
                 lease: r.option(|r| Ok(Lease { id: r.u64()?, address: r.u64()?, stored: r.u64()? }))?,
             },
             TAG_R_COUNT => Response::Count(r.u64()?),
-            TAG_R_LAST_CHUNK => Response::LastChunk(r.option(|r| Ok((r.u64()?, r.u64()?)))?),
+            TAG_R_TAIL => Response::Tail(TailSummary { last: r.option(|r| Ok((r.u64()?, r.u64()?)))?, newest_mtime_ns: r.i64()? }),
+            TAG_R_FOUND => {
+                let scanned = r.u64()?;
+                let matched = r.u64()?;
+                let count = r.count(4)?;
+                Response::Found(FindResult { scanned, matched, undecided: (0..count).map(|_| r.string()).collect::<Result<_, _>>()? })
+            }
             TAG_R_DIR_PAGE => {
                 let more = r.bool()?;
                 let count = r.count(4 + ATTR_BYTES)?;
@@ -899,6 +971,8 @@ mod tests {
             Request::PutChunk { chunk, attr: sample_attr() },
             Request::InstallEntry { path: "/b".into(), attr: sample_attr() },
             Request::Release { leases: vec![1, 2, 3] },
+            Request::Find { root: "/d".into(), filter: FindFilter { newer_than_ns: Some(5), size: Some(3901), name: Some("*01*".into()) } },
+            Request::Find { root: "/".into(), filter: FindFilter::default() },
         ]
     }
 
@@ -913,8 +987,9 @@ mod tests {
             Response::Read { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) },
             Response::Read { attr: None, len: 0, lease: None },
             Response::Count(3),
-            Response::LastChunk(Some((4, 5))),
-            Response::LastChunk(None),
+            Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
+            Response::Tail(TailSummary::default()),
+            Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
             Response::DirPage(DirPage { entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }], more: true }),
             Response::HasEntries(false),
             Response::Replaced(Some(sample_attr())),

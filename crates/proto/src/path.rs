@@ -106,6 +106,84 @@ pub fn is_inside(path: &str, dir: &str) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/'
 }
 
+/// Shell-style name matching (`fnmatch` without flags): `*` matches any run of characters,
+/// `?` one character, `[abc]`, `[a-z]` and `[!abc]` one character of (or not of) a set.
+pub fn glob_match(pattern: &str, name: &str) -> bool {
+    let pattern: Vec<char> = pattern.chars().collect();
+    let name: Vec<char> = name.chars().collect();
+    // Backtracking over the last `*` only: linear for patterns like "*01*".
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some('*') => {
+                star = Some((p, n));
+                p += 1;
+                continue;
+            }
+            Some('?') => {
+                p += 1;
+                n += 1;
+                continue;
+            }
+            Some('[') => {
+                if let Some((matched, next)) = match_class(&pattern, p, name[n]) {
+                    if matched {
+                        p = next;
+                        n += 1;
+                        continue;
+                    }
+                } else if name[n] == '[' {
+                    p += 1;
+                    n += 1;
+                    continue;
+                }
+            }
+            Some(literal) if *literal == name[n] => {
+                p += 1;
+                n += 1;
+                continue;
+            }
+            _ => {}
+        }
+        match star {
+            Some((star_p, star_n)) => {
+                p = star_p + 1;
+                n = star_n + 1;
+                star = Some((star_p, star_n + 1));
+            }
+            None => return false,
+        }
+    }
+    pattern[p..].iter().all(|c| *c == '*')
+}
+
+/// Matches `c` against the bracket expression starting at `pattern[start]` (`[`); returns
+/// whether it matched and the index after `]`, or `None` if the expression is unterminated.
+fn match_class(pattern: &[char], start: usize, c: char) -> Option<(bool, usize)> {
+    let mut i = start + 1;
+    let negated = matches!(pattern.get(i), Some('!' | '^'));
+    if negated {
+        i += 1;
+    }
+    let mut matched = false;
+    let mut first = true;
+    while let Some(&current) = pattern.get(i) {
+        if current == ']' && !first {
+            return Some((matched != negated, i + 1));
+        }
+        if pattern.get(i + 1) == Some(&'-') && pattern.get(i + 2).is_some_and(|end| *end != ']') {
+            matched |= current <= c && c <= pattern[i + 2];
+            i += 3;
+        } else {
+            matched |= current == c;
+            i += 1;
+        }
+        first = false;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +222,22 @@ mod tests {
         assert!(!is_inside("/ab", "/a"));
         assert!(!is_inside("/a", "/a"));
         assert!(is_inside("/a", "/"));
+    }
+
+    #[test]
+    fn globs_match_like_fnmatch() {
+        assert!(glob_match("*01*", "file.mdtest.0.1001"));
+        assert!(glob_match("*01*", "01"));
+        assert!(!glob_match("*01*", "file.mdtest.1.1000"));
+        assert!(glob_match("file.?", "file.x"));
+        assert!(!glob_match("file.?", "file.xy"));
+        assert!(glob_match("*.[ch]", "main.c"));
+        assert!(!glob_match("*.[!ch]", "main.c"));
+        assert!(glob_match("[a-c]*", "beta"));
+        assert!(glob_match("a*b*c", "aXXbYYc"));
+        assert!(!glob_match("a*b*c", "aXXbYY"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("[", "["));
     }
 
     proptest! {

@@ -255,7 +255,11 @@ impl ServerState {
             }
             Request::LastChunk { path, file_id } => {
                 path::validate(&path)?;
-                Ok(Response::LastChunk(self.store.last_chunk(&path, file_id)))
+                Ok(Response::Tail(self.store.tail_summary(&path, file_id)))
+            }
+            Request::Find { root, filter } => {
+                path::validate(&root)?;
+                Ok(Response::Found(self.store.find(&root, &filter)))
             }
             Request::SetAttr(set) => Ok(Response::Attr(self.store.set_attr(&set).map_err(store_errno)?)),
             Request::ReadDir { path, after, limit } => {

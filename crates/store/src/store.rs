@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, Create, DirEntry, DirPage, EntryFlags, Errno, FileKind};
+use ringfs_proto::{
+    Attr, ChunkRef, ChunkTemplate, Create, DirEntry, DirPage, EntryFlags, Errno, FileKind, FindFilter, FindResult, TailSummary,
+};
 
 use crate::body::Body;
 use crate::directory::ChunkDirectory;
@@ -501,18 +503,68 @@ impl ChunkStore {
         removed.len() as u64
     }
 
-    /// This store's highest chunk index (>= 1) of the file and that chunk's logical length.
-    pub fn last_chunk(&self, path: &str, file_id: u64) -> Option<(u64, u64)> {
-        let handle_and_index = {
+    /// This store's part of a file after chunk 0: its highest chunk index (>= 1) with that
+    /// chunk's logical length, and the newest modification time among its chunks.
+    pub fn tail_summary(&self, path: &str, file_id: u64) -> TailSummary {
+        let handles: Vec<(u64, ChunkHandle)> = {
             let files = lock(&self.files[shard_of(path)]);
-            let slot = files.paths.get(path)?;
-            slot.tail.iter().rev().find_map(|(index, candidates)| {
-                candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| (*index, handle.clone()))
-            })
+            let Some(slot) = files.paths.get(path) else { return TailSummary::default() };
+            slot.tail
+                .iter()
+                .filter_map(|(index, candidates)| {
+                    candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| (*index, handle.clone()))
+                })
+                .collect()
         };
-        let (index, handle) = handle_and_index?;
-        let chunk = lock(&handle);
-        (!chunk.removed).then_some((index, chunk.attr.len))
+        let mut summary = TailSummary::default();
+        for (index, handle) in handles {
+            let chunk = lock(&handle);
+            if chunk.removed {
+                continue;
+            }
+            summary.newest_mtime_ns = summary.newest_mtime_ns.max(chunk.attr.mtime_ns);
+            if summary.last.is_none_or(|(last, _)| index > last) {
+                summary.last = Some((index, chunk.attr.len));
+            }
+        }
+        summary
+    }
+
+    /// Visits this store's entries strictly inside `root` and counts those matching
+    /// `filter` (see [`FindResult`]). Costs a pass over all entries held here.
+    pub fn find(&self, root: &str, filter: &FindFilter) -> FindResult {
+        let mut result = FindResult::default();
+        for shard in &self.files {
+            let files = lock(shard);
+            for (path, chunks) in &files.paths {
+                let Some(head) = &chunks.head else { continue };
+                if !path::is_inside(path, root) {
+                    continue;
+                }
+                let attr = {
+                    let chunk = lock(head);
+                    if chunk.removed {
+                        continue;
+                    }
+                    chunk.attr
+                };
+                result.scanned += 1;
+                if filter.name.as_deref().is_some_and(|pattern| !path::glob_match(pattern, path::file_name(path))) {
+                    continue;
+                }
+                let judged_here = !(attr.is_regular() && attr.is_extended());
+                if !judged_here && (filter.size.is_some() || filter.newer_than_ns.is_some()) {
+                    result.undecided.push(path.clone());
+                    continue;
+                }
+                let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);
+                let sized = filter.size.is_none_or(|size| attr.len == size);
+                if newer && sized {
+                    result.matched += 1;
+                }
+            }
+        }
+        result
     }
 
     // ----- chunk data -----------------------------------------------------------------------
@@ -1028,10 +1080,10 @@ mod tests {
         assert_eq!(read_all(&store, &chunk("/f", 3, 7)), b"new");
         assert_eq!(read_all(&store, &chunk("/f", 3, 8)), b"other");
         assert_eq!(store.read(&chunk("/f", 4, 7), 0, 10, &mut Vec::new()).unwrap(), (None, 0));
-        assert_eq!(store.last_chunk("/f", 7), Some((3, 3)));
+        assert_eq!(store.tail_summary("/f", 7).last, Some((3, 3)));
         assert_eq!(store.remove_chunks("/f", 8, 1), 1);
-        assert_eq!(store.last_chunk("/f", 8), None);
-        assert_eq!(store.last_chunk("/f", 7), Some((3, 3)));
+        assert_eq!(store.tail_summary("/f", 8).last, None);
+        assert_eq!(store.tail_summary("/f", 7), TailSummary { last: Some((3, 3)), newest_mtime_ns: 1 });
         assert_eq!(store.stats().chunks, 2, "the root directory and one chunk");
     }
 
@@ -1164,6 +1216,24 @@ mod tests {
         assert_eq!(&bytes[range], b"fore");
         assert_eq!(read_all(&store, &target), b"AFTER!\0\0\0\0");
         assert!(store.read_shared(&chunk("/s", 2, 3), 0, 1).unwrap().attr.is_none());
+    }
+
+    #[test]
+    fn find_counts_entries_below_a_root_and_defers_spread_files() {
+        let store = memory_store();
+        create_dir(&store, "/d");
+        for (index, time) in [(1, 10), (2, 30), (10, 30)] {
+            let entry = Create { time_ns: time, ..Create::new(&format!("/d/f{index:02}"), REGULAR, 64) };
+            store.create(&entry, index).unwrap();
+            store.write(&chunk(&format!("/d/f{index:02}"), 0, index), 0, &mut &[7u8; 5][..], template(64), time).unwrap();
+        }
+        store.mark_extended("/d/f10", 10).unwrap();
+        store.create(&Create::new("/elsewhere", REGULAR, 64), 99).unwrap();
+        let filter = FindFilter { newer_than_ns: Some(20), size: Some(5), name: Some("*0*".into()) };
+        let found = store.find("/d", &filter);
+        assert_eq!((found.scanned, found.matched), (3, 1), "f02 matches; f01 is too old");
+        assert_eq!(found.undecided, ["/d/f10"]);
+        assert_eq!(store.find("/", &FindFilter::default()).scanned, 5);
     }
 
     #[test]
