@@ -5,10 +5,11 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 
-use ringfs_client::{Client, Fd, OpenFlags};
+use ringfs_client::{Client, Fd, FindFilter, FindSummary, OpenFlags};
+use ringfs_proto::path::glob_match;
 
 /// A file system to benchmark.
 pub enum Target {
@@ -18,8 +19,8 @@ pub enum Target {
 }
 
 /// An open file of a [`Target`].
-pub enum Handle<'a> {
-    Ringfs(&'a Client, Fd),
+pub enum Handle {
+    Ringfs(Client, Fd),
     Posix(File),
 }
 
@@ -59,6 +60,15 @@ impl TargetSpec {
         }
     }
 
+    /// Where `path` of the target is seen from this host: the ringfs path itself, or the
+    /// local path inside the POSIX directory.
+    pub fn outside_path(&self, path: &str) -> String {
+        match self {
+            TargetSpec::Ringfs => path.to_string(),
+            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) => dir.join(path.trim_start_matches('/')).display().to_string(),
+        }
+    }
+
     /// Connects (ringfs: with the RINGFS_* environment).
     pub fn connect(&self) -> io::Result<Target> {
         match self {
@@ -95,10 +105,18 @@ impl Target {
         }
     }
 
-    /// Creates (truncating) a file for writing.
-    pub fn create(&self, path: &str) -> io::Result<Handle<'_>> {
+    /// Removes `path` and everything below it.
+    pub fn remove_tree(&self, path: &str) -> io::Result<()> {
         match self {
-            Target::Ringfs(client) => client.create(path, 0o644).map(|fd| Handle::Ringfs(client, fd)).map_err(io::Error::from),
+            Target::Ringfs(client) => client.remove_tree(path).map_err(io::Error::from),
+            Target::Posix(_) => std::fs::remove_dir_all(self.local(path)),
+        }
+    }
+
+    /// Creates (truncating) a file for writing.
+    pub fn create(&self, path: &str) -> io::Result<Handle> {
+        match self {
+            Target::Ringfs(client) => client.create(path, 0o644).map(|fd| Handle::Ringfs(client.clone(), fd)).map_err(io::Error::from),
             Target::Posix(_) => {
                 OpenOptions::new().write(true).create(true).truncate(true).mode(0o644).open(self.local(path)).map(Handle::Posix)
             }
@@ -116,10 +134,35 @@ impl Target {
         }
     }
 
-    pub fn open_read(&self, path: &str) -> io::Result<Handle<'_>> {
+    pub fn open_read(&self, path: &str) -> io::Result<Handle> {
         match self {
-            Target::Ringfs(client) => client.open(path, OpenFlags::READ, 0).map(|fd| Handle::Ringfs(client, fd)).map_err(io::Error::from),
+            Target::Ringfs(client) => {
+                client.open(path, OpenFlags::READ, 0).map(|fd| Handle::Ringfs(client.clone(), fd)).map_err(io::Error::from)
+            }
             Target::Posix(_) => File::open(self.local(path)).map(Handle::Posix),
+        }
+    }
+
+    /// Opens an existing file for writing (without truncating it).
+    pub fn open_write(&self, path: &str) -> io::Result<Handle> {
+        match self {
+            Target::Ringfs(client) => {
+                client.open(path, OpenFlags::WRITE, 0).map(|fd| Handle::Ringfs(client.clone(), fd)).map_err(io::Error::from)
+            }
+            Target::Posix(_) => OpenOptions::new().write(true).open(self.local(path)).map(Handle::Posix),
+        }
+    }
+
+    /// Counts the entries below `root` and those matching `filter`, like `find`. ringfs lets
+    /// every server filter its own entries; a POSIX directory is walked by this process.
+    pub fn find(&self, root: &str, filter: &FindFilter) -> io::Result<FindSummary> {
+        match self {
+            Target::Ringfs(client) => client.find(root, filter).map_err(io::Error::from),
+            Target::Posix(_) => {
+                let mut summary = FindSummary::default();
+                walk(&self.local(root), filter, &mut summary)?;
+                Ok(summary)
+            }
         }
     }
 
@@ -139,7 +182,29 @@ impl Target {
     }
 }
 
-impl Handle<'_> {
+/// `find` over a local directory tree (symbolic links are not followed).
+fn walk(dir: &std::path::Path, filter: &FindFilter, summary: &mut FindSummary) -> io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        summary.scanned += 1;
+        let file_type = entry.file_type()?;
+        let name = entry.file_name();
+        let name_matches = filter.name.as_deref().is_none_or(|pattern| glob_match(pattern, &name.to_string_lossy()));
+        if name_matches {
+            let metadata = entry.metadata()?;
+            let mtime_ns = metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec();
+            let newer = filter.newer_than_ns.is_none_or(|time| mtime_ns > time);
+            let sized = filter.size.is_none_or(|size| metadata.len() == size);
+            summary.matched += u64::from(newer && sized);
+        }
+        if file_type.is_dir() {
+            walk(&entry.path(), filter, summary)?;
+        }
+    }
+    Ok(())
+}
+
+impl Handle {
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
         match self {
             Handle::Ringfs(client, fd) => client.pwrite(*fd, bytes, offset).map(drop).map_err(io::Error::from),
@@ -211,6 +276,11 @@ mod tests {
         assert_eq!(&buffer[3..8], b"hello");
         target.unlink("/sub/f").unwrap();
         target.rmdir("/sub").unwrap();
+        target.mkdir("/tree").unwrap();
+        target.mkdir("/tree/deeper").unwrap();
+        target.create("/tree/deeper/file").unwrap().close().unwrap();
+        target.remove_tree("/tree").unwrap();
+        assert!(!dir.join("tree").exists());
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -6,10 +6,11 @@
 //! `ok <elapsed_ns> <ops> <bytes>` or `error <message>` when done. A phase's rate is the total
 //! work divided by the slowest worker's time, as IOR and mdtest count it.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::BenchError;
 
@@ -49,11 +50,12 @@ impl PhaseResult {
     }
 }
 
-/// The running worker processes of one workload.
+/// The workers of one workload: local processes driven through pipes, or processes started
+/// by another launcher (mpirun) that connected over TCP.
 pub struct Workers {
     children: Vec<Child>,
-    inputs: Vec<ChildStdin>,
-    outputs: Vec<BufReader<ChildStdout>>,
+    inputs: Vec<Box<dyn Write + Send>>,
+    outputs: Vec<BufReader<Box<dyn Read + Send>>>,
 }
 
 impl Workers {
@@ -74,15 +76,56 @@ impl Workers {
                 .stderr(Stdio::inherit())
                 .spawn()
                 .map_err(|error| BenchError::Worker(format!("cannot start worker {rank}: {error}")))?;
-            workers.inputs.push(child.stdin.take().expect("piped stdin"));
-            workers.outputs.push(BufReader::new(child.stdout.take().expect("piped stdout")));
+            workers.inputs.push(Box::new(child.stdin.take().expect("piped stdin")));
+            workers.outputs.push(BufReader::new(Box::new(child.stdout.take().expect("piped stdout"))));
             workers.children.push(child);
         }
         Ok(workers)
     }
 
+    /// Accepts `count` workers connecting to `listener` (see [`serve_over_tcp`]); each first
+    /// sends `rank R`, and they are ordered by rank.
+    pub fn accept(listener: &TcpListener, count: usize, timeout: Duration) -> Result<Workers, BenchError> {
+        let deadline = Instant::now() + timeout;
+        listener.set_nonblocking(true).map_err(|error| BenchError::Worker(error.to_string()))?;
+        let mut links: Vec<Option<(TcpStream, BufReader<TcpStream>)>> = (0..count).map(|_| None).collect();
+        let mut connected = 0;
+        while connected < count {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    stream.set_nonblocking(false).map_err(|error| BenchError::Worker(error.to_string()))?;
+                    let mut reader = BufReader::new(stream.try_clone().map_err(|error| BenchError::Worker(error.to_string()))?);
+                    let mut line = String::new();
+                    reader.read_line(&mut line).map_err(|error| BenchError::Worker(error.to_string()))?;
+                    let rank = line.trim().strip_prefix("rank ").and_then(|rank| rank.parse::<usize>().ok()).filter(|rank| *rank < count);
+                    match rank {
+                        Some(rank) if links[rank].is_none() => {
+                            links[rank] = Some((stream, reader));
+                            connected += 1;
+                        }
+                        _ => return Err(BenchError::Worker(format!("unexpected greeting {:?}", line.trim()))),
+                    }
+                }
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err(BenchError::Worker(format!("only {connected} of {count} workers connected")));
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(error) => return Err(BenchError::Worker(error.to_string())),
+            }
+        }
+        let mut workers = Workers { children: Vec::new(), inputs: Vec::new(), outputs: Vec::new() };
+        for (stream, reader) in links.into_iter().flatten() {
+            workers.inputs.push(Box::new(stream));
+            let reader: BufReader<Box<dyn Read + Send>> = BufReader::new(Box::new(reader.into_inner()));
+            workers.outputs.push(reader);
+        }
+        Ok(workers)
+    }
+
     pub fn count(&self) -> usize {
-        self.children.len()
+        self.inputs.len()
     }
 
     /// Sends `command` to every worker and collects their answers (in rank order).
@@ -90,7 +133,8 @@ impl Workers {
         self.run_each(|_| command.to_string())
     }
 
-    /// Like [`Workers::run`] with a different command line per rank.
+    /// Like [`Workers::run`] with a different command line per rank. Every answer is read
+    /// even when one is an error, so the workers stay in step for the next command.
     pub fn run_each(&mut self, command: impl Fn(usize) -> String) -> Result<Vec<WorkerResult>, BenchError> {
         for (rank, input) in self.inputs.iter_mut().enumerate() {
             writeln!(input, "{}", command(rank))
@@ -98,12 +142,21 @@ impl Workers {
                 .map_err(|error| BenchError::Worker(format!("worker {rank} is gone: {error}")))?;
         }
         let mut results = Vec::with_capacity(self.outputs.len());
+        let mut first_error = None;
         for (rank, output) in self.outputs.iter_mut().enumerate() {
             let mut line = String::new();
-            output.read_line(&mut line).map_err(|error| BenchError::Worker(format!("worker {rank}: {error}")))?;
-            results.push(parse_answer(&line).map_err(|message| BenchError::Worker(format!("worker {rank}: {message}")))?);
+            let answer = output.read_line(&mut line).map_err(|error| error.to_string()).and_then(|_| parse_answer(&line));
+            match answer {
+                Ok(result) => results.push(result),
+                Err(message) => {
+                    first_error.get_or_insert(BenchError::Worker(format!("worker {rank}: {message}")));
+                }
+            }
         }
-        Ok(results)
+        match first_error {
+            Some(error) => Err(error),
+            None => Ok(results),
+        }
     }
 
     /// Ends the workers and waits for them.
@@ -145,20 +198,35 @@ fn parse_answer(line: &str) -> Result<WorkerResult, String> {
 
 /// The worker side: reads commands from standard input until it closes, runs each with
 /// `handle`, and answers on standard output.
-pub fn serve(mut handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>) -> io::Result<()> {
-    let stdin = io::stdin();
-    let mut stdout = io::stdout();
-    for line in stdin.lock().lines() {
+pub fn serve(handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>) -> io::Result<()> {
+    serve_on(io::stdin().lock(), io::stdout(), handle)
+}
+
+/// The worker side over TCP: connects to the coordinator at `address`, introduces itself as
+/// `rank`, then serves commands like [`serve`].
+pub fn serve_over_tcp(address: &str, rank: usize, handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>) -> io::Result<()> {
+    let mut stream = TcpStream::connect(address)?;
+    writeln!(stream, "rank {rank}")?;
+    let reader = BufReader::new(stream.try_clone()?);
+    serve_on(reader, stream, handle)
+}
+
+fn serve_on(
+    input: impl BufRead,
+    mut output: impl Write,
+    mut handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>,
+) -> io::Result<()> {
+    for line in input.lines() {
         let line = line?;
         let words: Vec<&str> = line.split_whitespace().collect();
         if words.is_empty() {
             continue;
         }
         match handle(&words) {
-            Ok(result) => writeln!(stdout, "ok {} {} {}", result.elapsed.as_nanos(), result.ops, result.bytes)?,
-            Err(message) => writeln!(stdout, "error {}", message.replace('\n', " "))?,
+            Ok(result) => writeln!(output, "ok {} {} {}", result.elapsed.as_nanos(), result.ops, result.bytes)?,
+            Err(message) => writeln!(output, "error {}", message.replace('\n', " "))?,
         }
-        stdout.flush()?;
+        output.flush()?;
     }
     Ok(())
 }

@@ -4,16 +4,27 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use ringfs_bench::io500::{self, Io500Config, Io500Result, worker::Io500Worker};
 use ringfs_bench::micro::{self, MicroConfig};
 use ringfs_bench::target::TargetSpec;
+use ringfs_bench::workers::Workers;
 use ringfs_launch::{Cluster, LaunchConfig};
 
 use crate::server_command::parse_bytes;
+
+/// The default poll budget of clients, in microseconds.
+fn ringfs_rpc_poll_default() -> u64 {
+    ringfs_rpc::DEFAULT_POLL.as_micros() as u64
+}
 
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Sequential 1 MiB write/read and create/stat/remove, on ringfs and a POSIX directory.
     Micro(MicroArgs),
+    /// The 12 scored IO500 phases on ringfs or a POSIX directory, scored as IO500 does.
+    Io500(Io500Args),
+    /// IO500 on ringfs and on a POSIX directory back to back, with the ratio of each phase.
+    Compare(CompareArgs),
     /// (internal) one worker process of a benchmark.
     #[command(hide = true)]
     Worker {
@@ -83,23 +94,121 @@ pub struct MicroArgs {
     pub json: Option<PathBuf>,
 }
 
+/// Parameters shared by `bench io500` and `bench compare`.
+#[derive(Args, Debug, Clone)]
+pub struct Io500Options {
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    pub procs: usize,
+    /// Seconds each write phase runs before wearing out (IO500: 300; shorter runs are marked
+    /// INVALID, as IO500 marks them).
+    #[arg(long)]
+    pub stonewall: Option<u64>,
+    /// An IO500 INI file ([debug] stonewall-time, [ior-easy] transferSize/blockSize,
+    /// [ior-hard] segmentCount, [mdtest-easy] n, [mdtest-hard] n).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Directory for result.txt, result.json, result.csv and chart.png (default:
+    /// ./io500-results/<time>).
+    #[arg(long)]
+    pub results: Option<PathBuf>,
+    /// Touch and free this much memory before measuring, so that no target pays the VM's
+    /// cost of first touching guest memory (docs/PERFORMANCE.md); 0 to skip.
+    #[arg(long, default_value = "4G")]
+    pub warm_memory: String,
+    /// A shell command run after the write phases and find, before the first read (e.g. to
+    /// drop caches or restart servers); $IO500_DATA_DIR names the data directory (a ringfs
+    /// path, or a local path for posix: targets) and the RINGFS_* variables reach the cluster.
+    #[arg(long)]
+    pub before_reads: Option<String>,
+}
+
+impl Io500Options {
+    fn config(&self) -> Result<Io500Config> {
+        let mut config = Io500Config::default();
+        if let Some(path) = &self.config {
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+            for key in config.apply_ini(&text)? {
+                log::info!("ignoring IO500 setting {key}");
+            }
+        }
+        if let Some(seconds) = self.stonewall {
+            config.stonewall = std::time::Duration::from_secs(seconds);
+        }
+        config.processes = self.procs.max(1);
+        config.before_reads = self.before_reads.clone();
+        Ok(config)
+    }
+
+    /// Warms the machine's memory as `--warm-memory` asks.
+    fn warm_memory(&self) -> Result<()> {
+        ringfs_bench::warm_memory(parse_bytes(&self.warm_memory)?);
+        Ok(())
+    }
+
+    fn results_dir(&self) -> Result<PathBuf> {
+        let dir = match &self.results {
+            Some(dir) => dir.clone(),
+            None => {
+                let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+                PathBuf::from("io500-results").join(stamp.to_string())
+            }
+        };
+        std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(dir)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct Io500Args {
+    /// `ringfs` (a local cluster, or the running one with --use-running) or `posix:DIR`.
+    #[arg(long, default_value = "ringfs")]
+    pub target: String,
+    #[command(flatten)]
+    pub options: Io500Options,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Run under mpirun/srun: every rank runs this same command; rank 0 coordinates and
+    /// writes its address to this file (on a file system all ranks see).
+    #[arg(long)]
+    pub rendezvous: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub options: Io500Options,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The POSIX directory compared with ringfs.
+    #[arg(long, default_value = "/dev/shm")]
+    pub baseline: PathBuf,
+}
+
 /// A cluster started for a benchmark, stopped when dropped (also on errors).
 pub struct BenchCluster {
     cluster: Option<Cluster>,
+    /// Benchmarks use the cluster named by RINGFS_SERVER.
+    use_running: bool,
     poll_us: u64,
 }
 
 impl BenchCluster {
+    /// No cluster: for benchmarks of POSIX directories only.
+    pub fn none() -> BenchCluster {
+        BenchCluster { cluster: None, use_running: false, poll_us: ringfs_rpc_poll_default() }
+    }
+
     pub fn start(args: &ClusterArgs) -> Result<BenchCluster> {
         if args.use_running {
-            return Ok(BenchCluster { cluster: None, poll_us: args.poll_us });
+            return Ok(BenchCluster { cluster: None, use_running: true, poll_us: args.poll_us });
         }
         let mut config = LaunchConfig::local(args.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
         config.chunk_size =
             ringfs_client::parse_size(&args.chunk_size).with_context(|| format!("invalid chunk size {:?}", args.chunk_size))?;
         config.store = args.store.clone();
         config.server_args = vec!["--poll-us".into(), args.poll_us.to_string()];
-        Ok(BenchCluster { cluster: Some(ringfs_launch::start(&config)?), poll_us: args.poll_us })
+        Ok(BenchCluster { cluster: Some(ringfs_launch::start(&config)?), use_running: false, poll_us: args.poll_us })
     }
 
     /// The environment worker processes need to reach ringfs.
@@ -128,7 +237,8 @@ impl BenchCluster {
     pub fn describe(&self) -> String {
         match &self.cluster {
             Some(cluster) => format!("local cluster of {} servers, chunk size {}", cluster.servers.len(), cluster.chunk_size),
-            None => "running cluster (RINGFS_SERVER)".into(),
+            None if self.use_running => "running cluster (RINGFS_SERVER)".into(),
+            None => "no cluster".into(),
         }
     }
 }
@@ -183,14 +293,149 @@ fn run_worker(workload: &str, target: &str, rank: usize, processes: usize) -> Re
     let target = spec.connect().with_context(|| format!("worker {rank} cannot reach {target}"))?;
     match workload {
         "micro" => ringfs_bench::workers::serve(|words| micro::worker_command(&target, rank, processes, words))?,
+        "io500" => {
+            let mut worker = Io500Worker::new(target, rank, processes);
+            ringfs_bench::workers::serve(|words| worker.command(words))?
+        }
         other => anyhow::bail!("unknown workload {other:?}"),
     }
     Ok(())
 }
 
+/// Prints each phase as it ends, as IO500 does.
+fn print_phase(measurement: &io500::Measurement) {
+    println!("{}", io500::report::result_line(measurement));
+}
+
+/// Writes result.txt (IO500's text, one section per target), result.json, result.csv and
+/// chart.png.
+fn save_results(dir: &std::path::Path, results: &[Io500Result]) -> Result<()> {
+    let text: String = results.iter().map(|result| format!("# {}\n{}", result.target, io500::report::text(result))).collect();
+    std::fs::write(dir.join("result.txt"), text)?;
+    std::fs::write(dir.join("result.json"), io500::report::json(results))?;
+    std::fs::write(dir.join("result.csv"), io500::report::csv(results))?;
+    io500::chart::write_png(results, &dir.join("chart.png"))?;
+    println!("results: {}/result.{{txt,json,csv}} and chart.png", dir.display());
+    Ok(())
+}
+
+/// Runs IO500 on one target with local worker processes.
+pub fn run_io500(target: &TargetSpec, cluster: &BenchCluster, config: &Io500Config) -> Result<Io500Result> {
+    println!(
+        "IO500 on {} ({}): {} processes, stonewall {} s",
+        target.label(),
+        cluster.describe(),
+        config.processes,
+        config.stonewall.as_secs()
+    );
+    let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
+    let result = io500::run(&executable, target, &cluster.environment(), config, &mut print_phase)?;
+    println!("{}", io500::report::score_line(&result));
+    Ok(result)
+}
+
+fn run_io500_command(args: &Io500Args) -> Result<()> {
+    let config = args.options.config()?;
+    args.options.warm_memory()?;
+    let target = TargetSpec::parse(&args.target).map_err(anyhow::Error::msg)?;
+    if let Some(rendezvous) = &args.rendezvous {
+        return run_io500_ranked(&target, &config, rendezvous, &args.options);
+    }
+    let cluster = if target == TargetSpec::Ringfs { BenchCluster::start(&args.cluster)? } else { BenchCluster::none() };
+    let result = run_io500(&target, &cluster, &config)?;
+    save_results(&args.options.results_dir()?, &[result])
+}
+
+fn run_compare(args: &CompareArgs) -> Result<()> {
+    let config = args.options.config()?;
+    args.options.warm_memory()?;
+    let cluster = BenchCluster::start(&args.cluster)?;
+    let ringfs = run_io500(&TargetSpec::Ringfs, &cluster, &config)?;
+    drop(cluster);
+    let baseline = run_io500(&TargetSpec::Posix(args.baseline.clone()), &BenchCluster::none(), &config)?;
+    println!();
+    print!("{}", io500::report::comparison(&ringfs, &baseline));
+    save_results(&args.options.results_dir()?, &[ringfs, baseline])
+}
+
+/// This process's rank and the number of ranks, from the variables MPI launchers set.
+fn launcher_rank() -> Result<(usize, usize)> {
+    let read = |names: &[&str]| names.iter().find_map(|name| std::env::var(name).ok()?.parse::<usize>().ok());
+    let rank = read(&["OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"]);
+    let size = read(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"]);
+    match (rank, size) {
+        (Some(rank), Some(size)) if rank < size => Ok((rank, size)),
+        _ => anyhow::bail!(
+            "--rendezvous needs a launcher that sets the rank (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS)"
+        ),
+    }
+}
+
+/// The address other ranks reach rank 0 at: its host name, or loopback (all ranks on this
+/// node) if the name does not resolve.
+fn rendezvous_address(port: u16) -> String {
+    use std::net::ToSocketAddrs;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|name| name.trim().to_string()).unwrap_or_default();
+    let resolves = !host.is_empty() && (host.as_str(), port).to_socket_addrs().is_ok_and(|mut addresses| addresses.next().is_some());
+    if resolves { format!("{host}:{port}") } else { format!("127.0.0.1:{port}") }
+}
+
+/// One rank of a run under mpirun: rank 0 coordinates (and works); every rank works.
+fn run_io500_ranked(target: &TargetSpec, config: &Io500Config, rendezvous: &std::path::Path, options: &Io500Options) -> Result<()> {
+    let (rank, size) = launcher_rank()?;
+    let worker_target = target.connect().with_context(|| format!("rank {rank} cannot reach {}", target.label()))?;
+    let mut worker = Io500Worker::new(worker_target, rank, size);
+    if rank != 0 {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let address = loop {
+            match std::fs::read_to_string(rendezvous) {
+                Ok(address) if !address.trim().is_empty() => break address.trim().to_string(),
+                _ if std::time::Instant::now() > deadline => anyhow::bail!("rank 0 never wrote {}", rendezvous.display()),
+                _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
+        ringfs_bench::workers::serve_over_tcp(&address, rank, |words| worker.command(words))?;
+        return Ok(());
+    }
+    let listener = std::net::TcpListener::bind("0.0.0.0:0")?;
+    let address = rendezvous_address(listener.local_addr()?.port());
+    let temporary = rendezvous.with_extension("tmp");
+    std::fs::write(&temporary, &address)?;
+    std::fs::rename(&temporary, rendezvous)?;
+    let local_address = format!("127.0.0.1:{}", listener.local_addr()?.port());
+    let own_worker = std::thread::spawn(move || ringfs_bench::workers::serve_over_tcp(&local_address, 0, |words| worker.command(words)));
+    let mut workers = Workers::accept(&listener, size, std::time::Duration::from_secs(120))?;
+    let config = Io500Config { processes: size, ..config.clone() };
+    println!("IO500 on {}: {size} ranks, stonewall {} s", target.label(), config.stonewall.as_secs());
+    let mut on_phase = print_phase;
+    let outcome = {
+        let mut coordinator = io500::Coordinator::new(&mut workers, &config, &mut on_phase);
+        if let Some(command) = &config.before_reads {
+            coordinator = coordinator.before_reads(Box::new(|data_dir: &str| io500::run_shell_hook(command, target, data_dir, &[])));
+        }
+        coordinator.run(&io500::data_dir_name())
+    };
+    drop(workers);
+    let _ = own_worker.join();
+    let _ = std::fs::remove_file(rendezvous);
+    let (measurements, found) = outcome?;
+    let result = Io500Result {
+        target: target.label(),
+        processes: size,
+        stonewall: config.stonewall,
+        score: io500::Score::of(&measurements),
+        measurements,
+        found,
+    };
+    println!("{}", io500::report::score_line(&result));
+    save_results(&options.results_dir()?, &[result])
+}
+
 pub fn run(command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Micro(args) => run_micro(&args),
+        BenchCommand::Io500(args) => run_io500_command(&args),
+        BenchCommand::Compare(args) => run_compare(&args),
         BenchCommand::Worker { workload, target, rank, processes } => run_worker(&workload, &target, rank, processes),
     }
 }

@@ -1,15 +1,16 @@
 //! `ringfs demo`: start a local cluster, use it, measure it against /dev/shm, stop it —
 //! printing each step. The README's first command.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use ringfs_bench::micro::{self, MicroConfig};
+use ringfs_bench::io500::{self, Io500Config};
+use ringfs_bench::micro;
 use ringfs_bench::target::TargetSpec;
 use ringfs_client::{Client, OpenFlags};
 
-use crate::bench_command::{BenchCluster, ClusterArgs};
+use crate::bench_command::{BenchCluster, ClusterArgs, run_io500};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -100,19 +101,17 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         .context("cannot connect to the demo cluster")?;
     use_the_file_system(&client)?;
 
-    step("micro benchmark: the same workload on ringfs and on /dev/shm (2 processes)");
-    let config = MicroConfig {
-        processes: 2,
-        bytes_per_process: 128 << 20,
-        block_bytes: 1 << 20,
-        files_per_process: 5_000,
-        repeats: 1,
-        work_dir: micro::work_dir_name(),
-    };
-    let targets = [TargetSpec::Ringfs, TargetSpec::Posix(micro::default_baseline())];
-    let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
-    let results = micro::run(&executable, &targets, &cluster.environment(), &config)?;
-    print!("{}", micro::report(&results, true));
+    step("IO500 with a 1 s stonewall: the same 12 phases on ringfs and on /dev/shm (2 processes)");
+    let config = Io500Config { processes: 2, stonewall: Duration::from_secs(1), ..Io500Config::default() };
+    ringfs_bench::warm_memory(2 << 30);
+    let ringfs = run_io500(&TargetSpec::Ringfs, &cluster, &config)?;
+    let baseline = run_io500(&TargetSpec::Posix(micro::default_baseline()), &BenchCluster::none(), &config)?;
+    println!();
+    print!("{}", io500::report::comparison(&ringfs, &baseline));
+    println!(
+        "IO500 score: ringfs {:.2}, {} {:.2} (a short stonewall, so IO500 would call both INVALID)",
+        ringfs.score.total, baseline.target, baseline.score.total
+    );
 
     step("stop the cluster");
     drop(client);

@@ -138,8 +138,5 @@ pub fn rm(client: &Client, path: &str, recursive: bool) -> Result<()> {
     if !recursive {
         return Err(failed(path, Errno::EISDIR));
     }
-    for entry in client.readdir(path).map_err(|errno| failed(path, errno))? {
-        rm(client, &ringfs_proto::path::join(&ringfs_proto::path::canonicalize(path)?, &entry.name), true)?;
-    }
-    client.rmdir(path).map_err(|errno| failed(path, errno))
+    client.remove_tree(path).map_err(|errno| failed(path, errno))
 }

@@ -286,9 +286,13 @@ impl Client {
         // Copy leased bytes; the servers release them with the next read.
         let mut received = vec![0usize; pieces.len()];
         let mut failure = None;
+        let mut head = None;
         for (position, reply) in replies.into_iter().enumerate() {
             let outcome = reply.and_then(|reply| match reply.response {
-                Response::Read { len, lease, .. } => {
+                Response::Read { len, lease, attr } => {
+                    if pieces[position].index == 0 {
+                        head = attr;
+                    }
                     let slice = &mut slices[position][..len as usize];
                     if let Some(lease) = lease {
                         let copied = copy_lease(&connections[position], lease, slice);
@@ -310,8 +314,12 @@ impl Client {
         if received.iter().zip(&pieces).all(|(got, piece)| *got == piece.len) {
             return Ok(buffer.len());
         }
-        // A short piece is either the end of the file or a hole: the file size tells.
-        let size = self.file_size(&file.path, file.file_id)?;
+        // A short piece is either the end of the file or a hole: the file size tells. A file
+        // that is only chunk 0 (most small files) has its size in the chunk 0 just read.
+        let size = match head {
+            Some(head) if !head.is_extended() => head.len,
+            _ => self.file_size(&file.path, file.file_id)?,
+        };
         let end = size.min(offset + buffer.len() as u64);
         if end <= offset {
             return Ok(0);

@@ -112,6 +112,18 @@ impl Client {
         self.inner.cluster.call_owner(&path, 0, &Request::Unlink { path: path.clone() }).map(|_| ())
     }
 
+    /// Removes `path` and, if it is a directory, everything below it (`rm -r`).
+    pub fn remove_tree(&self, path: &str) -> Result<()> {
+        let path = path::canonicalize(path)?;
+        if !self.lstat(&path)?.is_dir() {
+            return self.unlink(&path);
+        }
+        for entry in self.readdir(&path)? {
+            self.remove_tree(&path::join(&path, &entry.name))?;
+        }
+        self.rmdir(&path)
+    }
+
     pub fn symlink(&self, target: &str, link_path: &str) -> Result<()> {
         if target.is_empty() {
             return Err(Errno::ENOENT);
