@@ -224,28 +224,7 @@ pub fn run(
     let mut all_rates: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); PHASES.len()]; targets.len()];
     let mut worker_sets = targets
         .iter()
-        .map(|target| {
-            Workers::spawn(
-                executable,
-                config.processes,
-                |rank| {
-                    [
-                        "bench",
-                        "worker",
-                        "micro",
-                        "--target",
-                        &target.spec(),
-                        "--rank",
-                        &rank.to_string(),
-                        "--processes",
-                        &config.processes.to_string(),
-                    ]
-                    .map(String::from)
-                    .to_vec()
-                },
-                environment,
-            )
-        })
+        .map(|target| Workers::spawn(executable, "micro", target, config.processes, environment))
         .collect::<Result<Vec<_>, _>>()?;
     for _ in 0..config.repeats.max(1) {
         for (target_index, workers) in worker_sets.iter_mut().enumerate() {
@@ -307,29 +286,27 @@ pub fn report(results: &[TargetRates], last_is_baseline: bool) -> String {
 /// The results as JSON: `{"targets":[{"label":..,"phases":{"write":{"median":..,"runs":[..]}}}]}`
 /// (bandwidth in bytes/s, metadata in operations/s).
 pub fn to_json(results: &[TargetRates], config: &MicroConfig) -> String {
-    let targets: Vec<String> = results
+    let targets: Vec<serde_json::Value> = results
         .iter()
         .map(|target| {
-            let phases: Vec<String> = target
+            let phases: serde_json::Map<String, serde_json::Value> = target
                 .phases
                 .iter()
-                .map(|(phase, median, runs)| {
-                    let runs: Vec<String> = runs.iter().map(|rate| format!("{rate:.1}")).collect();
-                    format!("\"{}\":{{\"median\":{median:.1},\"runs\":[{}]}}", phase.name(), runs.join(","))
-                })
+                .map(|(phase, median, runs)| (phase.name().to_string(), serde_json::json!({ "median": median, "runs": runs })))
                 .collect();
-            format!("{{\"label\":\"{}\",\"phases\":{{{}}}}}", target.label.replace('"', "'"), phases.join(","))
+            serde_json::json!({ "label": target.label, "phases": phases })
         })
         .collect();
-    format!(
-        "{{\"processes\":{},\"bytes_per_process\":{},\"block_bytes\":{},\"files_per_process\":{},\"repeats\":{},\"targets\":[{}]}}\n",
-        config.processes,
-        config.bytes_per_process,
-        config.block_bytes,
-        config.files_per_process,
-        config.repeats,
-        targets.join(",")
-    )
+    serde_json::json!({
+        "processes": config.processes,
+        "bytes_per_process": config.bytes_per_process,
+        "block_bytes": config.block_bytes,
+        "files_per_process": config.files_per_process,
+        "repeats": config.repeats,
+        "targets": targets,
+    })
+    .to_string()
+        + "\n"
 }
 
 /// A unique working directory name.

@@ -153,6 +153,15 @@ impl Target {
         }
     }
 
+    /// Makes everything written so far durable, like `sync(1)`. ringfs keeps data in its
+    /// servers' stores, which a write reaches before it returns: nothing more to do.
+    pub fn sync_all(&self) {
+        if let Target::Posix(_) = self {
+            // SAFETY: sync(2) takes no arguments and cannot fail.
+            unsafe { libc::sync() };
+        }
+    }
+
     /// Counts the entries below `root` and those matching `filter`, like `find`. ringfs lets
     /// every server filter its own entries; a POSIX directory is walked by this process.
     pub fn find(&self, root: &str, filter: &FindFilter) -> io::Result<FindSummary> {

@@ -13,6 +13,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::BenchError;
+use crate::target::TargetSpec;
 
 /// What one worker reports for one phase.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -59,13 +60,21 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts `count` workers: `executable` with `arguments(rank)`, and `environment` set.
+    /// Starts `count` worker processes of `workload` on `target`: each runs
+    /// `executable bench worker WORKLOAD --target SPEC --rank R --processes COUNT` with
+    /// `environment` set.
     pub fn spawn(
         executable: &Path,
+        workload: &str,
+        target: &TargetSpec,
         count: usize,
-        arguments: impl Fn(usize) -> Vec<String>,
         environment: &[(&str, String)],
     ) -> Result<Workers, BenchError> {
+        let target = target.spec();
+        let arguments = |rank: usize| {
+            ["bench", "worker", workload, "--target", &target, "--rank", &rank.to_string(), "--processes", &count.to_string()]
+                .map(String::from)
+        };
         let mut workers = Workers { children: Vec::new(), inputs: Vec::new(), outputs: Vec::new() };
         for rank in 0..count {
             let mut child = Command::new(executable)

@@ -327,26 +327,7 @@ pub fn run(
     config: &Io500Config,
     on_phase: &mut dyn FnMut(&Measurement),
 ) -> Result<Io500Result, BenchError> {
-    let mut workers = Workers::spawn(
-        executable,
-        config.processes,
-        |rank| {
-            [
-                "bench",
-                "worker",
-                "io500",
-                "--target",
-                &target.spec(),
-                "--rank",
-                &rank.to_string(),
-                "--processes",
-                &config.processes.to_string(),
-            ]
-            .map(String::from)
-            .to_vec()
-        },
-        environment,
-    )?;
+    let mut workers = Workers::spawn(executable, "io500", target, config.processes, environment)?;
     let outcome = {
         let mut coordinator = Coordinator::new(&mut workers, config, on_phase);
         if let Some(command) = &config.before_reads {

@@ -32,55 +32,33 @@ pub fn text(result: &Io500Result) -> String {
     text
 }
 
-fn json_string(text: &str) -> String {
-    let escaped: String = text
-        .chars()
-        .map(|c| match c {
-            '"' => "\\\"".to_string(),
-            '\\' => "\\\\".to_string(),
-            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32),
-            c => c.to_string(),
-        })
-        .collect();
-    format!("\"{escaped}\"")
-}
-
 /// All results as one JSON document.
 pub fn json(results: &[Io500Result]) -> String {
-    let runs: Vec<String> = results
+    let runs: Vec<serde_json::Value> = results
         .iter()
         .map(|result| {
-            let phases: Vec<String> = result
+            let phases: Vec<serde_json::Value> = result
                 .measurements
                 .iter()
                 .map(|m| {
-                    format!(
-                        "{{\"phase\":\"{}\",\"value\":{:.6},\"unit\":\"{}\",\"seconds\":{:.6},\"items\":{},\"bytes\":{}}}",
-                        m.phase.name(),
-                        m.value,
-                        m.phase.unit(),
-                        m.seconds,
-                        m.items,
-                        m.bytes
-                    )
+                    serde_json::json!({
+                        "phase": m.phase.name(), "value": m.value, "unit": m.phase.unit(),
+                        "seconds": m.seconds, "items": m.items, "bytes": m.bytes,
+                    })
                 })
                 .collect();
-            format!(
-                "{{\"target\":{},\"processes\":{},\"stonewall_seconds\":{},\"valid\":{},\"found\":{},\"phases\":[{}],\
-                 \"score\":{{\"bandwidth_gib_s\":{:.6},\"iops_k\":{:.6},\"total\":{:.6}}}}}",
-                json_string(&result.target),
-                result.processes,
-                result.stonewall.as_secs_f64(),
-                result.valid(),
-                result.found,
-                phases.join(","),
-                result.score.bandwidth,
-                result.score.iops,
-                result.score.total
-            )
+            serde_json::json!({
+                "target": result.target,
+                "processes": result.processes,
+                "stonewall_seconds": result.stonewall.as_secs_f64(),
+                "valid": result.valid(),
+                "found": result.found,
+                "phases": phases,
+                "score": { "bandwidth_gib_s": result.score.bandwidth, "iops_k": result.score.iops, "total": result.score.total },
+            })
         })
         .collect();
-    format!("{{\"io500\":[{}]}}\n", runs.join(","))
+    serde_json::json!({ "io500": runs }).to_string() + "\n"
 }
 
 /// All results as CSV: one row per target and phase, then the scores.
@@ -160,9 +138,10 @@ mod tests {
     #[test]
     fn json_csv_and_comparison_carry_every_phase() {
         let results = [result("ringfs", 1.0), result("posix:/x", 4.0)];
-        let json = json(&results);
-        assert_eq!(json.matches("\"phase\"").count(), 24);
-        assert!(json.contains("\"total\":4.000000"));
+        let json: serde_json::Value = serde_json::from_str(&json(&results)).unwrap();
+        let runs = json["io500"].as_array().unwrap();
+        assert_eq!(runs.iter().map(|run| run["phases"].as_array().unwrap().len()).sum::<usize>(), 24);
+        assert_eq!((runs[1]["target"].as_str(), runs[1]["score"]["total"].as_f64()), (Some("posix:/x"), Some(4.0)));
         let csv = csv(&results);
         assert_eq!(csv.lines().count(), 1 + 2 * (12 + 3));
         let table = comparison(&results[0], &results[1]);

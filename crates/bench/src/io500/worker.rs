@@ -7,7 +7,7 @@
 //! | `setup DIR TRANSFER` | remember the data directory and ior-easy transfer size; rank 0 creates the phase directories and the ior-hard file |
 //! | `setup-rank` | create this rank's mdtest-easy directory |
 //! | `write-start KIND STONEWALL_MS LIMIT` | write until the stonewall (or LIMIT items); answer the count so far |
-//! | `write-finish TARGET` | continue to TARGET items (wear-out), then sync and close; elapsed counts from `write-start` |
+//! | `write-finish TARGET` | continue to TARGET items (wear-out), then fsync and close (ior) or sync (mdtest); elapsed counts from `write-start` |
 //! | `read KIND COUNT`, `stat KIND COUNT`, `delete KIND COUNT` | work on the items of the next rank (IO500's `-C`/`-N 1`), verifying data read |
 //! | `find NEWER_NS` | rank 0: IO500's find over the data directory; ops = entries scanned, bytes = matches |
 //! | `cleanup` | rank 0: remove the data directory |
@@ -171,9 +171,14 @@ impl Io500Worker {
             self.write_one()?;
         }
         let writing = self.writing.take().ok_or("no write phase is running")?;
-        if let Some(handle) = writing.handle {
-            handle.fsync().map_err(io)?;
-            handle.close().map_err(io)?;
+        match writing.handle {
+            // ior: fsync at close (IOR's -e).
+            Some(handle) => {
+                handle.fsync().map_err(io)?;
+                handle.close().map_err(io)?;
+            }
+            // mdtest: sync after the phase (mdtest's -Y).
+            None => self.target.sync_all(),
         }
         Ok(WorkerResult { elapsed: writing.started.elapsed(), ops: writing.count, bytes: writing.bytes })
     }

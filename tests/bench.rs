@@ -1,6 +1,7 @@
-//! End-to-end tests of `ringfs bench io500` and `ringfs bench compare`: tiny runs on ringfs
-//! and a POSIX directory complete with every phase verified, damaged data fails the read
-//! phase, and the same binary runs as ranks of an MPI-style launcher.
+//! End-to-end tests of the benchmarks: `ringfs bench micro`, and `ringfs bench io500` and
+//! `compare`, where tiny runs on ringfs and a POSIX directory complete with every phase
+//! verified, damaged data fails the read phase, and the same binary runs as ranks of an
+//! MPI-style launcher; and the demo, which runs both.
 
 mod common;
 
@@ -282,4 +283,31 @@ fn the_demo_uses_a_cluster_and_prints_both_io500_scores() {
     let numbers: Vec<f64> = scores.split([' ', ',']).filter_map(|word| word.parse().ok()).collect();
     assert!(numbers.len() == 2 && numbers.iter().all(|score| *score > 0.0), "{scores}");
     assert!(stdout.contains("servers stopped"), "{stdout}");
+}
+
+#[test]
+fn micro_measures_ringfs_and_the_baseline_and_writes_json() {
+    let scratch = Scratch::new("micro");
+    let json_path = scratch.0.join("micro.json");
+    let baseline = scratch.posix().display().to_string();
+    let output = Command::new(ringfs_binary())
+        .args(["bench", "micro", "--size", "8M", "--files", "300", "--repeats", "2", "--baseline", &baseline, "--json"])
+        .arg(&json_path)
+        .output()
+        .expect("run ringfs bench micro");
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert_eq!((json["processes"].as_u64(), json["repeats"].as_u64()), (Some(2), Some(2)));
+    let targets = json["targets"].as_array().unwrap();
+    assert_eq!(targets.len(), 2, "ringfs and the baseline");
+    for target in targets {
+        for phase in ["write", "read", "create", "stat", "remove"] {
+            let measured = &target["phases"][phase];
+            assert!(measured["median"].as_f64().unwrap() > 0.0, "{target}");
+            assert_eq!(measured["runs"].as_array().unwrap().len(), 2, "{target}");
+        }
+    }
+    assert!(stdout.contains("ringfs/base") && stdout.lines().any(|line| line.starts_with("create ")), "{stdout}");
+    assert_eq!(std::fs::read_dir(scratch.posix()).unwrap().count(), 0, "the benchmark removes its files");
 }
