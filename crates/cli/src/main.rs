@@ -7,6 +7,7 @@
 //! command exits with status 1.
 
 mod bench_command;
+mod cache_command;
 mod cluster;
 mod demo_command;
 mod logger;
@@ -50,6 +51,14 @@ enum Command {
     Stop(cluster::StopArgs),
     /// Show every server with its counters.
     Status,
+    /// Cache mode: write everything dirty now to the backend, then return.
+    Sync,
+    /// Cache mode: load backend files (and directories) into ringfs ahead of use; paths may
+    /// be given as backend paths or as ringfs paths.
+    Stagein {
+        #[arg(required = true)]
+        paths: Vec<String>,
+    },
     /// Copy a local file into ringfs.
     Put { local: PathBuf, path: String },
     /// Copy a ringfs file to a local file (`-` for standard output).
@@ -124,6 +133,8 @@ fn run(cli: Cli) -> Result<()> {
             cluster::status(&client()?);
             Ok(())
         }
+        Command::Sync => cache_command::sync(&client()?),
+        Command::Stagein { paths } => cache_command::stagein(&client()?, &paths),
         Command::Put { local, path } => tools::put(&client()?, &local, &path).map(|_| ()),
         Command::Get { path, local } => tools::get(&client()?, &path, &local).map(|_| ()),
         Command::Cat { path } => tools::get(&client()?, &path, &PathBuf::from("-")).map(|_| ()),

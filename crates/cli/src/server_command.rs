@@ -6,8 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use ringfs_placement::{HashFunction, Scheme};
-use ringfs_server::{Server, ServerConfig};
-use ringfs_store::{Backend, StoreConfig};
+use ringfs_server::{FlushConfig, FlushPolicy, Server, ServerConfig};
+use ringfs_store::{CacheConfig, Medium, StoreConfig};
 
 #[derive(Args, Debug, Clone)]
 pub struct ServerArgs {
@@ -53,13 +53,52 @@ pub struct ServerArgs {
     /// Microseconds a connection thread polls for the next request before sleeping (0: never).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
+    #[command(flatten)]
+    pub cache: CacheArgs,
+}
+
+/// Cache mode: ringfs as a cache of a directory of the parallel file system.
+#[derive(Args, Debug, Clone)]
+pub struct CacheArgs {
+    /// Cache this backend directory: files under the mount path are read from it on demand
+    /// and written back to it.
+    #[arg(long)]
+    pub backend: Option<PathBuf>,
+    /// The ringfs directory the backend appears at.
+    #[arg(long, default_value = "/")]
+    pub mount_path: String,
+    /// Chunk size of files loaded from the backend.
+    #[arg(long, default_value = "1M")]
+    pub backend_chunk_size: String,
+    /// When dirty data is written back: io-aware (when no request came for --flush-idle-ms),
+    /// immediate, or none (only on sync and stop).
+    #[arg(long, default_value = "io-aware")]
+    pub flush: FlushPolicy,
+    /// io-aware flushing starts after this many milliseconds without requests.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_idle_ms: u64,
+}
+
+impl CacheArgs {
+    /// The store's cache configuration, if a backend is given.
+    pub fn cache_config(&self) -> Result<Option<CacheConfig>> {
+        let Some(backend) = &self.backend else { return Ok(None) };
+        let chunk_size = ringfs_client::parse_size(&self.backend_chunk_size)
+            .with_context(|| format!("invalid backend chunk size {:?}", self.backend_chunk_size))?;
+        let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
+        Ok(Some(CacheConfig { backend, mount_path: self.mount_path.clone(), chunk_size }))
+    }
+
+    pub fn flush_config(&self) -> FlushConfig {
+        FlushConfig { policy: self.flush, idle: Duration::from_millis(self.flush_idle_ms) }
+    }
 }
 
 /// Parses `mem` or `dir:PATH`.
-pub fn parse_store(text: &str) -> Result<Backend> {
+pub fn parse_store(text: &str) -> Result<Medium> {
     match text.split_once(':') {
-        None if text == "mem" => Ok(Backend::Memory),
-        Some(("dir", path)) if !path.is_empty() => Ok(Backend::Directory(PathBuf::from(path))),
+        None if text == "mem" => Ok(Medium::Memory),
+        Some(("dir", path)) if !path.is_empty() => Ok(Medium::Directory(PathBuf::from(path))),
         _ => bail!("invalid store {text:?}: expected mem or dir:PATH"),
     }
 }
@@ -99,7 +138,9 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let mut config = ServerConfig::new(&args.name, &args.listen, secret);
     config.advertise = args.advertise;
     config.unix_socket = args.unix_socket;
-    config.store = StoreConfig { backend: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)? };
+    config.store =
+        StoreConfig { medium: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)?, cache: args.cache.cache_config()? };
+    config.flush = args.cache.flush_config();
     config.join = args.join;
     config.hash = args.hash;
     config.placement = args.placement;

@@ -108,7 +108,13 @@ impl Client {
             }
             let stat = if truncate_now { Stat::from_attr(&attr, 0) } else { self.stat_from_head(&path, &attr)? };
             let file = OpenFile {
-                template: ChunkTemplate { mode: attr.mode, uid: attr.uid, gid: attr.gid, chunk_size: attr.chunk_size },
+                template: ChunkTemplate {
+                    mode: attr.mode,
+                    uid: attr.uid,
+                    gid: attr.gid,
+                    chunk_size: attr.chunk_size,
+                    backend_len: attr.backend_len,
+                },
                 chunk_size: attr.chunk_size.max(1) as u64,
                 file_id: attr.file_id,
                 readable: flags.contains(OpenFlags::READ),
@@ -276,6 +282,7 @@ impl Client {
                     len: piece.len as u64,
                     lease,
                     release: cluster.take_releases(connection.server_name()),
+                    backend_len: file.template.backend_len,
                 });
                 connection.start(&request, &[], Some(&mut **slice))
             })
@@ -317,7 +324,7 @@ impl Client {
         // A short piece is either the end of the file or a hole: the file size tells. A file
         // that is only chunk 0 (most small files) has its size in the chunk 0 just read.
         let size = match head {
-            Some(head) if !head.is_extended() => head.len,
+            Some(head) if !head.is_extended() => head.len.max(head.backend_len),
             _ => self.file_size(&file.path, file.file_id)?,
         };
         let end = size.min(offset + buffer.len() as u64);
@@ -357,7 +364,8 @@ impl Client {
     /// alone, unless chunks after it may exist: then every server reports its part of the
     /// file, and the largest end and the newest time win.
     pub(crate) fn stat_from_head(&self, path: &str, head: &ringfs_proto::Attr) -> Result<Stat> {
-        let mut stat = Stat::from_attr(head, head.len);
+        // Cache mode: bytes of the file no chunk holds yet are in the backend, up to backend_len.
+        let mut stat = Stat::from_attr(head, head.len.max(head.backend_len));
         if !head.is_regular() || !head.is_extended() {
             return Ok(stat);
         }

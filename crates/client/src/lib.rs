@@ -23,12 +23,14 @@
 //! assert_eq!(client.stat("/results/out.dat").unwrap().size, 5);
 //! ```
 
+mod cache;
 mod chunking;
 mod cluster;
 mod files;
 mod namespace;
 
-pub use ringfs_proto::{Errno, FileKind, FindFilter, MemberList, ServerStats};
+pub use cache::StageInSummary;
+pub use ringfs_proto::{CacheStats, Errno, FileKind, FindFilter, MemberList, ServerStats};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -208,6 +210,8 @@ pub struct Stat {
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
+    /// Cache mode: the entry lies in the tree cached from the backend.
+    pub backed: bool,
 }
 
 impl Stat {
@@ -223,6 +227,7 @@ impl Stat {
             atime_ns: attr.atime_ns,
             mtime_ns: attr.mtime_ns,
             ctime_ns: attr.ctime_ns,
+            backed: attr.has(ringfs_proto::EntryFlags::BACKED),
         }
     }
 

@@ -1,7 +1,11 @@
 //! Operations on names: stat, directories, links, rename, truncate, attributes.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use ringfs_proto::path;
 use ringfs_proto::{Attr, ChunkRef, Create, DirPage, Errno, FileKind, FindFilter, Request, Response, SetAttr};
+use ringfs_rpc::Connection;
 
 use crate::{Client, DirEntry, FindSummary, Result, Stat, now_ns};
 
@@ -140,6 +144,7 @@ impl Client {
             len: path::MAX_PATH_BYTES as u64,
             lease: false,
             release: Vec::new(),
+            backend_len: 0,
         });
         let reply = self.inner.cluster.call(&self.inner.cluster.owner(&path, 0), &request, &[])?;
         match reply.response {
@@ -175,7 +180,9 @@ impl Client {
         Err(Errno::ELOOP)
     }
 
-    /// Lists a directory: every server sends the entries it holds, page by page.
+    /// Lists a directory: every server sends the entries it holds, page by page. In cache
+    /// mode the backend directory's entries are merged in (each name once), except those
+    /// removed in ringfs whose removal has not reached the backend yet.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let path = path::canonicalize(path)?;
         let attr = self.stat(&path)?;
@@ -185,31 +192,14 @@ impl Client {
         let cluster = &self.inner.cluster;
         let members = cluster.member_list().members;
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
-        let mut cursors: Vec<Option<Option<String>>> = vec![Some(None); connections.len()];
-        let mut entries = Vec::new();
-        while cursors.iter().any(Option::is_some) {
-            let calls: Vec<_> = connections
-                .iter()
-                .zip(&cursors)
-                .filter_map(|(connection, cursor)| {
-                    let after = cursor.as_ref()?.clone();
-                    let request = Request::ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE };
-                    Some((connection, connection.start(&request, &[], None)))
-                })
-                .collect();
-            let mut pages = Vec::with_capacity(calls.len());
-            for (connection, call) in calls {
-                match cluster.finish(connection, call)?.response {
-                    Response::DirPage(page) => pages.push(page),
-                    _ => return Err(Errno::EPROTO),
-                }
-            }
-            let mut pages = pages.into_iter();
-            for cursor in cursors.iter_mut().filter(|cursor| cursor.is_some()) {
-                let DirPage { entries: page_entries, more } = pages.next().ok_or(Errno::EPROTO)?;
-                *cursor = if more { Some(page_entries.last().map(|entry| entry.name.clone())) } else { None };
-                entries.extend(page_entries);
-            }
+        let (mut entries, removed) =
+            self.read_pages(&connections, |after| Request::ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE })?;
+        if attr.backed {
+            let owner = [cluster.connection(&cluster.owner(&path, 0))?];
+            let (backend_entries, _) =
+                self.read_pages(&owner, |after| Request::ReadBackendDir { path: path.clone(), after, limit: DIRECTORY_PAGE })?;
+            let known: HashSet<String> = entries.iter().map(|entry| entry.name.clone()).chain(removed).collect();
+            entries.extend(backend_entries.into_iter().filter(|entry| !known.contains(&entry.name)));
         }
         let mut listing = entries
             .into_iter()
@@ -223,13 +213,59 @@ impl Client {
         Ok(listing)
     }
 
+    /// Pages through a listing on each of `connections` in parallel (`request` builds the
+    /// request for the page after a name); returns all entries and all removed names.
+    fn read_pages(
+        &self,
+        connections: &[Arc<Connection>],
+        request: impl Fn(Option<String>) -> Request,
+    ) -> Result<(Vec<ringfs_proto::DirEntry>, HashSet<String>)> {
+        let cluster = &self.inner.cluster;
+        let mut cursors: Vec<Option<Option<String>>> = vec![Some(None); connections.len()];
+        let mut entries = Vec::new();
+        let mut removed = HashSet::new();
+        while cursors.iter().any(Option::is_some) {
+            let calls: Vec<_> = connections
+                .iter()
+                .zip(&cursors)
+                .filter_map(|(connection, cursor)| {
+                    let after = cursor.as_ref()?.clone();
+                    Some((connection, connection.start(&request(after), &[], None)))
+                })
+                .collect();
+            let mut pages = Vec::with_capacity(calls.len());
+            for (connection, call) in calls {
+                match cluster.finish(connection, call)?.response {
+                    Response::DirPage(page) => pages.push(page),
+                    _ => return Err(Errno::EPROTO),
+                }
+            }
+            let mut pages = pages.into_iter();
+            for cursor in cursors.iter_mut().filter(|cursor| cursor.is_some()) {
+                let DirPage { entries: page_entries, more, removed: page_removed } = pages.next().ok_or(Errno::EPROTO)?;
+                *cursor = if more { Some(page_entries.last().map(|entry| entry.name.clone())) } else { None };
+                entries.extend(page_entries);
+                removed.extend(page_removed);
+            }
+        }
+        Ok((entries, removed))
+    }
+
     /// Counts the entries below `root` (at any depth) and those matching `filter`, like
     /// `find ROOT -newer … -size …c -name …` would. Every server filters its own entries;
     /// files spread over several servers are judged with a stat.
     pub fn find(&self, root: &str, filter: &FindFilter) -> Result<FindSummary> {
         let root = path::canonicalize(root)?;
-        if !self.stat(&root)?.is_dir() {
+        let root_stat = self.stat(&root)?;
+        if !root_stat.is_dir() {
             return Err(Errno::ENOTDIR);
+        }
+        if root_stat.backed {
+            // Cache mode: entries that only the backend has are known to no server, so the
+            // merged listings are walked instead.
+            let mut summary = FindSummary::default();
+            self.walk(&root, filter, &mut summary)?;
+            return Ok(summary);
         }
         let answers = self.inner.cluster.broadcast(&Request::Find { root, filter: filter.clone() })?;
         let mut summary = FindSummary::default();
@@ -249,6 +285,21 @@ impl Client {
             }
         }
         Ok(summary)
+    }
+
+    /// `find` by walking the merged directory listings below `dir`.
+    fn walk(&self, dir: &str, filter: &FindFilter, summary: &mut FindSummary) -> Result<()> {
+        for entry in self.readdir(dir)? {
+            summary.scanned += 1;
+            let name_matches = filter.name.as_deref().is_none_or(|pattern| path::glob_match(pattern, &entry.name));
+            let newer = filter.newer_than_ns.is_none_or(|time| entry.stat.mtime_ns > time);
+            let sized = filter.size.is_none_or(|size| entry.stat.size == size);
+            summary.matched += u64::from(name_matches && newer && sized);
+            if entry.stat.is_dir() {
+                self.walk(&path::join(dir, &entry.name), filter, summary)?;
+            }
+        }
+        Ok(())
     }
 
     fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {

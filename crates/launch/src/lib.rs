@@ -76,6 +76,43 @@ pub struct LaunchConfig {
     pub executable: PathBuf,
     /// Extra arguments for every `ringfs server`.
     pub server_args: Vec<String>,
+    /// Cache mode: the backend directory the cluster caches.
+    pub cache: Option<LaunchCache>,
+}
+
+/// Cache mode of a launched cluster: what `ringfs server --backend …` gets.
+#[derive(Clone, Debug)]
+pub struct LaunchCache {
+    /// The backend directory (absolute; every server must see it at this path).
+    pub backend: PathBuf,
+    /// The ringfs directory it appears at.
+    pub mount_path: String,
+    /// `io-aware`, `immediate` or `none`.
+    pub flush: String,
+    /// Idle time before io-aware flushing, in milliseconds.
+    pub flush_idle_ms: u64,
+}
+
+impl LaunchConfig {
+    /// The arguments every server gets beyond its name and addresses.
+    fn common_server_args(&self) -> Vec<String> {
+        let mut args = self.server_args.clone();
+        if let Some(cache) = &self.cache {
+            args.extend([
+                "--backend".to_string(),
+                cache.backend.display().to_string(),
+                "--mount-path".to_string(),
+                cache.mount_path.clone(),
+                "--backend-chunk-size".to_string(),
+                self.chunk_size.to_string(),
+                "--flush".to_string(),
+                cache.flush.clone(),
+                "--flush-idle-ms".to_string(),
+                cache.flush_idle_ms.to_string(),
+            ]);
+        }
+        args
+    }
 }
 
 impl LaunchConfig {
@@ -95,6 +132,7 @@ impl LaunchConfig {
             run_dir: None,
             executable,
             server_args: Vec::new(),
+            cache: None,
         }
     }
 }
@@ -226,7 +264,7 @@ fn spawn_local(config: &LaunchConfig, run_dir: &Path, name: &str, join: Option<&
         .arg(run_dir.join("secret"))
         .arg("--address-file")
         .arg(&address_file)
-        .args(&config.server_args)
+        .args(config.common_server_args())
         .stdin(Stdio::null())
         .stdout(log_copy)
         .stderr(log)
@@ -258,7 +296,7 @@ fn spawn_remote(config: &LaunchConfig, run_dir: &Path, host: &str, name: &str, p
         hash = config.hash,
         placement = config.placement,
         run_dir = run_dir.display(),
-        extra = config.server_args.join(" "),
+        extra = config.common_server_args().join(" "),
     );
     if let Some(join) = join {
         command.push_str(&format!(" --join {join}"));
@@ -459,7 +497,32 @@ pub fn start(config: &LaunchConfig) -> Result<Cluster> {
         return Err(LaunchError::Startup(format!("{error}{logs}")));
     }
     write_records(&run_dir, &records)?;
-    Ok(Cluster { run_dir, servers: records.iter().map(|record| record.address.clone()).collect(), secret, chunk_size: config.chunk_size })
+    let cluster =
+        Cluster { run_dir, servers: records.iter().map(|record| record.address.clone()).collect(), secret, chunk_size: config.chunk_size };
+    if let Some(cache) = &config.cache
+        && let Err(error) = show_mount_path(&cluster, &cache.mount_path)
+    {
+        let _ = cluster.stop();
+        return Err(error);
+    }
+    Ok(cluster)
+}
+
+/// Cache mode: makes the directories above the mount path, and the mount path itself (the
+/// backend directory) visible in their parents' listings.
+fn show_mount_path(cluster: &Cluster, mount_path: &str) -> Result<()> {
+    let failed = |what: &str, errno: ringfs_client::Errno| LaunchError::Startup(format!("{what} {mount_path}: {errno}"));
+    let client = Client::connect(cluster.client_config()).map_err(|error| LaunchError::Startup(error.to_string()))?;
+    let mut prefix = String::new();
+    let components: Vec<&str> = mount_path.split('/').filter(|component| !component.is_empty()).collect();
+    for component in components.iter().take(components.len().saturating_sub(1)) {
+        prefix = format!("{prefix}/{component}");
+        match client.mkdir(&prefix, 0o755) {
+            Ok(()) | Err(ringfs_client::Errno::EEXIST) => {}
+            Err(errno) => return Err(failed("cannot make the directories above", errno)),
+        }
+    }
+    client.stat(mount_path).map(drop).map_err(|errno| failed("cannot show the backend at", errno))
 }
 
 fn launch_all(
@@ -512,6 +575,11 @@ pub fn stop(run_dir: &Path, keep: bool) -> Result<()> {
     let addresses: Vec<String> = records.iter().map(|record| record.address.clone()).collect();
     match Client::connect(ClientConfig::new(addresses, secret.into_bytes())) {
         Ok(client) => {
+            // Cache mode: everything dirty reaches the backend while all servers still run
+            // (each flush may need another server); without a backend this is a no-op.
+            if let Err(errno) = client.sync() {
+                log::warn!("not everything could be flushed to the backend: {errno}");
+            }
             if let Err(errno) = client.shutdown_servers() {
                 log::info!("not every server answered the shutdown request: {errno}");
             }

@@ -23,6 +23,9 @@ pub struct Attr {
     pub ctime_ns: i64,
     /// [`EntryFlags`] bits.
     pub flags: u32,
+    /// Chunk 0 of a file in the cached tree: the file's bytes below this offset that no chunk
+    /// in ringfs holds are read from the backend file (0: none; see docs/CONSISTENCY.md).
+    pub backend_len: u64,
 }
 
 /// Bits of [`Attr::flags`].
@@ -32,6 +35,18 @@ impl EntryFlags {
     /// Set on chunk 0 once any chunk after it may exist; without it, chunk 0 alone gives the
     /// file size. Never cleared while the file exists.
     pub const EXTENDED: u32 = 1;
+    /// The chunk lies under the backend mount path (cache mode): it is flushed to the backend,
+    /// and a directory's listing merges the backend directory.
+    pub const BACKED: u32 = 2;
+    /// The chunk (for chunk 0 also the entry's mode) changed since it was last written to the
+    /// backend.
+    pub const DIRTY: u32 = 4;
+    /// The chunk's bytes are in the backend file, not in the store (not loaded yet, evicted,
+    /// or written through); reading or changing them loads them first.
+    pub const BACKEND_DATA: u32 = 8;
+    /// Chunk 0: the entry exists in the backend (it came from there, or its creation was
+    /// flushed), so removing it must reach the backend too.
+    pub const IN_BACKEND: u32 = 16;
 }
 
 /// The file types ringfs stores.
@@ -69,14 +84,14 @@ impl FileKind {
 }
 
 /// Size of [`Attr::to_bytes`]: the fixed binary form used on the wire and in chunk files.
-pub const ATTR_BYTES: usize = 60;
+pub const ATTR_BYTES: usize = 68;
 
 impl Attr {
     /// Fixed little-endian form: mode, uid, gid, chunk_size (u32 each), len, file_id (u64),
-    /// atime, mtime, ctime (i64 nanoseconds), flags (u32).
+    /// atime, mtime, ctime (i64 nanoseconds), flags (u32), backend_len (u64).
     pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
         let mut bytes = [0u8; ATTR_BYTES];
-        let fields: [&[u8]; 10] = [
+        let fields: [&[u8]; 11] = [
             &self.mode.to_le_bytes(),
             &self.uid.to_le_bytes(),
             &self.gid.to_le_bytes(),
@@ -87,6 +102,7 @@ impl Attr {
             &self.mtime_ns.to_le_bytes(),
             &self.ctime_ns.to_le_bytes(),
             &self.flags.to_le_bytes(),
+            &self.backend_len.to_le_bytes(),
         ];
         let mut offset = 0;
         for field in fields {
@@ -116,6 +132,7 @@ impl Attr {
             mtime_ns: u64_at(40) as i64,
             ctime_ns: u64_at(48) as i64,
             flags: u32_at(56),
+            backend_len: u64_at(60),
         }
     }
 
@@ -141,7 +158,12 @@ impl Attr {
     }
 
     pub fn is_extended(&self) -> bool {
-        self.flags & EntryFlags::EXTENDED != 0
+        self.has(EntryFlags::EXTENDED)
+    }
+
+    /// Whether all bits of `flag` ([`EntryFlags`]) are set.
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag == flag
     }
 }
 
@@ -162,7 +184,19 @@ mod tests {
 
     #[test]
     fn binary_form_round_trips() {
-        let attr = Attr { mode: 1, uid: 2, gid: 3, chunk_size: 4, len: 5, file_id: 6, atime_ns: -7, mtime_ns: 8, ctime_ns: 9, flags: 10 };
+        let attr = Attr {
+            mode: 1,
+            uid: 2,
+            gid: 3,
+            chunk_size: 4,
+            len: 5,
+            file_id: 6,
+            atime_ns: -7,
+            mtime_ns: 8,
+            ctime_ns: 9,
+            flags: 10,
+            backend_len: 11,
+        };
         assert_eq!(Attr::from_bytes(&attr.to_bytes()), attr);
     }
 }

@@ -11,7 +11,7 @@ use crate::{Attr, Errno};
 /// First four bytes of a `Hello` body: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 1;
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// Names one chunk: a path, a chunk index, and the identity of the file the caller expects.
 /// `file_id` 0 means "whatever file has this path now" (used before the caller knows it).
@@ -39,6 +39,9 @@ pub struct ChunkTemplate {
     pub uid: u32,
     pub gid: u32,
     pub chunk_size: u32,
+    /// The caller's view of the file's `backend_len` (cache mode): a missing chunk below it
+    /// may hold backend data, which the server loads before changing the chunk.
+    pub backend_len: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +81,7 @@ impl Create {
 
     /// What later chunks of the new file are created with.
     pub fn template(&self) -> ChunkTemplate {
-        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size }
+        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size, backend_len: 0 }
     }
 }
 
@@ -103,6 +106,8 @@ pub struct Read {
     /// Leases of earlier reads on this connection that the client is done with (piggybacked
     /// here to save a message; see `Request::Release`).
     pub release: Vec<u64>,
+    /// The caller's view of the file's `backend_len`, as in [`ChunkTemplate::backend_len`].
+    pub backend_len: u64,
 }
 
 /// Bytes a server keeps unchanged in its memory until the client releases them, so that a
@@ -165,6 +170,9 @@ pub struct DirPage {
     pub entries: Vec<DirEntry>,
     /// More entries follow after the last one returned.
     pub more: bool,
+    /// Cache mode: names in the same range whose removal has not reached the backend yet;
+    /// the backend listing must not show them.
+    pub removed: Vec<String>,
 }
 
 /// A server's knowledge of the chunks (index >= 1) of one file.
@@ -208,6 +216,36 @@ pub struct ServerStats {
     pub capacity_bytes: u64,
     pub requests: u64,
     pub forwarded: u64,
+    /// Present when the server caches a backend directory (boxed: most messages are small).
+    pub cache: Option<Box<CacheStats>>,
+}
+
+/// A cache-mode server's state relative to its backend.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct CacheStats {
+    /// The backend directory, and the ringfs directory it appears at.
+    pub backend: String,
+    pub mount_path: String,
+    /// `io-aware`, `immediate` or `none`.
+    pub policy: String,
+    /// Chunks changed since their last flush, and their bytes.
+    pub dirty_chunks: u64,
+    pub dirty_bytes: u64,
+    /// Creations, truncations and removals of entries waiting to reach the backend.
+    pub pending_entries: u64,
+    /// Written to the backend since the server started.
+    pub flushed_chunks: u64,
+    pub flushed_bytes: u64,
+    /// Read from the backend (chunks loaded, plus reads served from it directly).
+    pub loaded_chunks: u64,
+    /// Clean chunks dropped to make room, and bytes written through to the backend because
+    /// the store was full.
+    pub evicted_chunks: u64,
+    pub written_through_bytes: u64,
+    /// The flusher is writing now (not waiting for idle time or work).
+    pub flushing: bool,
+    /// Longest time the flusher took to stop after a request arrived, in microseconds.
+    pub longest_stop_us: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -325,6 +363,29 @@ pub enum Request {
         root: String,
         filter: FindFilter,
     },
+    /// Cache mode: flush what was dirty when the sync began. `ticket` 0 begins a sync; the
+    /// answer says how much of it is left, and the caller repeats with the ticket it got until
+    /// nothing is (each answer comes within about a second).
+    Sync {
+        ticket: u64,
+    },
+    /// Server to server, before flushing a chunk of a file: apply the entry's pending backend
+    /// operation (create, truncate) so that chunk data lands in the right file.
+    FlushPrepare {
+        path: String,
+        file_id: u64,
+    },
+    /// One page of the backend directory behind `path` (sent to the owner of `path`).
+    ReadBackendDir {
+        path: String,
+        after: Option<String>,
+        limit: u32,
+    },
+    /// Load a chunk from the backend into the store (stage-in); `backend_len` as in `Read`.
+    LoadChunk {
+        chunk: ChunkRef,
+        backend_len: u64,
+    },
 }
 
 /// What a server answers. Errors carry an errno; every other variant answers particular
@@ -353,7 +414,22 @@ pub enum Response {
     /// Result of `Find`.
     Found(FindResult),
     DirPage(DirPage),
-    HasEntries(bool),
+    /// Result of `PrepareRmdir`: whether entries inside are held here, and the names inside
+    /// whose removal has not reached the backend yet.
+    HasEntries {
+        any: bool,
+        removed: Vec<String>,
+    },
+    /// Result of `FlushPrepare`: the backend file was replaced just now, so files opened
+    /// before must be opened again.
+    Prepared {
+        reopen: bool,
+    },
+    /// Result of `Sync`: the sync's ticket, and the chunks and entries of it not flushed yet.
+    SyncProgress {
+        ticket: u64,
+        remaining: u64,
+    },
     /// Result of `InstallEntry`: the attributes of the entry that was replaced, if any.
     Replaced(Option<Attr>),
     Stats(ServerStats),
@@ -388,6 +464,10 @@ const TAG_PUT_CHUNK: u8 = 27;
 const TAG_INSTALL_ENTRY: u8 = 28;
 const TAG_RELEASE: u8 = 29;
 const TAG_FIND: u8 = 30;
+const TAG_SYNC: u8 = 31;
+const TAG_FLUSH_PREPARE: u8 = 32;
+const TAG_READ_BACKEND_DIR: u8 = 33;
+const TAG_LOAD_CHUNK: u8 = 34;
 
 const TAG_R_ERROR: u8 = 128;
 const TAG_R_DONE: u8 = 129;
@@ -403,6 +483,8 @@ const TAG_R_HAS_ENTRIES: u8 = 138;
 const TAG_R_REPLACED: u8 = 139;
 const TAG_R_STATS: u8 = 140;
 const TAG_R_FOUND: u8 = 141;
+const TAG_R_PREPARED: u8 = 142;
+const TAG_R_SYNC_PROGRESS: u8 = 143;
 
 fn write_attr(w: &mut Writer, attr: &Attr) {
     w.raw(&attr.to_bytes());
@@ -421,11 +503,52 @@ fn read_chunk(r: &mut Reader) -> Result<ChunkRef, DecodeError> {
 }
 
 fn write_template(w: &mut Writer, template: &ChunkTemplate) {
-    w.u32(template.mode).u32(template.uid).u32(template.gid).u32(template.chunk_size);
+    w.u32(template.mode).u32(template.uid).u32(template.gid).u32(template.chunk_size).u64(template.backend_len);
 }
 
 fn read_template(r: &mut Reader) -> Result<ChunkTemplate, DecodeError> {
-    Ok(ChunkTemplate { mode: r.u32()?, uid: r.u32()?, gid: r.u32()?, chunk_size: r.u32()? })
+    Ok(ChunkTemplate { mode: r.u32()?, uid: r.u32()?, gid: r.u32()?, chunk_size: r.u32()?, backend_len: r.u64()? })
+}
+
+fn write_names(w: &mut Writer, names: &[String]) {
+    w.u32(names.len() as u32);
+    for name in names {
+        w.str(name);
+    }
+}
+
+fn read_names(r: &mut Reader) -> Result<Vec<String>, DecodeError> {
+    let count = r.count(4)?;
+    (0..count).map(|_| r.string()).collect()
+}
+
+fn write_cache_stats(w: &mut Writer, cache: &CacheStats) {
+    w.str(&cache.backend)
+        .str(&cache.mount_path)
+        .str(&cache.policy)
+        .u64(cache.dirty_chunks)
+        .u64(cache.dirty_bytes)
+        .u64(cache.pending_entries);
+    w.u64(cache.flushed_chunks).u64(cache.flushed_bytes).u64(cache.loaded_chunks).u64(cache.evicted_chunks);
+    w.u64(cache.written_through_bytes).bool(cache.flushing).u64(cache.longest_stop_us);
+}
+
+fn read_cache_stats(r: &mut Reader) -> Result<CacheStats, DecodeError> {
+    Ok(CacheStats {
+        backend: r.string()?,
+        mount_path: r.string()?,
+        policy: r.string()?,
+        dirty_chunks: r.u64()?,
+        dirty_bytes: r.u64()?,
+        pending_entries: r.u64()?,
+        flushed_chunks: r.u64()?,
+        flushed_bytes: r.u64()?,
+        loaded_chunks: r.u64()?,
+        evicted_chunks: r.u64()?,
+        written_through_bytes: r.u64()?,
+        flushing: r.bool()?,
+        longest_stop_us: r.u64()?,
+    })
 }
 
 fn write_member(w: &mut Writer, member: &Member) {
@@ -525,6 +648,7 @@ impl Request {
                 for lease in &read.release {
                     w.u64(*lease);
                 }
+                w.u64(read.backend_len);
             }
             Request::Truncate { path, file_id, size, time_ns } => {
                 w.u8(TAG_TRUNCATE).str(path).u64(*file_id).u64(*size).i64(*time_ns);
@@ -615,6 +739,24 @@ impl Request {
                     w.str(name);
                 });
             }
+            Request::Sync { ticket } => {
+                w.u8(TAG_SYNC).u64(*ticket);
+            }
+            Request::FlushPrepare { path, file_id } => {
+                w.u8(TAG_FLUSH_PREPARE).str(path).u64(*file_id);
+            }
+            Request::ReadBackendDir { path, after, limit } => {
+                w.u8(TAG_READ_BACKEND_DIR).str(path);
+                w.option(after.as_deref(), |w, after| {
+                    w.str(after);
+                });
+                w.u32(*limit);
+            }
+            Request::LoadChunk { chunk, backend_len } => {
+                w.u8(TAG_LOAD_CHUNK);
+                write_chunk(&mut w, chunk);
+                w.u64(*backend_len);
+            }
         }
     }
 
@@ -673,6 +815,7 @@ impl Request {
                     let count = r.count(8)?;
                     (0..count).map(|_| r.u64()).collect::<Result<_, _>>()?
                 },
+                backend_len: r.u64()?,
             }),
             TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
             TAG_SET_CHUNK_LEN => Request::SetChunkLen { chunk: read_chunk(&mut r)?, len: r.u64()?, template: read_template(&mut r)? },
@@ -705,6 +848,10 @@ impl Request {
                 root: r.string()?,
                 filter: FindFilter { newer_than_ns: r.option(|r| r.i64())?, size: r.option(|r| r.u64())?, name: r.option(|r| r.string())? },
             },
+            TAG_SYNC => Request::Sync { ticket: r.u64()? },
+            TAG_FLUSH_PREPARE => Request::FlushPrepare { path: r.string()?, file_id: r.u64()? },
+            TAG_READ_BACKEND_DIR => Request::ReadBackendDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? },
+            TAG_LOAD_CHUNK => Request::LoadChunk { chunk: read_chunk(&mut r)?, backend_len: r.u64()? },
             other => return Err(DecodeError::UnknownMessage(other)),
         };
         r.finish()?;
@@ -729,6 +876,9 @@ impl Request {
             Request::Rename { from, .. } => Some((from, 0)),
             Request::PutChunk { chunk, .. } => Some((&chunk.path, chunk.index)),
             Request::InstallEntry { path, .. } => Some((path, 0)),
+            Request::FlushPrepare { path, .. } => Some((path, 0)),
+            Request::ReadBackendDir { path, .. } => Some((path, 0)),
+            Request::LoadChunk { chunk, .. } => Some((&chunk.path, chunk.index)),
             Request::Hello(_)
             | Request::GetMembers
             | Request::Join(_)
@@ -742,7 +892,8 @@ impl Request {
             | Request::PrepareRmdir { .. }
             | Request::MoveChunks { .. }
             | Request::Release { .. }
-            | Request::Find { .. } => None,
+            | Request::Find { .. }
+            | Request::Sync { .. } => None,
         }
     }
 }
@@ -805,9 +956,17 @@ impl Response {
                     w.str(&entry.name);
                     write_attr(&mut w, &entry.attr);
                 }
+                write_names(&mut w, &page.removed);
             }
-            Response::HasEntries(has) => {
-                w.u8(TAG_R_HAS_ENTRIES).bool(*has);
+            Response::HasEntries { any, removed } => {
+                w.u8(TAG_R_HAS_ENTRIES).bool(*any);
+                write_names(&mut w, removed);
+            }
+            Response::Prepared { reopen } => {
+                w.u8(TAG_R_PREPARED).bool(*reopen);
+            }
+            Response::SyncProgress { ticket, remaining } => {
+                w.u8(TAG_R_SYNC_PROGRESS).u64(*ticket).u64(*remaining);
             }
             Response::Replaced(attr) => {
                 w.u8(TAG_R_REPLACED);
@@ -816,6 +975,7 @@ impl Response {
             Response::Stats(stats) => {
                 w.u8(TAG_R_STATS).str(&stats.name).u64(stats.entries).u64(stats.chunks).u64(stats.bytes);
                 w.u64(stats.capacity_bytes).u64(stats.requests).u64(stats.forwarded);
+                w.option(stats.cache.as_deref(), write_cache_stats);
             }
         }
     }
@@ -859,9 +1019,11 @@ impl Response {
                 let count = r.count(4 + ATTR_BYTES)?;
                 let entries =
                     (0..count).map(|_| Ok(DirEntry { name: r.string()?, attr: read_attr(&mut r)? })).collect::<Result<_, DecodeError>>()?;
-                Response::DirPage(DirPage { entries, more })
+                Response::DirPage(DirPage { entries, more, removed: read_names(&mut r)? })
             }
-            TAG_R_HAS_ENTRIES => Response::HasEntries(r.bool()?),
+            TAG_R_HAS_ENTRIES => Response::HasEntries { any: r.bool()?, removed: read_names(&mut r)? },
+            TAG_R_PREPARED => Response::Prepared { reopen: r.bool()? },
+            TAG_R_SYNC_PROGRESS => Response::SyncProgress { ticket: r.u64()?, remaining: r.u64()? },
             TAG_R_REPLACED => Response::Replaced(r.option(read_attr)?),
             TAG_R_STATS => Response::Stats(ServerStats {
                 name: r.string()?,
@@ -871,6 +1033,7 @@ impl Response {
                 capacity_bytes: r.u64()?,
                 requests: r.u64()?,
                 forwarded: r.u64()?,
+                cache: r.option(|r| read_cache_stats(r).map(Box::new))?,
             }),
             other => return Err(DecodeError::UnknownMessage(other)),
         };
@@ -897,12 +1060,13 @@ mod tests {
             mtime_ns: 2,
             ctime_ns: -3,
             flags: 1,
+            backend_len: 1 << 40,
         }
     }
 
     fn sample_requests() -> Vec<Request> {
         let chunk = ChunkRef { path: "/a/b".into(), index: 3, file_id: 9 };
-        let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536 };
+        let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536, backend_len: 3 << 20 };
         vec![
             Request::Hello(Hello {
                 version: PROTOCOL_VERSION,
@@ -946,7 +1110,7 @@ mod tests {
                 time_ns: 8,
             }),
             Request::Write(Write { chunk: chunk.clone(), offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
-            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true, release: vec![4, 5] }),
+            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true, release: vec![4, 5], backend_len: 7 }),
             Request::Truncate { path: "/f".into(), file_id: 3, size: 1 << 33, time_ns: 1 },
             Request::SetChunkLen { chunk: chunk.clone(), len: 10, template },
             Request::MarkExtended { path: "/f".into(), file_id: 1 },
@@ -973,6 +1137,12 @@ mod tests {
             Request::Release { leases: vec![1, 2, 3] },
             Request::Find { root: "/d".into(), filter: FindFilter { newer_than_ns: Some(5), size: Some(3901), name: Some("*01*".into()) } },
             Request::Find { root: "/".into(), filter: FindFilter::default() },
+            Request::Sync { ticket: 0 },
+            Request::Sync { ticket: 12 },
+            Request::FlushPrepare { path: "/f".into(), file_id: 8 },
+            Request::ReadBackendDir { path: "/d".into(), after: Some("x".into()), limit: 7 },
+            Request::ReadBackendDir { path: "/d".into(), after: None, limit: 7 },
+            Request::LoadChunk { chunk: ChunkRef { path: "/f".into(), index: 2, file_id: 3 }, backend_len: 9 },
         ]
     }
 
@@ -990,8 +1160,14 @@ mod tests {
             Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
             Response::Tail(TailSummary::default()),
             Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
-            Response::DirPage(DirPage { entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }], more: true }),
-            Response::HasEntries(false),
+            Response::DirPage(DirPage {
+                entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }],
+                more: true,
+                removed: vec!["b".into()],
+            }),
+            Response::HasEntries { any: false, removed: vec!["c".into(), "d".into()] },
+            Response::Prepared { reopen: true },
+            Response::SyncProgress { ticket: 5, remaining: 6 },
             Response::Replaced(Some(sample_attr())),
             Response::Stats(ServerStats {
                 name: "s".into(),
@@ -1001,6 +1177,26 @@ mod tests {
                 capacity_bytes: 4,
                 requests: 5,
                 forwarded: 6,
+                cache: None,
+            }),
+            Response::Stats(ServerStats {
+                name: "s".into(),
+                cache: Some(Box::new(CacheStats {
+                    backend: "/lustre/project".into(),
+                    mount_path: "/".into(),
+                    policy: "io-aware".into(),
+                    dirty_chunks: 1,
+                    dirty_bytes: 2,
+                    pending_entries: 3,
+                    flushed_chunks: 4,
+                    flushed_bytes: 5,
+                    loaded_chunks: 6,
+                    evicted_chunks: 7,
+                    written_through_bytes: 8,
+                    flushing: true,
+                    longest_stop_us: 9,
+                })),
+                ..ServerStats::default()
             }),
         ]
     }

@@ -73,7 +73,7 @@ fn write_request() -> Request {
         chunk: ringfs_proto::ChunkRef { path: "/x".into(), index: 0, file_id: 0 },
         offset: 0,
         source: ringfs_proto::WriteSource::Inline,
-        template: ringfs_proto::ChunkTemplate { mode: 0, uid: 0, gid: 0, chunk_size: 0 },
+        template: ringfs_proto::ChunkTemplate { mode: 0, uid: 0, gid: 0, chunk_size: 0, backend_len: 0 },
         time_ns: 0,
     })
 }

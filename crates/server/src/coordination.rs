@@ -134,10 +134,16 @@ impl ServerState {
         let chunk_size = attr.chunk_size as u64;
         let last_index = if size == 0 { 0 } else { (size - 1) / chunk_size };
         let head_len = size.min(chunk_size);
-        let before = self.store.truncate_head(path, attr.file_id, head_len, last_index > 0, time_ns).map_err(store_errno)?;
+        let before = self.store.truncate_head(path, attr.file_id, head_len, size, time_ns).map_err(store_errno)?;
         if last_index > 0 {
             let last = ChunkRef { path: path.to_string(), index: last_index, file_id: attr.file_id };
-            let template = ringfs_proto::ChunkTemplate { mode: attr.mode, uid: attr.uid, gid: attr.gid, chunk_size: attr.chunk_size };
+            let template = ringfs_proto::ChunkTemplate {
+                mode: attr.mode,
+                uid: attr.uid,
+                gid: attr.gid,
+                chunk_size: attr.chunk_size,
+                backend_len: attr.backend_len.min(size),
+            };
             let request = Request::SetChunkLen { chunk: last, len: size - last_index * chunk_size, template };
             let owner = self.owner_of(path, last_index);
             if owner.name == self.name {
@@ -157,13 +163,22 @@ impl ServerState {
         self.store.begin_rmdir(path).map_err(store_errno)?;
         let answers = self.broadcast(&Request::PrepareRmdir { path: path.to_string() });
         let mut outcome = Ok(Response::Done);
+        let mut removed = std::collections::HashSet::new();
         for answer in answers {
             match answer {
-                Ok(Response::HasEntries(false)) => {}
-                Ok(Response::HasEntries(true)) => outcome = Err(Errno::ENOTEMPTY),
+                Ok(Response::HasEntries { any: false, removed: names }) => removed.extend(names),
+                Ok(Response::HasEntries { any: true, .. }) => outcome = Err(Errno::ENOTEMPTY),
                 Ok(_) => outcome = Err(Errno::EPROTO),
                 // A server we cannot ask might hold entries: refuse rather than orphan them.
                 Err(errno) => outcome = outcome.and(Err(errno)),
+            }
+        }
+        if outcome.is_ok() {
+            // Cache mode: entries only the backend has count too, unless removed in ringfs.
+            match self.store.backend_names(path) {
+                Ok(names) if names.iter().any(|name| !removed.contains(name)) => outcome = Err(Errno::ENOTEMPTY),
+                Ok(_) => {}
+                Err(error) => outcome = Err(store_errno(error)),
             }
         }
         self.store.finish_rmdir(path, outcome.is_ok()).map_err(store_errno)?;
@@ -172,6 +187,7 @@ impl ServerState {
 
     pub fn rename(&self, from: &str, to: &str, time_ns: i64) -> Result<Response, Errno> {
         path::validate(to)?;
+        self.load_backend_data(from)?;
         let head = self.store.copy_chunk(&ChunkRef { path: from.to_string(), index: 0, file_id: 0 }).map_err(store_errno)?;
         if from == to {
             return Ok(Response::Done);
@@ -224,6 +240,30 @@ impl ServerState {
             self.remove_chunks_everywhere(from, file_id, 1);
         }
         Ok(Response::Done)
+    }
+
+    /// Cache mode: loads every chunk of the file at `path` whose bytes are still in the backend
+    /// (a renamed file takes its data along; its old backend file is removed later).
+    fn load_backend_data(&self, path: &str) -> Result<(), Errno> {
+        let head = match self.store.stat(&ChunkRef { path: path.to_string(), index: 0, file_id: 0 }) {
+            Ok(head) => head,
+            Err(error) => return Err(store_errno(error)),
+        };
+        if head.backend_len == 0 || !head.is_regular() {
+            return Ok(());
+        }
+        let chunk_size = head.chunk_size.max(1) as u64;
+        for index in 0..head.backend_len.div_ceil(chunk_size) {
+            let chunk = ChunkRef { path: path.to_string(), index, file_id: head.file_id };
+            let request = Request::LoadChunk { chunk, backend_len: head.backend_len };
+            let owner = self.owner_of(path, index);
+            if owner.name == self.name {
+                self.execute(&mut Session::default(), request, &[], &mut Vec::new())?;
+            } else {
+                self.call_member(&owner, &request, &[])?;
+            }
+        }
+        Ok(())
     }
 
     /// Fails like the install of a rename to `to` would: missing parent, or a directory there.

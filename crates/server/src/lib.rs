@@ -18,10 +18,12 @@
 //! ```
 
 mod coordination;
+mod flusher;
 mod membership;
 mod peers;
 mod service;
 
+pub use flusher::{FlushConfig, FlushPolicy};
 pub use membership::Membership;
 
 use std::collections::HashMap;
@@ -69,6 +71,8 @@ pub struct ServerConfig {
     /// How long a connection thread polls for the next request before sleeping. Default
     /// 50 µs; zero never polls (see docs/PERFORMANCE.md).
     pub poll: Duration,
+    /// Cache mode (a store with a backend): when dirty data is written back.
+    pub flush: FlushConfig,
 }
 
 impl ServerConfig {
@@ -87,6 +91,7 @@ impl ServerConfig {
             heartbeat_interval: Duration::from_secs(1),
             failure_timeout: Duration::from_secs(5),
             poll: ringfs_rpc::DEFAULT_POLL,
+            flush: FlushConfig::default(),
         }
     }
 }
@@ -190,6 +195,7 @@ impl Server {
             membership,
             Peers::new(peer_config),
             gossip_sender,
+            config.flush,
         ));
         let rpc = RpcServer::start(state.clone(), listeners, config.poll)
             .map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
@@ -203,6 +209,14 @@ impl Server {
             let failure_timeout = config.failure_timeout;
             move || detect_failures(&state, interval, failure_timeout)
         });
+        if let Some(backend) = state.store.backend() {
+            log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
+            spawn_named("ringfs-flusher", {
+                let state = state.clone();
+                let flush = config.flush;
+                move || state.flush_loop(flush)
+            });
+        }
         if !config.join.is_empty() {
             state.spread_members();
         }
@@ -239,10 +253,14 @@ impl Server {
         while !self.state.shutdown.wait(Duration::from_secs(3600)) {}
     }
 
-    /// Stops serving: no new connections, open ones end, other servers hear that this one
-    /// left. A `dir` store keeps everything on disk for a restart.
+    /// Stops serving: in cache mode everything dirty is flushed first (while the server still
+    /// answers the other servers' flushes), then no new connections, open ones end, and other
+    /// servers hear that this one left. A `dir` store keeps everything on disk for a restart.
     pub fn stop(self) {
         self.state.shutdown.request();
+        if self.state.store.backend().is_some() {
+            self.state.flush_everything();
+        }
         self.rpc.shutdown();
         let list = {
             let mut membership = self.state.membership_mut();

@@ -11,11 +11,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ringfs_proto::path;
-use ringfs_proto::{Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource};
+use ringfs_proto::{
+    ChunkRef, Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource,
+};
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Service};
 use ringfs_store::{ByteSource, ChunkStore, StoreError};
 
+use crate::flusher::{FlushConfig, IoMonitor, counts_as_io};
 use crate::membership::Membership;
 use crate::peers::Peers;
 
@@ -72,6 +75,11 @@ pub struct ServerState {
     pub shutdown: ShutdownSignal,
     /// Wakes the gossip thread to push the member list.
     gossip: Mutex<std::sync::mpsc::Sender<()>>,
+    /// Cache mode: how this server flushes, what it sees of application I/O, and the lock
+    /// that lets one flush at a time run (the flusher's or a sync's).
+    pub flush: FlushConfig,
+    pub io_monitor: IoMonitor,
+    pub flush_lock: Mutex<()>,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -117,6 +125,7 @@ impl ServerState {
         membership: Membership,
         peers: Peers,
         gossip: std::sync::mpsc::Sender<()>,
+        flush: FlushConfig,
     ) -> ServerState {
         ServerState {
             name,
@@ -128,6 +137,9 @@ impl ServerState {
             forwarded: AtomicU64::new(0),
             shutdown: ShutdownSignal::default(),
             gossip: Mutex::new(gossip),
+            flush,
+            io_monitor: IoMonitor::default(),
+            flush_lock: Mutex::new(()),
         }
     }
 
@@ -230,6 +242,17 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::Stats => Ok(Response::Stats(self.stats())),
+            Request::Sync { ticket } => self.sync(ticket),
+            Request::FlushPrepare { path, file_id } => {
+                Ok(Response::Prepared { reopen: self.store.prepare_entry(&path, file_id).map_err(store_errno)? })
+            }
+            Request::ReadBackendDir { path, after, limit } => Ok(Response::DirPage(
+                self.store.backend_page(&path, after.as_deref(), limit.clamp(1, 10_000) as usize).map_err(store_errno)?,
+            )),
+            Request::LoadChunk { chunk, backend_len } => {
+                let backend_len = self.checked_backend_len(&chunk, backend_len)?;
+                Ok(Response::Count(self.store.load_chunk(&chunk, backend_len).map_err(store_errno)?))
+            }
             Request::Shutdown => {
                 log::info!("shutdown requested by a client");
                 self.shutdown.request();
@@ -240,8 +263,9 @@ impl ServerState {
             Request::Write(write) => self.write(session, write, data),
             Request::Read(read) => self.read(session, read, reply_data),
             Request::Truncate { path, file_id, size, time_ns } => self.truncate(&path, file_id, size, time_ns),
-            Request::SetChunkLen { chunk, len, template } => {
+            Request::SetChunkLen { chunk, len, mut template } => {
                 path::validate(&chunk.path)?;
+                template.backend_len = self.checked_backend_len(&chunk, template.backend_len)?;
                 Ok(Response::Attr(self.store.set_chunk_len(&chunk, len, template, 0).map_err(store_errno)?))
             }
             Request::MarkExtended { path, file_id } => {
@@ -269,7 +293,8 @@ impl ServerState {
             Request::LookupDir { path } => Ok(Response::Attr(self.store.lookup_dir(&path).map_err(store_errno)?)),
             Request::PrepareRmdir { path } => {
                 path::validate(&path)?;
-                Ok(Response::HasEntries(self.store.prepare_rmdir(&path)))
+                let (any, removed) = self.store.prepare_rmdir(&path);
+                Ok(Response::HasEntries { any, removed })
             }
             Request::Rmdir { path } => self.rmdir(&path),
             Request::Rename { from, to, time_ns } => self.rename(&from, &to, time_ns),
@@ -288,17 +313,49 @@ impl ServerState {
         }
     }
 
-    fn write(&self, session: &Session, write: Write, data: &[u8]) -> Result<Response, Errno> {
-        let chunk_len = match write.source {
-            WriteSource::Inline => self.store.write(&write.chunk, write.offset, &mut &data[..], write.template, write.time_ns),
-            WriteSource::Remote { address, len } => {
-                let memory = session.client_memory.ok_or(Errno::EINVAL)?;
-                if len > MAX_CHUNK_SIZE as u64 {
-                    return Err(Errno::EINVAL);
-                }
-                let mut source = RemoteSource { memory, address, remaining: len as usize };
-                self.store.write(&write.chunk, write.offset, &mut source, write.template, write.time_ns)
+    /// Cache mode: the `backend_len` of the file of a missing chunk, as the file's entry
+    /// knows it, when the caller's view says the chunk may be backend data; 0 when it cannot
+    /// be (no backend data, or the chunk is here already).
+    pub fn checked_backend_len(&self, chunk: &ChunkRef, hint: u64) -> Result<u64, Errno> {
+        let chunk_size = self.store.backend_chunk_size();
+        if hint == 0 || chunk.index == 0 || chunk.index.saturating_mul(chunk_size as u64) >= hint || self.store.holds_chunk(chunk) {
+            return Ok(0);
+        }
+        let head = ChunkRef { path: chunk.path.clone(), index: 0, file_id: chunk.file_id };
+        let owner = self.owner_of(&chunk.path, 0);
+        let attr = if owner.name == self.name {
+            self.store.stat(&head).map_err(store_errno)?
+        } else {
+            match self.call_member(&owner, &Request::Stat(head), &[])?.response {
+                Response::Attr(attr) => attr,
+                _ => return Err(Errno::EPROTO),
             }
+        };
+        Ok(attr.backend_len)
+    }
+
+    fn write(&self, session: &Session, mut write: Write, data: &[u8]) -> Result<Response, Errno> {
+        write.template.backend_len = self.checked_backend_len(&write.chunk, write.template.backend_len)?;
+        let source = |write: &Write| -> Result<Box<dyn ByteSource + '_>, Errno> {
+            match write.source {
+                WriteSource::Inline => Ok(Box::new(data)),
+                WriteSource::Remote { address, len } => {
+                    let memory = session.client_memory.ok_or(Errno::EINVAL)?;
+                    if len > MAX_CHUNK_SIZE as u64 {
+                        return Err(Errno::EINVAL);
+                    }
+                    Ok(Box::new(RemoteSource { memory, address, remaining: len as usize }))
+                }
+            }
+        };
+        let written = self.store.write(&write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns);
+        let chunk_len = match written {
+            Err(StoreError::Fs(Errno::ENOSPC)) if self.store.backend().is_some_and(|backend| backend.covers(&write.chunk.path)) => {
+                // Cache mode, and the store is full of dirty data: write to the backend.
+                let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
+                self.store.write_through(&write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns, &prepare)
+            }
+            other => other,
         }
         .map_err(store_errno)?;
         Ok(Response::Written { chunk_len })
@@ -309,8 +366,9 @@ impl ServerState {
             session.leases.remove(lease);
         }
         let len = read.len.min(MAX_CHUNK_SIZE as u64);
+        let backend_len = self.checked_backend_len(&read.chunk, read.backend_len)?;
         if read.lease && session.client_memory.is_some() {
-            let shared = self.store.read_shared(&read.chunk, read.offset, len).map_err(store_errno)?;
+            let shared = self.store.read_shared(&read.chunk, read.offset, len, backend_len).map_err(store_errno)?;
             if let Some((buffer, range)) = shared.bytes {
                 let lease_id = session.next_lease_id;
                 session.next_lease_id += 1;
@@ -322,7 +380,7 @@ impl ServerState {
                 return Ok(Response::Read { attr: None, len: 0, lease: None });
             }
         }
-        let (attr, len) = self.store.read(&read.chunk, read.offset, len, reply_data).map_err(store_errno)?;
+        let (attr, len) = self.store.read(&read.chunk, read.offset, len, reply_data, backend_len).map_err(store_errno)?;
         Ok(Response::Read { attr, len, lease: None })
     }
 
@@ -336,6 +394,12 @@ impl ServerState {
             capacity_bytes: store.capacity_bytes,
             requests: self.requests.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
+            cache: self.store.cache_stats().map(|mut cache| {
+                cache.policy = self.flush.policy.to_string();
+                cache.flushing = self.io_monitor.is_flushing();
+                cache.longest_stop_us = self.io_monitor.longest_stop_us();
+                Box::new(cache)
+            }),
         }
     }
 }
@@ -367,6 +431,29 @@ impl Service for ServerState {
 
     fn handle(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let io = counts_as_io(&request);
+        if io {
+            self.io_monitor.begin();
+        }
+        let response = self.route(session, request, data, reply_data);
+        if io {
+            self.io_monitor.end();
+        }
+        response
+    }
+
+    fn epoch(&self) -> u64 {
+        self.membership().epoch()
+    }
+
+    fn closed(&self, session: &mut Session) {
+        session.leases.clear();
+    }
+}
+
+impl ServerState {
+    /// Executes a request here, or forwards it to the owner of its key.
+    fn route(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
         let routed_elsewhere = match request.routing_key() {
             // Every server holds the root directory and answers for it itself.
             Some(("/", 0)) => None,
@@ -390,13 +477,5 @@ impl Service for ServerState {
             reply_data.clear();
             Response::Error(errno)
         })
-    }
-
-    fn epoch(&self) -> u64 {
-        self.membership().epoch()
-    }
-
-    fn closed(&self, session: &mut Session) {
-        session.leases.clear();
     }
 }

@@ -12,8 +12,12 @@
 //! - the *known directories* cache that makes parent checks of creates local (see
 //!   [`ChunkStore::create`] and [`ChunkStore::prepare_rmdir`]);
 //! - a capacity limit (ENOSPC) and usage statistics;
-//! - two backends: `mem` (heap buffers) and `dir` (one file per chunk under a local
-//!   directory; survives a server restart, rebuilt by [`ChunkStore::open`]).
+//! - two media: `mem` (heap buffers) and `dir` (one file per chunk under a local directory;
+//!   survives a server restart, rebuilt by [`ChunkStore::open`]);
+//! - cache mode ([`CacheConfig`]): entries and chunks of a backend directory loaded on
+//!   demand, dirty tracking with per-chunk versions, a deduplicated work queue of chunks and
+//!   entry operations to flush (rebuilt after a restart), flushing steps, eviction of clean
+//!   chunks when full (see the `cache` module).
 //!
 //! What it does not do: networking, placement or coordination between servers. Operations that
 //! span servers (unlink of a striped file, rmdir, rename) are driven by `ringfs-server`, which
@@ -28,16 +32,20 @@
 //! let chunk = ChunkRef { path: "/hello".into(), index: 0, file_id: 7 };
 //! store.write(&chunk, 0, &mut &b"hi"[..], entry.template(), 0).unwrap();
 //! let mut bytes = Vec::new();
-//! store.read(&chunk, 0, 100, &mut bytes).unwrap();
+//! store.read(&chunk, 0, 100, &mut bytes, 0).unwrap();
 //! assert_eq!(bytes, b"hi");
 //! ```
 
+pub mod backend;
 mod body;
+mod cache;
 mod directory;
 pub mod io;
 mod pool;
 mod store;
 
+pub use backend::{BackendDir, RemovalKind};
+pub use cache::{FlushOutcome, Prepare, QueuedWork, WorkItem};
 pub use io::{ByteSink, ByteSource};
 pub use store::{ChunkStore, CreateOutcome, MovedChunk, SharedRead, StoreStats};
 
@@ -48,25 +56,37 @@ use thiserror::Error;
 
 /// Where a store keeps chunk bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Backend {
+pub enum Medium {
     /// Heap memory of the server process; gone when the server exits.
     Memory,
     /// One file per chunk under this directory (NVMe, PMEM in fsdax mode, tmpfs).
     Directory(PathBuf),
 }
 
+/// Cache mode: the store caches a backend directory (the parallel file system).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// The backend directory.
+    pub backend: PathBuf,
+    /// The ringfs directory it appears at (`/` for the whole name space).
+    pub mount_path: String,
+    /// Chunk size of files loaded from the backend.
+    pub chunk_size: u32,
+}
+
 /// Configuration of a [`ChunkStore`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoreConfig {
-    pub backend: Backend,
+    pub medium: Medium,
     /// Bytes the store may hold (chunk bytes plus a fixed cost per chunk); 0 = no limit.
     pub capacity_bytes: u64,
+    pub cache: Option<CacheConfig>,
 }
 
 impl StoreConfig {
     /// An unlimited in-memory store.
     pub fn memory() -> StoreConfig {
-        StoreConfig { backend: Backend::Memory, capacity_bytes: 0 }
+        StoreConfig { medium: Medium::Memory, capacity_bytes: 0, cache: None }
     }
 }
 
@@ -80,9 +100,12 @@ pub enum StoreError {
     /// must look it up at its owner, record it with [`ChunkStore::mark_known_dir`], and retry.
     #[error("parent directory {0} is not known here")]
     ParentUnknown(String),
-    /// The `dir` backend's directory could not be opened or scanned.
+    /// The `dir` medium's directory could not be opened or scanned.
     #[error("store directory: {0}")]
     Directory(std::io::Error),
+    /// The cache configuration is unusable (no such backend directory, bad mount path).
+    #[error("cache: {0}")]
+    Cache(String),
 }
 
 impl StoreError {
@@ -92,6 +115,7 @@ impl StoreError {
             StoreError::Fs(errno) => *errno,
             StoreError::ParentUnknown(_) => Errno::ENOENT,
             StoreError::Directory(error) => Errno::from(std::io::Error::new(error.kind(), error.to_string())),
+            StoreError::Cache(_) => Errno::EINVAL,
         }
     }
 }

@@ -15,10 +15,12 @@ use ringfs_proto::{
     Attr, ChunkRef, ChunkTemplate, Create, DirEntry, DirPage, EntryFlags, Errno, FileKind, FindFilter, FindResult, TailSummary,
 };
 
+use crate::backend::RemovalKind;
 use crate::body::Body;
+use crate::cache::{Cache, PendingOp, WorkItem};
 use crate::directory::ChunkDirectory;
 use crate::pool::BufferPool;
-use crate::{Backend, ByteSink, ByteSource, StoreConfig, StoreError};
+use crate::{ByteSink, ByteSource, Medium, StoreConfig, StoreError};
 
 const SHARDS: usize = 64;
 
@@ -76,22 +78,34 @@ pub struct StoreStats {
     pub capacity_bytes: u64,
 }
 
-struct Chunk {
-    attr: Attr,
-    body: Body,
+pub(crate) struct Chunk {
+    pub attr: Attr,
+    pub body: Body,
     /// Set when the chunk has left the index; late writers must not touch it.
-    removed: bool,
+    pub removed: bool,
     /// Chunk 0 of a directory being removed: lookups treat it as absent.
-    rmdir_pending: bool,
+    pub rmdir_pending: bool,
+    /// Bumped by every change; a flush marks the chunk clean only if it did not move.
+    pub version: u64,
+    /// Cache mode, chunk 0: the change of the entry that must reach the backend first.
+    pub pending: Option<PendingOp>,
+    /// Cache mode: the chunk is in the list of eviction candidates.
+    pub listed_clean: bool,
 }
 
-type ChunkHandle = Arc<Mutex<Chunk>>;
+impl Chunk {
+    fn new(attr: Attr, body: Body, pending: Option<PendingOp>) -> Chunk {
+        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, pending, listed_clean: false }
+    }
+}
+
+pub(crate) type ChunkHandle = Arc<Mutex<Chunk>>;
 
 /// All chunks of one path held by this store.
 #[derive(Default)]
-struct PathChunks {
+pub(crate) struct PathChunks {
     /// Chunk 0: the entry.
-    head: Option<ChunkHandle>,
+    pub head: Option<ChunkHandle>,
     /// Chunks 1.. by index; several files (ids) may briefly share an index during a rename.
     tail: BTreeMap<u64, Vec<(u64, ChunkHandle)>>,
 }
@@ -108,14 +122,18 @@ impl PathChunks {
 }
 
 #[derive(Default)]
-struct FileShard {
-    paths: HashMap<String, PathChunks>,
+pub(crate) struct FileShard {
+    pub paths: HashMap<String, PathChunks>,
+    /// Cache mode: entries removed in ringfs whose removal has not reached the backend.
+    pub removals: HashMap<String, RemovalKind>,
 }
 
 #[derive(Default)]
-struct DirShard {
+pub(crate) struct DirShard {
     /// Directory path -> names of the entries inside it whose chunk 0 is held here.
-    children: HashMap<String, BTreeSet<String>>,
+    pub children: HashMap<String, BTreeSet<String>>,
+    /// Cache mode: directory path -> names of the removals recorded here inside it.
+    pub removed: HashMap<String, BTreeSet<String>>,
     /// Directories known to exist (parent checks of creates are answered from here).
     known: HashSet<String>,
     /// Bumped whenever a directory of this shard is forgotten, so that a lookup that raced
@@ -125,23 +143,24 @@ struct DirShard {
 
 /// The chunks held by one server. Thread-safe; see the module documentation for locking.
 pub struct ChunkStore {
-    files: Vec<Mutex<FileShard>>,
-    dirs: Vec<Mutex<DirShard>>,
-    directory: Option<ChunkDirectory>,
+    pub(crate) files: Vec<Mutex<FileShard>>,
+    pub(crate) dirs: Vec<Mutex<DirShard>>,
+    pub(crate) directory: Option<ChunkDirectory>,
+    pub(crate) cache: Option<Cache>,
     pool: BufferPool,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
-    entry_count: AtomicU64,
+    pub(crate) entry_count: AtomicU64,
     chunk_count: AtomicU64,
 }
 
 /// Locks a mutex, taking over the data if another thread panicked while holding it (a
 /// request that panics must not take the whole server down).
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-fn shard_of(key: &str) -> usize {
+pub(crate) fn shard_of(key: &str) -> usize {
     (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % SHARDS as u64) as usize
 }
 
@@ -152,14 +171,16 @@ fn overhead_of(path: &str) -> u64 {
 impl ChunkStore {
     /// Opens a store. A `dir` store rebuilds its index from the chunk files it finds.
     pub fn open(config: StoreConfig) -> Result<ChunkStore, StoreError> {
-        let directory = match &config.backend {
-            Backend::Memory => None,
-            Backend::Directory(root) => Some(ChunkDirectory::open(root).map_err(StoreError::Directory)?),
+        let directory = match &config.medium {
+            Medium::Memory => None,
+            Medium::Directory(root) => Some(ChunkDirectory::open(root).map_err(StoreError::Directory)?),
         };
+        let cache = config.cache.as_ref().map(Cache::new).transpose()?;
         let store = ChunkStore {
             files: (0..SHARDS).map(|_| Mutex::default()).collect(),
             dirs: (0..SHARDS).map(|_| Mutex::default()).collect(),
             directory,
+            cache,
             pool: BufferPool::new(POOL_LIMIT_BYTES),
             capacity_bytes: config.capacity_bytes,
             used_bytes: AtomicU64::new(0),
@@ -191,7 +212,8 @@ impl ChunkStore {
             atime_ns: now,
             mtime_ns: now,
             ctime_ns: now,
-            flags: 0,
+            flags: if self.cache_flags_for("/") != 0 { EntryFlags::BACKED | EntryFlags::IN_BACKEND } else { 0 },
+            backend_len: 0,
         };
         let handle = self.new_chunk("/", 0, attr)?;
         lock(&self.files[shard_of("/")]).paths.entry("/".to_string()).or_default().head = Some(handle);
@@ -205,8 +227,16 @@ impl ChunkStore {
         for chunk in recovered {
             self.used_bytes.fetch_add(overhead_of(&chunk.path) + chunk.file.stored_len, Ordering::Relaxed);
             self.chunk_count.fetch_add(1, Ordering::Relaxed);
-            let handle =
-                Arc::new(Mutex::new(Chunk { attr: chunk.attr, body: Body::File(chunk.file), removed: false, rmdir_pending: false }));
+            let handle = Arc::new(Mutex::new(Chunk::new(chunk.attr, Body::File(chunk.file), chunk.pending)));
+            {
+                // Cache mode: what was dirty before the restart is queued again.
+                let mut recovered_chunk = lock(&handle);
+                if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.pending.is_some() {
+                    self.queue_entry_or_chunk(&chunk.path, chunk.index, &recovered_chunk);
+                } else {
+                    self.note_clean(&chunk.path, &handle, &mut recovered_chunk);
+                }
+            }
             if chunk.index == 0 {
                 if let Some(parent) = path::parent(&chunk.path) {
                     let name = path::file_name(&chunk.path).to_string();
@@ -223,7 +253,22 @@ impl ChunkStore {
         if count > 0 {
             log::info!("recovered {count} chunks from the store directory");
         }
+        if self.cache.is_some() {
+            for (path, kind) in directory.recover_removals().map_err(StoreError::Directory)? {
+                let parent = path::parent(&path).unwrap_or("/").to_string();
+                let mut dirs = lock(&self.dirs[shard_of(&parent)]);
+                let mut files = lock(&self.files[shard_of(&path)]);
+                self.record_removal(&mut dirs, &mut files, &path, kind)?;
+            }
+        }
         Ok(())
+    }
+
+    /// Queues a recovered chunk for flushing.
+    fn queue_entry_or_chunk(&self, path: &str, index: u64, chunk: &Chunk) {
+        if let Some(cache) = self.cache() {
+            cache.enqueue(WorkItem::Chunk { path: path.to_string(), index, file_id: chunk.attr.file_id });
+        }
     }
 
     // ----- capacity -------------------------------------------------------------------------
@@ -236,33 +281,51 @@ impl ChunkStore {
             self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
             return Ok(());
         }
-        self.used_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+        loop {
+            let charged = self.used_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
                 used.checked_add(bytes).filter(|total| *total <= self.capacity_bytes)
-            })
-            .map(|_| ())
-            .map_err(|_| Errno::ENOSPC)
+            });
+            if charged.is_ok() {
+                return Ok(());
+            }
+            // Cache mode: clean chunks make room; stop once nothing more can be dropped.
+            let over = self.used_bytes.load(Ordering::Relaxed).saturating_add(bytes).saturating_sub(self.capacity_bytes);
+            if self.evict(over.max(1)) == 0 {
+                return Err(Errno::ENOSPC);
+            }
+        }
     }
 
-    fn refund(&self, bytes: u64) {
+    /// Charges bytes without a limit (the index entry of a chunk written through to the
+    /// backend must exist even when the store is full).
+    fn charge_anyway(&self, bytes: u64) {
+        self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    pub(crate) fn refund(&self, bytes: u64) {
         self.used_bytes.fetch_sub(bytes, Ordering::Relaxed);
     }
 
     // ----- chunk lifecycle ------------------------------------------------------------------
 
-    fn new_chunk(&self, path: &str, index: u64, attr: Attr) -> Result<ChunkHandle, StoreError> {
+    pub(crate) fn new_chunk(&self, path: &str, index: u64, attr: Attr) -> Result<ChunkHandle, StoreError> {
         self.charge(overhead_of(path))?;
+        self.new_chunk_charged(path, index, attr, None)
+    }
+
+    /// Makes a chunk whose index entry is already charged.
+    fn new_chunk_charged(&self, path: &str, index: u64, attr: Attr, pending: Option<PendingOp>) -> Result<ChunkHandle, StoreError> {
         let body = match &self.directory {
             None => Ok(Body::Memory(Arc::default())),
-            Some(directory) => directory.create(path, index, &attr).map(Body::File),
+            Some(directory) => directory.create(path, index, &attr, pending).map(Body::File),
         };
         let body = body.inspect_err(|_| self.refund(overhead_of(path)))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(Mutex::new(Chunk { attr, body, removed: false, rmdir_pending: false })))
+        Ok(Arc::new(Mutex::new(Chunk::new(attr, body, pending))))
     }
 
     /// Takes a chunk that has left the index out of service and releases its space.
-    fn discard(&self, path: &str, handle: &ChunkHandle) {
+    pub(crate) fn discard(&self, path: &str, handle: &ChunkHandle) {
         let mut chunk = lock(handle);
         if chunk.removed {
             return;
@@ -273,15 +336,15 @@ impl ChunkStore {
         self.chunk_count.fetch_sub(1, Ordering::Relaxed);
     }
 
-    fn persist(&self, chunk: &Chunk) -> Result<(), StoreError> {
+    pub(crate) fn persist(&self, chunk: &Chunk) -> Result<(), StoreError> {
         if let (Some(directory), Body::File(file)) = (&self.directory, &chunk.body) {
-            directory.update_attr(file, &chunk.attr)?;
+            directory.update_attr(file, &chunk.attr, chunk.pending)?;
         }
         Ok(())
     }
 
     /// Writes `source` into a chunk body, charging growth against the capacity.
-    fn fill(&self, chunk: &mut Chunk, offset: u64, source: &mut dyn ByteSource) -> Result<(), StoreError> {
+    pub(crate) fn fill(&self, chunk: &mut Chunk, offset: u64, source: &mut dyn ByteSource) -> Result<(), StoreError> {
         let chunk_size = chunk.attr.chunk_size as u64;
         let end = offset + source.len() as u64;
         let before = chunk.body.stored_len();
@@ -295,40 +358,72 @@ impl ChunkStore {
 
     // ----- lookups --------------------------------------------------------------------------
 
-    fn head(&self, path: &str) -> Option<ChunkHandle> {
+    pub(crate) fn head(&self, path: &str) -> Option<ChunkHandle> {
         lock(&self.files[shard_of(path)]).paths.get(path).and_then(|chunks| chunks.head.clone())
     }
 
     /// Chunk 0 of `path`, checked against the caller's file id (0 = any): a missing entry is
-    /// ENOENT for a lookup by path, ESTALE for a caller holding a file id.
-    fn head_checked(&self, path: &str, file_id: u64) -> Result<ChunkHandle, Errno> {
+    /// ENOENT for a lookup by path, ESTALE for a caller holding a file id. In cache mode a
+    /// missing entry is looked up in the backend (an entry loaded from there gets the same
+    /// file id every time, so a caller's id still matches).
+    pub(crate) fn head_checked(&self, path: &str, file_id: u64) -> Result<ChunkHandle, StoreError> {
         let missing = if file_id == 0 { Errno::ENOENT } else { Errno::ESTALE };
-        let handle = self.head(path).ok_or(missing)?;
+        let handle = match self.head(path) {
+            Some(handle) => handle,
+            None => self.materialize(path)?.ok_or(missing)?,
+        };
         let chunk = lock(&handle);
         if chunk.removed {
-            return Err(missing);
+            return Err(missing.into());
         }
         if file_id != 0 && chunk.attr.file_id != file_id {
-            return Err(Errno::ESTALE);
+            return Err(Errno::ESTALE.into());
         }
         drop(chunk);
         Ok(handle)
     }
 
-    fn find_tail(&self, chunk: &ChunkRef) -> Option<ChunkHandle> {
+    pub(crate) fn find_tail(&self, chunk: &ChunkRef) -> Option<ChunkHandle> {
         lock(&self.files[shard_of(&chunk.path)]).paths.get(&chunk.path)?.find_tail(chunk.index, chunk.file_id)
     }
 
+    /// The chunk after chunk 0 that a write addresses, created if missing: empty, or — in
+    /// cache mode, below the file's `backend_len` — holding backend data still to load.
     fn tail_or_create(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Result<ChunkHandle, StoreError> {
-        if chunk.file_id == 0 {
-            return Err(Errno::EINVAL.into());
+        let attr = self.new_tail_attr(chunk, template, time_ns);
+        self.tail_with(chunk, attr, false)
+    }
+
+    /// The chunk after chunk 0 that a read addresses: the one here, or in cache mode a new
+    /// one for backend data below `backend_len` (to be loaded by the reader); `None` if the
+    /// chunk does not exist (a hole or past the end).
+    pub(crate) fn tail_for_read(&self, chunk: &ChunkRef, backend_len: u64, chunk_size: u32) -> Result<Option<ChunkHandle>, StoreError> {
+        if let Some(handle) = self.find_tail(chunk) {
+            return Ok(Some(handle));
         }
-        let mut files = lock(&self.files[shard_of(&chunk.path)]);
-        let slot = files.paths.entry(chunk.path.clone()).or_default();
-        if let Some(handle) = slot.find_tail(chunk.index, chunk.file_id) {
-            return Ok(handle);
+        if chunk.file_id == 0 || !self.backend_holds(chunk, backend_len, chunk_size) {
+            return Ok(None);
         }
-        let attr = Attr {
+        let template = ChunkTemplate { mode: FileKind::Regular.mode_bits() | 0o644, uid: 0, gid: 0, chunk_size, backend_len };
+        let attr = self.new_tail_attr(chunk, template, 0);
+        self.tail_with(chunk, attr, false).map(Some)
+    }
+
+    /// Like [`ChunkStore::tail_or_create`], but the index entry is made even when the store is
+    /// full (for writing through to the backend).
+    pub(crate) fn tail_for_write_through(
+        &self,
+        chunk: &ChunkRef,
+        template: ChunkTemplate,
+        time_ns: i64,
+    ) -> Result<ChunkHandle, StoreError> {
+        let mut attr = self.new_tail_attr(chunk, template, time_ns);
+        attr.flags |= EntryFlags::BACKEND_DATA;
+        self.tail_with(chunk, attr, true)
+    }
+
+    fn new_tail_attr(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Attr {
+        let mut attr = Attr {
             mode: template.mode,
             uid: template.uid,
             gid: template.gid,
@@ -338,9 +433,33 @@ impl ChunkStore {
             atime_ns: time_ns,
             mtime_ns: time_ns,
             ctime_ns: time_ns,
-            flags: 0,
+            flags: self.cache_flags_for(&chunk.path),
+            backend_len: 0,
         };
-        let created = self.new_chunk(&chunk.path, chunk.index, attr);
+        if self.backend_holds(chunk, template.backend_len, template.chunk_size) {
+            attr.flags |= EntryFlags::BACKEND_DATA;
+            attr.len = Self::stub_len(chunk, template.backend_len, template.chunk_size);
+        }
+        attr
+    }
+
+    /// The chunk `chunk` (index >= 1) of its file, created with `attr` if missing.
+    fn tail_with(&self, chunk: &ChunkRef, attr: Attr, charge_anyway: bool) -> Result<ChunkHandle, StoreError> {
+        if chunk.file_id == 0 {
+            return Err(Errno::EINVAL.into());
+        }
+        let mut files = lock(&self.files[shard_of(&chunk.path)]);
+        let slot = files.paths.entry(chunk.path.clone()).or_default();
+        if let Some(handle) = slot.find_tail(chunk.index, chunk.file_id) {
+            return Ok(handle);
+        }
+        let charged = if charge_anyway {
+            self.charge_anyway(overhead_of(&chunk.path));
+            Ok(())
+        } else {
+            self.charge(overhead_of(&chunk.path)).map_err(StoreError::from)
+        };
+        let created = charged.and_then(|()| self.new_chunk_charged(&chunk.path, chunk.index, attr, None));
         let handle = match created {
             Ok(handle) => handle,
             Err(error) => {
@@ -370,6 +489,13 @@ impl ChunkStore {
     /// and an rmdir of its parent cannot both succeed.
     /// A new entry gets the identity `file_id` (ignored if the entry exists).
     pub fn create(&self, entry: &Create, file_id: u64) -> Result<CreateOutcome, StoreError> {
+        // Cache mode: an entry that exists only in the backend exists — for opens without
+        // O_EXCL or O_TRUNC, mkdir and symlink. A create that replaces the file anyway does
+        // not ask the backend (docs/CONSISTENCY.md).
+        let replaces = entry.mode & 0o170000 == FileKind::Regular.mode_bits() && (entry.exclusive || entry.truncate);
+        if self.cache.is_some() && !replaces && self.head(&entry.path).is_none() {
+            self.materialize(&entry.path)?;
+        }
         // An entry removed between the index lookup and its lock is retried as absent; each
         // retry needs a concurrent removal to lose again, so a few attempts are plenty.
         for _ in 0..8 {
@@ -398,7 +524,7 @@ impl ChunkStore {
             return self.open_existing(&existing, entry, kind);
         }
         let target = entry.link_target.as_deref().unwrap_or("");
-        let attr = Attr {
+        let mut attr = Attr {
             mode: entry.mode,
             uid: entry.uid,
             gid: entry.gid,
@@ -408,9 +534,25 @@ impl ChunkStore {
             atime_ns: entry.time_ns,
             mtime_ns: entry.time_ns,
             ctime_ns: entry.time_ns,
-            flags: 0,
+            flags: self.cache_flags_for(&entry.path),
+            backend_len: 0,
         };
-        let handle = self.new_chunk(&entry.path, 0, attr)?;
+        let mut pending = None;
+        if attr.has(EntryFlags::BACKED) {
+            // The new entry is made in the backend when flushed, replacing what is there. A
+            // removed directory's old tree goes now: the new one's contents will be flushed.
+            if files.removals.get(&entry.path) == Some(&RemovalKind::Directory) && kind == FileKind::Directory {
+                self.apply_removal_now(&entry.path)?;
+            }
+            if self.forget_removal(&mut dirs, &mut files, &entry.path).is_some() {
+                // The backend may still hold the old entry: removing the new one must reach it.
+                attr.flags |= EntryFlags::IN_BACKEND;
+            }
+            attr.flags |= EntryFlags::DIRTY;
+            pending = Some(PendingOp::Create);
+        }
+        self.charge(overhead_of(&entry.path))?;
+        let handle = self.new_chunk_charged(&entry.path, 0, attr, pending)?;
         if !target.is_empty() {
             let mut chunk = lock(&handle);
             let written = self.fill(&mut chunk, 0, &mut target.as_bytes());
@@ -419,6 +561,9 @@ impl ChunkStore {
                 self.discard(&entry.path, &handle);
                 return Err(error);
             }
+        }
+        if pending.is_some() {
+            self.queue_entry(&entry.path, &lock(&handle));
         }
         files.paths.entry(entry.path.clone()).or_default().head = Some(handle);
         dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(&entry.path).to_string());
@@ -447,6 +592,12 @@ impl ChunkStore {
             chunk.attr.len = 0;
             chunk.attr.mtime_ns = entry.time_ns;
             chunk.attr.ctime_ns = entry.time_ns;
+            if chunk.attr.has(EntryFlags::BACKED) {
+                chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
+                chunk.attr.backend_len = 0;
+                chunk.pending = PendingOp::after_trim(chunk.pending, 0);
+            }
+            self.touched(&entry.path, 0, &mut chunk);
             self.persist(&chunk)?;
         }
         Ok(CreateOutcome { attr: chunk.attr, created: false, truncated_extended })
@@ -457,6 +608,10 @@ impl ChunkStore {
     /// entry's attributes: if it is extended, the caller removes its chunks on other servers.
     pub fn unlink(&self, path: &str, file_id: u64) -> Result<Attr, StoreError> {
         let parent = path::parent(path).ok_or(Errno::EISDIR)?;
+        if file_id == 0 && self.head(path).is_none() {
+            // Cache mode: a file only the backend has is removed too.
+            self.materialize(path)?;
+        }
         let mut dirs = lock(&self.dirs[shard_of(parent)]);
         let mut files = lock(&self.files[shard_of(path)]);
         let slot = files.paths.get_mut(path).ok_or(Errno::ENOENT)?;
@@ -477,6 +632,9 @@ impl ChunkStore {
             files.paths.remove(path);
         }
         remove_child(&mut dirs, parent, path);
+        if attr.has(EntryFlags::BACKED | EntryFlags::IN_BACKEND) {
+            self.record_removal(&mut dirs, &mut files, path, RemovalKind::File)?;
+        }
         drop(files);
         drop(dirs);
         self.discard(path, &head);
@@ -605,27 +763,53 @@ impl ChunkStore {
         if end > chunk.attr.chunk_size as u64 {
             return Err(Errno::EINVAL.into());
         }
+        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
         self.fill(&mut chunk, offset, source)?;
         chunk.attr.len = chunk.attr.len.max(end);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
+        self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
         self.persist(&chunk)?;
         Ok(chunk.attr.len)
+    }
+
+    /// The chunk size of files loaded from the backend (for chunks made by reads, which carry
+    /// no template).
+    pub fn backend_chunk_size(&self) -> u32 {
+        self.cache().map_or(1, |cache| cache.chunk_size)
+    }
+
+    /// Whether this store holds the chunk (for chunk 0: the entry).
+    pub fn holds_chunk(&self, chunk: &ChunkRef) -> bool {
+        if chunk.index == 0 { self.head(&chunk.path).is_some() } else { self.find_tail(chunk).is_some() }
+    }
+
+    /// The chunk a read addresses; `None` for a chunk after chunk 0 that does not exist.
+    fn chunk_for_read(&self, chunk_ref: &ChunkRef, backend_len: u64) -> Result<Option<ChunkHandle>, StoreError> {
+        if chunk_ref.index == 0 {
+            Ok(Some(self.head_checked(&chunk_ref.path, chunk_ref.file_id)?))
+        } else {
+            self.tail_for_read(chunk_ref, backend_len, self.backend_chunk_size())
+        }
     }
 
     /// Sends up to `len` bytes from `offset` inside a chunk to `sink` (bytes past the chunk's
     /// logical length are not sent). Returns the chunk's attributes — `None` if a chunk after
     /// chunk 0 does not exist (a hole) — and the number of bytes sent.
-    pub fn read(&self, chunk_ref: &ChunkRef, offset: u64, len: u64, sink: &mut dyn ByteSink) -> Result<(Option<Attr>, u64), StoreError> {
-        let handle = if chunk_ref.index == 0 {
-            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
-        } else {
-            match self.find_tail(chunk_ref) {
-                Some(handle) => handle,
-                None => return Ok((None, 0)),
-            }
-        };
-        let chunk = lock(&handle);
+    ///
+    /// Cache mode: `backend_len` is the file's `backend_len` (checked by the caller); a
+    /// missing chunk below it, or a chunk whose bytes are in the backend, is loaded first — or
+    /// read from the backend directly when the store has no room.
+    pub fn read(
+        &self,
+        chunk_ref: &ChunkRef,
+        offset: u64,
+        len: u64,
+        sink: &mut dyn ByteSink,
+        backend_len: u64,
+    ) -> Result<(Option<Attr>, u64), StoreError> {
+        let Some(handle) = self.chunk_for_read(chunk_ref, backend_len)? else { return Ok((None, 0)) };
+        let mut chunk = lock(&handle);
         if chunk.removed {
             return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
         }
@@ -636,7 +820,11 @@ impl ChunkStore {
         if offset >= end {
             return Ok((Some(chunk.attr), 0));
         }
-        chunk.body.read(offset, end, sink)?;
+        match self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk) {
+            Ok(()) => chunk.body.read(offset, end, sink)?,
+            Err(StoreError::Fs(Errno::ENOSPC)) => self.read_from_backend(&chunk_ref.path, chunk_ref.index, &chunk, offset, end, sink)?,
+            Err(error) => return Err(error),
+        }
         Ok((Some(chunk.attr), end - offset))
     }
 
@@ -644,21 +832,19 @@ impl ChunkStore {
     /// instead of copying them: bytes `range` of the returned buffer are the first bytes of
     /// the read, the rest of its length reads as zeros. File-backed chunks return no buffer
     /// (the caller falls back to [`ChunkStore::read`]).
-    pub fn read_shared(&self, chunk_ref: &ChunkRef, offset: u64, len: u64) -> Result<SharedRead, StoreError> {
-        let handle = if chunk_ref.index == 0 {
-            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
-        } else {
-            match self.find_tail(chunk_ref) {
-                Some(handle) => handle,
-                None => return Ok(SharedRead { attr: None, len: 0, bytes: None }),
-            }
-        };
-        let chunk = lock(&handle);
+    pub fn read_shared(&self, chunk_ref: &ChunkRef, offset: u64, len: u64, backend_len: u64) -> Result<SharedRead, StoreError> {
+        let Some(handle) = self.chunk_for_read(chunk_ref, backend_len)? else { return Ok(SharedRead { attr: None, len: 0, bytes: None }) };
+        let mut chunk = lock(&handle);
         if chunk.removed {
             return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         }
         if chunk.attr.is_dir() {
             return Err(Errno::EISDIR.into());
+        }
+        match self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk) {
+            // No room to load: the caller's plain read serves it from the backend.
+            Err(StoreError::Fs(Errno::ENOSPC)) => return Ok(SharedRead { attr: Some(chunk.attr), len: 0, bytes: None }),
+            other => other?,
         }
         let Body::Memory(shared) = &chunk.body else {
             return Ok(SharedRead { attr: Some(chunk.attr), len: 0, bytes: None });
@@ -684,12 +870,14 @@ impl ChunkStore {
         if len > chunk.attr.chunk_size as u64 {
             return Err(Errno::EINVAL.into());
         }
+        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
         let before = chunk.body.stored_len();
         chunk.body.truncate(len)?;
         self.refund(before - chunk.body.stored_len());
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
+        self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
         self.persist(&chunk)?;
         Ok(chunk.attr)
     }
@@ -699,7 +887,10 @@ impl ChunkStore {
     ///
     /// The extended mark is never cleared: it means "chunks after chunk 0 may exist", and
     /// clients cache it per open file, which is only safe while it cannot go away.
-    pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, extended: bool, time_ns: i64) -> Result<Attr, StoreError> {
+    ///
+    /// `file_len` is the file's new size: in cache mode the backend part of the file shrinks
+    /// to it, and the backend file is cut to it when the change is flushed.
+    pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.head_checked(path, file_id)?;
         let mut chunk = lock(&handle);
         match chunk.attr.kind() {
@@ -708,15 +899,21 @@ impl ChunkStore {
             _ => return Err(Errno::EINVAL.into()),
         }
         let before_attr = chunk.attr;
+        self.ensure_loaded(path, 0, &handle, &mut chunk)?;
         let before = chunk.body.stored_len();
         chunk.body.truncate(len)?;
         self.refund(before - chunk.body.stored_len());
         chunk.attr.len = len;
-        if extended {
+        if file_len > len {
             chunk.attr.flags |= EntryFlags::EXTENDED;
+        }
+        if chunk.attr.has(EntryFlags::BACKED) && file_len < before_attr.backend_len.max(file_len.saturating_add(1)) {
+            chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
+            chunk.pending = PendingOp::after_trim(chunk.pending, file_len);
         }
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
+        self.touched(path, 0, &mut chunk);
         self.persist(&chunk)?;
         Ok(before_attr)
     }
@@ -753,24 +950,39 @@ impl ChunkStore {
             attr.mtime_ns = mtime;
         }
         attr.ctime_ns = request.time_ns;
+        if request.mode.is_some() {
+            // The mode reaches the backend with the entry's next flush.
+            self.touched(&request.path, 0, &mut chunk);
+        }
         self.persist(&chunk)?;
         Ok(chunk.attr)
     }
 
     // ----- directories ----------------------------------------------------------------------
 
-    /// One page of the entries of `dir` held here, in name order, after `after`.
+    /// One page of the entries of `dir` held here, in name order, after `after`, with the
+    /// removals recorded here in the same range of names (cache mode).
     pub fn read_dir(&self, dir: &str, after: Option<&str>, limit: usize) -> DirPage {
-        let (names, more) = {
+        let (names, more, removed) = {
             let dirs = lock(&self.dirs[shard_of(dir)]);
-            let Some(children) = dirs.children.get(dir) else { return DirPage::default() };
             let start = match after {
                 Some(name) => Bound::Excluded(name),
                 None => Bound::Unbounded,
             };
-            let mut range = children.range::<str, _>((start, Bound::Unbounded));
-            let names: Vec<String> = range.by_ref().take(limit.max(1)).cloned().collect();
-            (names, range.next().is_some())
+            let (names, more) = match dirs.children.get(dir) {
+                Some(children) => {
+                    let mut range = children.range::<str, _>((start, Bound::Unbounded));
+                    let names: Vec<String> = range.by_ref().take(limit.max(1)).cloned().collect();
+                    (names, range.next().is_some())
+                }
+                None => (Vec::new(), false),
+            };
+            let end = match names.last() {
+                Some(last) if more => Bound::Included(last.as_str()),
+                _ => Bound::Unbounded,
+            };
+            let removed = dirs.removed.get(dir).map(|removed| removed.range::<str, _>((start, end)).cloned().collect()).unwrap_or_default();
+            (names, more, removed)
         };
         let entries = names
             .into_iter()
@@ -780,7 +992,7 @@ impl ChunkStore {
                 (!chunk.removed).then(|| DirEntry { name, attr: chunk.attr })
             })
             .collect();
-        DirPage { entries, more }
+        DirPage { entries, more, removed }
     }
 
     /// Attributes of directory `path` if it exists here and is not being removed.
@@ -818,13 +1030,15 @@ impl ChunkStore {
     }
 
     /// First step of an rmdir on every server: forget that `dir` exists and report whether
-    /// this store holds an entry inside it. After this call no create under `dir` succeeds
-    /// here without a fresh lookup of `dir` at its owner.
-    pub fn prepare_rmdir(&self, dir: &str) -> bool {
+    /// this store holds an entry inside it, and (cache mode) the names inside whose removal
+    /// is recorded here. After this call no create under `dir` succeeds here without a fresh
+    /// lookup of `dir` at its owner.
+    pub fn prepare_rmdir(&self, dir: &str) -> (bool, Vec<String>) {
         let mut dirs = lock(&self.dirs[shard_of(dir)]);
         dirs.known.remove(dir);
         dirs.invalidations += 1;
-        dirs.children.get(dir).is_some_and(|children| !children.is_empty())
+        let any = dirs.children.get(dir).is_some_and(|children| !children.is_empty());
+        (any, dirs.removed.get(dir).map(|names| names.iter().cloned().collect()).unwrap_or_default())
     }
 
     /// At the owner of `dir`: marks it as being removed, so that lookups of it fail.
@@ -861,6 +1075,9 @@ impl ChunkStore {
             files.paths.remove(dir);
         }
         remove_child(&mut dirs, parent, dir);
+        if lock(&head).attr.has(EntryFlags::BACKED | EntryFlags::IN_BACKEND) {
+            self.record_removal(&mut dirs, &mut files, dir, RemovalKind::Directory)?;
+        }
         drop(files);
         drop(dirs);
         self.discard(dir, &head);
@@ -888,11 +1105,22 @@ impl ChunkStore {
         } else {
             self.find_tail(chunk_ref).ok_or(Errno::ENOENT)?
         };
-        let chunk = lock(&handle);
+        let mut chunk = lock(&handle);
         if chunk.removed {
             return Err(Errno::ENOENT.into());
         }
+        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
         Ok(MovedChunk { index: chunk_ref.index, attr: chunk.attr, bytes: chunk.body.to_vec()? })
+    }
+
+    /// The flags a chunk moved to `path` by a rename keeps or gets: in the cached tree it is
+    /// new to the backend (dirty); elsewhere it has nothing to do with a backend.
+    fn moved_flags(&self, path: &str, flags: u32) -> u32 {
+        let kept = flags & EntryFlags::EXTENDED;
+        match self.cache_flags_for(path) {
+            0 => kept,
+            backed => kept | backed | EntryFlags::DIRTY,
+        }
     }
 
     /// Stores a chunk (index >= 1) moved here by a rename, replacing this file's chunk at
@@ -901,6 +1129,7 @@ impl ChunkStore {
         if chunk_ref.index == 0 || attr.file_id == 0 {
             return Err(Errno::EINVAL.into());
         }
+        let attr = Attr { flags: self.moved_flags(&chunk_ref.path, attr.flags), backend_len: 0, ..attr };
         let handle = self.new_chunk(&chunk_ref.path, chunk_ref.index, attr)?;
         {
             let mut chunk = lock(&handle);
@@ -909,6 +1138,7 @@ impl ChunkStore {
                 self.discard(&chunk_ref.path, &handle);
                 return Err(error);
             }
+            self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
         }
         let replaced = {
             let mut files = lock(&self.files[shard_of(&chunk_ref.path)]);
@@ -947,7 +1177,18 @@ impl ChunkStore {
             }
             None => None,
         };
-        let handle = self.new_chunk(path, 0, attr)?;
+        let mut attr = Attr { flags: self.moved_flags(path, attr.flags), backend_len: 0, ..attr };
+        let mut pending = None;
+        if attr.has(EntryFlags::BACKED) {
+            // Like a new entry: made in the backend when flushed, replacing what is there.
+            let forgotten = self.forget_removal(&mut dirs, &mut files, path).is_some();
+            if forgotten || replaced.is_some_and(|old| old.has(EntryFlags::IN_BACKEND)) {
+                attr.flags |= EntryFlags::IN_BACKEND;
+            }
+            pending = Some(PendingOp::Create);
+        }
+        self.charge(overhead_of(path))?;
+        let handle = self.new_chunk_charged(path, 0, attr, pending)?;
         {
             let mut chunk = lock(&handle);
             if let Err(error) = self.fill(&mut chunk, 0, &mut &bytes[..]).and_then(|_| self.persist(&chunk)) {
@@ -955,6 +1196,7 @@ impl ChunkStore {
                 self.discard(path, &handle);
                 return Err(error);
             }
+            self.touched(path, 0, &mut chunk);
         }
         files.paths.entry(path.to_string()).or_default().head = Some(handle);
         if replaced.is_none() {
@@ -1042,12 +1284,12 @@ mod tests {
     }
 
     fn template(chunk_size: u32) -> ChunkTemplate {
-        ChunkTemplate { mode: REGULAR, uid: 0, gid: 0, chunk_size }
+        ChunkTemplate { mode: REGULAR, uid: 0, gid: 0, chunk_size, backend_len: 0 }
     }
 
     fn read_all(store: &ChunkStore, chunk: &ChunkRef) -> Vec<u8> {
         let mut bytes = Vec::new();
-        store.read(chunk, 0, u64::MAX, &mut bytes).unwrap();
+        store.read(chunk, 0, u64::MAX, &mut bytes, 0).unwrap();
         bytes
     }
 
@@ -1079,7 +1321,7 @@ mod tests {
         store.write(&chunk("/f", 3, 8), 0, &mut &b"other"[..], template(64), 1).unwrap();
         assert_eq!(read_all(&store, &chunk("/f", 3, 7)), b"new");
         assert_eq!(read_all(&store, &chunk("/f", 3, 8)), b"other");
-        assert_eq!(store.read(&chunk("/f", 4, 7), 0, 10, &mut Vec::new()).unwrap(), (None, 0));
+        assert_eq!(store.read(&chunk("/f", 4, 7), 0, 10, &mut Vec::new(), 0).unwrap(), (None, 0));
         assert_eq!(store.tail_summary("/f", 7).last, Some((3, 3)));
         assert_eq!(store.remove_chunks("/f", 8, 1), 1);
         assert_eq!(store.tail_summary("/f", 8).last, None);
@@ -1135,13 +1377,13 @@ mod tests {
         create_dir(&store, "/d");
         assert_eq!(store.known_dir("/d"), Ok(()));
         store.create(&Create::new("/d/f", REGULAR, 64), 1).unwrap();
-        assert!(store.prepare_rmdir("/d"));
+        assert!(store.prepare_rmdir("/d").0);
         // A lookup that started before the invalidation cannot record a stale answer.
         let stale_ticket = store.known_dir("/d").unwrap_err() - 1;
         assert!(!store.mark_known_dir("/d", stale_ticket));
         assert!(matches!(store.create(&Create::new("/d/g", REGULAR, 64), 2), Err(StoreError::ParentUnknown(_))));
         store.unlink("/d/f", 0).unwrap();
-        assert!(!store.prepare_rmdir("/d"));
+        assert!(!store.prepare_rmdir("/d").0);
         store.begin_rmdir("/d").unwrap();
         assert_eq!(store.lookup_dir("/d").unwrap_err().errno(), Errno::ENOENT);
         store.finish_rmdir("/d", true).unwrap();
@@ -1172,7 +1414,7 @@ mod tests {
 
     #[test]
     fn capacity_limit_gives_enospc_and_frees_on_unlink() {
-        let store = ChunkStore::open(StoreConfig { backend: Backend::Memory, capacity_bytes: 10_000 }).unwrap();
+        let store = ChunkStore::open(StoreConfig { capacity_bytes: 10_000, ..StoreConfig::memory() }).unwrap();
         let baseline = store.stats().used_bytes;
         store.create(&Create::new("/f", REGULAR, 1 << 20), 1).unwrap();
         let error = store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1).unwrap_err();
@@ -1209,13 +1451,13 @@ mod tests {
         let target = chunk("/s", 1, 3);
         store.write(&target, 0, &mut &b"before"[..], template(64), 1).unwrap();
         store.set_chunk_len(&target, 10, template(64), 1).unwrap();
-        let shared = store.read_shared(&target, 2, 100).unwrap();
+        let shared = store.read_shared(&target, 2, 100, 0).unwrap();
         assert_eq!(shared.len, 8);
         let (bytes, range) = shared.bytes.unwrap();
         store.write(&target, 0, &mut &b"AFTER!"[..], template(64), 2).unwrap();
         assert_eq!(&bytes[range], b"fore");
         assert_eq!(read_all(&store, &target), b"AFTER!\0\0\0\0");
-        assert!(store.read_shared(&chunk("/s", 2, 3), 0, 1).unwrap().attr.is_none());
+        assert!(store.read_shared(&chunk("/s", 2, 3), 0, 1, 0).unwrap().attr.is_none());
     }
 
     #[test]
@@ -1239,7 +1481,7 @@ mod tests {
     #[test]
     fn directory_store_survives_reopening() {
         let root = temp_dir("reopen");
-        let config = StoreConfig { backend: Backend::Directory(root.clone()), capacity_bytes: 0 };
+        let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
         {
             let store = ChunkStore::open(config.clone()).unwrap();
             create_dir(&store, "/d");
@@ -1272,8 +1514,8 @@ mod tests {
             use_directory in any::<bool>(),
         ) {
             let root = temp_dir("model");
-            let backend = if use_directory { Backend::Directory(root.clone()) } else { Backend::Memory };
-            let store = ChunkStore::open(StoreConfig { backend, capacity_bytes: 0 }).unwrap();
+            let medium = if use_directory { Medium::Directory(root.clone()) } else { Medium::Memory };
+            let store = ChunkStore::open(StoreConfig { medium, capacity_bytes: 0, cache: None }).unwrap();
             let target = chunk("/m", 1, 42);
             let mut model: Vec<u8> = Vec::new();
             for (offset, bytes, shrink) in operations {

@@ -1,0 +1,290 @@
+//! Writing dirty data back to the backend (cache mode): the flush policies, the I/O monitor
+//! behind I/O-aware flushing, the flusher thread, and `sync`.
+//!
+//! Every server decides alone. With the `io-aware` policy (CHFS/Cache's CACHE-A) a server
+//! starts flushing once it has seen no file-system request for the idle interval, and stops
+//! as soon as one arrives: between two chunks, or between two pieces of one chunk
+//! ([`ringfs_store::backend::FLUSH_PIECE_BYTES`]). Applications that alternate computing and
+//! I/O thus get their flushing done while they compute. `immediate` flushes whenever there is
+//! work (CACHE-I); `none` only on `sync` and at shutdown.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::MutexGuard;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::{Errno, Request, Response};
+use ringfs_store::{FlushOutcome, QueuedWork, StoreError};
+
+use crate::service::{ServerState, store_errno};
+
+/// When a server writes dirty data to the backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlushPolicy {
+    /// After the idle interval without requests; stops when a request arrives.
+    IoAware,
+    /// Whenever there is dirty data.
+    Immediate,
+    /// Only on `sync` and at shutdown.
+    None,
+}
+
+impl fmt::Display for FlushPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            FlushPolicy::IoAware => "io-aware",
+            FlushPolicy::Immediate => "immediate",
+            FlushPolicy::None => "none",
+        })
+    }
+}
+
+impl FromStr for FlushPolicy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<FlushPolicy, String> {
+        match text {
+            "io-aware" => Ok(FlushPolicy::IoAware),
+            "immediate" => Ok(FlushPolicy::Immediate),
+            "none" => Ok(FlushPolicy::None),
+            other => Err(format!("unknown flush policy {other:?}: expected io-aware, immediate or none")),
+        }
+    }
+}
+
+/// How a cache-mode server flushes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlushConfig {
+    pub policy: FlushPolicy,
+    /// `io-aware`: how long the server must see no request before it flushes. Default 1 s.
+    pub idle: Duration,
+}
+
+impl Default for FlushConfig {
+    fn default() -> Self {
+        FlushConfig { policy: FlushPolicy::IoAware, idle: Duration::from_secs(1) }
+    }
+}
+
+/// A sync answers after about this long with how much is left (and the client asks again).
+const SYNC_STEP: Duration = Duration::from_secs(1);
+/// How long the flusher waits before retrying after a failed flush.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How often an idle flusher looks for work.
+const WORK_POLL: Duration = Duration::from_millis(20);
+
+/// Whether a request is application I/O (which stops I/O-aware flushing). Membership,
+/// statistics and the servers' own flushing traffic are not.
+pub fn counts_as_io(request: &Request) -> bool {
+    !matches!(
+        request,
+        Request::Hello(_)
+            | Request::Ping
+            | Request::GetMembers
+            | Request::Join(_)
+            | Request::PushMembers(_)
+            | Request::Stats
+            | Request::Shutdown
+            | Request::Sync { .. }
+            | Request::FlushPrepare { .. }
+    )
+}
+
+/// What request handling tells the flusher: requests in progress, when the last one ended,
+/// and when one arrived during a flush.
+pub struct IoMonitor {
+    started: Instant,
+    in_flight: AtomicU64,
+    arrivals: AtomicU64,
+    last_end_us: AtomicU64,
+    flushing: AtomicBool,
+    /// When the first request arrived during the current flush round (0: none yet).
+    interrupted_at_us: AtomicU64,
+    longest_stop_us: AtomicU64,
+}
+
+impl Default for IoMonitor {
+    fn default() -> Self {
+        IoMonitor {
+            started: Instant::now(),
+            in_flight: AtomicU64::new(0),
+            arrivals: AtomicU64::new(0),
+            last_end_us: AtomicU64::new(0),
+            flushing: AtomicBool::new(false),
+            interrupted_at_us: AtomicU64::new(0),
+            longest_stop_us: AtomicU64::new(0),
+        }
+    }
+}
+
+impl IoMonitor {
+    fn now_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64 + 1
+    }
+
+    /// An I/O request arrived.
+    pub fn begin(&self) {
+        self.arrivals.fetch_add(1, Ordering::SeqCst);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if self.flushing.load(Ordering::SeqCst) {
+            let _ = self.interrupted_at_us.compare_exchange(0, self.now_us(), Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    /// An I/O request was answered.
+    pub fn end(&self) {
+        self.last_end_us.store(self.now_us(), Ordering::SeqCst);
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// How long no I/O request has been in progress (zero while one is).
+    fn idle_for(&self) -> Duration {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_micros(self.now_us().saturating_sub(self.last_end_us.load(Ordering::SeqCst)))
+    }
+
+    fn arrivals(&self) -> u64 {
+        self.arrivals.load(Ordering::SeqCst)
+    }
+
+    fn start_round(&self) {
+        self.interrupted_at_us.store(0, Ordering::SeqCst);
+        self.flushing.store(true, Ordering::SeqCst);
+    }
+
+    /// Ends a flush round; if a request stopped it, records how long stopping took.
+    fn end_round(&self) {
+        self.flushing.store(false, Ordering::SeqCst);
+        let arrived = self.interrupted_at_us.swap(0, Ordering::SeqCst);
+        if arrived > 0 {
+            self.longest_stop_us.fetch_max(self.now_us().saturating_sub(arrived), Ordering::SeqCst);
+        }
+    }
+
+    pub fn is_flushing(&self) -> bool {
+        self.flushing.load(Ordering::SeqCst)
+    }
+
+    pub fn longest_stop_us(&self) -> u64 {
+        self.longest_stop_us.load(Ordering::SeqCst)
+    }
+}
+
+impl ServerState {
+    fn flush_lock(&self) -> MutexGuard<'_, ()> {
+        self.flush_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Asks the server of `path`'s entry to apply the entry's pending operation (see
+    /// `ChunkStore::prepare_entry`).
+    pub(crate) fn prepare_at_owner(&self, path: &str, file_id: u64) -> Result<bool, Errno> {
+        let owner = self.owner_of(path, 0);
+        if owner.name == self.name {
+            return self.store.prepare_entry(path, file_id).map_err(store_errno);
+        }
+        match self.call_member(&owner, &Request::FlushPrepare { path: path.to_string(), file_id }, &[])?.response {
+            Response::Prepared { reopen } => Ok(reopen),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
+    /// Interrupted or failed work goes back to the queue.
+    fn flush_one(&self, up_to: u64, keep_going: &dyn Fn() -> bool) -> Option<Result<FlushOutcome, StoreError>> {
+        let _serialized = self.flush_lock();
+        let queued: QueuedWork = self.store.next_work(up_to)?;
+        let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
+        let outcome = self.store.flush(&queued.item, &prepare, keep_going);
+        match &outcome {
+            Ok(FlushOutcome::Interrupted) => self.store.requeue(queued),
+            Err(error) => {
+                log::warn!("flushing {:?} failed: {error}", queued.item);
+                self.store.requeue(queued);
+            }
+            Ok(_) => {}
+        }
+        Some(outcome)
+    }
+
+    /// One step of a sync: flushes the work queued before the sync began (`ticket` 0: now)
+    /// for about a second, then answers how much of it is left.
+    pub fn sync(&self, ticket: u64) -> Result<Response, Errno> {
+        let up_to = if ticket == 0 { self.store.work_sequence() } else { ticket };
+        let deadline = Instant::now() + SYNC_STEP;
+        let mut failures = 0;
+        while Instant::now() < deadline {
+            match self.flush_one(up_to, &|| true) {
+                None => break,
+                Some(Ok(_)) => failures = 0,
+                Some(Err(error)) => {
+                    failures += 1;
+                    if failures >= 10 {
+                        log::error!("sync gives up after repeated failures: {error}");
+                        return Err(Errno::EIO);
+                    }
+                    std::thread::sleep(RETRY_PAUSE / 4);
+                }
+            }
+        }
+        Ok(Response::SyncProgress { ticket: up_to, remaining: self.store.work_left(up_to) })
+    }
+
+    /// Flushes everything queued now (at shutdown), giving up on work that keeps failing.
+    pub fn flush_everything(&self) {
+        let mut ticket = 0;
+        for _ in 0..3600 {
+            match self.sync(ticket) {
+                Ok(Response::SyncProgress { remaining: 0, .. }) => return,
+                Ok(Response::SyncProgress { ticket: next, remaining }) => {
+                    log::info!("flushing before shutdown: {remaining} left");
+                    ticket = next;
+                }
+                other => {
+                    log::error!("could not flush everything before shutdown: {other:?}");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The flusher thread: applies the flush policy until shutdown.
+    pub fn flush_loop(&self, config: FlushConfig) {
+        let monitor = &self.io_monitor;
+        while !self.shutdown.is_requested() {
+            if config.policy == FlushPolicy::None || !self.store.has_work() {
+                self.shutdown.wait(WORK_POLL);
+                continue;
+            }
+            if config.policy == FlushPolicy::IoAware {
+                let idle = monitor.idle_for();
+                if idle < config.idle {
+                    self.shutdown.wait((config.idle - idle).max(Duration::from_millis(1)));
+                    continue;
+                }
+            }
+            // A flush round: until the work is done, or (io-aware) a request arrives.
+            let arrivals = monitor.arrivals();
+            let undisturbed = || config.policy != FlushPolicy::IoAware || monitor.arrivals() == arrivals;
+            let keep_going = || undisturbed() && !self.shutdown.is_requested();
+            monitor.start_round();
+            let mut failed = false;
+            while keep_going() {
+                match self.flush_one(u64::MAX, &keep_going) {
+                    None => break,
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) => {
+                        failed = true;
+                        break;
+                    }
+                }
+            }
+            monitor.end_round();
+            if failed {
+                self.shutdown.wait(RETRY_PAUSE);
+            }
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! The backend directory of cache mode: where ringfs paths under the mount path live on the
+//! parallel file system, and the file operations the cache performs there.
+//!
+//! A ringfs path `MOUNT/x/y` maps to `BACKEND/x/y`. ringfs paths are canonical (no `.` or
+//! `..` components, see `ringfs_proto::path`), so a mapped path never leaves the backend
+//! directory. Everything here is plain POSIX file access; when and why it happens is decided
+//! by the store (loading, flushing) and the server (the flush policy).
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use ringfs_proto::path;
+use ringfs_proto::{Attr, EntryFlags, FileKind};
+
+/// Bytes one backend write covers at most; the flusher checks between pieces whether it
+/// must stop for application I/O.
+pub const FLUSH_PIECE_BYTES: usize = 256 << 10;
+
+/// The backend directory and the ringfs directory it appears at.
+#[derive(Clone, Debug)]
+pub struct BackendDir {
+    root: PathBuf,
+    /// Canonical ringfs path the backend appears at (`/` for the whole name space).
+    mount: String,
+}
+
+/// What kind of entry a pending removal removes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemovalKind {
+    File,
+    Directory,
+}
+
+fn not_found(error: &io::Error) -> bool {
+    error.kind() == io::ErrorKind::NotFound
+}
+
+impl BackendDir {
+    pub fn new(root: PathBuf, mount: &str) -> Result<BackendDir, String> {
+        let mount = path::canonicalize(mount).map_err(|errno| format!("invalid mount path {mount:?}: {errno}"))?;
+        if !root.is_dir() {
+            return Err(format!("backend {} is not a directory", root.display()));
+        }
+        Ok(BackendDir { root, mount })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn mount_path(&self) -> &str {
+        &self.mount
+    }
+
+    /// Whether `path` (canonical) lies in the cached tree: the mount path or below it.
+    pub fn covers(&self, path: &str) -> bool {
+        path == self.mount || path::is_inside(path, &self.mount)
+    }
+
+    /// The backend location of a ringfs path in the cached tree.
+    pub fn locate(&self, path: &str) -> Option<PathBuf> {
+        if path == self.mount {
+            return Some(self.root.clone());
+        }
+        let relative = path.strip_prefix(self.mount.as_str())?.trim_start_matches('/');
+        (self.covers(path) && !relative.is_empty()).then(|| self.root.join(relative))
+    }
+
+    fn location(&self, path: &str) -> io::Result<PathBuf> {
+        self.locate(path).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("{path} is outside the cached tree")))
+    }
+
+    /// The attributes of the backend entry at `path` as a cached ringfs entry would carry
+    /// them, or `None` if there is none (or it is of a type ringfs does not store).
+    pub fn entry_attr(&self, path: &str, chunk_size: u32) -> io::Result<Option<Attr>> {
+        match fs::symlink_metadata(self.location(path)?) {
+            Ok(metadata) => Ok(attr_of(&metadata, chunk_size)),
+            Err(error) if not_found(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Target of the backend symbolic link at `path`.
+    pub fn read_link(&self, path: &str) -> io::Result<String> {
+        let target = fs::read_link(self.location(path)?)?;
+        target.into_os_string().into_string().map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "link target is not UTF-8"))
+    }
+
+    /// Reads up to `buffer.len()` bytes of the backend file at `offset`; fewer at its end.
+    pub fn read_at(&self, path: &str, offset: u64, buffer: &mut [u8]) -> io::Result<usize> {
+        let file = File::open(self.location(path)?)?;
+        let mut done = 0;
+        while done < buffer.len() {
+            match file.read_at(&mut buffer[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(count) => done += count,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(done)
+    }
+
+    /// The entries of the backend directory `dir`, sorted by name, with their attributes.
+    /// A missing directory lists as empty.
+    pub fn list(&self, dir: &str, chunk_size: u32) -> io::Result<Vec<(String, Attr)>> {
+        let location = self.location(dir)?;
+        let entries = match fs::read_dir(&location) {
+            Ok(entries) => entries,
+            Err(error) if not_found(&error) || error.raw_os_error() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let mut listing = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            if path::validate(&path::join(dir, &name)).is_err() {
+                continue;
+            }
+            match entry.metadata() {
+                Ok(metadata) => listing.extend(attr_of(&metadata, chunk_size).map(|attr| (name, attr))),
+                Err(error) if not_found(&error) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        listing.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(listing)
+    }
+
+    // ----- flushing -------------------------------------------------------------------------
+
+    /// Creates the parent directories of `location` as needed.
+    fn make_parents(location: &Path) -> io::Result<()> {
+        match location.parent() {
+            Some(parent) => fs::create_dir_all(parent),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes whatever is at `location` (a whole tree for a directory); nothing there is fine.
+    fn remove_location(location: &Path) -> io::Result<()> {
+        let outcome = match fs::symlink_metadata(location) {
+            Ok(metadata) if metadata.is_dir() => fs::remove_dir_all(location),
+            Ok(_) => fs::remove_file(location),
+            Err(error) => Err(error),
+        };
+        match outcome {
+            Err(error) if not_found(&error) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Makes `path` a new empty regular file with `mode`, replacing what is there. The file
+    /// is a new inode, so a flush that opened the old file cannot write into the new one.
+    pub fn create_file(&self, path: &str, mode: u32) -> io::Result<()> {
+        let location = self.location(path)?;
+        Self::remove_location(&location)?;
+        let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&location);
+        match open() {
+            Err(error) if not_found(&error) => {
+                Self::make_parents(&location)?;
+                open().map(drop)
+            }
+            other => other.map(drop),
+        }
+    }
+
+    /// Makes `path` a directory (creating parents; replacing a non-directory) with `mode`.
+    pub fn make_dir(&self, path: &str, mode: u32) -> io::Result<()> {
+        let location = self.location(path)?;
+        if fs::symlink_metadata(&location).is_ok_and(|metadata| !metadata.is_dir()) {
+            fs::remove_file(&location)?;
+        }
+        fs::create_dir_all(&location)?;
+        fs::set_permissions(&location, fs::Permissions::from_mode(mode & 0o7777))
+    }
+
+    /// Makes `path` a symbolic link to `target`, replacing what is there.
+    pub fn make_symlink(&self, path: &str, target: &str) -> io::Result<()> {
+        let location = self.location(path)?;
+        Self::remove_location(&location)?;
+        match std::os::unix::fs::symlink(target, &location) {
+            Err(error) if not_found(&error) => {
+                Self::make_parents(&location)?;
+                std::os::unix::fs::symlink(target, &location)
+            }
+            other => other,
+        }
+    }
+
+    /// Cuts the backend file at `path` to at most `len` bytes (a missing file is fine).
+    pub fn trim(&self, path: &str, len: u64) -> io::Result<()> {
+        let location = self.location(path)?;
+        match OpenOptions::new().write(true).open(&location) {
+            Ok(file) => {
+                if file.metadata()?.len() > len {
+                    file.set_len(len)?;
+                }
+                Ok(())
+            }
+            Err(error) if not_found(&error) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Sets the permission bits of the backend entry at `path`.
+    pub fn set_mode(&self, path: &str, mode: u32) -> io::Result<()> {
+        fs::set_permissions(self.location(path)?, fs::Permissions::from_mode(mode & 0o7777))
+    }
+
+    /// Opens the backend file at `path` for writing chunk data. A file that vanished from the
+    /// backend is created again (the entry still exists in ringfs).
+    pub fn open_for_flush(&self, path: &str, mode: u32) -> io::Result<File> {
+        let location = self.location(path)?;
+        match OpenOptions::new().write(true).open(&location) {
+            Err(error) if not_found(&error) => {
+                Self::make_parents(&location)?;
+                OpenOptions::new().write(true).create(true).mode(mode & 0o7777).open(&location)
+            }
+            other => other,
+        }
+    }
+
+    /// Removes the backend entry at `path`: a file or link, or a directory with everything in
+    /// it (ringfs removed the directory only once it was empty in the merged view, so what is
+    /// left inside was removed in ringfs too).
+    pub fn remove(&self, path: &str) -> io::Result<()> {
+        if path == self.mount {
+            return Ok(());
+        }
+        Self::remove_location(&self.location(path)?)
+    }
+}
+
+/// Writes `bytes` to `file` at `offset`, a piece at a time; stops early (returning `false`)
+/// when `keep_going` says so between pieces.
+pub fn write_pieces(file: &File, bytes: &[u8], offset: u64, keep_going: &dyn Fn() -> bool) -> io::Result<bool> {
+    for (number, piece) in bytes.chunks(FLUSH_PIECE_BYTES).enumerate() {
+        if number > 0 && !keep_going() {
+            return Ok(false);
+        }
+        file.write_all_at(piece, offset + (number * FLUSH_PIECE_BYTES) as u64)?;
+    }
+    Ok(true)
+}
+
+/// Makes `file` at least `len` bytes long (the extension reads as zeros).
+pub fn extend_to(file: &File, len: u64) -> io::Result<()> {
+    if file.metadata()?.len() < len {
+        file.set_len(len)?;
+    }
+    Ok(())
+}
+
+/// The attributes a cached entry gets from backend metadata. Its identity is derived from the
+/// backend inode, so the same file gets the same id (and FUSE inode number) wherever it is
+/// first seen.
+fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
+    let kind = if metadata.is_dir() {
+        FileKind::Directory
+    } else if metadata.file_type().is_symlink() {
+        FileKind::Symlink
+    } else if metadata.is_file() {
+        FileKind::Regular
+    } else {
+        return None;
+    };
+    let size = metadata.len();
+    let chunk = chunk_size.max(1) as u64;
+    let mut flags = EntryFlags::BACKED | EntryFlags::IN_BACKEND;
+    let (len, backend_len) = match kind {
+        FileKind::Regular => {
+            flags |= EntryFlags::BACKEND_DATA;
+            if size > chunk {
+                flags |= EntryFlags::EXTENDED;
+            }
+            (size.min(chunk), size)
+        }
+        FileKind::Symlink => {
+            flags |= EntryFlags::BACKEND_DATA;
+            (size, 0)
+        }
+        FileKind::Directory => (0, 0),
+    };
+    let identity = xxhash_rust::xxh3::xxh3_64(&[metadata.dev().to_le_bytes(), metadata.ino().to_le_bytes()].concat());
+    Some(Attr {
+        mode: kind.mode_bits() | (metadata.mode() & 0o7777),
+        uid: metadata.uid(),
+        gid: metadata.gid(),
+        chunk_size,
+        len,
+        file_id: identity | 1,
+        atime_ns: metadata.atime() * 1_000_000_000 + metadata.atime_nsec(),
+        mtime_ns: metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
+        ctime_ns: metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
+        flags,
+        backend_len,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ringfs-backend-{tag}-{}-{:x}", std::process::id(), rand_u64()));
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn rand_u64() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
+    }
+
+    #[test]
+    fn paths_map_under_the_mount_only() {
+        let root = scratch("map");
+        let backend = BackendDir::new(root.clone(), "/cache").unwrap();
+        assert_eq!(backend.locate("/cache"), Some(root.clone()));
+        assert_eq!(backend.locate("/cache/a/b"), Some(root.join("a/b")));
+        assert_eq!(backend.locate("/cached"), None);
+        assert_eq!(backend.locate("/other"), None);
+        assert!(backend.covers("/cache/x") && !backend.covers("/"));
+        let everything = BackendDir::new(root.clone(), "/").unwrap();
+        assert_eq!(everything.locate("/a"), Some(root.join("a")));
+        assert!(BackendDir::new(root.join("missing"), "/").is_err());
+        fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn entries_listings_and_flush_operations() {
+        let root = scratch("ops");
+        let backend = BackendDir::new(root.clone(), "/").unwrap();
+        fs::write(root.join("data"), vec![7u8; 3000]).unwrap();
+        let attr = backend.entry_attr("/data", 1024).unwrap().unwrap();
+        assert!(attr.is_regular() && attr.has(EntryFlags::BACKEND_DATA | EntryFlags::EXTENDED | EntryFlags::IN_BACKEND));
+        assert_eq!((attr.len, attr.backend_len), (1024, 3000));
+        assert_eq!(backend.entry_attr("/data", 1024).unwrap().unwrap().file_id, attr.file_id, "identity is stable");
+        assert_eq!(backend.entry_attr("/missing", 1024).unwrap(), None);
+        let mut buffer = [0u8; 100];
+        assert_eq!(backend.read_at("/data", 2950, &mut buffer).unwrap(), 50);
+
+        backend.create_file("/new/deep/file", 0o600).unwrap();
+        let file = backend.open_for_flush("/new/deep/file", 0o600).unwrap();
+        assert!(write_pieces(&file, &vec![1u8; FLUSH_PIECE_BYTES + 10], 5, &|| true).unwrap());
+        extend_to(&file, 1 << 20).unwrap();
+        assert_eq!(fs::metadata(root.join("new/deep/file")).unwrap().len(), 1 << 20);
+        assert!(!write_pieces(&file, &vec![2u8; 3 * FLUSH_PIECE_BYTES], 0, &|| false).unwrap(), "stops between pieces");
+        backend.trim("/new/deep/file", 10).unwrap();
+        assert_eq!(fs::read(root.join("new/deep/file")).unwrap(), [2u8; 10], "the first piece is always written");
+
+        backend.make_dir("/d/e", 0o750).unwrap();
+        backend.make_symlink("/d/link", "../data").unwrap();
+        assert_eq!(backend.read_link("/d/link").unwrap(), "../data");
+        let names: Vec<String> = backend.list("/d", 1024).unwrap().into_iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["e", "link"]);
+        assert!(backend.list("/nothing", 1024).unwrap().is_empty());
+
+        backend.create_file("/d", 0o644).unwrap();
+        assert!(root.join("d").is_file(), "a file replaces a directory tree");
+        backend.remove("/new").unwrap();
+        backend.remove("/new").unwrap();
+        assert!(!root.join("new").exists());
+        fs::remove_dir_all(root).unwrap();
+    }
+}
