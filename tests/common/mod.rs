@@ -202,6 +202,15 @@ impl TestCluster {
         self.servers[index].address = address;
     }
 
+    /// Sets `--name value` in the arguments servers start with (for later restarts).
+    pub fn set_extra_arg(&mut self, name: &str, value: &str) {
+        let args = &mut self.options.extra_args;
+        match args.iter().position(|arg| arg == name) {
+            Some(at) => args[at + 1] = value.to_string(),
+            None => args.extend([name.to_string(), value.to_string()]),
+        }
+    }
+
     /// Adds a new server that joins the cluster.
     pub fn add_server(&mut self) -> usize {
         let name = format!("server-{}", self.servers.len());

@@ -10,7 +10,10 @@ use ringfs_client::{CacheStats, Client};
 /// The backend directory and mount path of the cluster, from any server's counters.
 fn cache_of(client: &Client) -> Result<CacheStats> {
     let stats = client.server_stats().map_err(|errno| anyhow::anyhow!("cannot reach the servers: {errno}"))?;
-    stats.into_iter().find_map(|stats| stats.cache.map(|cache| *cache)).context("this cluster caches no backend (start it with --backend DIR)")
+    stats
+        .into_iter()
+        .find_map(|stats| stats.cache.map(|cache| *cache))
+        .context("this cluster caches no backend (start it with --backend DIR)")
 }
 
 /// Writes everything dirty to the backend, reporting what is left once a second.

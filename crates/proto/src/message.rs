@@ -420,11 +420,6 @@ pub enum Response {
         any: bool,
         removed: Vec<String>,
     },
-    /// Result of `FlushPrepare`: the backend file was replaced just now, so files opened
-    /// before must be opened again.
-    Prepared {
-        reopen: bool,
-    },
     /// Result of `Sync`: the sync's ticket, and the chunks and entries of it not flushed yet.
     SyncProgress {
         ticket: u64,
@@ -483,8 +478,7 @@ const TAG_R_HAS_ENTRIES: u8 = 138;
 const TAG_R_REPLACED: u8 = 139;
 const TAG_R_STATS: u8 = 140;
 const TAG_R_FOUND: u8 = 141;
-const TAG_R_PREPARED: u8 = 142;
-const TAG_R_SYNC_PROGRESS: u8 = 143;
+const TAG_R_SYNC_PROGRESS: u8 = 142;
 
 fn write_attr(w: &mut Writer, attr: &Attr) {
     w.raw(&attr.to_bytes());
@@ -962,9 +956,6 @@ impl Response {
                 w.u8(TAG_R_HAS_ENTRIES).bool(*any);
                 write_names(&mut w, removed);
             }
-            Response::Prepared { reopen } => {
-                w.u8(TAG_R_PREPARED).bool(*reopen);
-            }
             Response::SyncProgress { ticket, remaining } => {
                 w.u8(TAG_R_SYNC_PROGRESS).u64(*ticket).u64(*remaining);
             }
@@ -1022,7 +1013,6 @@ impl Response {
                 Response::DirPage(DirPage { entries, more, removed: read_names(&mut r)? })
             }
             TAG_R_HAS_ENTRIES => Response::HasEntries { any: r.bool()?, removed: read_names(&mut r)? },
-            TAG_R_PREPARED => Response::Prepared { reopen: r.bool()? },
             TAG_R_SYNC_PROGRESS => Response::SyncProgress { ticket: r.u64()?, remaining: r.u64()? },
             TAG_R_REPLACED => Response::Replaced(r.option(read_attr)?),
             TAG_R_STATS => Response::Stats(ServerStats {
@@ -1166,7 +1156,6 @@ mod tests {
                 removed: vec!["b".into()],
             }),
             Response::HasEntries { any: false, removed: vec!["c".into(), "d".into()] },
-            Response::Prepared { reopen: true },
             Response::SyncProgress { ticket: 5, remaining: 6 },
             Response::Replaced(Some(sample_attr())),
             Response::Stats(ServerStats {

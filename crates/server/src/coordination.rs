@@ -116,6 +116,9 @@ impl ServerState {
         if outcome.truncated_extended {
             self.remove_chunks_everywhere(&create.path, outcome.attr.file_id, 1);
         }
+        if outcome.truncated {
+            self.store.cut_backend_file(&create.path, outcome.attr.file_id, 0).map_err(store_errno)?;
+        }
         Ok(Response::Attr(outcome.attr))
     }
 
@@ -155,6 +158,7 @@ impl ServerState {
         if before.is_extended() {
             self.remove_chunks_everywhere(path, attr.file_id, last_index + 1);
         }
+        self.store.cut_backend_file(path, attr.file_id, size).map_err(store_errno)?;
         let attr = self.store.stat(&ChunkRef { path: path.to_string(), index: 0, file_id: attr.file_id }).map_err(store_errno)?;
         Ok(Response::Attr(attr))
     }

@@ -180,15 +180,12 @@ impl ServerState {
 
     /// Asks the server of `path`'s entry to apply the entry's pending operation (see
     /// `ChunkStore::prepare_entry`).
-    pub(crate) fn prepare_at_owner(&self, path: &str, file_id: u64) -> Result<bool, Errno> {
+    pub(crate) fn prepare_at_owner(&self, path: &str, file_id: u64) -> Result<(), Errno> {
         let owner = self.owner_of(path, 0);
         if owner.name == self.name {
             return self.store.prepare_entry(path, file_id).map_err(store_errno);
         }
-        match self.call_member(&owner, &Request::FlushPrepare { path: path.to_string(), file_id }, &[])?.response {
-            Response::Prepared { reopen } => Ok(reopen),
-            _ => Err(Errno::EPROTO),
-        }
+        self.call_member(&owner, &Request::FlushPrepare { path: path.to_string(), file_id }, &[]).map(drop)
     }
 
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.

@@ -244,7 +244,8 @@ impl ServerState {
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Sync { ticket } => self.sync(ticket),
             Request::FlushPrepare { path, file_id } => {
-                Ok(Response::Prepared { reopen: self.store.prepare_entry(&path, file_id).map_err(store_errno)? })
+                self.store.prepare_entry(&path, file_id).map_err(store_errno)?;
+                Ok(Response::Done)
             }
             Request::ReadBackendDir { path, after, limit } => Ok(Response::DirPage(
                 self.store.backend_page(&path, after.as_deref(), limit.clamp(1, 10_000) as usize).map_err(store_errno)?,

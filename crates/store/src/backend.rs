@@ -210,8 +210,13 @@ impl BackendDir {
         fs::set_permissions(self.location(path)?, fs::Permissions::from_mode(mode & 0o7777))
     }
 
-    /// Opens the backend file at `path` for writing chunk data. A file that vanished from the
-    /// backend is created again (the entry still exists in ringfs).
+    /// Opens the existing backend file at `path` for writing.
+    pub fn open_existing(&self, path: &str) -> io::Result<File> {
+        OpenOptions::new().write(true).open(self.location(path)?)
+    }
+
+    /// Opens the backend file at `path` for writing chunk data, creating it (and its parent
+    /// directories) if it is missing.
     pub fn open_for_flush(&self, path: &str, mode: u32) -> io::Result<File> {
         let location = self.location(path)?;
         match OpenOptions::new().write(true).open(&location) {
@@ -232,18 +237,6 @@ impl BackendDir {
         }
         Self::remove_location(&self.location(path)?)
     }
-}
-
-/// Writes `bytes` to `file` at `offset`, a piece at a time; stops early (returning `false`)
-/// when `keep_going` says so between pieces.
-pub fn write_pieces(file: &File, bytes: &[u8], offset: u64, keep_going: &dyn Fn() -> bool) -> io::Result<bool> {
-    for (number, piece) in bytes.chunks(FLUSH_PIECE_BYTES).enumerate() {
-        if number > 0 && !keep_going() {
-            return Ok(false);
-        }
-        file.write_all_at(piece, offset + (number * FLUSH_PIECE_BYTES) as u64)?;
-    }
-    Ok(true)
 }
 
 /// Makes `file` at least `len` bytes long (the extension reads as zeros).
@@ -343,13 +336,13 @@ mod tests {
         assert_eq!(backend.read_at("/data", 2950, &mut buffer).unwrap(), 50);
 
         backend.create_file("/new/deep/file", 0o600).unwrap();
-        let file = backend.open_for_flush("/new/deep/file", 0o600).unwrap();
-        assert!(write_pieces(&file, &vec![1u8; FLUSH_PIECE_BYTES + 10], 5, &|| true).unwrap());
+        let file = backend.open_existing("/new/deep/file").unwrap();
+        file.write_all_at(&[1u8; 20], 5).unwrap();
         extend_to(&file, 1 << 20).unwrap();
         assert_eq!(fs::metadata(root.join("new/deep/file")).unwrap().len(), 1 << 20);
-        assert!(!write_pieces(&file, &vec![2u8; 3 * FLUSH_PIECE_BYTES], 0, &|| false).unwrap(), "stops between pieces");
         backend.trim("/new/deep/file", 10).unwrap();
-        assert_eq!(fs::read(root.join("new/deep/file")).unwrap(), [2u8; 10], "the first piece is always written");
+        assert_eq!(fs::read(root.join("new/deep/file")).unwrap(), [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
+        assert!(backend.open_existing("/not/there").is_err());
 
         backend.make_dir("/d/e", 0o750).unwrap();
         backend.make_symlink("/d/link", "../data").unwrap();

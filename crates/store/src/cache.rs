@@ -32,6 +32,9 @@ use std::sync::{Mutex, TryLockError};
 use ringfs_proto::path;
 use ringfs_proto::{CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno, FileKind};
 
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+
 use crate::backend::{self, BackendDir, RemovalKind};
 use crate::body::Body;
 use crate::store::{Chunk, ChunkHandle, ChunkStore, DirShard, FileShard, lock, shard_of};
@@ -118,9 +121,8 @@ pub(crate) struct Cache {
 }
 
 /// The entry's server, asked to apply the entry's pending operation before chunk data of
-/// `(path, file_id)` is written; answers whether the backend file was replaced (files opened
-/// before must be opened again). ESTALE or ENOENT: the file is gone.
-pub type Prepare<'a> = &'a dyn Fn(&str, u64) -> Result<bool, Errno>;
+/// `(path, file_id)` is written. ESTALE or ENOENT: the file is gone.
+pub type Prepare<'a> = &'a dyn Fn(&str, u64) -> Result<(), Errno>;
 
 impl Cache {
     pub fn new(config: &CacheConfig) -> Result<Cache, StoreError> {
@@ -445,17 +447,30 @@ impl ChunkStore {
     }
 
     /// Applies the pending operation of the entry `(path, file_id)` to the backend (asked by a
-    /// server about to flush a chunk of the file). Returns whether the backend file was
-    /// replaced just now; ESTALE if the entry is gone or is another file now.
-    pub fn prepare_entry(&self, path: &str, file_id: u64) -> Result<bool, StoreError> {
+    /// server about to flush a chunk of the file); ESTALE if the entry is gone or is another
+    /// file now.
+    pub fn prepare_entry(&self, path: &str, file_id: u64) -> Result<(), StoreError> {
         let handle = self.head(path).ok_or(Errno::ESTALE)?;
         let mut chunk = lock(&handle);
         if chunk.removed || (file_id != 0 && chunk.attr.file_id != file_id) {
             return Err(Errno::ESTALE.into());
         }
-        let replaced = chunk.pending == Some(PendingOp::Create);
-        self.apply_pending(path, &mut chunk)?;
-        Ok(replaced)
+        self.apply_pending(path, &mut chunk)
+    }
+
+    /// A regular file in the cached tree was cut to `len` and its chunks past the cut are gone
+    /// from every server: the backend file is cut when the entry is next flushed. (Recording
+    /// the cut only now means no flush of a removed chunk can land after the cut.)
+    pub fn cut_backend_file(&self, path: &str, file_id: u64, len: u64) -> Result<(), StoreError> {
+        let handle = self.head_checked(path, file_id)?;
+        let mut chunk = lock(&handle);
+        if !chunk.attr.has(EntryFlags::BACKED) || !chunk.attr.is_regular() {
+            return Ok(());
+        }
+        chunk.pending = PendingOp::after_trim(chunk.pending, len);
+        self.persist(&chunk)?;
+        self.queue_entry(path, &chunk);
+        Ok(())
     }
 
     fn apply_pending(&self, path: &str, chunk: &mut Chunk) -> Result<(), StoreError> {
@@ -500,53 +515,57 @@ impl ChunkStore {
         let reference = ChunkRef { path: path.to_string(), index, file_id };
         let handle = if index == 0 { self.head(path) } else { self.find_tail(&reference) };
         let Some(handle) = handle else { return Ok(FlushOutcome::Skipped) };
-        let (data, len, version, attr) = {
+        let (data, version, attr) = {
             let chunk = lock(&handle);
             if chunk.removed || chunk.attr.file_id != file_id || (!chunk.attr.has(EntryFlags::DIRTY) && chunk.pending.is_none()) {
                 return Ok(FlushOutcome::Skipped);
             }
             let has_data = chunk.attr.is_regular() && chunk.attr.has(EntryFlags::DIRTY) && !chunk.attr.has(EntryFlags::BACKEND_DATA);
             let data = if has_data { Some(chunk.body.snapshot()?) } else { None };
-            (data, chunk.attr.len, chunk.version, chunk.attr)
+            (data, chunk.version, chunk.attr)
         };
         let local_prepare = |path: &str, file_id: u64| self.prepare_entry(path, file_id).map_err(|error| error.errno());
         let prepare: Prepare<'_> = if index == 0 { &local_prepare } else { prepare };
+        // The entry's pending creation or cut reaches the backend before any of its data.
+        match prepare(path, file_id) {
+            Ok(()) => {}
+            Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(FlushOutcome::Skipped),
+            // The entry's server cannot be asked: writing the data is better than keeping it
+            // from the backend.
+            Err(errno) => log::warn!("flushing {path} chunk {index} without its entry's server: {errno}"),
+        }
         let mut written = 0;
         if attr.is_regular() {
-            // Open, then prepare: if the entry's file is replaced at that moment, the handle
-            // opened before points to the old file and is opened again.
-            let early = cache.backend.open_for_flush(path, attr.mode).ok();
-            let replaced = match prepare(path, file_id) {
-                Ok(replaced) => replaced,
-                Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(FlushOutcome::Skipped),
-                Err(errno) => {
-                    // The entry's server cannot be asked: writing the data is better than
-                    // keeping it from the backend.
-                    log::warn!("flushing {path} chunk {index} without its entry's server: {errno}");
-                    false
-                }
-            };
-            let file = match early {
-                Some(file) if !replaced => file,
-                _ => cache.backend.open_for_flush(path, attr.mode).map_err(io_errno)?,
-            };
+            let Some(file) = self.open_flushed_file(path, file_id, attr.mode, prepare)? else { return Ok(FlushOutcome::Skipped) };
             if let Some(bytes) = &data {
                 let offset = index * attr.chunk_size as u64;
-                let stored = &bytes[..bytes.len().min(len as usize)];
-                if !backend::write_pieces(&file, stored, offset, keep_going).map_err(io_errno)? {
-                    return Ok(FlushOutcome::Interrupted);
+                let stored = &bytes[..bytes.len().min(attr.len as usize)];
+                // Each piece is written under the chunk's lock, and only while the chunk is
+                // unchanged: bytes of a chunk that was cut or removed meanwhile never land
+                // after the cut reached the backend (cuts are applied only once the chunks
+                // past them are gone).
+                for (number, piece) in stored.chunks(backend::FLUSH_PIECE_BYTES).enumerate() {
+                    if number > 0 && !keep_going() {
+                        return Ok(FlushOutcome::Interrupted);
+                    }
+                    let chunk = lock(&handle);
+                    if chunk.removed || chunk.version != version {
+                        return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
+                    }
+                    file.write_all_at(piece, offset + (number * backend::FLUSH_PIECE_BYTES) as u64).map_err(io_errno)?;
+                    written += piece.len() as u64;
                 }
-                backend::extend_to(&file, offset + len).map_err(io_errno)?;
-                written = len;
+                let chunk = lock(&handle);
+                if chunk.removed || chunk.version != version {
+                    return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
+                }
+                backend::extend_to(&file, offset + attr.len).map_err(io_errno)?;
             }
             if index == 0 && attr.has(EntryFlags::DIRTY) {
                 cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
             }
-        } else {
-            self.prepare_entry(path, file_id)?;
-            if attr.is_dir() && attr.has(EntryFlags::DIRTY) {
-                cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
-            }
+        } else if attr.is_dir() && attr.has(EntryFlags::DIRTY) {
+            cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
         }
         let mut chunk = lock(&handle);
         let clean = !chunk.removed && chunk.version == version;
@@ -561,6 +580,22 @@ impl ChunkStore {
         cache.counters.flushed_chunks.fetch_add(1, Ordering::Relaxed);
         cache.counters.flushed_bytes.fetch_add(written, Ordering::Relaxed);
         Ok(FlushOutcome::Flushed { bytes: written, clean })
+    }
+
+    /// Opens the backend file of the entry `(path, file_id)` for writing its data. A missing
+    /// file was either removed with its entry (then `None`: nothing to flush) or deleted
+    /// behind ringfs's back (then it is created again, since the entry still exists).
+    fn open_flushed_file(&self, path: &str, file_id: u64, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
+        let backend = &self.cache.as_ref().ok_or(Errno::EIO)?.backend;
+        match backend.open_existing(path) {
+            Ok(file) => return Ok(Some(file)),
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(io_errno(error)),
+            Err(_) => {}
+        }
+        match prepare(path, file_id) {
+            Err(Errno::ESTALE) | Err(Errno::ENOENT) => Ok(None),
+            _ => backend.open_for_flush(path, mode).map(Some).map_err(io_errno),
+        }
     }
 
     // ----- a full store ---------------------------------------------------------------------
@@ -644,8 +679,7 @@ impl ChunkStore {
         // The bytes held here go first, so the backend file holds the whole chunk.
         if !chunk.attr.has(EntryFlags::BACKEND_DATA) {
             let held = chunk.body.snapshot()?;
-            let held = &held[..held.len().min(chunk.attr.len as usize)];
-            backend::write_pieces(&file, held, chunk_start, &|| true).map_err(io_errno)?;
+            file.write_all_at(&held[..held.len().min(chunk.attr.len as usize)], chunk_start).map_err(io_errno)?;
             let stored = chunk.body.stored_len();
             chunk.body.truncate(0)?;
             self.refund(stored);
@@ -653,7 +687,7 @@ impl ChunkStore {
         }
         let mut bytes = vec![0u8; source.len()];
         source.read_into(crate::io::as_uninit(&mut bytes))?;
-        backend::write_pieces(&file, &bytes, chunk_start + offset, &|| true).map_err(io_errno)?;
+        file.write_all_at(&bytes, chunk_start + offset).map_err(io_errno)?;
         let len = chunk.attr.len.max(offset + bytes.len() as u64);
         backend::extend_to(&file, chunk_start + len).map_err(io_errno)?;
         chunk.attr.len = len;
@@ -886,6 +920,7 @@ mod tests {
         assert_eq!(store.read_dir("/", None, 10).removed, ["old"]);
         let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
         store.truncate_head("/cut", cut.file_id, 1000, 1000, 9).unwrap();
+        store.cut_backend_file("/cut", cut.file_id, 1000).unwrap();
         assert_eq!(store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap().backend_len, 1000);
         flush_all(&store);
         assert!(!setup.backend().join("old").exists());

@@ -44,6 +44,9 @@ pub struct CreateOutcome {
     /// An existing file was truncated and had chunks after chunk 0: the caller must remove
     /// them on the other servers.
     pub truncated_extended: bool,
+    /// An existing file was truncated (cache mode: the caller then records the cut of the
+    /// backend file with `cut_backend_file`, once the chunks are gone).
+    pub truncated: bool,
 }
 
 /// A chunk copied out of the store for a rename.
@@ -568,7 +571,7 @@ impl ChunkStore {
         files.paths.entry(entry.path.clone()).or_default().head = Some(handle);
         dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(&entry.path).to_string());
         self.entry_count.fetch_add(1, Ordering::Relaxed);
-        Ok(CreateOutcome { attr, created: true, truncated_extended: false })
+        Ok(CreateOutcome { attr, created: true, truncated_extended: false, truncated: false })
     }
 
     fn open_existing(&self, handle: &ChunkHandle, entry: &Create, kind: FileKind) -> Result<CreateOutcome, StoreError> {
@@ -584,7 +587,8 @@ impl ChunkStore {
             return Err(Errno::EISDIR.into());
         }
         let mut truncated_extended = false;
-        if entry.truncate && chunk.attr.is_regular() {
+        let truncated = entry.truncate && chunk.attr.is_regular();
+        if truncated {
             let freed = chunk.body.stored_len();
             chunk.body.truncate(0)?;
             self.refund(freed);
@@ -592,15 +596,13 @@ impl ChunkStore {
             chunk.attr.len = 0;
             chunk.attr.mtime_ns = entry.time_ns;
             chunk.attr.ctime_ns = entry.time_ns;
-            if chunk.attr.has(EntryFlags::BACKED) {
-                chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
-                chunk.attr.backend_len = 0;
-                chunk.pending = PendingOp::after_trim(chunk.pending, 0);
-            }
+            // Cache mode: the backend's bytes are no longer part of the file.
+            chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
+            chunk.attr.backend_len = 0;
             self.touched(&entry.path, 0, &mut chunk);
             self.persist(&chunk)?;
         }
-        Ok(CreateOutcome { attr: chunk.attr, created: false, truncated_extended })
+        Ok(CreateOutcome { attr: chunk.attr, created: false, truncated_extended, truncated })
     }
 
     /// Removes the entry of a file or symbolic link (and this store's later chunks of it).
@@ -889,7 +891,8 @@ impl ChunkStore {
     /// clients cache it per open file, which is only safe while it cannot go away.
     ///
     /// `file_len` is the file's new size: in cache mode the backend part of the file shrinks
-    /// to it, and the backend file is cut to it when the change is flushed.
+    /// to it (the caller records the cut of the backend file once the chunks past it are gone,
+    /// see `cut_backend_file`).
     pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.head_checked(path, file_id)?;
         let mut chunk = lock(&handle);
@@ -907,10 +910,7 @@ impl ChunkStore {
         if file_len > len {
             chunk.attr.flags |= EntryFlags::EXTENDED;
         }
-        if chunk.attr.has(EntryFlags::BACKED) && file_len < before_attr.backend_len.max(file_len.saturating_add(1)) {
-            chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
-            chunk.pending = PendingOp::after_trim(chunk.pending, file_len);
-        }
+        chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
         self.touched(path, 0, &mut chunk);

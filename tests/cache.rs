@@ -1,0 +1,502 @@
+//! End-to-end tests of cache mode: real servers caching a backend directory.
+//!
+//! Read-through (byte-identical, one backend read per chunk however many readers), write-back
+//! by `sync`, by `ringfs stop` and after a crash, writes racing flushes, I/O-aware flushing
+//! stepping aside for application I/O, the namespace operations reaching the backend, and a
+//! store too small for the data.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use common::{ClusterOptions, Random, TestCluster, ringfs_binary, scratch_dir};
+use ringfs_client::{CacheStats, Client, OpenFlags};
+
+/// A backend directory for one test, removed at the end.
+struct Backend(PathBuf);
+
+impl Backend {
+    fn new(tag: &str) -> Backend {
+        Backend(scratch_dir(&format!("backend-{tag}")))
+    }
+
+    fn path(&self, relative: &str) -> PathBuf {
+        self.0.join(relative.trim_start_matches('/'))
+    }
+
+    fn write(&self, relative: &str, bytes: &[u8]) {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn read(&self, relative: &str) -> Vec<u8> {
+        std::fs::read(self.path(relative)).unwrap_or_else(|error| panic!("{relative} in the backend: {error}"))
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Options of a cluster caching `backend` with `policy`.
+fn caching(backend: &Backend, servers: usize, policy: &str, idle_ms: u64) -> ClusterOptions {
+    let mut options = ClusterOptions::new(servers);
+    options.extra_args = vec![
+        "--backend".into(),
+        backend.0.display().to_string(),
+        "--backend-chunk-size".into(),
+        "256K".into(),
+        "--flush".into(),
+        policy.into(),
+        "--flush-idle-ms".into(),
+        idle_ms.to_string(),
+    ];
+    options
+}
+
+/// Compares two byte strings, reporting the lengths and the first difference (not the bytes).
+#[track_caller]
+fn assert_same(what: &str, got: &[u8], want: &[u8]) {
+    if got != want {
+        let first = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+        panic!("{what}: {} bytes, expected {}; first difference at byte {first}", got.len(), want.len());
+    }
+}
+
+fn random_bytes(random: &mut Random, len: usize) -> Vec<u8> {
+    let mut bytes = vec![0u8; len];
+    random.fill(&mut bytes);
+    bytes
+}
+
+fn read_whole(client: &Client, path: &str) -> Vec<u8> {
+    let size = client.stat(path).unwrap_or_else(|errno| panic!("stat {path}: {errno}")).size as usize;
+    let fd = client.open(path, OpenFlags::READ, 0).unwrap();
+    let mut bytes = vec![0u8; size + 10];
+    let mut done = 0;
+    loop {
+        let count = client.pread(fd, &mut bytes[done..], done as u64).unwrap();
+        if count == 0 {
+            break;
+        }
+        done += count;
+    }
+    client.close(fd).unwrap();
+    bytes.truncate(done);
+    bytes
+}
+
+fn write_whole(client: &Client, path: &str, bytes: &[u8]) {
+    let fd = client.create(path, 0o644).unwrap_or_else(|errno| panic!("create {path}: {errno}"));
+    for (index, piece) in bytes.chunks(700_000).enumerate() {
+        client.pwrite(fd, piece, (index * 700_000) as u64).unwrap();
+    }
+    client.close(fd).unwrap();
+}
+
+fn cache_totals(client: &Client) -> CacheStats {
+    let mut total = CacheStats::default();
+    for stats in client.server_stats().unwrap() {
+        let cache = stats.cache.expect("a cache-mode server reports its cache");
+        total.dirty_chunks += cache.dirty_chunks;
+        total.dirty_bytes += cache.dirty_bytes;
+        total.pending_entries += cache.pending_entries;
+        total.flushed_chunks += cache.flushed_chunks;
+        total.flushed_bytes += cache.flushed_bytes;
+        total.loaded_chunks += cache.loaded_chunks;
+        total.evicted_chunks += cache.evicted_chunks;
+        total.written_through_bytes += cache.written_through_bytes;
+        total.longest_stop_us = total.longest_stop_us.max(cache.longest_stop_us);
+    }
+    total
+}
+
+/// Waits (bounded) until `condition` holds.
+fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_backend_tree_reads_through_byte_identical() {
+    let backend = Backend::new("tree");
+    let mut random = Random::new(11);
+    let mut files = BTreeMap::new();
+    for (path, len) in [("/a/empty", 0), ("/a/small", 17), ("/a/b/exact", 256 << 10), ("/a/b/large", 1_300_000), ("/top", 5)] {
+        let bytes = random_bytes(&mut random, len);
+        backend.write(path, &bytes);
+        files.insert(path.to_string(), bytes);
+    }
+    std::fs::create_dir_all(backend.path("/a/emptydir")).unwrap();
+    std::os::unix::fs::symlink("b/large", backend.path("/a/link")).unwrap();
+    let cluster = TestCluster::with_options(caching(&backend, 3, "io-aware", 1000));
+    let client = cluster.client();
+
+    let names: Vec<String> = client.readdir("/a").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["b", "empty", "emptydir", "link", "small"]);
+    let listing = client.readdir("/a/b").unwrap();
+    assert_eq!(
+        listing.iter().map(|entry| (entry.name.as_str(), entry.stat.size)).collect::<Vec<_>>(),
+        [("exact", 256 << 10), ("large", 1_300_000)]
+    );
+    for (path, bytes) in &files {
+        assert_same(path, &read_whole(&client, path), bytes);
+        assert_same(path, &read_whole(&client, path), bytes);
+    }
+    assert_eq!(client.readlink("/a/link").unwrap(), "b/large");
+    assert_same("/a/link", &read_whole(&client, "/a/link"), &files["/a/b/large"]);
+    assert!(client.readdir("/a/emptydir").unwrap().is_empty());
+    assert_eq!(client.stat("/a/missing").unwrap_err(), ringfs_client::Errno::ENOENT);
+    let totals = cache_totals(&client);
+    // small, exact, top: one chunk each; large: 5 chunks of 256 KiB; empty files and
+    // symbolic links have no chunk to load.
+    assert_eq!(totals.loaded_chunks, 1 + 1 + 1 + 5, "every chunk came from the backend exactly once");
+    assert_eq!(totals.dirty_chunks, 0, "reading changes nothing");
+}
+
+#[test]
+fn eight_concurrent_readers_of_a_missing_chunk_cause_one_backend_read() {
+    let backend = Backend::new("single");
+    let mut random = Random::new(12);
+    let bytes = random_bytes(&mut random, 256 << 10);
+    backend.write("/shared", &bytes);
+    let cluster = TestCluster::with_options(caching(&backend, 2, "io-aware", 1000));
+    let head = cluster.client().stat("/shared").unwrap();
+    assert_eq!(head.size, bytes.len() as u64);
+    let barrier = Arc::new(Barrier::new(8));
+    let readers: Vec<_> = (0..8)
+        .map(|_| {
+            let client = cluster.client();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                let fd = client.open("/shared", OpenFlags::READ, 0).unwrap();
+                let mut buffer = vec![0u8; 256 << 10];
+                barrier.wait();
+                let count = client.pread(fd, &mut buffer, 0).unwrap();
+                client.close(fd).unwrap();
+                buffer.truncate(count);
+                buffer
+            })
+        })
+        .collect();
+    for reader in readers {
+        assert_same("a reader", &reader.join().unwrap(), &bytes);
+    }
+    assert_eq!(cache_totals(&cluster.client()).loaded_chunks, 1, "one backend read for eight readers");
+}
+
+#[test]
+fn written_data_is_byte_identical_in_the_backend_after_sync() {
+    let backend = Backend::new("sync");
+    let cluster = TestCluster::with_options(caching(&backend, 3, "none", 1000));
+    let client = cluster.client();
+    let mut random = Random::new(13);
+    client.mkdir("/out", 0o755).unwrap();
+    client.mkdir("/out/deep", 0o700).unwrap();
+    let mut files = BTreeMap::new();
+    for (index, len) in [0usize, 1, 4096, 300_000, 2_000_000].into_iter().enumerate() {
+        let path = format!("/out/deep/file{index}");
+        let bytes = random_bytes(&mut random, len);
+        write_whole(&client, &path, &bytes);
+        files.insert(path, bytes);
+    }
+    client.symlink("deep/file4", "/out/link").unwrap();
+    assert!(!backend.path("/out").exists(), "policy none: nothing is flushed before the sync");
+    let before = cache_totals(&client);
+    assert!(before.dirty_bytes >= 2_304_097 && before.pending_entries >= 8, "{before:?}");
+    client.sync().unwrap();
+    for (path, bytes) in &files {
+        assert_same(path, &backend.read(path), bytes);
+    }
+    assert_eq!(std::fs::read_link(backend.path("/out/link")).unwrap(), Path::new("deep/file4"));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(backend.path("/out/deep")).unwrap().permissions().mode() & 0o777, 0o700);
+    let after = cache_totals(&client);
+    assert_eq!((after.dirty_chunks, after.pending_entries), (0, 0), "{after:?}");
+}
+
+#[test]
+fn writes_racing_flushes_are_never_lost() {
+    let backend = Backend::new("race");
+    let cluster = TestCluster::with_options(caching(&backend, 2, "immediate", 1000));
+    let client = cluster.client();
+    let mut random = Random::new(14);
+    const SIZE: usize = 3 << 20;
+    let mut model = random_bytes(&mut random, SIZE);
+    write_whole(&client, "/raced", &model);
+    let fd = client.open("/raced", OpenFlags::WRITE, 0).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut writes = 0;
+    while writes < 3000 && Instant::now() < deadline {
+        let len = 1 + random.below(9000) as usize;
+        let offset = random.below((SIZE - len) as u64) as usize;
+        let bytes = random_bytes(&mut random, len);
+        client.pwrite(fd, &bytes, offset as u64).unwrap();
+        model[offset..offset + len].copy_from_slice(&bytes);
+        writes += 1;
+    }
+    client.close(fd).unwrap();
+    assert!(cache_totals(&client).flushed_chunks > 10, "the immediate flusher ran during the writes");
+    client.sync().unwrap();
+    assert_same(&format!("/raced after {writes} racing writes"), &backend.read("/raced"), &model);
+}
+
+#[test]
+fn sync_ends_while_others_keep_writing() {
+    let backend = Backend::new("busy");
+    let cluster = TestCluster::with_options(caching(&backend, 2, "none", 1000));
+    let client = cluster.client();
+    write_whole(&client, "/before", &vec![7u8; 1 << 20]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let client = cluster.client();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut round = 0u64;
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                write_whole(&client, &format!("/busy{}", round % 50), &vec![round as u8; 200_000]);
+                round += 1;
+            }
+            round
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    client.sync().unwrap();
+    let took = started.elapsed();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let rounds = writer.join().unwrap();
+    assert!(took < Duration::from_secs(30), "sync took {took:?} under continuous writes");
+    assert!(rounds > 5, "the writer kept writing ({rounds} files)");
+    assert_same("/before", &backend.read("/before"), &vec![7u8; 1 << 20]);
+}
+
+#[test]
+fn stop_flushes_everything() {
+    let backend = Backend::new("stop");
+    let start =
+        Command::new(ringfs_binary()).args(["start", "--servers", "3", "--flush", "none", "--backend"]).arg(&backend.0).output().unwrap();
+    assert!(start.status.success(), "{}", String::from_utf8_lossy(&start.stderr));
+    let exports: Vec<(String, String)> = String::from_utf8_lossy(&start.stdout)
+        .lines()
+        .filter_map(|line| line.strip_prefix("export ")?.split_once('=').map(|(name, value)| (name.to_string(), value.to_string())))
+        .collect();
+    let environment = |command: &mut Command| {
+        for (name, value) in &exports {
+            command.env(name, value);
+        }
+    };
+    let mut config = ringfs_client::ClientConfig::new(
+        exports.iter().find(|(name, _)| name == "RINGFS_SERVER").unwrap().1.split(',').map(String::from).collect(),
+        exports.iter().find(|(name, _)| name == "RINGFS_SECRET").unwrap().1.clone().into_bytes(),
+    );
+    config.timeout = Duration::from_secs(5);
+    let client = Client::connect(config).unwrap();
+    let mut random = Random::new(15);
+    let bytes = random_bytes(&mut random, 2_500_000);
+    write_whole(&client, "/result.dat", &bytes);
+    drop(client);
+    let mut stop = Command::new(ringfs_binary());
+    stop.arg("stop");
+    environment(&mut stop);
+    let stopped = stop.output().unwrap();
+    assert!(stopped.status.success(), "{}", String::from_utf8_lossy(&stopped.stderr));
+    assert_same("/result.dat", &backend.read("/result.dat"), &bytes);
+}
+
+#[test]
+fn a_server_killed_with_dirty_data_flushes_it_after_a_restart() {
+    let backend = Backend::new("crash");
+    let mut options = caching(&backend, 2, "none", 200);
+    options.dir_store = true;
+    let mut cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let mut random = Random::new(16);
+    let mut files = BTreeMap::new();
+    for index in 0..6 {
+        let path = format!("/dirty{index}");
+        let bytes = random_bytes(&mut random, 400_000);
+        write_whole(&client, &path, &bytes);
+        files.insert(path, bytes);
+    }
+    drop(client);
+    cluster.kill(0);
+    cluster.kill(1);
+    assert!(!backend.path("/dirty0").exists());
+    // Restart with io-aware flushing: the rebuilt queue is flushed once the servers are idle.
+    cluster.set_extra_arg("--flush", "io-aware");
+    for index in 0..2 {
+        cluster.restart(index);
+    }
+    cluster.wait_for_alive(2);
+    eventually("the restarted servers flushed", Duration::from_secs(20), || {
+        files.keys().all(|path| backend.path(path).exists() && backend.read(path) == files[path])
+    });
+}
+
+#[test]
+fn io_aware_flushing_steps_aside_for_application_io() {
+    let backend = Backend::new("aware");
+    let cluster = TestCluster::with_options(caching(&backend, 2, "io-aware", 300));
+    let client = cluster.client();
+    let mut random = Random::new(17);
+    let bytes = random_bytes(&mut random, 8 << 20);
+    for index in 0..12 {
+        write_whole(&client, &format!("/snapshot{index}"), &bytes);
+    }
+    assert_eq!(cache_totals(&client).flushed_chunks, 0, "nothing is flushed while the application writes");
+    eventually("the servers start flushing after 300 ms idle", Duration::from_secs(10), || cache_totals(&client).flushed_bytes > 0);
+    // Application I/O resumes on every server (a listing asks all of them), for a second.
+    let resumed = Instant::now();
+    let flushed_at_resume = cache_totals(&client).flushed_bytes;
+    let mut flushed_during_io = 0;
+    while resumed.elapsed() < Duration::from_secs(1) {
+        client.readdir("/").unwrap();
+        if resumed.elapsed() > Duration::from_millis(200) && flushed_during_io == 0 {
+            flushed_during_io = cache_totals(&client).flushed_bytes;
+        }
+    }
+    let flushed_after_io = cache_totals(&client).flushed_bytes;
+    let totals = cache_totals(&client);
+    eprintln!(
+        "io-aware: flushed {flushed_at_resume} bytes before I/O resumed, {flushed_during_io} 200 ms into it, {flushed_after_io} after 1 s of it; \
+         longest stop {} µs; {} bytes still dirty",
+        totals.longest_stop_us, totals.dirty_bytes
+    );
+    assert!(totals.longest_stop_us < 500_000, "flushing stopped {} µs after a request arrived", totals.longest_stop_us);
+    assert_eq!(flushed_after_io, flushed_during_io, "no flushing while I/O goes on (at resume: {flushed_at_resume})");
+    assert!(totals.dirty_bytes > 0, "there was still work, so flushing really stepped aside");
+    eventually("flushing resumes and finishes once the I/O stops", Duration::from_secs(60), || cache_totals(&client).dirty_chunks == 0);
+    assert_same("/snapshot11", &backend.read("/snapshot11"), &bytes);
+}
+
+#[test]
+fn removals_truncations_renames_and_overwrites_reach_the_backend() {
+    let backend = Backend::new("names");
+    let mut random = Random::new(18);
+    let original = random_bytes(&mut random, 700_000);
+    for name in ["/gone", "/cut", "/moved", "/replaced"] {
+        backend.write(name, &original);
+    }
+    backend.write("/dir/inside", b"x");
+    let cluster = TestCluster::with_options(caching(&backend, 3, "none", 1000));
+    let client = cluster.client();
+
+    client.unlink("/gone").unwrap();
+    client.truncate("/cut", 300_001).unwrap();
+    client.rename("/moved", "/renamed").unwrap();
+    write_whole(&client, "/replaced", b"short");
+    client.unlink("/dir/inside").unwrap();
+    client.rmdir("/dir").unwrap();
+    let names: Vec<String> = client.readdir("/").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["cut", "renamed", "replaced"], "removed names are hidden before they reach the backend");
+    assert!(backend.path("/gone").exists() && backend.path("/moved").exists(), "nothing reaches the backend before the sync");
+    assert_same("/cut", &read_whole(&client, "/cut"), &original[..300_001]);
+    assert_same("/renamed", &read_whole(&client, "/renamed"), &original);
+
+    client.sync().unwrap();
+    assert!(!backend.path("/gone").exists());
+    assert!(!backend.path("/moved").exists());
+    assert!(!backend.path("/dir").exists());
+    assert_same("/cut in the backend", &backend.read("/cut"), &original[..300_001]);
+    assert_same("/renamed in the backend", &backend.read("/renamed"), &original);
+    assert_eq!(backend.read("/replaced"), b"short");
+}
+
+#[test]
+fn a_full_store_evicts_clean_chunks_and_writes_through() {
+    let backend = Backend::new("full");
+    let mut random = Random::new(19);
+    let input = random_bytes(&mut random, 6 << 20);
+    backend.write("/input", &input);
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.capacity = Some("1M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    assert_same("/input (three times the capacity)", &read_whole(&client, "/input"), &input);
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    let output = random_bytes(&mut random, 5 << 20);
+    write_whole(&client, "/output", &output);
+    assert!(cache_totals(&client).written_through_bytes > 0, "writes beyond the capacity went to the backend");
+    assert_same("/output", &read_whole(&client, "/output"), &output);
+    client.sync().unwrap();
+    assert_same("/output in the backend", &backend.read("/output"), &output);
+}
+
+#[test]
+fn stagein_loads_a_backend_tree_ahead_of_use() {
+    let backend = Backend::new("stagein");
+    let mut random = Random::new(20);
+    let mut files = BTreeMap::new();
+    for index in 0..8 {
+        let path = format!("/inputs/set{}/part{index}", index % 2);
+        let bytes = random_bytes(&mut random, 100_000 * (index + 1));
+        backend.write(&path, &bytes);
+        files.insert(path, bytes);
+    }
+    let cluster = TestCluster::with_options(caching(&backend, 3, "io-aware", 1000));
+    // As a user would: by backend path, through the command.
+    let output = Command::new(ringfs_binary())
+        .arg("stagein")
+        .arg(backend.path("/inputs"))
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let total: usize = files.values().map(Vec::len).sum();
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains(&format!("staged in 8 files, {total} bytes")),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let client = cluster.client();
+    let loaded = cache_totals(&client).loaded_chunks;
+    assert!(loaded >= 8, "every file was loaded ({loaded} chunks)");
+    for (path, bytes) in &files {
+        assert_same(path, &read_whole(&client, path), bytes);
+    }
+    assert_eq!(cache_totals(&client).loaded_chunks, loaded, "reads after the stage-in find everything in ringfs");
+    let outside = Command::new(ringfs_binary())
+        .args(["stagein", "/etc/hostname"])
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .output()
+        .unwrap();
+    assert!(!outside.status.success(), "a path outside the backend is refused");
+}
+
+#[test]
+fn a_job_run_through_fuse_leaves_its_results_in_the_backend() {
+    if !common::fuse_available() {
+        eprintln!("SKIPPED: FUSE is not available here");
+        return;
+    }
+    let backend = Backend::new("run");
+    backend.write("/input.txt", b"forty-two\n");
+    let mount = scratch_dir("run-mount");
+    let script = "tr a-z A-Z < \"$RINGFS_MOUNT/input.txt\" > \"$RINGFS_MOUNT/output.txt\" && mkdir \"$RINGFS_MOUNT/logs\" && echo done > \"$RINGFS_MOUNT/logs/job.log\"";
+    let output = Command::new(ringfs_binary())
+        .args(["run", "--servers", "2", "--backend"])
+        .arg(&backend.0)
+        .arg("--mount")
+        .arg(&mount)
+        .args(["--", "sh", "-c", script])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(backend.read("/output.txt"), b"FORTY-TWO\n");
+    assert_eq!(backend.read("/logs/job.log"), b"done\n");
+    let _ = std::fs::remove_dir_all(&mount);
+}
