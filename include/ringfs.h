@@ -98,8 +98,8 @@ ssize_t ringfs_readlink(const char *path, char *buffer, size_t size);
 /* Renames a file or symbolic link, replacing `to` if it is a file. Directories: EXDEV. */
 int ringfs_rename(const char *from, const char *to);
 
-/* Waits until all data written before the call is as durable as ringfs makes it. Without a
- * backend file system (cache mode) data is final when written, and this returns 0 at once. */
+/* Cache mode: returns when everything dirty at the call has reached the backend directory
+ * (writes made meanwhile are not waited for). Without a backend it returns 0 at once. */
 int ringfs_sync(void);
 
 /* The library's version, e.g. "0.1.0". */

@@ -5,6 +5,8 @@
 //! - [`workers`]: N worker processes driven phase by phase by a coordinator.
 //! - [`micro`]: `ringfs bench micro`, sequential bandwidth and metadata rates.
 //! - [`io500`]: `ringfs bench io500`, the 12 scored IO500 phases and IO500's score.
+//! - [`flush`]: `ringfs bench flush`, a compute/snapshot job against each flush policy of
+//!   cache mode.
 //!
 //! The `ringfs` command wires these to `ringfs bench …` and starts the worker processes as
 //! `ringfs bench worker …`.
@@ -19,6 +21,7 @@
 //! print!("{}", micro::report(&results, false));
 //! ```
 
+pub mod flush;
 pub mod io500;
 pub mod micro;
 pub mod target;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::target::{Target, TargetSpec};
-use crate::workers::{PhaseResult, WorkerResult, Workers};
+use crate::workers::{PhaseResult, WorkerResult, Workers, number};
 use crate::{BenchError, median};
 
 /// The phases, in the order they run.
@@ -92,10 +92,6 @@ fn timed(work: impl FnOnce() -> std::io::Result<(u64, u64)>) -> Result<WorkerRes
     let started = Instant::now();
     let (ops, bytes) = work().map_err(|error| error.to_string())?;
     Ok(WorkerResult { elapsed: started.elapsed(), ops, bytes })
-}
-
-fn number(words: &[&str], at: usize) -> Result<u64, String> {
-    words.get(at).and_then(|word| word.parse().ok()).ok_or_else(|| format!("missing number in {words:?}"))
 }
 
 /// Runs one micro-benchmark command in a worker (see [`run`] for the commands).

@@ -205,6 +205,11 @@ fn parse_answer(line: &str) -> Result<WorkerResult, String> {
     }
 }
 
+/// The number at position `at` of a command line.
+pub fn number(words: &[&str], at: usize) -> Result<u64, String> {
+    words.get(at).and_then(|word| word.parse().ok()).ok_or_else(|| format!("missing number in {words:?}"))
+}
+
 /// The worker side: reads commands from standard input until it closes, runs each with
 /// `handle`, and answers on standard output.
 pub fn serve(handle: impl FnMut(&[&str]) -> Result<WorkerResult, String>) -> io::Result<()> {

@@ -4,11 +4,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
+use ringfs_bench::flush::{self, Compute, FlushBenchConfig};
 use ringfs_bench::io500::{self, Io500Config, Io500Result, worker::Io500Worker};
 use ringfs_bench::micro::{self, MicroConfig};
 use ringfs_bench::target::TargetSpec;
 use ringfs_bench::workers::Workers;
-use ringfs_launch::{Cluster, LaunchConfig};
+use ringfs_launch::{Cluster, LaunchCache, LaunchConfig};
 
 use crate::server_command::parse_bytes;
 
@@ -25,6 +26,8 @@ pub enum BenchCommand {
     Io500(Io500Args),
     /// IO500 on ringfs and on a POSIX directory back to back, with the ratio of each phase.
     Compare(CompareArgs),
+    /// Cache mode: a compute/snapshot job against each flush policy (I/O-aware flushing).
+    Flush(FlushArgs),
     /// (internal) one worker process of a benchmark.
     #[command(hide = true)]
     Worker {
@@ -56,6 +59,29 @@ pub struct ClusterArgs {
     /// Poll budget in microseconds of servers and clients before they sleep (0: never poll).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
+    /// Cache mode: the started cluster caches this directory (mounted at `/`).
+    #[arg(long)]
+    pub backend: Option<PathBuf>,
+    /// Cache mode: the flush policy of the started cluster.
+    #[arg(long, default_value = "io-aware")]
+    pub flush: ringfs_server::FlushPolicy,
+    /// Cache mode: idle time before io-aware flushing, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    pub flush_idle_ms: u64,
+}
+
+impl ClusterArgs {
+    /// The cache configuration `--backend` asks for.
+    fn cache(&self) -> Result<Option<LaunchCache>> {
+        let Some(backend) = &self.backend else { return Ok(None) };
+        std::fs::create_dir_all(backend).with_context(|| format!("cannot create {}", backend.display()))?;
+        Ok(Some(LaunchCache {
+            backend: backend.canonicalize()?,
+            mount_path: "/".into(),
+            flush: self.flush.to_string(),
+            flush_idle_ms: self.flush_idle_ms,
+        }))
+    }
 }
 
 #[derive(Args, Debug)]
@@ -185,9 +211,51 @@ pub struct CompareArgs {
     pub baseline: PathBuf,
 }
 
+#[derive(Args, Debug)]
+pub struct FlushArgs {
+    /// Servers of the local cluster started for each run.
+    #[arg(long, default_value_t = 2)]
+    pub servers: usize,
+    /// Chunk store of the servers.
+    #[arg(long, default_value = "mem")]
+    pub store: String,
+    /// Processes of the job.
+    #[arg(long, default_value_t = 2)]
+    pub procs: usize,
+    /// Bytes each process writes into each snapshot.
+    #[arg(long, default_value = "64M")]
+    pub part: String,
+    /// Size of each write call.
+    #[arg(long, default_value = "1M")]
+    pub block: String,
+    /// Compute/snapshot iterations of the job.
+    #[arg(long, default_value_t = 6)]
+    pub iterations: u64,
+    /// Length of each compute phase, in milliseconds.
+    #[arg(long, default_value_t = 1500)]
+    pub compute_ms: u64,
+    /// How compute phases pass their time: spin (busy on a core) or sleep.
+    #[arg(long, default_value = "spin")]
+    pub compute: Compute,
+    /// Flush policies to compare, in order (the first is the reference of the ratios).
+    #[arg(long, default_value = "none,immediate,io-aware")]
+    pub policies: String,
+    /// Idle time before io-aware flushing, in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    pub flush_idle_ms: u64,
+    /// Runs of each policy (interleaved); medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeats: usize,
+    /// Where the fresh backend directory of each run is made (default: the temp directory).
+    #[arg(long)]
+    pub backend_parent: Option<PathBuf>,
+}
+
 /// A cluster started for a benchmark, stopped when dropped (also on errors).
 pub struct BenchCluster {
     cluster: Option<Cluster>,
+    /// The cluster caches a backend directory.
+    caching: bool,
     /// Benchmarks use the cluster named by RINGFS_SERVER.
     use_running: bool,
     poll_us: u64,
@@ -196,19 +264,26 @@ pub struct BenchCluster {
 impl BenchCluster {
     /// No cluster: for benchmarks of POSIX directories only.
     pub fn none() -> BenchCluster {
-        BenchCluster { cluster: None, use_running: false, poll_us: ringfs_rpc_poll_default() }
+        BenchCluster { cluster: None, caching: false, use_running: false, poll_us: ringfs_rpc_poll_default() }
     }
 
     pub fn start(args: &ClusterArgs) -> Result<BenchCluster> {
+        BenchCluster::start_caching(args, args.cache()?)
+    }
+
+    /// Starts a cluster, caching a backend directory if `cache` says so.
+    pub fn start_caching(args: &ClusterArgs, cache: Option<LaunchCache>) -> Result<BenchCluster> {
         if args.use_running {
-            return Ok(BenchCluster { cluster: None, use_running: true, poll_us: args.poll_us });
+            return Ok(BenchCluster { cluster: None, caching: false, use_running: true, poll_us: args.poll_us });
         }
         let mut config = LaunchConfig::local(args.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
         config.chunk_size =
             ringfs_client::parse_size(&args.chunk_size).with_context(|| format!("invalid chunk size {:?}", args.chunk_size))?;
         config.store = args.store.clone();
         config.server_args = vec!["--poll-us".into(), args.poll_us.to_string()];
-        Ok(BenchCluster { cluster: Some(ringfs_launch::start(&config)?), use_running: false, poll_us: args.poll_us })
+        let caching = cache.is_some();
+        config.cache = cache;
+        Ok(BenchCluster { cluster: Some(ringfs_launch::start(&config)?), caching, use_running: false, poll_us: args.poll_us })
     }
 
     /// The environment worker processes need to reach ringfs.
@@ -224,6 +299,15 @@ impl BenchCluster {
         environment
     }
 
+    /// A client of the benchmark cluster.
+    pub fn client(&self) -> Result<ringfs_client::Client> {
+        let config = match &self.cluster {
+            Some(cluster) => cluster.client_config(),
+            None => ringfs_client::ClientConfig::from_env()?,
+        };
+        Ok(ringfs_client::Client::connect(config)?)
+    }
+
     /// Mounts the benchmark cluster with FUSE at a fresh directory (unmounted by stop).
     pub fn mount(&self, options: &str) -> Result<PathBuf> {
         let cluster = self.cluster.as_ref().context("--fuse needs a cluster started by the benchmark")?;
@@ -236,7 +320,12 @@ impl BenchCluster {
 
     pub fn describe(&self) -> String {
         match &self.cluster {
-            Some(cluster) => format!("local cluster of {} servers, chunk size {}", cluster.servers.len(), cluster.chunk_size),
+            Some(cluster) => format!(
+                "local cluster of {} servers, chunk size {}{}",
+                cluster.servers.len(),
+                cluster.chunk_size,
+                if self.caching { " (cache mode)" } else { "" }
+            ),
             None if self.use_running => "running cluster (RINGFS_SERVER)".into(),
             None => "no cluster".into(),
         }
@@ -293,6 +382,7 @@ fn run_worker(workload: &str, target: &str, rank: usize, processes: usize) -> Re
     let target = spec.connect().with_context(|| format!("worker {rank} cannot reach {target}"))?;
     match workload {
         "micro" => ringfs_bench::workers::serve(|words| micro::worker_command(&target, rank, processes, words))?,
+        "flush" => ringfs_bench::workers::serve(|words| flush::worker_command(&target, rank, words))?,
         "io500" => {
             let mut worker = Io500Worker::new(target, rank, processes);
             ringfs_bench::workers::serve(|words| worker.command(words))?
@@ -356,6 +446,122 @@ fn run_compare(args: &CompareArgs) -> Result<()> {
     println!();
     print!("{}", io500::report::comparison(&ringfs, &baseline));
     save_results(&args.options.results_dir()?, &[ringfs, baseline])
+}
+
+/// Runs the flush benchmark: for each repetition, each policy on a fresh cluster and backend.
+fn run_flush(args: &FlushArgs) -> Result<()> {
+    let config = FlushBenchConfig {
+        processes: args.procs.max(1),
+        part_bytes: parse_bytes(&args.part)?,
+        block_bytes: parse_bytes(&args.block)?.max(1) as usize,
+        iterations: args.iterations.max(1),
+        compute: std::time::Duration::from_millis(args.compute_ms),
+        compute_kind: args.compute,
+    };
+    let policies: Vec<String> =
+        args.policies.split(',').map(|policy| policy.trim().to_string()).filter(|policy| !policy.is_empty()).collect();
+    for policy in &policies {
+        policy.parse::<ringfs_server::FlushPolicy>().map_err(anyhow::Error::msg)?;
+    }
+    println!(
+        "ringfs bench flush: {} processes, {} iterations of {} ms compute ({}) + {} bytes per process per snapshot; {} servers; \
+         io-aware idle {} ms; medians of {} runs",
+        config.processes,
+        config.iterations,
+        args.compute_ms,
+        config.compute_kind,
+        config.part_bytes,
+        args.servers,
+        args.flush_idle_ms,
+        args.repeats.max(1)
+    );
+    ringfs_bench::warm_memory(4 << 30);
+    let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
+    let parent = args.backend_parent.clone().unwrap_or_else(std::env::temp_dir);
+    let mut results: Vec<(String, Vec<flush::JobTimes>)> = policies.iter().map(|policy| (policy.clone(), Vec::new())).collect();
+    for repeat in 0..args.repeats.max(1) {
+        // Each repetition starts with another policy, so that no policy always runs first.
+        let count = results.len();
+        for position in (0..count).map(|offset| (repeat + offset) % count) {
+            let (policy, runs) = &mut results[position];
+            let backend = parent.join(format!("ringfs-flush-backend-{}-{repeat}-{policy}", std::process::id()));
+            std::fs::create_dir_all(&backend).with_context(|| format!("cannot create {}", backend.display()))?;
+            let outcome = run_flush_once(&executable, args, &config, policy, &backend);
+            let _ = std::fs::remove_dir_all(&backend);
+            let times = outcome?;
+            println!(
+                "run {} {policy:<10} write {:>6.0} MiB/s  compute {:.2} s  final sync {:.2} s  flushed while writing {} MiB  \
+                 longest stop {} µs",
+                repeat + 1,
+                times.write_bandwidth() / (1 << 20) as f64,
+                times.compute_seconds,
+                times.drain_seconds,
+                times.flushed_while_writing >> 20,
+                times.longest_stop_us
+            );
+            runs.push(times);
+        }
+    }
+    println!();
+    print!("{}", flush::report(&results));
+    Ok(())
+}
+
+/// One run of the flush job with `policy`, backend data checked afterwards.
+fn run_flush_once(
+    executable: &std::path::Path,
+    args: &FlushArgs,
+    config: &FlushBenchConfig,
+    policy: &str,
+    backend: &std::path::Path,
+) -> Result<flush::JobTimes> {
+    let cache = LaunchCache {
+        backend: backend.to_path_buf(),
+        mount_path: "/".into(),
+        flush: policy.to_string(),
+        flush_idle_ms: args.flush_idle_ms,
+    };
+    let cluster_args = ClusterArgs {
+        servers: args.servers,
+        chunk_size: "1M".into(),
+        store: args.store.clone(),
+        use_running: false,
+        poll_us: ringfs_rpc_poll_default(),
+        backend: None,
+        flush: ringfs_server::FlushPolicy::IoAware,
+        flush_idle_ms: args.flush_idle_ms,
+    };
+    let cluster = BenchCluster::start_caching(&cluster_args, Some(cache))?;
+    let client = cluster.client()?;
+    let mut workers = Workers::spawn(executable, "flush", &TargetSpec::Ringfs, config.processes, &cluster.environment())?;
+    let times = flush::run_job(&mut workers, config, &mut ClientOfJob(client))?;
+    workers.finish();
+    flush::verify_backend(backend, config)?;
+    Ok(times)
+}
+
+/// The flush job's view of its cluster, through a client.
+struct ClientOfJob(ringfs_client::Client);
+
+impl flush::JobCluster for ClientOfJob {
+    fn sync(&mut self) -> std::result::Result<(), ringfs_bench::BenchError> {
+        self.0.sync().map_err(|errno| ringfs_bench::BenchError::Setup(format!("sync: {errno}")))
+    }
+
+    fn flushed_bytes(&mut self) -> std::result::Result<u64, ringfs_bench::BenchError> {
+        Ok(self.cache_stats()?.iter().map(|cache| cache.flushed_bytes).sum())
+    }
+
+    fn longest_stop_us(&mut self) -> std::result::Result<u64, ringfs_bench::BenchError> {
+        Ok(self.cache_stats()?.iter().map(|cache| cache.longest_stop_us).max().unwrap_or(0))
+    }
+}
+
+impl ClientOfJob {
+    fn cache_stats(&self) -> std::result::Result<Vec<ringfs_client::CacheStats>, ringfs_bench::BenchError> {
+        let stats = self.0.server_stats().map_err(|errno| ringfs_bench::BenchError::Setup(format!("server statistics: {errno}")))?;
+        Ok(stats.into_iter().filter_map(|stats| stats.cache.map(|cache| *cache)).collect())
+    }
 }
 
 /// This process's rank and the number of ranks, from the variables MPI launchers set.
@@ -436,6 +642,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Micro(args) => run_micro(&args),
         BenchCommand::Io500(args) => run_io500_command(&args),
         BenchCommand::Compare(args) => run_compare(&args),
+        BenchCommand::Flush(args) => run_flush(&args),
         BenchCommand::Worker { workload, target, rank, processes } => run_worker(&workload, &target, rank, processes),
     }
 }

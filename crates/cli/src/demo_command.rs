@@ -87,7 +87,16 @@ fn use_the_file_system(client: &Client) -> Result<()> {
 
 pub fn run(args: &DemoArgs) -> Result<()> {
     step(&format!("start a local cluster of {} servers", args.servers));
-    let cluster_args = ClusterArgs { servers: args.servers, chunk_size: "1M".into(), store: "mem".into(), use_running: false, poll_us: 50 };
+    let cluster_args = ClusterArgs {
+        servers: args.servers,
+        chunk_size: "1M".into(),
+        store: "mem".into(),
+        use_running: false,
+        poll_us: 50,
+        backend: None,
+        flush: ringfs_server::FlushPolicy::IoAware,
+        flush_idle_ms: 1000,
+    };
     let cluster = BenchCluster::start(&cluster_args)?;
     println!("{}", cluster.describe());
     for (name, value) in cluster.environment() {

@@ -396,7 +396,7 @@ pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_sync() -> c_int {
-    guard(-1, || client().map(|_| 0))
+    guard(-1, || client()?.sync().map(|()| 0))
 }
 
 #[unsafe(no_mangle)]

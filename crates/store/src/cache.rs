@@ -25,7 +25,7 @@
 //! The server decides when to flush (the flush policy) and connects `prepare` to the entry's
 //! server; docs/CONSISTENCY.md states what users may rely on.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
 
@@ -89,10 +89,11 @@ pub struct QueuedWork {
     pub since: u64,
 }
 
+/// The flush queue. A chunk is in it at most once (its `queued` flag says so); a removal at
+/// most once per recorded removal.
 #[derive(Default)]
 struct WorkQueue {
     order: VecDeque<QueuedWork>,
-    queued: HashSet<WorkItem>,
     sequence: u64,
 }
 
@@ -135,13 +136,12 @@ impl Cache {
         })
     }
 
-    pub fn enqueue(&self, item: WorkItem) {
+    /// Appends new work (the caller makes sure it is not queued already).
+    fn push(&self, item: WorkItem) {
         let mut work = lock(&self.work);
-        if work.queued.insert(item.clone()) {
-            work.sequence += 1;
-            let since = work.sequence;
-            work.order.push_back(QueuedWork { item, since });
-        }
+        work.sequence += 1;
+        let since = work.sequence;
+        work.order.push_back(QueuedWork { item, since });
     }
 }
 
@@ -182,18 +182,21 @@ impl ChunkStore {
     /// and queues it for flushing.
     pub(crate) fn touched(&self, path: &str, index: u64, chunk: &mut Chunk) {
         chunk.version += 1;
-        if let Some(cache) = &self.cache
-            && chunk.attr.has(EntryFlags::BACKED)
-        {
+        if self.cache.is_some() && chunk.attr.has(EntryFlags::BACKED) {
             chunk.attr.flags |= EntryFlags::DIRTY;
-            cache.enqueue(WorkItem::Chunk { path: path.to_string(), index, file_id: chunk.attr.file_id });
+            self.queue_chunk(path, index, chunk);
         }
     }
 
-    /// Queues chunk 0 of an entry whose pending operation changed.
-    pub(crate) fn queue_entry(&self, path: &str, chunk: &Chunk) {
-        if let Some(cache) = &self.cache {
-            cache.enqueue(WorkItem::Chunk { path: path.to_string(), index: 0, file_id: chunk.attr.file_id });
+    /// Queues a chunk (held locked by the caller) for flushing, unless it is queued already.
+    /// A dirty chunk is always queued or being flushed: the flusher clears the mark when it
+    /// takes the chunk's bytes, and queues the chunk again if it changed meanwhile.
+    pub(crate) fn queue_chunk(&self, path: &str, index: u64, chunk: &mut Chunk) {
+        if let Some(cache) = &self.cache
+            && !chunk.queued
+        {
+            chunk.queued = true;
+            cache.push(WorkItem::Chunk { path: path.to_string(), index, file_id: chunk.attr.file_id });
         }
     }
 
@@ -207,7 +210,7 @@ impl ChunkStore {
         let mut clean = lock(&cache.clean);
         clean.push_back(CleanChunk { path: path.to_string(), handle: handle.clone() });
         // Entries of chunks removed since are skipped when popped; do not let them pile up.
-        let limit = 2 * self.stats().chunks as usize + 1024;
+        let limit = 2 * self.chunk_count() as usize + 1024;
         if clean.len() > limit {
             clean.retain(|candidate| candidate.handle.try_lock().map(|chunk| !chunk.removed).unwrap_or(true));
         }
@@ -358,9 +361,10 @@ impl ChunkStore {
         if let Some(directory) = &self.directory {
             directory.record_removal(path, kind).map_err(StoreError::Directory)?;
         }
-        files.removals.insert(path.to_string(), kind);
+        if files.removals.insert(path.to_string(), kind).is_none() {
+            cache.push(WorkItem::Removal { path: path.to_string() });
+        }
         dirs.removed.entry(parent.to_string()).or_default().insert(path::file_name(path).to_string());
-        cache.enqueue(WorkItem::Removal { path: path.to_string() });
         Ok(())
     }
 
@@ -412,18 +416,30 @@ impl ChunkStore {
         let cache = self.cache.as_ref()?;
         let mut work = lock(&cache.work);
         let position = work.order.iter().position(|queued| queued.since <= up_to)?;
-        let queued = work.order.remove(position)?;
-        work.queued.remove(&queued.item);
-        Some(queued)
+        work.order.remove(position)
     }
 
     /// Puts work back (a flush that was interrupted or failed), keeping its place in syncs.
     pub fn requeue(&self, queued: QueuedWork) {
         let Some(cache) = &self.cache else { return };
-        let mut work = lock(&cache.work);
-        if work.queued.insert(queued.item.clone()) {
-            work.order.push_back(queued);
+        match &queued.item {
+            WorkItem::Removal { path } => {
+                if !lock(&self.files[shard_of(path)]).removals.contains_key(path) {
+                    return;
+                }
+            }
+            WorkItem::Chunk { path, index, file_id } => {
+                let reference = ChunkRef { path: path.clone(), index: *index, file_id: *file_id };
+                let handle = if *index == 0 { self.head(path) } else { self.find_tail(&reference) };
+                let Some(handle) = handle else { return };
+                let mut chunk = lock(&handle);
+                if chunk.removed || chunk.queued || chunk.attr.file_id != *file_id {
+                    return;
+                }
+                chunk.queued = true;
+            }
         }
+        lock(&cache.work).order.push_back(queued);
     }
 
     /// The sequence number of the latest queued work: a sync started now covers the work
@@ -469,7 +485,7 @@ impl ChunkStore {
         }
         chunk.pending = PendingOp::after_trim(chunk.pending, len);
         self.persist(&chunk)?;
-        self.queue_entry(path, &chunk);
+        self.queue_chunk(path, 0, &mut chunk);
         Ok(())
     }
 
@@ -515,9 +531,16 @@ impl ChunkStore {
         let reference = ChunkRef { path: path.to_string(), index, file_id };
         let handle = if index == 0 { self.head(path) } else { self.find_tail(&reference) };
         let Some(handle) = handle else { return Ok(FlushOutcome::Skipped) };
+        // The chunk may change from the moment its bytes are taken: a change then queues it
+        // again, so a flush that ends unclean needs no requeue of its own.
         let (data, version, attr) = {
-            let chunk = lock(&handle);
-            if chunk.removed || chunk.attr.file_id != file_id || (!chunk.attr.has(EntryFlags::DIRTY) && chunk.pending.is_none()) {
+            let mut chunk = lock(&handle);
+            if chunk.removed || chunk.attr.file_id != file_id {
+                return Ok(FlushOutcome::Skipped);
+            }
+            // From here on a change queues the chunk again.
+            chunk.queued = false;
+            if !chunk.attr.has(EntryFlags::DIRTY) && chunk.pending.is_none() {
                 return Ok(FlushOutcome::Skipped);
             }
             let has_data = chunk.attr.is_regular() && chunk.attr.has(EntryFlags::DIRTY) && !chunk.attr.has(EntryFlags::BACKEND_DATA);
@@ -550,6 +573,7 @@ impl ChunkStore {
                     }
                     let chunk = lock(&handle);
                     if chunk.removed || chunk.version != version {
+                        // Changed meanwhile (and queued again by the change): stop here.
                         return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
                     }
                     file.write_all_at(piece, offset + (number * backend::FLUSH_PIECE_BYTES) as u64).map_err(io_errno)?;
@@ -898,7 +922,7 @@ mod tests {
                 true
             })
             .unwrap();
-        assert_eq!(outcome, FlushOutcome::Flushed { bytes: LARGE as u64, clean: false });
+        assert_eq!(outcome, FlushOutcome::Flushed { bytes: backend::FLUSH_PIECE_BYTES as u64, clean: false }, "stops at the change");
         assert!(store.stat(&reference).unwrap().has(EntryFlags::DIRTY), "the racing write keeps the chunk dirty");
         assert_ne!(&fs::read(setup.backend().join("large")).unwrap()[100..110], &racing[..], "the flush wrote the older bytes");
         flush_all(&store);

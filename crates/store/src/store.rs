@@ -17,12 +17,17 @@ use ringfs_proto::{
 
 use crate::backend::RemovalKind;
 use crate::body::Body;
-use crate::cache::{Cache, PendingOp, WorkItem};
+use crate::cache::{Cache, PendingOp};
 use crate::directory::ChunkDirectory;
 use crate::pool::BufferPool;
 use crate::{ByteSink, ByteSource, Medium, StoreConfig, StoreError};
 
 const SHARDS: usize = 64;
+
+/// Maps and sets keyed by paths hash with xxh3: several times faster than the standard
+/// library's DoS-resistant hash, and only clients holding the job's secret choose the keys.
+pub(crate) type FastMap<K, V> = HashMap<K, V, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
+pub(crate) type FastSet<T> = HashSet<T, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
 
 /// Capacity charged per chunk for its index entry, on top of its bytes, so that a store full
 /// of empty files also reports ENOSPC.
@@ -94,11 +99,13 @@ pub(crate) struct Chunk {
     pub pending: Option<PendingOp>,
     /// Cache mode: the chunk is in the list of eviction candidates.
     pub listed_clean: bool,
+    /// Cache mode: the chunk is in the flush queue (it is queued at most once).
+    pub queued: bool,
 }
 
 impl Chunk {
     fn new(attr: Attr, body: Body, pending: Option<PendingOp>) -> Chunk {
-        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, pending, listed_clean: false }
+        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, pending, listed_clean: false, queued: false }
     }
 }
 
@@ -126,19 +133,19 @@ impl PathChunks {
 
 #[derive(Default)]
 pub(crate) struct FileShard {
-    pub paths: HashMap<String, PathChunks>,
+    pub paths: FastMap<String, PathChunks>,
     /// Cache mode: entries removed in ringfs whose removal has not reached the backend.
-    pub removals: HashMap<String, RemovalKind>,
+    pub removals: FastMap<String, RemovalKind>,
 }
 
 #[derive(Default)]
 pub(crate) struct DirShard {
     /// Directory path -> names of the entries inside it whose chunk 0 is held here.
-    pub children: HashMap<String, BTreeSet<String>>,
+    pub children: FastMap<String, BTreeSet<String>>,
     /// Cache mode: directory path -> names of the removals recorded here inside it.
-    pub removed: HashMap<String, BTreeSet<String>>,
+    pub removed: FastMap<String, BTreeSet<String>>,
     /// Directories known to exist (parent checks of creates are answered from here).
-    known: HashSet<String>,
+    known: FastSet<String>,
     /// Bumped whenever a directory of this shard is forgotten, so that a lookup that raced
     /// with an rmdir cannot record a stale "exists".
     invalidations: u64,
@@ -235,7 +242,7 @@ impl ChunkStore {
                 // Cache mode: what was dirty before the restart is queued again.
                 let mut recovered_chunk = lock(&handle);
                 if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.pending.is_some() {
-                    self.queue_entry_or_chunk(&chunk.path, chunk.index, &recovered_chunk);
+                    self.queue_chunk(&chunk.path, chunk.index, &mut recovered_chunk);
                 } else {
                     self.note_clean(&chunk.path, &handle, &mut recovered_chunk);
                 }
@@ -265,13 +272,6 @@ impl ChunkStore {
             }
         }
         Ok(())
-    }
-
-    /// Queues a recovered chunk for flushing.
-    fn queue_entry_or_chunk(&self, path: &str, index: u64, chunk: &Chunk) {
-        if let Some(cache) = self.cache() {
-            cache.enqueue(WorkItem::Chunk { path: path.to_string(), index, file_id: chunk.attr.file_id });
-        }
     }
 
     // ----- capacity -------------------------------------------------------------------------
@@ -566,7 +566,7 @@ impl ChunkStore {
             }
         }
         if pending.is_some() {
-            self.queue_entry(&entry.path, &lock(&handle));
+            self.queue_chunk(&entry.path, 0, &mut lock(&handle));
         }
         files.paths.entry(entry.path.clone()).or_default().head = Some(handle);
         dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(&entry.path).to_string());
@@ -1209,6 +1209,11 @@ impl ChunkStore {
             self.discard(path, &old);
         }
         Ok(replaced)
+    }
+
+    /// Chunks held now.
+    pub(crate) fn chunk_count(&self) -> u64 {
+        self.chunk_count.load(Ordering::Relaxed)
     }
 
     pub fn stats(&self) -> StoreStats {

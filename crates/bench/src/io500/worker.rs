@@ -20,7 +20,7 @@ use ringfs_client::FindFilter;
 
 use super::pattern;
 use crate::target::{Handle, Target};
-use crate::workers::WorkerResult;
+use crate::workers::{WorkerResult, number};
 
 /// IO500's ior-hard transfer (and block) size.
 pub const IOR_HARD_TRANSFER: u64 = 47_008;
@@ -65,10 +65,6 @@ pub struct Io500Worker {
     easy_transfer: u64,
     writing: Option<Writing>,
     buffer: Vec<u8>,
-}
-
-fn number(words: &[&str], at: usize) -> Result<u64, String> {
-    words.get(at).and_then(|word| word.parse().ok()).ok_or_else(|| format!("missing number in {words:?}"))
 }
 
 fn io(error: std::io::Error) -> String {
