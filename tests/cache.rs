@@ -500,3 +500,22 @@ fn a_job_run_through_fuse_leaves_its_results_in_the_backend() {
     assert_eq!(backend.read("/logs/job.log"), b"done\n");
     let _ = std::fs::remove_dir_all(&mount);
 }
+
+#[test]
+fn cache_commands_on_a_cluster_without_backend() {
+    let cluster = TestCluster::start(2);
+    let command = |args: &[&str]| {
+        Command::new(ringfs_binary())
+            .args(args)
+            .env("RINGFS_SERVER", cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &cluster.secret)
+            .output()
+            .unwrap()
+    };
+    assert!(command(&["sync"]).status.success(), "sync without a backend has nothing to do");
+    let stagein = command(&["stagein", "/anything"]);
+    assert!(!stagein.status.success());
+    assert!(String::from_utf8_lossy(&stagein.stderr).contains("caches no backend"), "{}", String::from_utf8_lossy(&stagein.stderr));
+    let status = command(&["status"]);
+    assert!(status.status.success() && !String::from_utf8_lossy(&status.stdout).contains("cache "));
+}

@@ -59,27 +59,21 @@ pub struct ClusterArgs {
     /// Poll budget in microseconds of servers and clients before they sleep (0: never poll).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
-    /// Cache mode: the started cluster caches this directory (mounted at `/`).
-    #[arg(long)]
-    pub backend: Option<PathBuf>,
-    /// Cache mode: the flush policy of the started cluster.
-    #[arg(long, default_value = "io-aware")]
-    pub flush: ringfs_server::FlushPolicy,
-    /// Cache mode: idle time before io-aware flushing, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub flush_idle_ms: u64,
+    /// Cache mode of the started cluster.
+    #[command(flatten)]
+    pub cache: crate::server_command::CacheArgs,
 }
 
 impl ClusterArgs {
-    /// The cache configuration `--backend` asks for.
+    /// The cache configuration `--backend` asks for (the directory is made if missing).
     fn cache(&self) -> Result<Option<LaunchCache>> {
-        let Some(backend) = &self.backend else { return Ok(None) };
+        let Some(backend) = &self.cache.backend else { return Ok(None) };
         std::fs::create_dir_all(backend).with_context(|| format!("cannot create {}", backend.display()))?;
         Ok(Some(LaunchCache {
             backend: backend.canonicalize()?,
-            mount_path: "/".into(),
-            flush: self.flush.to_string(),
-            flush_idle_ms: self.flush_idle_ms,
+            mount_path: self.cache.mount_path.clone(),
+            flush: self.cache.flush.to_string(),
+            flush_idle_ms: self.cache.flush_idle_ms,
         }))
     }
 }
@@ -527,9 +521,7 @@ fn run_flush_once(
         store: args.store.clone(),
         use_running: false,
         poll_us: ringfs_rpc_poll_default(),
-        backend: None,
-        flush: ringfs_server::FlushPolicy::IoAware,
-        flush_idle_ms: args.flush_idle_ms,
+        cache: Default::default(),
     };
     let cluster = BenchCluster::start_caching(&cluster_args, Some(cache))?;
     let client = cluster.client()?;

@@ -45,20 +45,8 @@ pub struct StartArgs {
     /// $TMPDIR/ringfs-<uid>, or under ~/.ringfs with --hostfile so every host can read it).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// Cache mode: cache this directory of the parallel file system (read on demand,
-    /// written back by flushing; `ringfs stop` flushes everything).
-    #[arg(long)]
-    pub backend: Option<PathBuf>,
-    /// The ringfs directory the backend appears at.
-    #[arg(long, default_value = "/")]
-    pub mount_path: String,
-    /// When dirty data is written back: io-aware (after --flush-idle-ms without requests;
-    /// stops when requests come), immediate, or none (only on sync and stop).
-    #[arg(long, default_value = "io-aware")]
-    pub flush: ringfs_server::FlushPolicy,
-    /// io-aware flushing starts after this many milliseconds without requests.
-    #[arg(long, default_value_t = 1000)]
-    pub flush_idle_ms: u64,
+    #[command(flatten)]
+    pub cache: crate::server_command::CacheArgs,
 }
 
 impl StartArgs {
@@ -77,17 +65,17 @@ impl StartArgs {
         config.hash = self.hash;
         config.placement = self.placement;
         config.run_dir = self.run_dir.clone();
-        if let Some(backend) = &self.backend {
+        if let Some(backend) = &self.cache.backend {
             let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
             if !backend.is_dir() {
                 anyhow::bail!("backend {} is not a directory", backend.display());
             }
             config.cache = Some(ringfs_launch::LaunchCache {
                 backend,
-                mount_path: ringfs_proto::path::canonicalize(&self.mount_path)
-                    .map_err(|errno| anyhow::anyhow!("invalid mount path {:?}: {errno}", self.mount_path))?,
-                flush: self.flush.to_string(),
-                flush_idle_ms: self.flush_idle_ms,
+                mount_path: ringfs_proto::path::canonicalize(&self.cache.mount_path)
+                    .map_err(|errno| anyhow::anyhow!("invalid mount path {:?}: {errno}", self.cache.mount_path))?,
+                flush: self.cache.flush.to_string(),
+                flush_idle_ms: self.cache.flush_idle_ms,
             });
         }
         Ok(config)

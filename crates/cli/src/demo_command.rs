@@ -93,9 +93,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
         store: "mem".into(),
         use_running: false,
         poll_us: 50,
-        backend: None,
-        flush: ringfs_server::FlushPolicy::IoAware,
-        flush_idle_ms: 1000,
+        cache: Default::default(),
     };
     let cluster = BenchCluster::start(&cluster_args)?;
     println!("{}", cluster.describe());

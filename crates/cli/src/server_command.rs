@@ -55,23 +55,24 @@ pub struct ServerArgs {
     pub poll_us: u64,
     #[command(flatten)]
     pub cache: CacheArgs,
+    /// Cache mode: chunk size of files loaded from the backend.
+    #[arg(long, default_value = "1M")]
+    pub backend_chunk_size: String,
 }
 
-/// Cache mode: ringfs as a cache of a directory of the parallel file system.
+/// Cache mode: ringfs as a cache of a directory of the parallel file system (the options
+/// of `ringfs server`, `start` and `run`).
 #[derive(Args, Debug, Clone)]
 pub struct CacheArgs {
     /// Cache this backend directory: files under the mount path are read from it on demand
-    /// and written back to it.
+    /// and written back to it (`ringfs stop` flushes everything).
     #[arg(long)]
     pub backend: Option<PathBuf>,
     /// The ringfs directory the backend appears at.
     #[arg(long, default_value = "/")]
     pub mount_path: String,
-    /// Chunk size of files loaded from the backend.
-    #[arg(long, default_value = "1M")]
-    pub backend_chunk_size: String,
-    /// When dirty data is written back: io-aware (when no request came for --flush-idle-ms),
-    /// immediate, or none (only on sync and stop).
+    /// When dirty data is written back: io-aware (after --flush-idle-ms without requests;
+    /// stops when requests come), immediate, or none (only on sync and stop).
     #[arg(long, default_value = "io-aware")]
     pub flush: FlushPolicy,
     /// io-aware flushing starts after this many milliseconds without requests.
@@ -79,12 +80,18 @@ pub struct CacheArgs {
     pub flush_idle_ms: u64,
 }
 
+impl Default for CacheArgs {
+    /// No backend (what the command line gives without `--backend`).
+    fn default() -> Self {
+        CacheArgs { backend: None, mount_path: "/".into(), flush: FlushPolicy::IoAware, flush_idle_ms: 1000 }
+    }
+}
+
 impl CacheArgs {
     /// The store's cache configuration, if a backend is given.
-    pub fn cache_config(&self) -> Result<Option<CacheConfig>> {
+    pub fn cache_config(&self, chunk_size: &str) -> Result<Option<CacheConfig>> {
         let Some(backend) = &self.backend else { return Ok(None) };
-        let chunk_size = ringfs_client::parse_size(&self.backend_chunk_size)
-            .with_context(|| format!("invalid backend chunk size {:?}", self.backend_chunk_size))?;
+        let chunk_size = ringfs_client::parse_size(chunk_size).with_context(|| format!("invalid backend chunk size {chunk_size:?}"))?;
         let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
         Ok(Some(CacheConfig { backend, mount_path: self.mount_path.clone(), chunk_size }))
     }
@@ -139,7 +146,7 @@ pub fn run(args: ServerArgs) -> Result<()> {
     config.advertise = args.advertise;
     config.unix_socket = args.unix_socket;
     config.store =
-        StoreConfig { medium: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)?, cache: args.cache.cache_config()? };
+        StoreConfig { medium: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)?, cache: args.cache.cache_config(&args.backend_chunk_size)? };
     config.flush = args.cache.flush_config();
     config.join = args.join;
     config.hash = args.hash;

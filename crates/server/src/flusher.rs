@@ -155,11 +155,12 @@ impl IoMonitor {
         self.flushing.store(true, Ordering::SeqCst);
     }
 
-    /// Ends a flush round; if a request stopped it, records how long stopping took.
-    fn end_round(&self) {
+    /// Ends a flush round; if a request stopped it (`stopped_by_request`), records how long
+    /// stopping took.
+    fn end_round(&self, stopped_by_request: bool) {
         self.flushing.store(false, Ordering::SeqCst);
         let arrived = self.interrupted_at_us.swap(0, Ordering::SeqCst);
-        if arrived > 0 {
+        if stopped_by_request && arrived > 0 {
             self.longest_stop_us.fetch_max(self.now_us().saturating_sub(arrived), Ordering::SeqCst);
         }
     }
@@ -278,7 +279,8 @@ impl ServerState {
                     }
                 }
             }
-            monitor.end_round();
+            // Only the io-aware flusher stops for requests; the others carry on.
+            monitor.end_round(config.policy == FlushPolicy::IoAware);
             if failed {
                 self.shutdown.wait(RETRY_PAUSE);
             }
