@@ -145,8 +145,11 @@ pub fn run(args: ServerArgs) -> Result<()> {
     let mut config = ServerConfig::new(&args.name, &args.listen, secret);
     config.advertise = args.advertise;
     config.unix_socket = args.unix_socket;
-    config.store =
-        StoreConfig { medium: parse_store(&args.store)?, capacity_bytes: parse_bytes(&args.capacity)?, cache: args.cache.cache_config(&args.backend_chunk_size)? };
+    config.store = StoreConfig {
+        medium: parse_store(&args.store)?,
+        capacity_bytes: parse_bytes(&args.capacity)?,
+        cache: args.cache.cache_config(&args.backend_chunk_size)?,
+    };
     config.flush = args.cache.flush_config();
     config.join = args.join;
     config.hash = args.hash;
