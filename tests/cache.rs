@@ -519,3 +519,26 @@ fn cache_commands_on_a_cluster_without_backend() {
     let status = command(&["status"]);
     assert!(status.status.success() && !String::from_utf8_lossy(&status.stdout).contains("cache "));
 }
+
+#[test]
+fn a_backend_mounted_below_the_root_covers_only_its_tree() {
+    let backend = Backend::new("mounted");
+    backend.write("/data", b"from the backend");
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.extra_args.extend(["--mount-path".to_string(), "/pfs/in".to_string()]);
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    client.mkdir("/pfs", 0o755).unwrap();
+    assert!(client.stat("/pfs/in").unwrap().is_dir(), "the mount path is the backend directory");
+    assert_eq!(client.readdir("/pfs").unwrap().into_iter().map(|entry| entry.name).collect::<Vec<_>>(), ["in"]);
+    assert_same("/pfs/in/data", &read_whole(&client, "/pfs/in/data"), b"from the backend");
+    write_whole(&client, "/pfs/in/result", b"kept");
+    client.mkdir("/scratch", 0o755).unwrap();
+    write_whole(&client, "/scratch/temporary", b"not kept");
+    assert!(!client.stat("/scratch/temporary").unwrap().backed);
+    client.sync().unwrap();
+    assert_eq!(backend.read("/result"), b"kept");
+    let names: Vec<String> =
+        std::fs::read_dir(&backend.0).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(names.len(), 2, "only the mounted tree reaches the backend: {names:?}");
+}

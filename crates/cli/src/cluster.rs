@@ -98,6 +98,13 @@ pub fn stop(args: &StopArgs) -> Result<()> {
         .clone()
         .or_else(|| std::env::var_os("RINGFS_RUN_DIR").map(PathBuf::from))
         .context("no cluster given: pass --run-dir or set RINGFS_RUN_DIR")?;
+    // Cache mode: flush with progress shown while the servers run (stopping syncs too, but
+    // silently); a cluster without backend answers at once.
+    if let Ok(client) = Client::from_env()
+        && let Err(error) = crate::cache_command::sync(&client)
+    {
+        log::warn!("{error:#}");
+    }
     Ok(ringfs_launch::stop(&run_dir, args.keep)?)
 }
 
