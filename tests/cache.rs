@@ -542,3 +542,48 @@ fn a_backend_mounted_below_the_root_covers_only_its_tree() {
         std::fs::read_dir(&backend.0).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
     assert_eq!(names.len(), 2, "only the mounted tree reaches the backend: {names:?}");
 }
+
+#[test]
+fn shell_tools_through_fuse_see_and_change_the_backend_tree() {
+    if !common::fuse_available() {
+        return;
+    }
+    let backend = Backend::new("shell");
+    let mut random = Random::new(30);
+    let large = random_bytes(&mut random, 700_000);
+    backend.write("/in/large.bin", &large);
+    backend.write("/in/notes.txt", b"line one\n");
+    backend.write("/in/old.txt", b"to be removed\n");
+    backend.write("/in/name.txt", b"to be renamed\n");
+    backend.write("/in/sub/deep.txt", b"deep\n");
+    let cluster = TestCluster::with_options(caching(&backend, 3, "none", 1000));
+    let mount = cluster.mount(&[]);
+    let shell = |script: &str| {
+        let output = Command::new("sh").arg("-c").arg(script).current_dir(&mount.dir).output().unwrap();
+        assert!(output.status.success(), "{script}: {}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8(output.stdout).unwrap()
+    };
+    assert_eq!(shell("ls in"), "large.bin\nname.txt\nnotes.txt\nold.txt\nsub\n");
+    assert_eq!(shell("cat in/sub/deep.txt"), "deep\n");
+    assert_eq!(shell("stat -c %s in/large.bin"), "700000\n", "the size of an uncached file comes from the backend");
+    shell("cp -r in copy && cmp in/large.bin copy/large.bin");
+    shell("echo line two >> in/notes.txt && rm in/old.txt && mv in/name.txt in/renamed.txt && : > in/sub/deep.txt");
+    assert_eq!(shell("ls in"), "large.bin\nnotes.txt\nrenamed.txt\nsub\n", "the listing merges the changes before any flush");
+    assert_eq!(shell("cat in/notes.txt"), "line one\nline two\n");
+    assert_eq!(shell("find copy -type f | sort"), "copy/large.bin\ncopy/name.txt\ncopy/notes.txt\ncopy/old.txt\ncopy/sub/deep.txt\n");
+    assert!(backend.path("/in/old.txt").exists(), "policy none: the backend is untouched before the sync");
+    let sync = Command::new(ringfs_binary())
+        .arg("sync")
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .output()
+        .unwrap();
+    assert!(sync.status.success(), "{}", String::from_utf8_lossy(&sync.stderr));
+    assert_eq!(backend.read("/in/notes.txt"), b"line one\nline two\n");
+    assert!(!backend.path("/in/old.txt").exists());
+    assert!(!backend.path("/in/name.txt").exists());
+    assert_eq!(backend.read("/in/renamed.txt"), b"to be renamed\n");
+    assert_eq!(backend.read("/in/sub/deep.txt"), b"");
+    assert_same("/copy/large.bin in the backend", &backend.read("/copy/large.bin"), &large);
+    assert_eq!(backend.read("/copy/old.txt"), b"to be removed\n");
+}

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, Request, Response};
-use ringfs_store::{FlushOutcome, QueuedWork, StoreError};
+use ringfs_store::{FlushOutcome, FlushPace, QueuedWork, StoreError};
 
 use crate::service::{ServerState, store_errno};
 
@@ -191,13 +191,13 @@ impl ServerState {
 
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
     /// Interrupted or failed work goes back to the queue.
-    fn flush_one(&self, up_to: u64, keep_going: &dyn Fn() -> bool) -> Option<Result<FlushOutcome, StoreError>> {
+    fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<Result<FlushOutcome, StoreError>> {
         let _serialized = self.flush_lock();
         let queued: QueuedWork = self.store.next_work(up_to)?;
         let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
-        let outcome = self.store.flush(&queued.item, &prepare, keep_going);
+        let outcome = self.store.flush(&queued.item, &prepare, pace);
         match &outcome {
-            Ok(FlushOutcome::Interrupted) => self.store.requeue(queued),
+            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => self.store.requeue(queued),
             Err(error) => {
                 log::warn!("flushing {:?} failed: {error}", queued.item);
                 self.store.requeue(queued);
@@ -214,7 +214,7 @@ impl ServerState {
         let deadline = Instant::now() + SYNC_STEP;
         let mut failures = 0;
         while Instant::now() < deadline {
-            match self.flush_one(up_to, &|| true) {
+            match self.flush_one(up_to, FlushPace::Complete) {
                 None => break,
                 Some(Ok(_)) => failures = 0,
                 Some(Err(error)) => {
@@ -227,7 +227,18 @@ impl ServerState {
                 }
             }
         }
-        Ok(Response::SyncProgress { ticket: up_to, remaining: self.store.work_left(up_to) })
+        // Counted under the flush lock: work the flusher thread has taken from the queue is
+        // back in it or done.
+        let _serialized = self.flush_lock();
+        let remaining = self.store.work_left(up_to);
+        if remaining == 0 {
+            // Everything is in the backend: make it durable there before saying so.
+            self.store.make_backend_durable().map_err(|error| {
+                log::error!("sync could not make the backend durable: {error}");
+                Errno::EIO
+            })?;
+        }
+        Ok(Response::SyncProgress { ticket: up_to, remaining })
     }
 
     /// Flushes everything queued now (at shutdown), giving up on work that keeps failing.
@@ -270,7 +281,7 @@ impl ServerState {
             monitor.start_round();
             let mut failed = false;
             while keep_going() {
-                match self.flush_one(u64::MAX, &keep_going) {
+                match self.flush_one(u64::MAX, FlushPace::Yielding(&keep_going)) {
                     None => break,
                     Some(Ok(_)) => {}
                     Some(Err(_)) => {

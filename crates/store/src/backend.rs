@@ -228,6 +228,30 @@ impl BackendDir {
         }
     }
 
+    /// Forces the data of the backend file at `path` to stable storage (`fsync`); a file
+    /// removed since is fine.
+    pub fn sync_file(&self, path: &str) -> io::Result<()> {
+        let open = OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(self.location(path)?);
+        Self::sync_opened(open)
+    }
+
+    /// Forces the names in the backend directory at `path` to stable storage; a directory
+    /// removed since is fine.
+    pub fn sync_dir(&self, path: &str) -> io::Result<()> {
+        let open = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(self.location(path)?);
+        Self::sync_opened(open)
+    }
+
+    fn sync_opened(open: io::Result<File>) -> io::Result<()> {
+        match open {
+            Ok(file) => file.sync_all(),
+            // Removed, or replaced by another kind of entry, since the change was made: what
+            // replaced it is synced on its own account.
+            Err(error) if not_found(&error) || matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EISDIR)) => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
     /// Removes the backend entry at `path`: a file or link, or a directory with everything in
     /// it (ringfs removed the directory only once it was empty in the merged view, so what is
     /// left inside was removed in ringfs too).
@@ -351,8 +375,14 @@ mod tests {
         assert_eq!(names, ["e", "link"]);
         assert!(backend.list("/nothing", 1024).unwrap().is_empty());
 
+        backend.sync_dir("/d").unwrap();
+        backend.sync_file("/d/link").unwrap();
+        backend.sync_file("/data").unwrap();
+
         backend.create_file("/d", 0o644).unwrap();
         assert!(root.join("d").is_file(), "a file replaces a directory tree");
+        backend.sync_dir("/d").unwrap();
+        backend.sync_file("/gone").unwrap();
         backend.remove("/new").unwrap();
         backend.remove("/new").unwrap();
         assert!(!root.join("new").exists());

@@ -37,7 +37,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::backend::{self, BackendDir, RemovalKind};
 use crate::body::Body;
-use crate::store::{Chunk, ChunkHandle, ChunkStore, DirShard, FileShard, lock, shard_of};
+use crate::store::{Chunk, ChunkHandle, ChunkStore, DirShard, FastSet, FileShard, lock, shard_of};
 use crate::{ByteSink, ByteSource, CacheConfig, StoreError};
 
 /// A change of an entry that must reach the backend before the entry's data.
@@ -72,13 +72,25 @@ pub enum WorkItem {
 /// What one flush step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FlushOutcome {
-    /// Bytes reached the backend; `clean` is false if the chunk changed meanwhile (it stays
-    /// queued).
+    /// Bytes reached the backend; `clean` is false if the chunk changed meanwhile (the change
+    /// queued it again; [`ChunkStore::requeue`] keeps its place in syncs).
     Flushed { bytes: u64, clean: bool },
     /// Nothing to do: clean already, or the entry is gone.
     Skipped,
     /// Stopped between two pieces because `keep_going` said so; the chunk stays dirty.
     Interrupted,
+}
+
+/// How a flush treats writers of the chunk it writes.
+#[derive(Clone, Copy)]
+pub enum FlushPace<'a> {
+    /// Steps aside: the chunk's lock is let go between pieces, the flush stops when
+    /// `keep_going` says no, and a chunk that changed meanwhile is left dirty (background
+    /// flushing).
+    Yielding(&'a dyn Fn() -> bool),
+    /// Holds the chunk's writers off until the whole chunk is written, so the flush ends with
+    /// the chunk clean however busy it is (sync and shutdown, which must end).
+    Complete,
 }
 
 /// A unit of work taken from the queue, with the queue's sequence number when it was queued
@@ -112,12 +124,22 @@ struct Counters {
     written_through_bytes: AtomicU64,
 }
 
+/// Backend entries changed since a sync last forced them to stable storage.
+#[derive(Default)]
+struct Unsynced {
+    /// Files whose data or length changed.
+    files: FastSet<String>,
+    /// Directories whose names changed.
+    dirs: FastSet<String>,
+}
+
 /// The cache-mode state of a store.
 pub(crate) struct Cache {
     pub backend: BackendDir,
     pub chunk_size: u32,
     work: Mutex<WorkQueue>,
     clean: Mutex<VecDeque<CleanChunk>>,
+    unsynced: Mutex<Unsynced>,
     counters: Counters,
 }
 
@@ -132,8 +154,26 @@ impl Cache {
             chunk_size: config.chunk_size.max(1),
             work: Mutex::default(),
             clean: Mutex::default(),
+            unsynced: Mutex::default(),
             counters: Counters::default(),
         })
+    }
+
+    /// Remembers that the data of the backend file at `path` changed.
+    fn file_changed(&self, path: &str) {
+        let mut unsynced = lock(&self.unsynced);
+        if !unsynced.files.contains(path) {
+            unsynced.files.insert(path.to_string());
+        }
+    }
+
+    /// Remembers that the names in the backend directory holding `path` changed.
+    fn name_changed(&self, path: &str) {
+        let Some(parent) = path::parent(path).filter(|parent| self.backend.covers(parent)) else { return };
+        let mut unsynced = lock(&self.unsynced);
+        if !unsynced.dirs.contains(parent) {
+            unsynced.dirs.insert(parent.to_string());
+        }
     }
 
     /// Appends new work (the caller makes sure it is not queued already).
@@ -405,6 +445,7 @@ impl ChunkStore {
             return Ok(FlushOutcome::Skipped);
         }
         cache.backend.remove(path).map_err(io_errno)?;
+        cache.name_changed(path);
         self.forget_removal(&mut dirs, &mut files, path);
         Ok(FlushOutcome::Flushed { bytes: 0, clean: true })
     }
@@ -419,7 +460,8 @@ impl ChunkStore {
         work.order.remove(position)
     }
 
-    /// Puts work back (a flush that was interrupted or failed), keeping its place in syncs.
+    /// Puts work back (a flush that was interrupted, failed or overtaken by a change), keeping
+    /// its place in syncs.
     pub fn requeue(&self, queued: QueuedWork) {
         let Some(cache) = &self.cache else { return };
         match &queued.item {
@@ -433,7 +475,16 @@ impl ChunkStore {
                 let handle = if *index == 0 { self.head(path) } else { self.find_tail(&reference) };
                 let Some(handle) = handle else { return };
                 let mut chunk = lock(&handle);
-                if chunk.removed || chunk.queued || chunk.attr.file_id != *file_id {
+                if chunk.removed || chunk.attr.file_id != *file_id {
+                    return;
+                }
+                if chunk.queued {
+                    // Changed meanwhile and queued again: it keeps the earlier place, which a
+                    // running sync waits for.
+                    let mut work = lock(&cache.work);
+                    if let Some(entry) = work.order.iter_mut().find(|entry| entry.item == queued.item) {
+                        entry.since = entry.since.min(queued.since);
+                    }
                     return;
                 }
                 chunk.queued = true;
@@ -460,6 +511,36 @@ impl ChunkStore {
 
     pub fn has_work(&self) -> bool {
         self.cache.as_ref().is_some_and(|cache| !lock(&cache.work).order.is_empty())
+    }
+
+    /// Forces every backend change made so far to stable storage (`fsync` of the files
+    /// written and of the directories whose names changed): the end of a sync. Entries that
+    /// fail stay remembered for the next sync.
+    pub fn make_backend_durable(&self) -> Result<(), StoreError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        let Unsynced { files, dirs } = std::mem::take(&mut *lock(&cache.unsynced));
+        let mut first_error = None;
+        let mut failed = Unsynced::default();
+        // Data first, then the names that make it reachable.
+        for path in files {
+            if let Err(error) = cache.backend.sync_file(&path) {
+                log::warn!("fsync of {path} in the backend failed: {error}");
+                first_error.get_or_insert(error);
+                failed.files.insert(path);
+            }
+        }
+        for path in dirs {
+            if let Err(error) = cache.backend.sync_dir(&path) {
+                log::warn!("fsync of directory {path} in the backend failed: {error}");
+                first_error.get_or_insert(error);
+                failed.dirs.insert(path);
+            }
+        }
+        let Some(error) = first_error else { return Ok(()) };
+        let mut unsynced = lock(&cache.unsynced);
+        unsynced.files.extend(failed.files);
+        unsynced.dirs.extend(failed.dirs);
+        Err(io_errno(error))
     }
 
     /// Applies the pending operation of the entry `(path, file_id)` to the backend (asked by a
@@ -504,18 +585,22 @@ impl ChunkStore {
             (PendingOp::Trim(len), _) => backend.trim(path, len),
         };
         applied.map_err(io_errno)?;
+        match op {
+            PendingOp::Create => cache.name_changed(path),
+            PendingOp::Trim(_) => cache.file_changed(path),
+        }
         chunk.pending = None;
         chunk.attr.flags |= EntryFlags::IN_BACKEND;
         self.persist(chunk)
     }
 
     /// Does one unit of flushing work. `prepare` reaches the entry's server (see [`Prepare`]);
-    /// `keep_going` is asked between pieces of a chunk and stops the flush when it says no.
-    /// An error leaves the work to be retried by the caller.
-    pub fn flush(&self, item: &WorkItem, prepare: Prepare<'_>, keep_going: &dyn Fn() -> bool) -> Result<FlushOutcome, StoreError> {
+    /// `pace` says whether the flush steps aside for writers. An error leaves the work to be
+    /// retried by the caller.
+    pub fn flush(&self, item: &WorkItem, prepare: Prepare<'_>, pace: FlushPace<'_>) -> Result<FlushOutcome, StoreError> {
         match item {
             WorkItem::Removal { path } => self.apply_removal(path),
-            WorkItem::Chunk { path, index, file_id } => self.flush_chunk(path, *index, *file_id, prepare, keep_going),
+            WorkItem::Chunk { path, index, file_id } => self.flush_chunk(path, *index, *file_id, prepare, pace),
         }
     }
 
@@ -525,15 +610,13 @@ impl ChunkStore {
         index: u64,
         file_id: u64,
         prepare: Prepare<'_>,
-        keep_going: &dyn Fn() -> bool,
+        pace: FlushPace<'_>,
     ) -> Result<FlushOutcome, StoreError> {
         let cache = self.cache.as_ref().ok_or(Errno::EIO)?;
         let reference = ChunkRef { path: path.to_string(), index, file_id };
         let handle = if index == 0 { self.head(path) } else { self.find_tail(&reference) };
         let Some(handle) = handle else { return Ok(FlushOutcome::Skipped) };
-        // The chunk may change from the moment its bytes are taken: a change then queues it
-        // again, so a flush that ends unclean needs no requeue of its own.
-        let (data, version, attr) = {
+        let (kind_is_regular, mode) = {
             let mut chunk = lock(&handle);
             if chunk.removed || chunk.attr.file_id != file_id {
                 return Ok(FlushOutcome::Skipped);
@@ -543,9 +626,7 @@ impl ChunkStore {
             if !chunk.attr.has(EntryFlags::DIRTY) && chunk.pending.is_none() {
                 return Ok(FlushOutcome::Skipped);
             }
-            let has_data = chunk.attr.is_regular() && chunk.attr.has(EntryFlags::DIRTY) && !chunk.attr.has(EntryFlags::BACKEND_DATA);
-            let data = if has_data { Some(chunk.body.snapshot()?) } else { None };
-            (data, chunk.version, chunk.attr)
+            (chunk.attr.is_regular(), chunk.attr.mode)
         };
         let local_prepare = |path: &str, file_id: u64| self.prepare_entry(path, file_id).map_err(|error| error.errno());
         let prepare: Prepare<'_> = if index == 0 { &local_prepare } else { prepare };
@@ -557,53 +638,59 @@ impl ChunkStore {
             // from the backend.
             Err(errno) => log::warn!("flushing {path} chunk {index} without its entry's server: {errno}"),
         }
+        let file = match kind_is_regular {
+            true => match self.open_flushed_file(path, file_id, mode, prepare)? {
+                Some(file) => Some(file),
+                None => return Ok(FlushOutcome::Skipped),
+            },
+            false => None,
+        };
+        // Every backend write happens under the chunk's lock, and only while the chunk is
+        // unchanged since its bytes were taken: bytes of a chunk that was cut or removed
+        // meanwhile never land after the cut reached the backend (cuts are applied only once
+        // the chunks past them are gone).
+        let mut chunk = lock(&handle);
+        if chunk.removed || chunk.attr.file_id != file_id {
+            return Ok(FlushOutcome::Skipped);
+        }
+        let (version, attr) = (chunk.version, chunk.attr);
         let mut written = 0;
-        if attr.is_regular() {
-            let Some(file) = self.open_flushed_file(path, file_id, attr.mode, prepare)? else { return Ok(FlushOutcome::Skipped) };
-            if let Some(bytes) = &data {
-                let offset = index * attr.chunk_size as u64;
-                let stored = &bytes[..bytes.len().min(attr.len as usize)];
-                // Each piece is written under the chunk's lock, and only while the chunk is
-                // unchanged: bytes of a chunk that was cut or removed meanwhile never land
-                // after the cut reached the backend (cuts are applied only once the chunks
-                // past them are gone).
-                for (number, piece) in stored.chunks(backend::FLUSH_PIECE_BYTES).enumerate() {
-                    if number > 0 && !keep_going() {
+        let has_data = attr.is_regular() && attr.has(EntryFlags::DIRTY) && !attr.has(EntryFlags::BACKEND_DATA);
+        if let (Some(file), true) = (&file, has_data) {
+            let bytes = chunk.body.snapshot()?;
+            let offset = index * attr.chunk_size as u64;
+            let stored = &bytes[..bytes.len().min(attr.len as usize)];
+            for (number, piece) in stored.chunks(backend::FLUSH_PIECE_BYTES).enumerate() {
+                if let (FlushPace::Yielding(keep_going), true) = (pace, number > 0) {
+                    // Let writers in between pieces.
+                    drop(chunk);
+                    if !keep_going() {
                         return Ok(FlushOutcome::Interrupted);
                     }
-                    let chunk = lock(&handle);
+                    chunk = lock(&handle);
                     if chunk.removed || chunk.version != version {
-                        // Changed meanwhile (and queued again by the change): stop here.
                         return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
                     }
-                    file.write_all_at(piece, offset + (number * backend::FLUSH_PIECE_BYTES) as u64).map_err(io_errno)?;
-                    written += piece.len() as u64;
                 }
-                let chunk = lock(&handle);
-                if chunk.removed || chunk.version != version {
-                    return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
-                }
-                backend::extend_to(&file, offset + attr.len).map_err(io_errno)?;
+                file.write_all_at(piece, offset + (number * backend::FLUSH_PIECE_BYTES) as u64).map_err(io_errno)?;
+                written += piece.len() as u64;
             }
-            if index == 0 && attr.has(EntryFlags::DIRTY) {
-                cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
-            }
-        } else if attr.is_dir() && attr.has(EntryFlags::DIRTY) {
+            backend::extend_to(file, offset + attr.len).map_err(io_errno)?;
+            cache.file_changed(path);
+        }
+        if attr.has(EntryFlags::DIRTY) && (attr.is_dir() || (attr.is_regular() && index == 0)) {
             cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
         }
-        let mut chunk = lock(&handle);
-        let clean = !chunk.removed && chunk.version == version;
-        if clean {
-            chunk.attr.flags &= !EntryFlags::DIRTY;
-            if index == 0 {
-                chunk.attr.flags |= EntryFlags::IN_BACKEND;
-            }
-            self.persist(&chunk)?;
-            self.note_clean(path, &handle, &mut chunk);
+        // Still under the lock taken (or retaken) after the chunk's last check: unchanged.
+        chunk.attr.flags &= !EntryFlags::DIRTY;
+        if index == 0 {
+            chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
+        self.persist(&chunk)?;
+        self.note_clean(path, &handle, &mut chunk);
         cache.counters.flushed_chunks.fetch_add(1, Ordering::Relaxed);
         cache.counters.flushed_bytes.fetch_add(written, Ordering::Relaxed);
-        Ok(FlushOutcome::Flushed { bytes: written, clean })
+        Ok(FlushOutcome::Flushed { bytes: written, clean: true })
     }
 
     /// Opens the backend file of the entry `(path, file_id)` for writing its data. A missing
@@ -714,6 +801,7 @@ impl ChunkStore {
         file.write_all_at(&bytes, chunk_start + offset).map_err(io_errno)?;
         let len = chunk.attr.len.max(offset + bytes.len() as u64);
         backend::extend_to(&file, chunk_start + len).map_err(io_errno)?;
+        cache.file_changed(path);
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
@@ -841,7 +929,7 @@ mod tests {
         let prepare = |path: &str, file_id: u64| store.prepare_entry(path, file_id).map_err(|error| error.errno());
         let mut outcomes = Vec::new();
         while let Some(queued) = store.next_work(u64::MAX) {
-            outcomes.push(store.flush(&queued.item, &prepare, &|| true).unwrap());
+            outcomes.push(store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap());
         }
         outcomes
     }
@@ -910,26 +998,79 @@ mod tests {
         let big = pattern(LARGE as usize, 3);
         let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
         store.write(&reference, 0, &mut &big[..], large_template, 6).unwrap();
-        let item = store.next_work(u64::MAX).unwrap().item;
+        let queued = store.next_work(u64::MAX).unwrap();
         let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
         let racing = pattern(10, 4);
         let wrote = std::cell::Cell::new(false);
-        let outcome = store
-            .flush(&item, &prepare, &|| {
-                if !wrote.replace(true) {
-                    store.write(&reference, 100, &mut &racing[..], large_template, 7).unwrap();
-                }
-                true
-            })
-            .unwrap();
+        let keep_going = || {
+            if !wrote.replace(true) {
+                store.write(&reference, 100, &mut &racing[..], large_template, 7).unwrap();
+            }
+            true
+        };
+        let outcome = store.flush(&queued.item, &prepare, FlushPace::Yielding(&keep_going)).unwrap();
         assert_eq!(outcome, FlushOutcome::Flushed { bytes: backend::FLUSH_PIECE_BYTES as u64, clean: false }, "stops at the change");
         assert!(store.stat(&reference).unwrap().has(EntryFlags::DIRTY), "the racing write keeps the chunk dirty");
         assert_ne!(&fs::read(setup.backend().join("large")).unwrap()[100..110], &racing[..], "the flush wrote the older bytes");
+        // The racing write queued the chunk again, behind a sync begun before it; putting the
+        // interrupted work back keeps the chunk in that sync.
+        assert_eq!(store.work_left(queued.since), 0);
+        store.requeue(queued.clone());
+        assert_eq!(store.work_left(queued.since), 1, "the chunk keeps its place in a sync begun before the write");
+        assert_eq!(store.queued_work().len(), 1, "and is queued once");
         flush_all(&store);
         let mut expected = big.clone();
         expected[100..110].copy_from_slice(&racing);
         assert_eq!(fs::read(setup.backend().join("large")).unwrap(), expected);
         assert!(!store.stat(&reference).unwrap().has(EntryFlags::DIRTY));
+    }
+
+    #[test]
+    fn a_complete_flush_ends_clean_under_continuous_writes() {
+        let setup = Setup::new("complete");
+        let store = setup.store();
+        const LARGE: u32 = 1 << 20;
+        let entry = Create { exclusive: false, truncate: true, ..Create::new("/hot", 0o100644, LARGE) };
+        let file_id = store.create(&entry, 78).unwrap().attr.file_id;
+        let reference = ChunkRef { path: "/hot".into(), index: 0, file_id };
+        let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
+        store.write(&reference, 0, &mut &pattern(LARGE as usize, 1)[..], large_template, 6).unwrap();
+        flush_all(&store);
+        let done = std::sync::atomic::AtomicBool::new(false);
+        let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                // Rewrites the whole chunk, with other bytes each time, until the flushes are done.
+                let versions: Vec<Vec<u8>> = (0..4).map(|seed| pattern(LARGE as usize, seed)).collect();
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                for round in 0..1_000_000 {
+                    if done.load(std::sync::atomic::Ordering::Relaxed) || std::time::Instant::now() > deadline {
+                        break;
+                    }
+                    store.write(&reference, 0, &mut &versions[round % 4][..], large_template, 7).unwrap();
+                }
+            });
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            let mut flushes = 0;
+            while flushes < 20 && std::time::Instant::now() < deadline {
+                let Some(queued) = store.next_work(u64::MAX) else {
+                    std::thread::yield_now();
+                    continue;
+                };
+                // (Skipped: a write queued the chunk again while an earlier flush was taking
+                // its bytes, and that flush wrote them.)
+                match store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap() {
+                    FlushOutcome::Flushed { clean: true, .. } => flushes += 1,
+                    FlushOutcome::Skipped => {}
+                    outcome => panic!("a complete flush ended {outcome:?}"),
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(flushes, 20, "the writer kept the chunk dirty");
+        });
+        // The last flush wrote one whole version of the chunk.
+        let flushed = fs::read(setup.backend().join("hot")).unwrap();
+        assert!((0..4).any(|seed| flushed == pattern(LARGE as usize, seed)), "the backend holds a mix of versions");
     }
 
     #[test]

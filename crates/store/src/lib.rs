@@ -45,7 +45,7 @@ mod pool;
 mod store;
 
 pub use backend::{BackendDir, RemovalKind};
-pub use cache::{FlushOutcome, Prepare, QueuedWork, WorkItem};
+pub use cache::{FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
 pub use io::{ByteSink, ByteSource};
 pub use store::{ChunkStore, CreateOutcome, MovedChunk, SharedRead, StoreStats};
 
