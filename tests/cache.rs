@@ -8,6 +8,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
@@ -390,6 +391,11 @@ fn removals_truncations_renames_and_overwrites_reach_the_backend() {
         backend.write(name, &original);
     }
     backend.write("/dir/inside", b"x");
+    // A directory holding only what ringfs does not show (a FIFO) is not empty.
+    std::fs::create_dir(backend.path("/pipes")).unwrap();
+    let fifo = std::ffi::CString::new(backend.path("/pipes/fifo").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
     let cluster = TestCluster::with_options(caching(&backend, 3, "none", 1000));
     let client = cluster.client();
 
@@ -400,7 +406,7 @@ fn removals_truncations_renames_and_overwrites_reach_the_backend() {
     client.unlink("/dir/inside").unwrap();
     client.rmdir("/dir").unwrap();
     let names: Vec<String> = client.readdir("/").unwrap().into_iter().map(|entry| entry.name).collect();
-    assert_eq!(names, ["cut", "renamed", "replaced"], "removed names are hidden before they reach the backend");
+    assert_eq!(names, ["cut", "pipes", "renamed", "replaced"], "removed names are hidden before they reach the backend");
     assert!(backend.path("/gone").exists() && backend.path("/moved").exists(), "nothing reaches the backend before the sync");
     assert_same("/cut", &read_whole(&client, "/cut"), &original[..300_001]);
     assert_same("/renamed", &read_whole(&client, "/renamed"), &original);
@@ -412,6 +418,11 @@ fn removals_truncations_renames_and_overwrites_reach_the_backend() {
     assert_same("/cut in the backend", &backend.read("/cut"), &original[..300_001]);
     assert_same("/renamed in the backend", &backend.read("/renamed"), &original);
     assert_eq!(backend.read("/replaced"), b"short");
+
+    assert!(client.readdir("/pipes").unwrap().is_empty());
+    assert_eq!(client.rmdir("/pipes").unwrap_err(), ringfs_client::Errno::ENOTEMPTY, "entries ringfs does not show keep the directory");
+    client.sync().unwrap();
+    assert!(backend.path("/pipes/fifo").exists());
 }
 
 #[test]
@@ -586,4 +597,62 @@ fn shell_tools_through_fuse_see_and_change_the_backend_tree() {
     assert_eq!(backend.read("/in/sub/deep.txt"), b"");
     assert_same("/copy/large.bin in the backend", &backend.read("/copy/large.bin"), &large);
     assert_eq!(backend.read("/copy/old.txt"), b"to be removed\n");
+}
+
+#[test]
+fn renamed_files_reach_the_backend_whole_while_flushing_immediately() {
+    let backend = Backend::new("renames");
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    let mut random = Random::new(40);
+    let mut files = BTreeMap::new();
+    for index in 0..12 {
+        // Five chunks each, on several servers: their flushes race the rename's new entry.
+        let bytes = random_bytes(&mut random, 5 * 256 * 1024 - index * 1000);
+        write_whole(&client, &format!("/work{index}"), &bytes);
+        client.rename(&format!("/work{index}"), &format!("/result{index}")).unwrap();
+        files.insert(format!("/result{index}"), bytes);
+    }
+    client.sync().unwrap();
+    for (path, bytes) in &files {
+        assert_same(path, &backend.read(path), bytes);
+    }
+    let mut names: Vec<String> =
+        std::fs::read_dir(&backend.0).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    assert!(names.iter().all(|name| name.starts_with("result")), "old names are gone from the backend: {names:?}");
+    assert_eq!(cache_totals(&client).dirty_chunks, 0, "nothing is left dirty");
+}
+
+#[test]
+fn read_only_entries_reach_the_backend_from_servers_that_are_not_root() {
+    let backend = Backend::new("readonly");
+    common::give_to_unprivileged(&backend.0);
+    let mut options = caching(&backend, 3, "none", 1000);
+    options.unprivileged = true;
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let mut random = Random::new(50);
+    let bytes = random_bytes(&mut random, 3 * 256 * 1024 + 77);
+    client.mkdir("/inputs", 0o755).unwrap();
+    write_whole(&client, "/inputs/data", &bytes);
+    client.chmod("/inputs/data", 0o444).unwrap();
+    client.chmod("/inputs", 0o555).unwrap();
+    client.sync().unwrap();
+    assert_same("/inputs/data in the backend", &backend.read("/inputs/data"), &bytes);
+    let mode = |relative: &str| std::fs::metadata(backend.path(relative)).unwrap().permissions().mode() & 0o777;
+    assert_eq!((mode("/inputs/data"), mode("/inputs")), (0o444, 0o555));
+
+    // Later changes to the read-only entries reach the backend too.
+    let fd = client.open("/inputs/data", OpenFlags::WRITE, 0).unwrap();
+    client.pwrite(fd, b"changed", 300_000).unwrap();
+    client.close(fd).unwrap();
+    write_whole(&client, "/inputs/added", b"new file in a read-only directory");
+    client.sync().unwrap();
+    assert_eq!(&backend.read("/inputs/data")[300_000..300_007], b"changed");
+    assert_eq!(backend.read("/inputs/added"), b"new file in a read-only directory");
+    assert_eq!((mode("/inputs/data"), mode("/inputs")), (0o444, 0o555), "the modes are as set in ringfs");
+    client.unlink("/inputs/added").unwrap();
+    client.sync().unwrap();
+    assert!(!backend.path("/inputs/added").exists());
 }

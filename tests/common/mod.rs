@@ -32,12 +32,37 @@ pub struct ClusterOptions {
     pub dir_store: bool,
     /// Per-server capacity (e.g. "2M"), if limited.
     pub capacity: Option<String>,
+    /// `true`: when the tests run as root, the servers run as [`UNPRIVILEGED`] instead (as on
+    /// a cluster, where servers run as the user), owning the cluster directory.
+    pub unprivileged: bool,
     pub extra_args: Vec<String>,
 }
 
 impl ClusterOptions {
     pub fn new(servers: usize) -> ClusterOptions {
-        ClusterOptions { servers, dir_store: false, capacity: None, extra_args: Vec::new() }
+        ClusterOptions { servers, dir_store: false, capacity: None, unprivileged: false, extra_args: Vec::new() }
+    }
+}
+
+/// The user and group id unprivileged servers run as (`nobody`).
+pub const UNPRIVILEGED: u32 = 65534;
+
+/// Whether this process runs as root.
+pub fn running_as_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Hands `path` (and what is in it) to the [`UNPRIVILEGED`] user, when running as root.
+pub fn give_to_unprivileged(path: &Path) {
+    if !running_as_root() {
+        return;
+    }
+    std::os::unix::fs::chown(path, Some(UNPRIVILEGED), Some(UNPRIVILEGED)).unwrap();
+    if path.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap() {
+            give_to_unprivileged(&entry.unwrap().path());
+        }
     }
 }
 
@@ -76,6 +101,9 @@ impl TestCluster {
         let dir = scratch_dir("cluster");
         let secret = format!("{:016x}", ringfs_rpc::memory::random_u64());
         std::fs::write(dir.join("secret"), &secret).unwrap();
+        if options.unprivileged {
+            give_to_unprivileged(&dir);
+        }
         let mut cluster = TestCluster { dir, secret, options: options.clone(), servers: Vec::new() };
         for index in 0..options.servers {
             let name = format!("server-{index}");
@@ -115,6 +143,11 @@ impl TestCluster {
         }
         if let Some(join) = join {
             command.args(["--join", join]);
+        }
+        if self.options.unprivileged && running_as_root() {
+            use std::os::unix::process::CommandExt;
+            // (std drops the supplementary groups when root sets the uid.)
+            command.uid(UNPRIVILEGED).gid(UNPRIVILEGED);
         }
         let child = command.spawn().expect("start ringfs server");
         let address = wait_for_file(&address_file, Duration::from_secs(20));

@@ -71,6 +71,12 @@ impl Default for FlushConfig {
 const SYNC_STEP: Duration = Duration::from_secs(1);
 /// How long the flusher waits before retrying after a failed flush.
 const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// Failed attempts at one unit of work after which a sync answers EIO (the work stays queued).
+const SYNC_GIVES_UP_AFTER: u32 = 10;
+/// Deferrals after which a chunk whose file has no entry is taken for a chunk a failed
+/// removal left behind, and dropped from the queue (a rename installs its entry within
+/// milliseconds).
+const ORPHAN_AFTER: u32 = 50;
 /// How often an idle flusher looks for work.
 const WORK_POLL: Duration = Duration::from_millis(20);
 
@@ -190,21 +196,29 @@ impl ServerState {
     }
 
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
-    /// Interrupted or failed work goes back to the queue.
-    fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<Result<FlushOutcome, StoreError>> {
+    /// Work not done goes back to the queue; the outcome comes with the work's failed or
+    /// deferred attempts so far.
+    fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<(Result<FlushOutcome, StoreError>, u32)> {
         let _serialized = self.flush_lock();
-        let queued: QueuedWork = self.store.next_work(up_to)?;
+        let mut queued: QueuedWork = self.store.next_work(up_to)?;
         let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
         let outcome = self.store.flush(&queued.item, &prepare, pace);
-        match &outcome {
-            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => self.store.requeue(queued),
+        let attempts = match &outcome {
+            Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.attempts)),
+            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => queued.attempts,
+            Ok(FlushOutcome::Deferred) => queued.attempts + 1,
             Err(error) => {
                 log::warn!("flushing {:?} failed: {error}", queued.item);
-                self.store.requeue(queued);
+                queued.attempts + 1
             }
-            Ok(_) => {}
+        };
+        queued.attempts = attempts;
+        if matches!(outcome, Ok(FlushOutcome::Deferred)) && attempts >= ORPHAN_AFTER {
+            log::warn!("{:?} is dropped from the flush queue: its file has no entry (a chunk a failed removal left)", queued.item);
+        } else {
+            self.store.requeue(queued);
         }
-        Some(outcome)
+        Some((outcome, attempts))
     }
 
     /// One step of a sync: flushes the work queued before the sync began (`ticket` 0: now)
@@ -212,28 +226,25 @@ impl ServerState {
     pub fn sync(&self, ticket: u64) -> Result<Response, Errno> {
         let up_to = if ticket == 0 { self.store.work_sequence() } else { ticket };
         let deadline = Instant::now() + SYNC_STEP;
-        let mut failures = 0;
         while Instant::now() < deadline {
             match self.flush_one(up_to, FlushPace::Complete) {
                 None => break,
-                Some(Ok(_)) => failures = 0,
-                Some(Err(error)) => {
-                    failures += 1;
-                    if failures >= 10 {
-                        log::error!("sync gives up after repeated failures: {error}");
-                        return Err(Errno::EIO);
-                    }
-                    std::thread::sleep(RETRY_PAUSE / 4);
+                Some((Err(error), attempts)) if attempts >= SYNC_GIVES_UP_AFTER => {
+                    log::error!("sync gives up after {attempts} failed attempts: {error}");
+                    return Err(Errno::EIO);
                 }
+                Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => std::thread::sleep(RETRY_PAUSE / 4),
+                Some((Ok(_), _)) => {}
             }
         }
         // Counted under the flush lock: work the flusher thread has taken from the queue is
         // back in it or done.
         let _serialized = self.flush_lock();
-        let remaining = self.store.work_left(up_to);
+        let mut remaining = self.store.work_left(up_to);
         if remaining == 0 {
-            // Everything is in the backend: make it durable there before saying so.
-            self.store.make_backend_durable().map_err(|error| {
+            // Everything is in the backend: make it durable there before saying so (what is
+            // left after a step counts as remaining work).
+            remaining = self.store.make_backend_durable(Instant::now() + SYNC_STEP).map_err(|error| {
                 log::error!("sync could not make the backend durable: {error}");
                 Errno::EIO
             })?;
@@ -283,11 +294,11 @@ impl ServerState {
             while keep_going() {
                 match self.flush_one(u64::MAX, FlushPace::Yielding(&keep_going)) {
                     None => break,
-                    Some(Ok(_)) => {}
-                    Some(Err(_)) => {
+                    Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => {
                         failed = true;
                         break;
                     }
+                    Some((Ok(_), _)) => {}
                 }
             }
             // Only the io-aware flusher stops for requests; the others carry on.

@@ -103,15 +103,20 @@ impl BackendDir {
         Ok(done)
     }
 
-    /// The entries of the backend directory `dir`, sorted by name, with their attributes.
-    /// A missing directory lists as empty.
+    /// Reads the backend directory `dir`; a missing directory reads as empty.
+    fn read_dir(&self, dir: &str) -> io::Result<Option<fs::ReadDir>> {
+        match fs::read_dir(self.location(dir)?) {
+            Ok(entries) => Ok(Some(entries)),
+            Err(error) if not_found(&error) || error.raw_os_error() == Some(libc::ENOTDIR) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// The entries of the backend directory `dir` that ringfs shows (regular files,
+    /// directories and symbolic links with valid names), sorted by name, with their
+    /// attributes. A missing directory lists as empty.
     pub fn list(&self, dir: &str, chunk_size: u32) -> io::Result<Vec<(String, Attr)>> {
-        let location = self.location(dir)?;
-        let entries = match fs::read_dir(&location) {
-            Ok(entries) => entries,
-            Err(error) if not_found(&error) || error.raw_os_error() == Some(libc::ENOTDIR) => return Ok(Vec::new()),
-            Err(error) => return Err(error),
-        };
+        let Some(entries) = self.read_dir(dir)? else { return Ok(Vec::new()) };
         let mut listing = Vec::new();
         for entry in entries {
             let entry = entry?;
@@ -127,6 +132,13 @@ impl BackendDir {
         }
         listing.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(listing)
+    }
+
+    /// Every name in the backend directory `dir`, those ringfs does not show included (names
+    /// that are not UTF-8 come lossily converted, so no ringfs name matches them).
+    pub fn all_names(&self, dir: &str) -> io::Result<Vec<String>> {
+        let Some(entries) = self.read_dir(dir)? else { return Ok(Vec::new()) };
+        entries.map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned())).collect()
     }
 
     // ----- flushing -------------------------------------------------------------------------
@@ -156,44 +168,50 @@ impl BackendDir {
     /// is a new inode, so a flush that opened the old file cannot write into the new one.
     pub fn create_file(&self, path: &str, mode: u32) -> io::Result<()> {
         let location = self.location(path)?;
-        Self::remove_location(&location)?;
-        let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&location);
-        match open() {
-            Err(error) if not_found(&error) => {
-                Self::make_parents(&location)?;
-                open().map(drop)
+        with_write_permission(parent_of(&location), || {
+            Self::remove_location(&location)?;
+            let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&location);
+            match open() {
+                Err(error) if not_found(&error) => {
+                    Self::make_parents(&location)?;
+                    open().map(drop)
+                }
+                other => other.map(drop),
             }
-            other => other.map(drop),
-        }
+        })
     }
 
     /// Makes `path` a directory (creating parents; replacing a non-directory) with `mode`.
     pub fn make_dir(&self, path: &str, mode: u32) -> io::Result<()> {
         let location = self.location(path)?;
-        if fs::symlink_metadata(&location).is_ok_and(|metadata| !metadata.is_dir()) {
-            fs::remove_file(&location)?;
-        }
-        fs::create_dir_all(&location)?;
+        with_write_permission(parent_of(&location), || {
+            if fs::symlink_metadata(&location).is_ok_and(|metadata| !metadata.is_dir()) {
+                fs::remove_file(&location)?;
+            }
+            fs::create_dir_all(&location)
+        })?;
         fs::set_permissions(&location, fs::Permissions::from_mode(mode & 0o7777))
     }
 
     /// Makes `path` a symbolic link to `target`, replacing what is there.
     pub fn make_symlink(&self, path: &str, target: &str) -> io::Result<()> {
         let location = self.location(path)?;
-        Self::remove_location(&location)?;
-        match std::os::unix::fs::symlink(target, &location) {
-            Err(error) if not_found(&error) => {
-                Self::make_parents(&location)?;
-                std::os::unix::fs::symlink(target, &location)
+        with_write_permission(parent_of(&location), || {
+            Self::remove_location(&location)?;
+            match std::os::unix::fs::symlink(target, &location) {
+                Err(error) if not_found(&error) => {
+                    Self::make_parents(&location)?;
+                    std::os::unix::fs::symlink(target, &location)
+                }
+                other => other,
             }
-            other => other,
-        }
+        })
     }
 
     /// Cuts the backend file at `path` to at most `len` bytes (a missing file is fine).
     pub fn trim(&self, path: &str, len: u64) -> io::Result<()> {
         let location = self.location(path)?;
-        match OpenOptions::new().write(true).open(&location) {
+        match with_write_permission(&location, || OpenOptions::new().write(true).open(&location)) {
             Ok(file) => {
                 if file.metadata()?.len() > len {
                     file.set_len(len)?;
@@ -212,17 +230,20 @@ impl BackendDir {
 
     /// Opens the existing backend file at `path` for writing.
     pub fn open_existing(&self, path: &str) -> io::Result<File> {
-        OpenOptions::new().write(true).open(self.location(path)?)
+        let location = self.location(path)?;
+        with_write_permission(&location, || OpenOptions::new().write(true).open(&location))
     }
 
     /// Opens the backend file at `path` for writing chunk data, creating it (and its parent
     /// directories) if it is missing.
     pub fn open_for_flush(&self, path: &str, mode: u32) -> io::Result<File> {
-        let location = self.location(path)?;
-        match OpenOptions::new().write(true).open(&location) {
+        match self.open_existing(path) {
             Err(error) if not_found(&error) => {
+                let location = self.location(path)?;
                 Self::make_parents(&location)?;
-                OpenOptions::new().write(true).create(true).mode(mode & 0o7777).open(&location)
+                with_write_permission(parent_of(&location), || {
+                    OpenOptions::new().write(true).create(true).mode(mode & 0o7777).open(&location)
+                })
             }
             other => other,
         }
@@ -231,8 +252,14 @@ impl BackendDir {
     /// Forces the data of the backend file at `path` to stable storage (`fsync`); a file
     /// removed since is fine.
     pub fn sync_file(&self, path: &str) -> io::Result<()> {
-        let open = OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(self.location(path)?);
-        Self::sync_opened(open)
+        let location = self.location(path)?;
+        let open =
+            |write: bool| OpenOptions::new().read(!write).write(write).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&location);
+        // Either access mode allows fsync; a file made read-only opens for reading.
+        match open(false) {
+            Err(error) if error.kind() == io::ErrorKind::PermissionDenied => Self::sync_opened(open(true)),
+            opened => Self::sync_opened(opened),
+        }
     }
 
     /// Forces the names in the backend directory at `path` to stable storage; a directory
@@ -259,8 +286,36 @@ impl BackendDir {
         if path == self.mount {
             return Ok(());
         }
-        Self::remove_location(&self.location(path)?)
+        let location = self.location(path)?;
+        with_write_permission(parent_of(&location), || Self::remove_location(&location))
     }
+}
+
+/// The directory holding `location`.
+fn parent_of(location: &Path) -> &Path {
+    location.parent().unwrap_or(location)
+}
+
+/// Runs `operation`, which needs write permission on `target` (a file it writes, or the
+/// directory whose names it changes). Entries made read-only in ringfs are read-only in the
+/// backend too, and a server that is not root may not write them: then the owner's write
+/// permission is lent for the operation and taken back.
+fn with_write_permission<T>(target: &Path, operation: impl Fn() -> io::Result<T>) -> io::Result<T> {
+    let denied = match operation() {
+        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => error,
+        other => return other,
+    };
+    let Ok(metadata) = fs::symlink_metadata(target) else { return Err(denied) };
+    let mode = metadata.permissions().mode() & 0o7777;
+    let lent = if metadata.is_dir() { 0o300 } else { 0o200 };
+    if mode & lent == lent {
+        // Not for want of the owner's write permission (or another server lent it just now).
+        return Err(denied);
+    }
+    fs::set_permissions(target, fs::Permissions::from_mode(mode | lent))?;
+    let outcome = operation();
+    let restored = fs::set_permissions(target, fs::Permissions::from_mode(mode));
+    outcome.and_then(|value| restored.map(|()| value))
 }
 
 /// Makes `file` at least `len` bytes long (the extension reads as zeros).
@@ -269,6 +324,12 @@ pub fn extend_to(file: &File, len: u64) -> io::Result<()> {
         file.set_len(len)?;
     }
     Ok(())
+}
+
+/// A backend timestamp in nanoseconds since the epoch, saturating for times beyond the years
+/// 1678–2262 that fit.
+fn nanoseconds(seconds: i64, nanoseconds: i64) -> i64 {
+    seconds.saturating_mul(1_000_000_000).saturating_add(nanoseconds)
 }
 
 /// The attributes a cached entry gets from backend metadata. Its identity is derived from the
@@ -309,9 +370,9 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
         chunk_size,
         len,
         file_id: identity | 1,
-        atime_ns: metadata.atime() * 1_000_000_000 + metadata.atime_nsec(),
-        mtime_ns: metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
-        ctime_ns: metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
+        atime_ns: nanoseconds(metadata.atime(), metadata.atime_nsec()),
+        mtime_ns: nanoseconds(metadata.mtime(), metadata.mtime_nsec()),
+        ctime_ns: nanoseconds(metadata.ctime(), metadata.ctime_nsec()),
         flags,
         backend_len,
     })
@@ -356,6 +417,10 @@ mod tests {
         assert_eq!((attr.len, attr.backend_len), (1024, 3000));
         assert_eq!(backend.entry_attr("/data", 1024).unwrap().unwrap().file_id, attr.file_id, "identity is stable");
         assert_eq!(backend.entry_attr("/missing", 1024).unwrap(), None);
+        // A timestamp beyond what nanoseconds in an i64 hold (the year 2603) saturates.
+        let far_future = std::time::UNIX_EPOCH + std::time::Duration::from_secs(20_000_000_000);
+        File::options().write(true).open(root.join("data")).unwrap().set_modified(far_future).unwrap();
+        assert_eq!(backend.entry_attr("/data", 1024).unwrap().unwrap().mtime_ns, i64::MAX);
         let mut buffer = [0u8; 100];
         assert_eq!(backend.read_at("/data", 2950, &mut buffer).unwrap(), 50);
 

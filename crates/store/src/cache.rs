@@ -28,6 +28,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
+use std::time::Instant;
 
 use ringfs_proto::path;
 use ringfs_proto::{CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno, FileKind};
@@ -79,6 +80,10 @@ pub enum FlushOutcome {
     Skipped,
     /// Stopped between two pieces because `keep_going` said so; the chunk stays dirty.
     Interrupted,
+    /// The chunk's file has no entry at its server (yet): a rename is installing it, or the
+    /// file is gone and this chunk's removal has not arrived. The chunk stays dirty; try
+    /// again later.
+    Deferred,
 }
 
 /// How a flush treats writers of the chunk it writes.
@@ -99,6 +104,8 @@ pub enum FlushPace<'a> {
 pub struct QueuedWork {
     pub item: WorkItem,
     pub since: u64,
+    /// Failed or deferred attempts so far.
+    pub attempts: u32,
 }
 
 /// The flush queue. A chunk is in it at most once (its `queued` flag says so); a removal at
@@ -181,7 +188,7 @@ impl Cache {
         let mut work = lock(&self.work);
         work.sequence += 1;
         let since = work.sequence;
-        work.order.push_back(QueuedWork { item, since });
+        work.order.push_back(QueuedWork { item, since, attempts: 0 });
     }
 }
 
@@ -376,13 +383,14 @@ impl ChunkStore {
         Ok(DirPage { entries, more: end < listing.len(), removed: Vec::new() })
     }
 
-    /// Names in the backend directory behind `dir` (for rmdir's emptiness check).
+    /// Every name in the backend directory behind `dir`, including entries ringfs does not
+    /// show (rmdir's emptiness check: such entries keep a directory from being removed).
     pub fn backend_names(&self, dir: &str) -> Result<Vec<String>, StoreError> {
         let Some(cache) = &self.cache else { return Ok(Vec::new()) };
         if !cache.backend.covers(dir) {
             return Ok(Vec::new());
         }
-        Ok(cache.backend.list(dir, cache.chunk_size).map_err(io_errno)?.into_iter().map(|(name, _)| name).collect())
+        cache.backend.all_names(dir).map_err(io_errno)
     }
 
     // ----- removals -------------------------------------------------------------------------
@@ -484,6 +492,7 @@ impl ChunkStore {
                     let mut work = lock(&cache.work);
                     if let Some(entry) = work.order.iter_mut().find(|entry| entry.item == queued.item) {
                         entry.since = entry.since.min(queued.since);
+                        entry.attempts = entry.attempts.max(queued.attempts);
                     }
                     return;
                 }
@@ -513,34 +522,38 @@ impl ChunkStore {
         self.cache.as_ref().is_some_and(|cache| !lock(&cache.work).order.is_empty())
     }
 
-    /// Forces every backend change made so far to stable storage (`fsync` of the files
-    /// written and of the directories whose names changed): the end of a sync. Entries that
-    /// fail stay remembered for the next sync.
-    pub fn make_backend_durable(&self) -> Result<(), StoreError> {
-        let Some(cache) = &self.cache else { return Ok(()) };
+    /// Forces the backend changes made so far to stable storage (`fsync` of the files written
+    /// and of the directories whose names changed), until `deadline`: the end of a sync.
+    /// Returns how many are left; entries that fail or are left stay for the next call.
+    pub fn make_backend_durable(&self, deadline: Instant) -> Result<u64, StoreError> {
+        let Some(cache) = &self.cache else { return Ok(0) };
         let Unsynced { files, dirs } = std::mem::take(&mut *lock(&cache.unsynced));
         let mut first_error = None;
-        let mut failed = Unsynced::default();
+        let mut left = Unsynced::default();
         // Data first, then the names that make it reachable.
         for path in files {
-            if let Err(error) = cache.backend.sync_file(&path) {
+            if Instant::now() > deadline {
+                left.files.insert(path);
+            } else if let Err(error) = cache.backend.sync_file(&path) {
                 log::warn!("fsync of {path} in the backend failed: {error}");
                 first_error.get_or_insert(error);
-                failed.files.insert(path);
+                left.files.insert(path);
             }
         }
         for path in dirs {
-            if let Err(error) = cache.backend.sync_dir(&path) {
+            if Instant::now() > deadline || !left.files.is_empty() {
+                left.dirs.insert(path);
+            } else if let Err(error) = cache.backend.sync_dir(&path) {
                 log::warn!("fsync of directory {path} in the backend failed: {error}");
                 first_error.get_or_insert(error);
-                failed.dirs.insert(path);
+                left.dirs.insert(path);
             }
         }
-        let Some(error) = first_error else { return Ok(()) };
+        let count = (left.files.len() + left.dirs.len()) as u64;
         let mut unsynced = lock(&cache.unsynced);
-        unsynced.files.extend(failed.files);
-        unsynced.dirs.extend(failed.dirs);
-        Err(io_errno(error))
+        unsynced.files.extend(left.files);
+        unsynced.dirs.extend(left.dirs);
+        first_error.map_or(Ok(count), |error| Err(io_errno(error)))
     }
 
     /// Applies the pending operation of the entry `(path, file_id)` to the backend (asked by a
@@ -631,17 +644,16 @@ impl ChunkStore {
         let local_prepare = |path: &str, file_id: u64| self.prepare_entry(path, file_id).map_err(|error| error.errno());
         let prepare: Prepare<'_> = if index == 0 { &local_prepare } else { prepare };
         // The entry's pending creation or cut reaches the backend before any of its data.
+        // (Never without it: a creation applied later would replace the file, data and all.)
         match prepare(path, file_id) {
             Ok(()) => {}
-            Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(FlushOutcome::Skipped),
-            // The entry's server cannot be asked: writing the data is better than keeping it
-            // from the backend.
-            Err(errno) => log::warn!("flushing {path} chunk {index} without its entry's server: {errno}"),
+            Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(Self::entry_missing(&handle, file_id)),
+            Err(errno) => return Err(errno.into()),
         }
         let file = match kind_is_regular {
             true => match self.open_flushed_file(path, file_id, mode, prepare)? {
                 Some(file) => Some(file),
-                None => return Ok(FlushOutcome::Skipped),
+                None => return Ok(Self::entry_missing(&handle, file_id)),
             },
             false => None,
         };
@@ -693,9 +705,20 @@ impl ChunkStore {
         Ok(FlushOutcome::Flushed { bytes: written, clean: true })
     }
 
+    /// What a flush does when the entry of its chunk's file is missing at the entry's server:
+    /// nothing if the chunk is gone too, otherwise it waits for the entry (see
+    /// [`FlushOutcome::Deferred`]).
+    fn entry_missing(handle: &ChunkHandle, file_id: u64) -> FlushOutcome {
+        let chunk = lock(handle);
+        match chunk.removed || chunk.attr.file_id != file_id {
+            true => FlushOutcome::Skipped,
+            false => FlushOutcome::Deferred,
+        }
+    }
+
     /// Opens the backend file of the entry `(path, file_id)` for writing its data. A missing
-    /// file was either removed with its entry (then `None`: nothing to flush) or deleted
-    /// behind ringfs's back (then it is created again, since the entry still exists).
+    /// file was either removed with its entry (then `None`) or deleted behind ringfs's back
+    /// (then it is created again, since the entry still exists).
     fn open_flushed_file(&self, path: &str, file_id: u64, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
         let backend = &self.cache.as_ref().ok_or(Errno::EIO)?.backend;
         match backend.open_existing(path) {
@@ -705,7 +728,8 @@ impl ChunkStore {
         }
         match prepare(path, file_id) {
             Err(Errno::ESTALE) | Err(Errno::ENOENT) => Ok(None),
-            _ => backend.open_for_flush(path, mode).map(Some).map_err(io_errno),
+            Err(errno) => Err(errno.into()),
+            Ok(()) => backend.open_for_flush(path, mode).map(Some).map_err(io_errno),
         }
     }
 
@@ -733,13 +757,17 @@ impl ChunkStore {
             if !evictable(&chunk) {
                 continue;
             }
-            let stored = chunk.body.stored_len();
-            if chunk.body.truncate(0).is_err() {
-                continue;
-            }
+            // Recorded before the bytes go: after a crash in between, they are read from the
+            // backend again rather than found missing.
             chunk.attr.flags |= EntryFlags::BACKEND_DATA;
             if let Err(error) = self.persist(&chunk) {
                 log::warn!("evicting a chunk of {}: {error}", candidate.path);
+                chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
+                continue;
+            }
+            let stored = chunk.body.stored_len();
+            if chunk.body.truncate(0).is_err() {
+                continue;
             }
             self.refund(stored);
             freed += stored;
@@ -782,7 +810,7 @@ impl ChunkStore {
             match prepare(path, file_id) {
                 Ok(_) => {}
                 Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Err(Errno::ESTALE.into()),
-                Err(errno) => log::warn!("writing {path} through without its entry's server: {errno}"),
+                Err(errno) => return Err(errno.into()),
             }
         }
         let file = cache.backend.open_for_flush(path, chunk.attr.mode).map_err(io_errno)?;
@@ -791,10 +819,12 @@ impl ChunkStore {
         if !chunk.attr.has(EntryFlags::BACKEND_DATA) {
             let held = chunk.body.snapshot()?;
             file.write_all_at(&held[..held.len().min(chunk.attr.len as usize)], chunk_start).map_err(io_errno)?;
+            // Recorded before the bytes go (see `evict`).
+            chunk.attr.flags |= EntryFlags::BACKEND_DATA;
+            self.persist(&chunk)?;
             let stored = chunk.body.stored_len();
             chunk.body.truncate(0)?;
             self.refund(stored);
-            chunk.attr.flags |= EntryFlags::BACKEND_DATA;
         }
         let mut bytes = vec![0u8; source.len()];
         source.read_into(crate::io::as_uninit(&mut bytes))?;

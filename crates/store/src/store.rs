@@ -541,13 +541,10 @@ impl ChunkStore {
             backend_len: 0,
         };
         let mut pending = None;
+        // The new entry is made in the backend when flushed, replacing what is there.
+        let replaced_removal = attr.has(EntryFlags::BACKED).then(|| files.removals.get(&entry.path).copied()).flatten();
         if attr.has(EntryFlags::BACKED) {
-            // The new entry is made in the backend when flushed, replacing what is there. A
-            // removed directory's old tree goes now: the new one's contents will be flushed.
-            if files.removals.get(&entry.path) == Some(&RemovalKind::Directory) && kind == FileKind::Directory {
-                self.apply_removal_now(&entry.path)?;
-            }
-            if self.forget_removal(&mut dirs, &mut files, &entry.path).is_some() {
+            if replaced_removal.is_some() {
                 // The backend may still hold the old entry: removing the new one must reach it.
                 attr.flags |= EntryFlags::IN_BACKEND;
             }
@@ -556,14 +553,21 @@ impl ChunkStore {
         }
         self.charge(overhead_of(&entry.path))?;
         let handle = self.new_chunk_charged(&entry.path, 0, attr, pending)?;
-        if !target.is_empty() {
-            let mut chunk = lock(&handle);
-            let written = self.fill(&mut chunk, 0, &mut target.as_bytes());
-            drop(chunk);
-            if let Err(error) = written {
-                self.discard(&entry.path, &handle);
-                return Err(error);
-            }
+        let mut filled = match target.is_empty() {
+            true => Ok(()),
+            false => self.fill(&mut lock(&handle), 0, &mut target.as_bytes()).map(drop),
+        };
+        // The removal is forgotten only once the new entry exists: a failed create leaves it.
+        // A removed directory's old tree goes now: the new one's contents will be flushed.
+        if filled.is_ok() && replaced_removal == Some(RemovalKind::Directory) && kind == FileKind::Directory {
+            filled = self.apply_removal_now(&entry.path);
+        }
+        if let Err(error) = filled {
+            self.discard(&entry.path, &handle);
+            return Err(error);
+        }
+        if replaced_removal.is_some() {
+            self.forget_removal(&mut dirs, &mut files, &entry.path);
         }
         if pending.is_some() {
             self.queue_chunk(&entry.path, 0, &mut lock(&handle));
@@ -1179,10 +1183,10 @@ impl ChunkStore {
         };
         let mut attr = Attr { flags: self.moved_flags(path, attr.flags), backend_len: 0, ..attr };
         let mut pending = None;
+        let replaces_removal = attr.has(EntryFlags::BACKED) && files.removals.contains_key(path);
         if attr.has(EntryFlags::BACKED) {
             // Like a new entry: made in the backend when flushed, replacing what is there.
-            let forgotten = self.forget_removal(&mut dirs, &mut files, path).is_some();
-            if forgotten || replaced.is_some_and(|old| old.has(EntryFlags::IN_BACKEND)) {
+            if replaces_removal || replaced.is_some_and(|old| old.has(EntryFlags::IN_BACKEND)) {
                 attr.flags |= EntryFlags::IN_BACKEND;
             }
             pending = Some(PendingOp::Create);
@@ -1197,6 +1201,10 @@ impl ChunkStore {
                 return Err(error);
             }
             self.touched(path, 0, &mut chunk);
+        }
+        // Only now that the new entry exists (a failure above leaves the removal in place).
+        if replaces_removal {
+            self.forget_removal(&mut dirs, &mut files, path);
         }
         files.paths.entry(path.to_string()).or_default().head = Some(handle);
         if replaced.is_none() {
