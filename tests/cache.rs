@@ -656,3 +656,40 @@ fn read_only_entries_reach_the_backend_from_servers_that_are_not_root() {
     client.sync().unwrap();
     assert!(!backend.path("/inputs/added").exists());
 }
+
+#[test]
+fn concurrent_renames_and_truncations_of_backend_files_do_not_wait_on_each_other() {
+    let backend = Backend::new("coordination");
+    let mut random = Random::new(60);
+    let mut files = BTreeMap::new();
+    for index in 0..24 {
+        let bytes = random_bytes(&mut random, 3 * 256 * 1024 + index);
+        backend.write(&format!("/in{index}"), &bytes);
+        files.insert(index, bytes);
+    }
+    let cluster = TestCluster::with_options(caching(&backend, 2, "none", 1000));
+    // Each rename or cut is coordinated by the server of the file's entry, which asks the
+    // servers of its chunks to load or cut them: with both servers coordinating at once, each
+    // asks the other.
+    std::thread::scope(|scope| {
+        for worker in 0..4 {
+            let client = cluster.client();
+            scope.spawn(move || {
+                for index in (worker..24).step_by(4) {
+                    let from = format!("/in{index}");
+                    match index % 2 {
+                        0 => client.rename(&from, &format!("/out{index}")).unwrap_or_else(|errno| panic!("rename {from}: {errno}")),
+                        _ => client.truncate(&from, 300_000).unwrap_or_else(|errno| panic!("truncate {from}: {errno}")),
+                    }
+                }
+            });
+        }
+    });
+    let client = cluster.client();
+    for (index, bytes) in &files {
+        match index % 2 {
+            0 => assert_same(&format!("/out{index}"), &read_whole(&client, &format!("/out{index}")), bytes),
+            _ => assert_same(&format!("/in{index}"), &read_whole(&client, &format!("/in{index}")), &bytes[..300_000]),
+        }
+    }
+}

@@ -251,7 +251,7 @@ impl ServerState {
                 self.store.backend_page(&path, after.as_deref(), limit.clamp(1, 10_000) as usize).map_err(store_errno)?,
             )),
             Request::LoadChunk { chunk, backend_len } => {
-                let backend_len = self.checked_backend_len(&chunk, backend_len)?;
+                let backend_len = self.coordinated_backend_len(session, &chunk, backend_len)?;
                 Ok(Response::Count(self.store.load_chunk(&chunk, backend_len).map_err(store_errno)?))
             }
             Request::Shutdown => {
@@ -266,7 +266,7 @@ impl ServerState {
             Request::Truncate { path, file_id, size, time_ns } => self.truncate(&path, file_id, size, time_ns),
             Request::SetChunkLen { chunk, len, mut template } => {
                 path::validate(&chunk.path)?;
-                template.backend_len = self.checked_backend_len(&chunk, template.backend_len)?;
+                template.backend_len = self.coordinated_backend_len(session, &chunk, template.backend_len)?;
                 Ok(Response::Attr(self.store.set_chunk_len(&chunk, len, template, 0).map_err(store_errno)?))
             }
             Request::MarkExtended { path, file_id } => {
@@ -333,6 +333,17 @@ impl ServerState {
             }
         };
         Ok(attr.backend_len)
+    }
+
+    /// The `backend_len` of a request that servers coordinating a rename or truncate send
+    /// (`LoadChunk`, `SetChunkLen`): taken as it is from another server, which read it from
+    /// the file's entry — asking the entry's server back could wait on a server that is
+    /// waiting for this answer. From clients it is checked.
+    fn coordinated_backend_len(&self, session: &Session, chunk: &ChunkRef, hint: u64) -> Result<u64, Errno> {
+        match session.from_server {
+            true => Ok(hint),
+            false => self.checked_backend_len(chunk, hint),
+        }
     }
 
     fn write(&self, session: &Session, mut write: Write, data: &[u8]) -> Result<Response, Errno> {
