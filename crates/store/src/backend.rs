@@ -6,10 +6,14 @@
 //! directory. Everything here is plain POSIX file access; when and why it happens is decided
 //! by the store (loading, flushing) and the server (the flush policy).
 
+use std::ffi::CString;
 use std::fs::{self, File, OpenOptions};
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{Attr, EntryFlags, FileKind};
@@ -22,6 +26,8 @@ pub const FLUSH_PIECE_BYTES: usize = 256 << 10;
 #[derive(Clone, Debug)]
 pub struct BackendDir {
     root: PathBuf,
+    /// The backend directory, held open: lookups resolve paths beneath it.
+    root_fd: Arc<OwnedFd>,
     /// Canonical ringfs path the backend appears at (`/` for the whole name space).
     mount: String,
 }
@@ -43,7 +49,8 @@ impl BackendDir {
         if !root.is_dir() {
             return Err(format!("backend {} is not a directory", root.display()));
         }
-        Ok(BackendDir { root, mount })
+        let root_fd = File::open(&root).map_err(|error| format!("backend {}: {error}", root.display()))?;
+        Ok(BackendDir { root, root_fd: Arc::new(root_fd.into()), mount })
     }
 
     pub fn root(&self) -> &Path {
@@ -75,11 +82,49 @@ impl BackendDir {
     /// The attributes of the backend entry at `path` as a cached ringfs entry would carry
     /// them, or `None` if there is none (or it is of a type ringfs does not store).
     pub fn entry_attr(&self, path: &str, chunk_size: u32) -> io::Result<Option<Attr>> {
-        match fs::symlink_metadata(self.location(path)?) {
+        match self.metadata_beneath(path) {
             Ok(metadata) => Ok(attr_of(&metadata, chunk_size)),
-            Err(error) if not_found(&error) => Ok(None),
+            // A symbolic link on the way (ELOOP): ringfs paths do not go through links.
+            Err(error) if not_found(&error) || matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)) => Ok(None),
             Err(error) => Err(error),
         }
+    }
+
+    /// The metadata of the backend entry at `path`, found without following symbolic links
+    /// on the way (`openat2` with `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`): a link in the
+    /// backend is an entry of its own, never a way out of the backend directory.
+    fn metadata_beneath(&self, path: &str) -> io::Result<fs::Metadata> {
+        let location = self.location(path)?;
+        let relative = location.strip_prefix(&self.root).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        if relative.as_os_str().is_empty() {
+            return fs::metadata(&self.root);
+        }
+        let relative = CString::new(relative.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: `open_how` is plain data; all-zero is its empty value.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS;
+        // SAFETY: a valid directory descriptor, NUL-terminated path and `open_how` of the size
+        // passed; the descriptor returned is owned by the `File` made from it.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                self.root_fd.as_raw_fd(),
+                relative.as_ptr(),
+                &how as *const libc::open_how,
+                size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            let error = io::Error::last_os_error();
+            // Kernels before 5.6 lack openat2: look the path up as it is.
+            return match error.raw_os_error() {
+                Some(libc::ENOSYS) => fs::symlink_metadata(&location),
+                _ => Err(error),
+            };
+        }
+        // SAFETY: `fd` is a new descriptor nobody else owns.
+        unsafe { File::from_raw_fd(fd as RawFd) }.metadata()
     }
 
     /// Target of the backend symbolic link at `path`.
@@ -417,6 +462,14 @@ mod tests {
         assert_eq!((attr.len, attr.backend_len), (1024, 3000));
         assert_eq!(backend.entry_attr("/data", 1024).unwrap().unwrap().file_id, attr.file_id, "identity is stable");
         assert_eq!(backend.entry_attr("/missing", 1024).unwrap(), None);
+        // A link in the backend is an entry of its own, never a way out of the backend.
+        let outside = scratch("outside");
+        fs::write(outside.join("secret"), b"not in the backend").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("exit")).unwrap();
+        assert_eq!(backend.entry_attr("/exit", 1024).unwrap().unwrap().kind(), Some(FileKind::Symlink));
+        assert_eq!(backend.entry_attr("/exit/secret", 1024).unwrap(), None);
+        fs::remove_file(root.join("exit")).unwrap();
+        fs::remove_dir_all(outside).unwrap();
         // A timestamp beyond what nanoseconds in an i64 hold (the year 2603) saturates.
         let far_future = std::time::UNIX_EPOCH + std::time::Duration::from_secs(20_000_000_000);
         File::options().write(true).open(root.join("data")).unwrap().set_modified(far_future).unwrap();
