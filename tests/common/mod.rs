@@ -44,6 +44,16 @@ impl ClusterOptions {
     }
 }
 
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.filter_map(Result::ok).all(|task| {
+        // The state follows the command name, which is in parentheses.
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+    })
+}
+
 /// The user and group id unprivileged servers run as (`nobody`).
 pub const UNPRIVILEGED: u32 = 65534;
 
@@ -221,8 +231,18 @@ impl TestCluster {
 
     /// Sends a signal (e.g. SIGSTOP, SIGCONT) to server `index`.
     pub fn signal(&self, index: usize, signal: i32) {
+        let pid = self.pid(index);
         // SAFETY: signalling a child process this harness started.
-        unsafe { libc::kill(self.pid(index) as libc::pid_t, signal) };
+        unsafe { libc::kill(pid as libc::pid_t, signal) };
+        if signal == libc::SIGSTOP {
+            // Delivery is asynchronous: a thread busy on another core can still answer a
+            // request. Wait until every thread is stopped.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !all_threads_stopped(pid) {
+                assert!(Instant::now() < deadline, "server {index} did not stop");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
 
     /// Restarts a stopped server under the same name (and store), joining a running one.
