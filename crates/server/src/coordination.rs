@@ -138,7 +138,12 @@ impl ServerState {
         let last_index = if size == 0 { 0 } else { (size - 1) / chunk_size };
         let head_len = size.min(chunk_size);
         let before = self.store.truncate_head(path, attr.file_id, head_len, size, time_ns).map_err(store_errno)?;
-        if last_index > 0 {
+        // From here the cut is under way: whatever happens, it is recorded at the end, which
+        // lets the file's chunks be flushed again.
+        let cut_last_chunk = || -> Result<(), Errno> {
+            if last_index == 0 {
+                return Ok(());
+            }
             let last = ChunkRef { path: path.to_string(), index: last_index, file_id: attr.file_id };
             let template = ringfs_proto::ChunkTemplate {
                 mode: attr.mode,
@@ -150,15 +155,17 @@ impl ServerState {
             let request = Request::SetChunkLen { chunk: last, len: size - last_index * chunk_size, template };
             let owner = self.owner_of(path, last_index);
             if owner.name == self.name {
-                self.execute(&mut Session::default(), request, &[], &mut Vec::new())?;
+                self.execute(&mut Session::default(), request, &[], &mut Vec::new()).map(drop)
             } else {
-                self.call_member(&owner, &request, &[])?;
+                self.call_member(&owner, &request, &[]).map(drop)
             }
-        }
+        };
+        let cut = cut_last_chunk();
         if before.is_extended() {
             self.remove_chunks_everywhere(path, attr.file_id, last_index + 1);
         }
         self.store.cut_backend_file(path, attr.file_id, size).map_err(store_errno)?;
+        cut?;
         let attr = self.store.stat(&ChunkRef { path: path.to_string(), index: 0, file_id: attr.file_id }).map_err(store_errno)?;
         Ok(Response::Attr(attr))
     }

@@ -81,8 +81,8 @@ pub enum FlushOutcome {
     /// Stopped between two pieces because `keep_going` said so; the chunk stays dirty.
     Interrupted,
     /// The chunk's file has no entry at its server (yet): a rename is installing it, or the
-    /// file is gone and this chunk's removal has not arrived. The chunk stays dirty; try
-    /// again later.
+    /// file is gone and this chunk's removal has not arrived; or a cut of the file is under
+    /// way. The chunk stays dirty; try again later.
     Deferred,
 }
 
@@ -565,6 +565,9 @@ impl ChunkStore {
         if chunk.removed || (file_id != 0 && chunk.attr.file_id != file_id) {
             return Err(Errno::ESTALE.into());
         }
+        if chunk.cutting {
+            return Err(Errno::EAGAIN.into());
+        }
         self.apply_pending(path, &mut chunk)
     }
 
@@ -574,6 +577,7 @@ impl ChunkStore {
     pub fn cut_backend_file(&self, path: &str, file_id: u64, len: u64) -> Result<(), StoreError> {
         let handle = self.head_checked(path, file_id)?;
         let mut chunk = lock(&handle);
+        chunk.cutting = false;
         if !chunk.attr.has(EntryFlags::BACKED) || !chunk.attr.is_regular() {
             return Ok(());
         }
@@ -648,6 +652,8 @@ impl ChunkStore {
         match prepare(path, file_id) {
             Ok(()) => {}
             Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(Self::entry_missing(&handle, file_id)),
+            // A cut of the file is under way.
+            Err(Errno::EAGAIN) => return Ok(FlushOutcome::Deferred),
             Err(errno) => return Err(errno.into()),
         }
         let file = match kind_is_regular {
@@ -727,7 +733,7 @@ impl ChunkStore {
             Err(_) => {}
         }
         match prepare(path, file_id) {
-            Err(Errno::ESTALE) | Err(Errno::ENOENT) => Ok(None),
+            Err(Errno::ESTALE) | Err(Errno::ENOENT) | Err(Errno::EAGAIN) => Ok(None),
             Err(errno) => Err(errno.into()),
             Ok(()) => backend.open_for_flush(path, mode).map(Some).map_err(io_errno),
         }
@@ -810,6 +816,9 @@ impl ChunkStore {
             match prepare(path, file_id) {
                 Ok(_) => {}
                 Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Err(Errno::ESTALE.into()),
+                // A cut of the file is under way (and may need this chunk's lock): the write
+                // finds the store full and cannot go through just now.
+                Err(Errno::EAGAIN) => return Err(Errno::ENOSPC.into()),
                 Err(errno) => return Err(errno.into()),
             }
         }
@@ -958,8 +967,17 @@ mod tests {
     fn flush_all(store: &ChunkStore) -> Vec<FlushOutcome> {
         let prepare = |path: &str, file_id: u64| store.prepare_entry(path, file_id).map_err(|error| error.errno());
         let mut outcomes = Vec::new();
+        let mut deferred = Vec::new();
         while let Some(queued) = store.next_work(u64::MAX) {
-            outcomes.push(store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap());
+            let outcome = store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap();
+            if outcome == FlushOutcome::Deferred {
+                deferred.push(queued);
+            }
+            outcomes.push(outcome);
+        }
+        // Back in the queue, as the flusher does, for the next round.
+        for queued in deferred {
+            store.requeue(queued);
         }
         outcomes
     }
@@ -1121,6 +1139,23 @@ mod tests {
         assert!(!setup.backend().join("old").exists());
         assert_eq!(fs::read(setup.backend().join("cut")).unwrap(), pattern(3 * CHUNK as usize, 6)[..1000]);
         assert!(store.read_dir("/", None, 10).removed.is_empty());
+
+        // A write past the cut that lands while the cut is under way (after the chunks past it
+        // were removed, before the cut is recorded) is not flushed until the cut is recorded,
+        // so the cut cannot take it away in the backend.
+        let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
+        store.truncate_head("/cut", cut.file_id, 500, 500, 10).unwrap();
+        let late = ChunkRef { path: "/cut".into(), index: 1, file_id: cut.file_id };
+        let late_bytes = pattern(100, 11);
+        store.write(&late, 0, &mut &late_bytes[..], template(0), 11).unwrap();
+        let outcomes = flush_all(&store);
+        assert!(outcomes.contains(&FlushOutcome::Deferred), "{outcomes:?}");
+        store.cut_backend_file("/cut", cut.file_id, 500).unwrap();
+        flush_all(&store);
+        let mut expected = pattern(3 * CHUNK as usize, 6)[..500].to_vec();
+        expected.resize(CHUNK as usize, 0);
+        expected.extend_from_slice(&late_bytes);
+        assert_eq!(fs::read(setup.backend().join("cut")).unwrap(), expected);
 
         // A new file over a removed one replaces it, even before the removal is flushed.
         fs::write(setup.backend().join("again"), b"old contents").unwrap();

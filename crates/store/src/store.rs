@@ -101,11 +101,15 @@ pub(crate) struct Chunk {
     pub listed_clean: bool,
     /// Cache mode: the chunk is in the flush queue (it is queued at most once).
     pub queued: bool,
+    /// Cache mode, chunk 0: a truncation is removing the file's chunks past its cut; the cut
+    /// is recorded once they are gone. Until then no chunk of the file is flushed, so no data
+    /// written meanwhile can reach the backend before the cut does.
+    pub cutting: bool,
 }
 
 impl Chunk {
     fn new(attr: Attr, body: Body, pending: Option<PendingOp>) -> Chunk {
-        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, pending, listed_clean: false, queued: false }
+        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, pending, listed_clean: false, queued: false, cutting: false }
     }
 }
 
@@ -603,6 +607,8 @@ impl ChunkStore {
             // Cache mode: the backend's bytes are no longer part of the file.
             chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
             chunk.attr.backend_len = 0;
+            // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
+            chunk.cutting = chunk.attr.has(EntryFlags::BACKED);
             self.touched(&entry.path, 0, &mut chunk);
             self.persist(&chunk)?;
         }
@@ -917,6 +923,8 @@ impl ChunkStore {
         chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
+        // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
+        chunk.cutting = chunk.attr.has(EntryFlags::BACKED);
         self.touched(path, 0, &mut chunk);
         self.persist(&chunk)?;
         Ok(before_attr)
