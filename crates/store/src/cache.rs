@@ -31,7 +31,7 @@ use std::sync::{Mutex, TryLockError};
 use std::time::Instant;
 
 use ringfs_proto::path;
-use ringfs_proto::{CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno, FileKind};
+use ringfs_proto::{Attr, CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno, FileKind};
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -60,6 +60,10 @@ impl PendingOp {
         }
     }
 }
+
+/// Backend reads a lookup makes before giving up (EAGAIN) when removals keep reaching the
+/// backend in its shard meanwhile.
+const MATERIALIZE_ATTEMPTS: usize = 100;
 
 /// One unit of flushing work.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -269,20 +273,49 @@ impl ChunkStore {
     /// stores it as a cached entry whose bytes stay in the backend. `None`: no such entry.
     pub(crate) fn materialize(&self, path: &str) -> Result<Option<ChunkHandle>, StoreError> {
         let Some(cache) = &self.cache else { return Ok(None) };
-        if !cache.backend.covers(path) || lock(&self.files[shard_of(path)]).removals.contains_key(path) {
+        if !cache.backend.covers(path) {
             return Ok(None);
         }
-        let Some(attr) = cache.backend.entry_attr(path, cache.chunk_size).map_err(io_errno)? else { return Ok(None) };
-        let link_target = if attr.is_symlink() { Some(cache.backend.read_link(path).map_err(io_errno)?) } else { None };
+        // The backend is read without locks; if a removal of this shard reached the backend
+        // meanwhile, what was read may be an entry removed since: read again.
+        for _ in 0..MATERIALIZE_ATTEMPTS {
+            let seen_removals = {
+                let files = lock(&self.files[shard_of(path)]);
+                if files.removals.contains_key(path) {
+                    return Ok(None);
+                }
+                files.backend_removals
+            };
+            let Some(attr) = cache.backend.entry_attr(path, cache.chunk_size).map_err(io_errno)? else { return Ok(None) };
+            let link_target = if attr.is_symlink() { Some(cache.backend.read_link(path).map_err(io_errno)?) } else { None };
+            let parent = path::parent(path).unwrap_or("/");
+            let mut dirs = lock(&self.dirs[shard_of(parent)]);
+            let mut files = lock(&self.files[shard_of(path)]);
+            if let Some(existing) = files.paths.get(path).and_then(|chunks| chunks.head.clone()) {
+                return Ok(Some(existing));
+            }
+            if files.removals.contains_key(path) {
+                return Ok(None);
+            }
+            if files.backend_removals != seen_removals {
+                continue;
+            }
+            return self.insert_loaded_entry(&mut dirs, &mut files, path, attr, link_target).map(Some);
+        }
+        Err(Errno::EAGAIN.into())
+    }
+
+    /// Makes the entry read from the backend known here (`materialize`, with the shard
+    /// locks held).
+    fn insert_loaded_entry(
+        &self,
+        dirs: &mut DirShard,
+        files: &mut FileShard,
+        path: &str,
+        attr: Attr,
+        link_target: Option<String>,
+    ) -> Result<ChunkHandle, StoreError> {
         let parent = path::parent(path).unwrap_or("/");
-        let mut dirs = lock(&self.dirs[shard_of(parent)]);
-        let mut files = lock(&self.files[shard_of(path)]);
-        if let Some(existing) = files.paths.get(path).and_then(|chunks| chunks.head.clone()) {
-            return Ok(Some(existing));
-        }
-        if files.removals.contains_key(path) {
-            return Ok(None);
-        }
         let handle = self.new_chunk(path, 0, attr)?;
         if let Some(target) = link_target {
             let mut chunk = lock(&handle);
@@ -299,7 +332,7 @@ impl ChunkStore {
             dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(path).to_string());
             self.entry_count.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(Some(handle))
+        Ok(handle)
     }
 
     /// Whether a missing chunk of a file may be backend data: its start lies below the
@@ -453,6 +486,7 @@ impl ChunkStore {
             return Ok(FlushOutcome::Skipped);
         }
         cache.backend.remove(path).map_err(io_errno)?;
+        files.backend_removals += 1;
         cache.name_changed(path);
         self.forget_removal(&mut dirs, &mut files, path);
         Ok(FlushOutcome::Flushed { bytes: 0, clean: true })

@@ -140,6 +140,9 @@ pub(crate) struct FileShard {
     pub paths: FastMap<String, PathChunks>,
     /// Cache mode: entries removed in ringfs whose removal has not reached the backend.
     pub removals: FastMap<String, RemovalKind>,
+    /// Cache mode: bumped whenever a removal of this shard reaches the backend, so that a
+    /// lookup that read the backend before it does not bring the removed entry back.
+    pub backend_removals: u64,
 }
 
 #[derive(Default)]
