@@ -74,9 +74,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Failed attempts at one unit of work after which a sync answers EIO (the work stays queued).
 const SYNC_GIVES_UP_AFTER: u32 = 10;
 /// Deferrals after which a chunk whose file has no entry is taken for a chunk a failed
-/// removal left behind, and dropped from the queue (a rename installs its entry within
-/// milliseconds).
-const ORPHAN_AFTER: u32 = 50;
+/// removal left behind, and dropped from the queue: at least 30 s of retries (a sync retries
+/// every 50 ms, the flusher every 200 ms), while a rename installs its entry within
+/// milliseconds or fails at the client's deadline.
+const ORPHAN_AFTER: u32 = 600;
 /// How often an idle flusher looks for work.
 const WORK_POLL: Duration = Duration::from_millis(20);
 
@@ -196,29 +197,32 @@ impl ServerState {
     }
 
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
-    /// Work not done goes back to the queue; the outcome comes with the work's failed or
-    /// deferred attempts so far.
+    /// Work not done goes back to the queue; the outcome comes with the work's failed
+    /// attempts so far.
     fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<(Result<FlushOutcome, StoreError>, u32)> {
         let _serialized = self.flush_lock();
         let mut queued: QueuedWork = self.store.next_work(up_to)?;
         let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
         let outcome = self.store.flush(&queued.item, &prepare, pace);
-        let attempts = match &outcome {
-            Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.attempts)),
-            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => queued.attempts,
-            Ok(FlushOutcome::Deferred) => queued.attempts + 1,
+        match &outcome {
+            Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.failures)),
+            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => {}
+            Ok(FlushOutcome::Deferred) => queued.deferrals += 1,
             Err(error) => {
                 log::warn!("flushing {:?} failed: {error}", queued.item);
-                queued.attempts + 1
+                queued.failures += 1;
             }
-        };
-        queued.attempts = attempts;
-        if matches!(outcome, Ok(FlushOutcome::Deferred)) && attempts >= ORPHAN_AFTER {
-            log::warn!("{:?} is dropped from the flush queue: its file has no entry (a chunk a failed removal left)", queued.item);
+        }
+        let failures = queued.failures;
+        if queued.deferrals >= ORPHAN_AFTER {
+            log::warn!(
+                "{:?} is dropped from the flush queue: its file has had no entry for long (a chunk a failed removal left)",
+                queued.item
+            );
         } else {
             self.store.requeue(queued);
         }
-        Some((outcome, attempts))
+        Some((outcome, failures))
     }
 
     /// One step of a sync: flushes the work queued before the sync began (`ticket` 0: now)
@@ -229,8 +233,8 @@ impl ServerState {
         while Instant::now() < deadline {
             match self.flush_one(up_to, FlushPace::Complete) {
                 None => break,
-                Some((Err(error), attempts)) if attempts >= SYNC_GIVES_UP_AFTER => {
-                    log::error!("sync gives up after {attempts} failed attempts: {error}");
+                Some((Err(error), failures)) if failures >= SYNC_GIVES_UP_AFTER => {
+                    log::error!("sync gives up after {failures} failed attempts: {error}");
                     return Err(Errno::EIO);
                 }
                 Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => std::thread::sleep(RETRY_PAUSE / 4),
@@ -240,11 +244,10 @@ impl ServerState {
         // Counted under the flush lock: work the flusher thread has taken from the queue is
         // back in it or done.
         let _serialized = self.flush_lock();
-        let mut remaining = self.store.work_left(up_to);
+        let remaining = self.store.work_left(up_to);
         if remaining == 0 {
-            // Everything is in the backend: make it durable there before saying so (what is
-            // left after a step counts as remaining work).
-            remaining = self.store.make_backend_durable(Instant::now() + SYNC_STEP).map_err(|error| {
+            // Everything is in the backend: make it durable there before saying so.
+            self.store.make_backend_durable().map_err(|error| {
                 log::error!("sync could not make the backend durable: {error}");
                 Errno::EIO
             })?;

@@ -18,6 +18,10 @@ use std::sync::Arc;
 use ringfs_proto::path;
 use ringfs_proto::{Attr, EntryFlags, FileKind};
 
+/// Times an operation denied for want of write permission tries again while another server
+/// has the permission lent (1 ms apart).
+const LEND_ATTEMPTS: usize = 20;
+
 /// Bytes one backend write covers at most; the flusher checks between pieces whether it
 /// must stop for application I/O.
 pub const FLUSH_PIECE_BYTES: usize = 256 << 10;
@@ -117,9 +121,10 @@ impl BackendDir {
         };
         if fd < 0 {
             let error = io::Error::last_os_error();
-            // Kernels before 5.6 lack openat2: look the path up as it is.
+            // Kernels before 5.6 lack openat2, and some container sandboxes refuse it (EPERM):
+            // look the path up as it is.
             return match error.raw_os_error() {
-                Some(libc::ENOSYS) => fs::symlink_metadata(&location),
+                Some(libc::ENOSYS | libc::EPERM) => fs::symlink_metadata(&location),
                 _ => Err(error),
             };
         }
@@ -294,33 +299,13 @@ impl BackendDir {
         }
     }
 
-    /// Forces the data of the backend file at `path` to stable storage (`fsync`); a file
-    /// removed since is fine.
-    pub fn sync_file(&self, path: &str) -> io::Result<()> {
-        let location = self.location(path)?;
-        let open =
-            |write: bool| OpenOptions::new().read(!write).write(write).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(&location);
-        // Either access mode allows fsync; a file made read-only opens for reading.
-        match open(false) {
-            Err(error) if error.kind() == io::ErrorKind::PermissionDenied => Self::sync_opened(open(true)),
-            opened => Self::sync_opened(opened),
-        }
-    }
-
-    /// Forces the names in the backend directory at `path` to stable storage; a directory
-    /// removed since is fine.
-    pub fn sync_dir(&self, path: &str) -> io::Result<()> {
-        let open = OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW).open(self.location(path)?);
-        Self::sync_opened(open)
-    }
-
-    fn sync_opened(open: io::Result<File>) -> io::Result<()> {
-        match open {
-            Ok(file) => file.sync_all(),
-            // Removed, or replaced by another kind of entry, since the change was made: what
-            // replaced it is synced on its own account.
-            Err(error) if not_found(&error) || matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EISDIR)) => Ok(()),
-            Err(error) => Err(error),
+    /// Forces everything written to the backend's file system to stable storage (`syncfs`:
+    /// one call, however many files changed).
+    pub fn sync_all(&self) -> io::Result<()> {
+        // SAFETY: a valid descriptor held open by `self`.
+        match unsafe { libc::syncfs(self.root_fd.as_raw_fd()) } {
+            0 => Ok(()),
+            _ => Err(io::Error::last_os_error()),
         }
     }
 
@@ -346,21 +331,30 @@ fn parent_of(location: &Path) -> &Path {
 /// backend too, and a server that is not root may not write them: then the owner's write
 /// permission is lent for the operation and taken back.
 fn with_write_permission<T>(target: &Path, operation: impl Fn() -> io::Result<T>) -> io::Result<T> {
-    let denied = match operation() {
-        Err(error) if error.kind() == io::ErrorKind::PermissionDenied => error,
-        other => return other,
-    };
-    let Ok(metadata) = fs::symlink_metadata(target) else { return Err(denied) };
-    let mode = metadata.permissions().mode() & 0o7777;
-    let lent = if metadata.is_dir() { 0o300 } else { 0o200 };
-    if mode & lent == lent {
-        // Not for want of the owner's write permission (or another server lent it just now).
-        return Err(denied);
+    let mut denied = None;
+    for _ in 0..LEND_ATTEMPTS {
+        match operation() {
+            Err(error) if error.kind() == io::ErrorKind::PermissionDenied => denied = Some(error),
+            other => return other,
+        }
+        let Ok(metadata) = fs::symlink_metadata(target) else { break };
+        let mode = metadata.permissions().mode() & 0o7777;
+        let lent = if metadata.is_dir() { 0o300 } else { 0o200 };
+        if mode & lent == lent {
+            // Another server lent it and is about to take it back (or the owner's permission
+            // is not what is missing, and the attempts run out): try again.
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            continue;
+        }
+        fs::set_permissions(target, fs::Permissions::from_mode(mode | lent))?;
+        let outcome = operation();
+        // Taken back only if the mode is still the lent one: a chmod flushed meanwhile wins.
+        if fs::symlink_metadata(target).is_ok_and(|now| now.permissions().mode() & 0o7777 == mode | lent) {
+            fs::set_permissions(target, fs::Permissions::from_mode(mode))?;
+        }
+        return outcome;
     }
-    fs::set_permissions(target, fs::Permissions::from_mode(mode | lent))?;
-    let outcome = operation();
-    let restored = fs::set_permissions(target, fs::Permissions::from_mode(mode));
-    outcome.and_then(|value| restored.map(|()| value))
+    Err(denied.unwrap_or_else(|| io::Error::from(io::ErrorKind::PermissionDenied)))
 }
 
 /// Makes `file` at least `len` bytes long (the extension reads as zeros).
@@ -493,14 +487,10 @@ mod tests {
         assert_eq!(names, ["e", "link"]);
         assert!(backend.list("/nothing", 1024).unwrap().is_empty());
 
-        backend.sync_dir("/d").unwrap();
-        backend.sync_file("/d/link").unwrap();
-        backend.sync_file("/data").unwrap();
+        backend.sync_all().unwrap();
 
         backend.create_file("/d", 0o644).unwrap();
         assert!(root.join("d").is_file(), "a file replaces a directory tree");
-        backend.sync_dir("/d").unwrap();
-        backend.sync_file("/gone").unwrap();
         backend.remove("/new").unwrap();
         backend.remove("/new").unwrap();
         assert!(!root.join("new").exists());

@@ -26,9 +26,8 @@
 //! server; docs/CONSISTENCY.md states what users may rely on.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, TryLockError};
-use std::time::Instant;
 
 use ringfs_proto::path;
 use ringfs_proto::{Attr, CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno, FileKind};
@@ -38,7 +37,7 @@ use std::os::unix::fs::FileExt;
 
 use crate::backend::{self, BackendDir, RemovalKind};
 use crate::body::Body;
-use crate::store::{Chunk, ChunkHandle, ChunkStore, DirShard, FastSet, FileShard, lock, shard_of};
+use crate::store::{Chunk, ChunkHandle, ChunkStore, DirShard, FileShard, lock, shard_of};
 use crate::{ByteSink, ByteSource, CacheConfig, StoreError};
 
 /// A change of an entry that must reach the backend before the entry's data.
@@ -108,8 +107,10 @@ pub enum FlushPace<'a> {
 pub struct QueuedWork {
     pub item: WorkItem,
     pub since: u64,
-    /// Failed or deferred attempts so far.
-    pub attempts: u32,
+    /// Failed attempts so far.
+    pub failures: u32,
+    /// Attempts deferred so far (see [`FlushOutcome::Deferred`]).
+    pub deferrals: u32,
 }
 
 /// The flush queue. A chunk is in it at most once (its `queued` flag says so); a removal at
@@ -135,22 +136,14 @@ struct Counters {
     written_through_bytes: AtomicU64,
 }
 
-/// Backend entries changed since a sync last forced them to stable storage.
-#[derive(Default)]
-struct Unsynced {
-    /// Files whose data or length changed.
-    files: FastSet<String>,
-    /// Directories whose names changed.
-    dirs: FastSet<String>,
-}
-
 /// The cache-mode state of a store.
 pub(crate) struct Cache {
     pub backend: BackendDir,
     pub chunk_size: u32,
     work: Mutex<WorkQueue>,
     clean: Mutex<VecDeque<CleanChunk>>,
-    unsynced: Mutex<Unsynced>,
+    /// The backend changed since a sync last forced it to stable storage.
+    changed_since_sync: AtomicBool,
     counters: Counters,
 }
 
@@ -165,26 +158,14 @@ impl Cache {
             chunk_size: config.chunk_size.max(1),
             work: Mutex::default(),
             clean: Mutex::default(),
-            unsynced: Mutex::default(),
+            changed_since_sync: AtomicBool::new(false),
             counters: Counters::default(),
         })
     }
 
-    /// Remembers that the data of the backend file at `path` changed.
-    fn file_changed(&self, path: &str) {
-        let mut unsynced = lock(&self.unsynced);
-        if !unsynced.files.contains(path) {
-            unsynced.files.insert(path.to_string());
-        }
-    }
-
-    /// Remembers that the names in the backend directory holding `path` changed.
-    fn name_changed(&self, path: &str) {
-        let Some(parent) = path::parent(path).filter(|parent| self.backend.covers(parent)) else { return };
-        let mut unsynced = lock(&self.unsynced);
-        if !unsynced.dirs.contains(parent) {
-            unsynced.dirs.insert(parent.to_string());
-        }
+    /// Remembers that the backend changed (data or names).
+    fn backend_changed(&self) {
+        self.changed_since_sync.store(true, Ordering::Relaxed);
     }
 
     /// Appends new work (the caller makes sure it is not queued already).
@@ -192,7 +173,7 @@ impl Cache {
         let mut work = lock(&self.work);
         work.sequence += 1;
         let since = work.sequence;
-        work.order.push_back(QueuedWork { item, since, attempts: 0 });
+        work.order.push_back(QueuedWork { item, since, failures: 0, deferrals: 0 });
     }
 }
 
@@ -487,7 +468,7 @@ impl ChunkStore {
         }
         cache.backend.remove(path).map_err(io_errno)?;
         files.backend_removals += 1;
-        cache.name_changed(path);
+        cache.backend_changed();
         self.forget_removal(&mut dirs, &mut files, path);
         Ok(FlushOutcome::Flushed { bytes: 0, clean: true })
     }
@@ -526,7 +507,8 @@ impl ChunkStore {
                     let mut work = lock(&cache.work);
                     if let Some(entry) = work.order.iter_mut().find(|entry| entry.item == queued.item) {
                         entry.since = entry.since.min(queued.since);
-                        entry.attempts = entry.attempts.max(queued.attempts);
+                        entry.failures = entry.failures.max(queued.failures);
+                        entry.deferrals = entry.deferrals.max(queued.deferrals);
                     }
                     return;
                 }
@@ -556,38 +538,17 @@ impl ChunkStore {
         self.cache.as_ref().is_some_and(|cache| !lock(&cache.work).order.is_empty())
     }
 
-    /// Forces the backend changes made so far to stable storage (`fsync` of the files written
-    /// and of the directories whose names changed), until `deadline`: the end of a sync.
-    /// Returns how many are left; entries that fail or are left stay for the next call.
-    pub fn make_backend_durable(&self, deadline: Instant) -> Result<u64, StoreError> {
-        let Some(cache) = &self.cache else { return Ok(0) };
-        let Unsynced { files, dirs } = std::mem::take(&mut *lock(&cache.unsynced));
-        let mut first_error = None;
-        let mut left = Unsynced::default();
-        // Data first, then the names that make it reachable.
-        for path in files {
-            if Instant::now() > deadline {
-                left.files.insert(path);
-            } else if let Err(error) = cache.backend.sync_file(&path) {
-                log::warn!("fsync of {path} in the backend failed: {error}");
-                first_error.get_or_insert(error);
-                left.files.insert(path);
-            }
+    /// Forces the backend changes made so far to stable storage (`syncfs` of the backend's
+    /// file system, if anything changed since the last time): the end of a sync.
+    pub fn make_backend_durable(&self) -> Result<(), StoreError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        if !cache.changed_since_sync.swap(false, Ordering::Relaxed) {
+            return Ok(());
         }
-        for path in dirs {
-            if Instant::now() > deadline || !left.files.is_empty() {
-                left.dirs.insert(path);
-            } else if let Err(error) = cache.backend.sync_dir(&path) {
-                log::warn!("fsync of directory {path} in the backend failed: {error}");
-                first_error.get_or_insert(error);
-                left.dirs.insert(path);
-            }
-        }
-        let count = (left.files.len() + left.dirs.len()) as u64;
-        let mut unsynced = lock(&cache.unsynced);
-        unsynced.files.extend(left.files);
-        unsynced.dirs.extend(left.dirs);
-        first_error.map_or(Ok(count), |error| Err(io_errno(error)))
+        cache.backend.sync_all().map_err(|error| {
+            cache.backend_changed();
+            io_errno(error)
+        })
     }
 
     /// Applies the pending operation of the entry `(path, file_id)` to the backend (asked by a
@@ -636,10 +597,7 @@ impl ChunkStore {
             (PendingOp::Trim(len), _) => backend.trim(path, len),
         };
         applied.map_err(io_errno)?;
-        match op {
-            PendingOp::Create => cache.name_changed(path),
-            PendingOp::Trim(_) => cache.file_changed(path),
-        }
+        cache.backend_changed();
         chunk.pending = None;
         chunk.attr.flags |= EntryFlags::IN_BACKEND;
         self.persist(chunk)
@@ -728,7 +686,7 @@ impl ChunkStore {
                 written += piece.len() as u64;
             }
             backend::extend_to(file, offset + attr.len).map_err(io_errno)?;
-            cache.file_changed(path);
+            cache.backend_changed();
         }
         if attr.has(EntryFlags::DIRTY) && (attr.is_dir() || (attr.is_regular() && index == 0)) {
             cache.backend.set_mode(path, attr.mode).map_err(io_errno)?;
@@ -874,7 +832,7 @@ impl ChunkStore {
         file.write_all_at(&bytes, chunk_start + offset).map_err(io_errno)?;
         let len = chunk.attr.len.max(offset + bytes.len() as u64);
         backend::extend_to(&file, chunk_start + len).map_err(io_errno)?;
-        cache.file_changed(path);
+        cache.backend_changed();
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
@@ -1242,5 +1200,21 @@ mod tests {
         flush_all(&store);
         assert_eq!(fs::read(setup.backend().join("kept")).unwrap(), pattern(2 * CHUNK as usize, 11));
         assert!(!setup.backend().join("gone").exists());
+
+        // A crash after a new entry replaced a removed one, before the removal record was
+        // forgotten: the restart must not apply the removal after the new entry's creation.
+        fs::write(setup.backend().join("again"), b"old").unwrap();
+        drop(store);
+        {
+            let store = ChunkStore::open(setup.config(0, true)).unwrap();
+            store.unlink("/again", 0).unwrap();
+            new_file(&store, "/again", b"new");
+            let directory = store.directory.as_ref().unwrap();
+            directory.record_removal("/again", RemovalKind::File).unwrap();
+        }
+        let store = ChunkStore::open(setup.config(0, true)).unwrap();
+        flush_all(&store);
+        assert_eq!(fs::read(setup.backend().join("again")).unwrap(), b"new");
+        assert!(store.read_dir("/", None, 10).removed.is_empty());
     }
 }

@@ -275,7 +275,17 @@ impl ChunkStore {
                 let parent = path::parent(&path).unwrap_or("/").to_string();
                 let mut dirs = lock(&self.dirs[shard_of(&parent)]);
                 let mut files = lock(&self.files[shard_of(&path)]);
-                self.record_removal(&mut dirs, &mut files, &path, kind)?;
+                let Some(head) = files.paths.get(&path).and_then(|chunks| chunks.head.clone()) else {
+                    self.record_removal(&mut dirs, &mut files, &path, kind)?;
+                    continue;
+                };
+                // A new entry replaced the removed one just before a crash, which came before
+                // the removal was forgotten: finish that (a directory's old tree goes now, as
+                // the create would have done; a file is replaced when its creation is flushed).
+                if kind == RemovalKind::Directory && lock(&head).attr.is_dir() {
+                    self.apply_removal_now(&path)?;
+                }
+                directory.forget_removal(&path).map_err(StoreError::Directory)?;
             }
         }
         Ok(())
