@@ -293,12 +293,13 @@ impl ServerState {
             let undisturbed = || config.policy != FlushPolicy::IoAware || monitor.arrivals() == arrivals;
             let keep_going = || undisturbed() && !self.shutdown.is_requested();
             monitor.start_round();
-            let mut failed = false;
+            // A failed or deferred flush ends the round and waits before the next.
+            let mut pause = false;
             while keep_going() {
                 match self.flush_one(u64::MAX, FlushPace::Yielding(&keep_going)) {
                     None => break,
                     Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => {
-                        failed = true;
+                        pause = true;
                         break;
                     }
                     Some((Ok(_), _)) => {}
@@ -306,7 +307,7 @@ impl ServerState {
             }
             // Only the io-aware flusher stops for requests; the others carry on.
             monitor.end_round(config.policy == FlushPolicy::IoAware);
-            if failed {
+            if pause {
                 self.shutdown.wait(RETRY_PAUSE);
             }
         }

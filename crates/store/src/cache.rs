@@ -430,10 +430,12 @@ impl ChunkStore {
         Ok(())
     }
 
-    /// Forgets the removal recorded for `path` (a new entry there replaces it); returns its
-    /// kind. Called with the same locks as [`ChunkStore::record_removal`].
-    pub(crate) fn forget_removal(&self, dirs: &mut DirShard, files: &mut FileShard, path: &str) -> Option<RemovalKind> {
-        let kind = files.removals.remove(path)?;
+    /// Forgets the removal recorded for `path` (applied, or replaced by a new entry there).
+    /// Called with the same locks as [`ChunkStore::record_removal`].
+    pub(crate) fn forget_removal(&self, dirs: &mut DirShard, files: &mut FileShard, path: &str) {
+        if files.removals.remove(path).is_none() {
+            return;
+        }
         let parent = path::parent(path).unwrap_or("/");
         if let Some(names) = dirs.removed.get_mut(parent) {
             names.remove(path::file_name(path));
@@ -446,7 +448,6 @@ impl ChunkStore {
         {
             log::warn!("cannot forget the removal record of {path}: {error}");
         }
-        Some(kind)
     }
 
     /// Applies a removal to the backend now (a directory is re-created over a removed one,
