@@ -221,3 +221,66 @@ fn requests_routed_by_a_stale_member_list_are_forwarded() {
     let forwarded: u64 = fresh.server_stats().unwrap().iter().map(|stats| stats.forwarded).sum();
     assert!(forwarded > 0, "the misrouted request is forwarded");
 }
+
+/// Resident memory (VmRSS) and thread count of a process, from /proc.
+fn process_footprint(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        let line = status.lines().find(|line| line.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    };
+    (field("VmRSS:") * 1024, field("Threads:"))
+}
+
+/// Hundreds of connections that never authenticate — each announcing a 64 MiB frame and then
+/// trickling bytes — must cost the server a small fixed amount each, and must not slow down a
+/// real client.
+#[test]
+fn hostile_unauthenticated_connections_use_bounded_resources() {
+    let cluster = TestCluster::start(1);
+    let client = cluster.client();
+    write_file(&client, "/probe", b"probe");
+    let pid = cluster.pid(0);
+    let (rss_before, threads_before) = process_footprint(pid);
+    let announcing_64_mib = FrameHeader { body_len: 16, data_len: 64 << 20, request_id: 1, epoch: 0 }.encode();
+    let mut sockets = Vec::new();
+    for index in 0..400 {
+        let Ok(mut socket) = std::net::TcpStream::connect(cluster.address(0)) else { continue };
+        let _ = socket.write_all(&announcing_64_mib);
+        if index % 2 == 0 {
+            // Half of them also send a plausible body start, byte by byte later.
+            let _ = socket.write_all(&[1u8]);
+        }
+        sockets.push(socket);
+    }
+    let started = Instant::now();
+    let mut worst = Duration::ZERO;
+    let mut peak = (0u64, 0u64);
+    while started.elapsed() < Duration::from_secs(8) {
+        for socket in &mut sockets {
+            let _ = socket.write_all(&[0u8]);
+        }
+        let request = Instant::now();
+        assert_eq!(read_file(&client, "/probe").unwrap(), b"probe");
+        worst = worst.max(request.elapsed());
+        let (rss, threads) = process_footprint(pid);
+        peak = (peak.0.max(rss), peak.1.max(threads));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (rss_peak, threads_peak) = peak;
+    assert!(rss_peak < rss_before + (64 << 20), "resident memory grew from {rss_before} to {rss_peak} bytes");
+    assert!(threads_peak < threads_before + 100, "threads grew from {threads_before} to {threads_peak}");
+    assert!(worst < Duration::from_millis(500), "a real client waited {worst:?} for an answer");
+    // A new client still gets in.
+    assert_eq!(read_file(&cluster.client(), "/probe").unwrap(), b"probe");
+    // A flood of wrong secrets is refused, and refusals are logged a few times, not per
+    // connection.
+    let mut config = cluster.client_config();
+    config.secret = b"wrong".to_vec();
+    for _ in 0..300 {
+        assert!(matches!(Client::connect(config.clone()), Err(ConnectError::Refused(Errno::EACCES))));
+    }
+    let log = cluster.log(0);
+    let refusals = log.lines().filter(|line| line.contains("handshake") || line.contains("wrong secret")).count();
+    assert!(refusals <= 6, "{refusals} log lines about refused connections:\n{log}");
+}

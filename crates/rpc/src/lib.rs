@@ -22,12 +22,13 @@
 
 mod connection;
 pub mod frame_io;
+pub mod log_limit;
 pub mod memory;
 mod server;
 pub mod transport;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection};
-pub use server::{RpcServer, Service};
+pub use server::{MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RpcServer, ServerLimits, Service};
 pub use transport::{Endpoint, Link, Listener, PeerIdentity};
 
 use std::sync::Arc;

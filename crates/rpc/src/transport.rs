@@ -58,6 +58,12 @@ pub trait ReadHalf: Read + Send {
 
     /// Reads what is available without blocking (`WouldBlock` if nothing is).
     fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize>;
+
+    /// The file descriptor to `poll` for readability, if the link has one (links without
+    /// one are checked with [`ReadHalf::read_available`] at short intervals instead).
+    fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
 }
 
 /// The sending half of a link.
@@ -93,6 +99,10 @@ macro_rules! stream_halves {
                 // SAFETY: recv writes at most buffer.len() bytes into the buffer.
                 let count = unsafe { libc::recv(self.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT) };
                 if count < 0 { Err(io::Error::last_os_error()) } else { Ok(count as usize) }
+            }
+
+            fn poll_fd(&self) -> Option<RawFd> {
+                Some(self.as_raw_fd())
             }
         }
 

@@ -14,6 +14,7 @@ use ringfs_proto::path;
 use ringfs_proto::{
     ChunkRef, Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource,
 };
+use ringfs_rpc::log_limit::RateLimitedLog;
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Service};
 use ringfs_store::{ByteSource, ChunkStore, StoreError};
@@ -104,6 +105,11 @@ impl ByteSource for RemoteSource {
         Ok(())
     }
 }
+
+/// Refused handshakes are logged at most once per interval: anyone who reaches the port can
+/// cause them.
+static REFUSED_SECRET: RateLimitedLog = RateLimitedLog::new(ringfs_rpc::REFUSAL_LOG_INTERVAL);
+static REFUSED_VERSION: RateLimitedLog = RateLimitedLog::new(ringfs_rpc::REFUSAL_LOG_INTERVAL);
 
 /// Compares secrets in time independent of where they differ.
 fn secrets_match(given: &[u8], expected: &[u8]) -> bool {
@@ -421,11 +427,11 @@ impl Service for ServerState {
 
     fn hello(&self, hello: &Hello, peer: &PeerIdentity, session: &mut Session) -> Result<HelloReply, Errno> {
         if hello.version != PROTOCOL_VERSION {
-            log::warn!("refusing a client speaking protocol version {}", hello.version);
+            REFUSED_VERSION.log(log::Level::Warn, format_args!("refusing a client speaking protocol version {}", hello.version));
             return Err(Errno::EPROTO);
         }
         if !secrets_match(&hello.secret, &self.secret) {
-            log::warn!("refusing a connection with a wrong secret");
+            REFUSED_SECRET.log(log::Level::Warn, format_args!("refusing a connection with a wrong secret"));
             return Err(Errno::EACCES);
         }
         session.from_server = hello.from_server;
