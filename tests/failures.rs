@@ -284,3 +284,43 @@ fn hostile_unauthenticated_connections_use_bounded_resources() {
     let refusals = log.lines().filter(|line| line.contains("handshake") || line.contains("wrong secret")).count();
     assert!(refusals <= 6, "{refusals} log lines about refused connections:\n{log}");
 }
+
+/// A server that was paused (SIGSTOP) long enough to be declared dead comes back by itself
+/// once it runs again: the others hear from it, and clients see it alive within seconds.
+#[test]
+fn a_paused_server_declared_dead_rejoins_by_itself() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mut paths = Vec::new();
+    for server in 0..3 {
+        for path in paths_owned_by(&client, cluster.name(server), 3) {
+            write_file(&client, &path, path.as_bytes());
+            paths.push(path);
+        }
+    }
+    let victim = cluster.name(1).to_string();
+    cluster.signal(1, libc::SIGSTOP);
+    // The test servers declare a silent peer dead after 1 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.client().members().members.iter().any(|member| member.name == victim && member.alive) {
+        assert!(Instant::now() < deadline, "the paused server was not declared dead");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.signal(1, libc::SIGCONT);
+    let resumed = Instant::now();
+    loop {
+        let readable = paths.iter().filter(|path| read_file(&client, path).is_ok_and(|bytes| bytes == path.as_bytes())).count();
+        let fresh_sees_it = cluster.client().members().members.iter().any(|member| member.name == victim && member.alive);
+        if readable == paths.len() && fresh_sees_it {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "{readable} of {} files readable {:?} after resuming",
+            paths.len(),
+            resumed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

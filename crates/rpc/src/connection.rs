@@ -227,6 +227,14 @@ impl Connection {
         self.start(request, data, None)?.wait()
     }
 
+    /// Sends a request and waits for its response for at most `timeout` (instead of the
+    /// connection's deadline): failure-detection pings must not wait as long as requests.
+    pub fn call_within(&self, request: &Request, timeout: Duration) -> Result<Reply, RpcError> {
+        let mut call = self.start(request, &[], None)?;
+        call.deadline = call.deadline.min(Instant::now() + timeout);
+        call.wait()
+    }
+
     /// Sends a request without waiting. Response data up to `destination.len()` bytes is
     /// written into `destination`; larger data arrives in [`Reply::data`].
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {

@@ -209,6 +209,11 @@ impl Server {
             let failure_timeout = config.failure_timeout;
             move || detect_failures(&state, interval, failure_timeout)
         });
+        spawn_named("ringfs-revive", {
+            let state = state.clone();
+            let interval = config.heartbeat_interval;
+            move || revive_members(&state, interval)
+        });
         if let Some(backend) = state.store.backend() {
             log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
             spawn_named("ringfs-flusher", {
@@ -297,6 +302,17 @@ fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Res
 }
 
 impl ServerState {
+    /// Whether `member` (alive or not in our view) answers a ping within `timeout`.
+    fn ping(&self, member: &Member, timeout: Duration) -> bool {
+        match self.peers.connection(member) {
+            Ok(connection) => connection.call_within(&Request::Ping, timeout).is_ok(),
+            Err(error) => {
+                log::debug!("cannot reach server {}: {error}", member.name);
+                false
+            }
+        }
+    }
+
     /// Sends `request` to every other alive member; returns which ones answered.
     fn broadcast_to_others(&self, request: &Request) -> Vec<bool> {
         let others: Vec<Member> = self.membership().alive_members().filter(|member| member.name != self.name).cloned().collect();
@@ -318,13 +334,38 @@ fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
     }
 }
 
+/// Probes the members this server considers dead, every `interval`. One that answers was
+/// declared dead wrongly (it was paused, or cut off for a while): it is sent our member list,
+/// in which it reads that it was declared dead; it refutes that by raising its incarnation and
+/// gossips its return, so every server and then every client sees it alive again.
+fn revive_members(state: &ServerState, interval: Duration) {
+    while !state.shutdown.wait(interval) {
+        let dead: Vec<Member> =
+            state.membership().list().members.iter().filter(|member| !member.alive && member.name != state.name).cloned().collect();
+        for member in dead {
+            if state.shutdown.is_requested() {
+                return;
+            }
+            if !state.ping(&member, interval.max(Duration::from_millis(100))) {
+                continue;
+            }
+            let Ok(connection) = state.peers.connection(&member) else { continue };
+            log::info!("server {} answers again; telling it that it was declared dead", member.name);
+            let list = state.membership().list().clone();
+            if let Err(error) = connection.call(&Request::PushMembers(list), &[]) {
+                log::info!("server {} answered a ping but not the member list: {error}", member.name);
+            }
+        }
+    }
+}
+
 /// Pings the ring successor every `interval`; declares it dead after `failure_timeout`
 /// without an answer.
 fn detect_failures(state: &ServerState, interval: Duration, failure_timeout: Duration) {
     let mut last_answer: HashMap<String, Instant> = HashMap::new();
     while !state.shutdown.wait(interval) {
         let Some(successor) = state.membership().successor_of(&state.name).cloned() else { continue };
-        let answered = state.call_member_logged(&successor, &Request::Ping, &[], log::Level::Debug).is_ok();
+        let answered = state.ping(&successor, failure_timeout.min(interval.max(Duration::from_millis(100)) * 2));
         let now = Instant::now();
         let last = last_answer.entry(successor.name.clone()).or_insert(now);
         if answered {
