@@ -421,3 +421,31 @@ fn writes_past_the_first_chunk_update_the_files_modification_time() {
     let after = client.stat("/timed").unwrap().mtime_ns;
     assert!(after > before, "a write to the third chunk must show in the file's mtime ({before} -> {after})");
 }
+
+/// A reader that opened a one-chunk file sees what another client appends past chunk 0 after
+/// the open (the reader first asks chunk 0 alone, whose attributes say the file grew).
+#[test]
+fn a_file_that_grows_past_chunk_zero_after_open_reads_whole() {
+    let cluster = TestCluster::start(3);
+    let writer = small_chunk_client(&cluster, true);
+    let reader = small_chunk_client(&cluster, false);
+    let fd = writer.create("/grows", 0o644).unwrap();
+    writer.write(fd, b"head").unwrap();
+    let read_fd = reader.open("/grows", OpenFlags::READ, 0).unwrap();
+    let mut buffer = vec![0u8; 300_000];
+    assert_eq!(reader.pread(read_fd, &mut buffer, 0).unwrap(), 4);
+    let mut tail = vec![0u8; 200_000];
+    Random::new(5).fill(&mut tail);
+    writer.pwrite(fd, &tail, 100_000).unwrap();
+    let count = reader.pread(read_fd, &mut buffer, 0).unwrap();
+    assert_eq!(count, 300_000);
+    assert_eq!(&buffer[..4], b"head");
+    assert!(buffer[4..100_000].iter().all(|byte| *byte == 0));
+    assert!(buffer[100_000..] == tail[..]);
+    // Reading from beyond chunk 0 directly works as well.
+    assert_eq!(reader.pread(read_fd, &mut buffer[..1000], 150_000).unwrap(), 1000);
+    assert!(buffer[..1000] == tail[50_000..51_000]);
+    assert_eq!(reader.pread(read_fd, &mut buffer, 400_000).unwrap(), 0);
+    reader.close(read_fd).unwrap();
+    writer.close(fd).unwrap();
+}

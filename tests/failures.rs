@@ -324,3 +324,44 @@ fn a_paused_server_declared_dead_rejoins_by_itself() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Small files whose only chunk lives on a live server stay readable, whole, while another
+/// server is down — through the library with a large buffer and through `ringfs get`.
+#[test]
+fn small_files_on_live_servers_read_while_another_server_is_down() {
+    let mut cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let victim = cluster.name(2).to_string();
+    let mut live = Vec::new();
+    for server in 0..2 {
+        for path in paths_owned_by(&client, cluster.name(server), 20) {
+            write_file(&client, &path, b"x");
+            live.push(path);
+        }
+    }
+    let _ = victim;
+    cluster.kill(2);
+    let mut buffer = vec![0u8; 4 << 20];
+    for path in &live {
+        let fd = client.open(path, OpenFlags::READ, 0).unwrap();
+        assert_eq!(client.read(fd, &mut buffer).unwrap(), 1, "{path}");
+        assert_eq!(buffer[0], b'x');
+        assert_eq!(client.read(fd, &mut buffer).unwrap(), 0, "{path}: end of file");
+        client.close(fd).unwrap();
+    }
+    let mut got = 0;
+    for path in &live {
+        let output = std::process::Command::new(common::ringfs_binary())
+            .args(["get", path, "-"])
+            .env("RINGFS_SERVER", cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &cluster.secret)
+            .output()
+            .unwrap();
+        if output.status.success() && output.stdout == b"x" {
+            got += 1;
+        } else {
+            eprintln!("{path}: {}", String::from_utf8_lossy(&output.stderr));
+        }
+    }
+    assert_eq!(got, live.len(), "files read by ringfs get");
+}

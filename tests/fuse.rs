@@ -267,3 +267,49 @@ fn direct_io_mounts_work_too() {
     std::fs::write(mount.path("direct"), &data).unwrap();
     assert!(std::fs::read(mount.path("direct")).unwrap() == data);
 }
+
+/// Small files whose only chunk lives on a live server read through the mount while another
+/// server is down.
+#[test]
+fn small_files_on_live_servers_read_through_the_mount_while_another_server_is_down() {
+    if !fuse_available() {
+        return;
+    }
+    let mut cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let direct = cluster.mount(&["--direct-io"]);
+    let client = cluster.client();
+    let list = client.members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    let victim = cluster.name(2).to_string();
+    let live: Vec<String> = (0..200)
+        .map(|index| format!("small-{index}"))
+        .filter(|name| placement.ring()[placement.owner(&format!("/{name}"), 0)] != victim)
+        .take(40)
+        .collect();
+    // Small chunks: the kernel's reads (readahead up to 128 KiB) span several chunks.
+    let mut config = cluster.client_config();
+    config.chunk_size = 64 << 10;
+    let small_chunks = ringfs_client::Client::connect(config).unwrap();
+    for name in &live {
+        let fd = small_chunks.create(&format!("/{name}"), 0o644).unwrap();
+        small_chunks.write(fd, b"x").unwrap();
+        small_chunks.close(fd).unwrap();
+    }
+    cluster.kill(2);
+    let mut failed = Vec::new();
+    for name in &live {
+        for path in [mount.path(name), direct.path(name)] {
+            match std::fs::read(&path) {
+                Ok(bytes) if bytes == b"x" => {}
+                other => failed.push(format!("{}: {other:?}", path.display())),
+            }
+            let cat = Command::new("cat").arg(&path).output().unwrap();
+            if !cat.status.success() || cat.stdout != b"x" {
+                failed.push(format!("cat {}: {}", path.display(), String::from_utf8_lossy(&cat.stderr)));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{} reads failed, e.g. {:?}", failed.len(), &failed[..failed.len().min(3)]);
+}

@@ -264,6 +264,41 @@ impl Client {
         if buffer.is_empty() {
             return Ok(0);
         }
+        if !file.extended.load(Ordering::Relaxed) && offset + buffer.len() as u64 > file.chunk_size {
+            // As far as we know the file is chunk 0 alone: ask only chunk 0's server (the
+            // servers of later chunks may be down, and hold nothing of this file). Its answer
+            // tells whether the file grew past chunk 0 since it was opened.
+            match self.read_head_only(file, buffer, offset)? {
+                Some(count) => return Ok(count),
+                None => file.extended.store(true, Ordering::Relaxed),
+            }
+        }
+        self.read_pieces(file, buffer, offset)
+    }
+
+    /// Reads a file that was chunk 0 alone when last seen, asking only chunk 0's server.
+    /// `None` if the file has chunks after chunk 0 now (the caller reads them all).
+    fn read_head_only(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<Option<usize>> {
+        let (count, head) = if offset >= file.chunk_size {
+            (0, self.head_attr_of(&file.path, file.file_id)?)
+        } else {
+            let in_head = (file.chunk_size - offset) as usize;
+            match self.read_pieces_with_head(file, &mut buffer[..in_head], offset)? {
+                (count, Some(head)) => (count, head),
+                (_, None) => return Err(Errno::EPROTO),
+            }
+        };
+        // The extended mark is set before any later chunk is written, and never cleared.
+        Ok((!head.is_extended()).then_some(count))
+    }
+
+    fn read_pieces(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<usize> {
+        self.read_pieces_with_head(file, buffer, offset).map(|(count, _)| count)
+    }
+
+    /// Reads every piece of the range at once; returns the bytes read and, if chunk 0 was
+    /// among the pieces, its attributes.
+    fn read_pieces_with_head(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<(usize, Option<ringfs_proto::Attr>)> {
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, buffer.len(), file.chunk_size).collect();
         let connections =
@@ -319,7 +354,7 @@ impl Client {
             return Err(errno);
         }
         if received.iter().zip(&pieces).all(|(got, piece)| *got == piece.len) {
-            return Ok(buffer.len());
+            return Ok((buffer.len(), head));
         }
         // A short piece is either the end of the file or a hole: the file size tells. A file
         // that is only chunk 0 (most small files) has its size in the chunk 0 just read.
@@ -329,7 +364,7 @@ impl Client {
         };
         let end = size.min(offset + buffer.len() as u64);
         if end <= offset {
-            return Ok(0);
+            return Ok((0, head));
         }
         let valid = (end - offset) as usize;
         for (piece, got) in pieces.iter().zip(received) {
@@ -339,7 +374,7 @@ impl Client {
                 buffer[hole_start..hole_end].fill(0);
             }
         }
-        Ok(valid)
+        Ok((valid, head))
     }
 
     /// Attributes of chunk 0 of `path` (no symlink following).
