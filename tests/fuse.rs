@@ -313,3 +313,38 @@ fn small_files_on_live_servers_read_through_the_mount_while_another_server_is_do
     }
     assert!(failed.is_empty(), "{} reads failed, e.g. {:?}", failed.len(), &failed[..failed.len().min(3)]);
 }
+
+/// `cat` of a file whose server is stopped (SIGSTOP) fails with EIO within one request
+/// deadline (the mount's is 3 s), not one deadline per request the kernel sends.
+#[test]
+fn cat_of_a_file_on_a_stopped_server_fails_within_one_deadline() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let client = cluster.client();
+    let list = client.members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    let name = (0..100)
+        .map(|index| format!("stopped-{index}"))
+        .find(|name| placement.ring()[placement.owner(&format!("/{name}"), 0)] == cluster.name(1))
+        .unwrap();
+    std::fs::write(mount.path(&name), b"data").unwrap();
+    // Let the kernel's cached attributes expire, so cat has to ask.
+    std::thread::sleep(Duration::from_millis(1500));
+    cluster.signal(1, libc::SIGSTOP);
+    // Through the mount that talked to the server before, and through a new one that must
+    // first connect to it (the connection is accepted by the kernel; the handshake waits).
+    let fresh = cluster.mount(&[]);
+    for path in [mount.path(&name), fresh.path(&name)] {
+        let started = Instant::now();
+        let cat = Command::new("cat").arg(&path).output().unwrap();
+        let elapsed = started.elapsed();
+        assert!(!cat.status.success(), "cat must fail");
+        assert!(String::from_utf8_lossy(&cat.stderr).contains("Input/output error"), "{}", String::from_utf8_lossy(&cat.stderr));
+        assert!(elapsed < Duration::from_millis(4500), "cat of {} failed after {elapsed:?}; the deadline is 3 s", path.display());
+    }
+    cluster.signal(1, libc::SIGCONT);
+}

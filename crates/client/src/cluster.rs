@@ -47,6 +47,10 @@ pub(crate) struct Cluster {
     /// Held while the member list is being fetched; holds the time of the last fetch that
     /// followed a failure.
     refreshing: Mutex<Option<Instant>>,
+    /// Servers that let a request time out, with the time until which calls to them fail at
+    /// once (one request deadline): a stopped server costs one deadline per operation, not
+    /// one per request of the operation.
+    suspects: Mutex<HashMap<String, Instant>>,
 }
 
 /// After a server fails, the member list is fetched again at most this often.
@@ -84,6 +88,7 @@ impl Cluster {
                             connections: Mutex::new(HashMap::new()),
                             lease_backlog: Mutex::new(HashMap::new()),
                             refreshing: Mutex::new(None),
+                            suspects: Mutex::new(HashMap::new()),
                         };
                         return Ok(cluster);
                     }
@@ -107,8 +112,8 @@ impl Cluster {
         let view = self.view();
         let owner = &view.ring[view.placement.owner(path, index)];
         if path == "/"
-            && !owner.alive
-            && let Some(alive) = view.ring.iter().find(|member| member.alive)
+            && (!owner.alive || self.is_suspect(&owner.name))
+            && let Some(alive) = view.ring.iter().find(|member| member.alive && !self.is_suspect(&member.name))
         {
             return alive.clone();
         }
@@ -119,9 +124,31 @@ impl Cluster {
         self.view().list.clone()
     }
 
-    /// A connection to `member`; EIO if it is known to be dead or cannot be reached.
+    /// Whether `server` let a request time out less than a request deadline ago.
+    fn is_suspect(&self, server: &str) -> bool {
+        let mut suspects = lock(&self.suspects);
+        match suspects.get(server) {
+            Some(until) if Instant::now() < *until => true,
+            Some(_) => {
+                suspects.remove(server);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Records a failure of a request to `server`: a timeout makes it a suspect.
+    fn note_failure(&self, server: &str, error: &ringfs_rpc::RpcError) {
+        if error.is_timeout() {
+            lock(&self.suspects).insert(server.to_string(), Instant::now() + self.config.timeout);
+        }
+        self.refresh_after_failure(server);
+    }
+
+    /// A connection to `member`; EIO if it is known to be dead, let a request time out
+    /// moments ago, or cannot be reached.
     pub fn connection(&self, member: &Member) -> Result<Arc<Connection>, Errno> {
-        if !member.alive {
+        if !member.alive || self.is_suspect(&member.name) {
             return Err(Errno::EIO);
         }
         if let Some(connection) = lock(&self.connections).get(&member.name)
@@ -133,7 +160,7 @@ impl Cluster {
             Ok(connection) => connection,
             Err(error) => {
                 log::debug!("cannot connect to server {}: {error}", member.name);
-                self.refresh_after_failure(&member.name);
+                self.note_failure(&member.name, &error);
                 return Err(error.errno());
             }
         };
@@ -169,7 +196,7 @@ impl Cluster {
     pub fn finish(&self, connection: &Connection, call: Result<PendingCall<'_>, ringfs_rpc::RpcError>) -> Result<Reply, Errno> {
         let reply = call.and_then(PendingCall::wait).map_err(|error| {
             log::debug!("request failed: {error}");
-            self.refresh_after_failure(connection.server_name());
+            self.note_failure(connection.server_name(), &error);
             error.errno()
         });
         self.follow_epoch(connection);

@@ -118,7 +118,11 @@ impl Connection {
     /// Connects and performs the handshake.
     pub fn open(endpoint: &Endpoint, config: &ConnectionConfig) -> Result<Connection, RpcError> {
         let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
-        let link = transport::connect(endpoint, config.timeout).map_err(|error| connect_error(error.to_string()))?;
+        let timed_out = || RpcError::Timeout { endpoint: endpoint.to_string(), timeout_ms: config.timeout.as_millis() as u64 };
+        let link = transport::connect(endpoint, config.timeout).map_err(|error| match error.kind() {
+            std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => timed_out(),
+            _ => connect_error(error.to_string()),
+        })?;
         let mut writer = link.writer;
         writer.set_write_timeout(Some(config.timeout)).map_err(|error| connect_error(error.to_string()))?;
         let mut reader =
@@ -143,7 +147,7 @@ impl Connection {
             match reader.next_header() {
                 Ok(Some(header)) => break header,
                 Ok(None) if Instant::now() < deadline => continue,
-                Ok(None) => return Err(connect_error("no answer to the handshake".into())),
+                Ok(None) => return Err(timed_out()),
                 Err(error) => return Err(connect_error(format!("handshake failed: {error}"))),
             }
         };
@@ -178,11 +182,14 @@ impl Connection {
     /// Connects to a cluster member: through its Unix socket when it runs on this host (which
     /// also enables cross-memory attach), otherwise, or if that fails, through TCP.
     pub fn open_member(member: &ringfs_proto::Member, config: &ConnectionConfig) -> Result<Connection, RpcError> {
-        if member.host_id == config.host_id
-            && !member.unix_path.is_empty()
-            && let Ok(connection) = Connection::open(&Endpoint::Unix(member.unix_path.clone().into()), config)
-        {
-            return Ok(connection);
+        if member.host_id == config.host_id && !member.unix_path.is_empty() {
+            match Connection::open(&Endpoint::Unix(member.unix_path.clone().into()), config) {
+                Ok(connection) => return Ok(connection),
+                // The server is there but silent (stopped, overloaded): TCP would wait again.
+                Err(error) if error.is_timeout() => return Err(error),
+                // No socket (another host after all, or the socket file is gone): try TCP.
+                Err(_) => {}
+            }
         }
         let endpoint =
             Endpoint::parse(&member.tcp_address).map_err(|reason| RpcError::Connect { endpoint: member.tcp_address.clone(), reason })?;

@@ -50,6 +50,12 @@ pub enum RpcError {
 }
 
 impl RpcError {
+    /// The peer did not answer in time (it may be stopped, overloaded or cut off), as opposed
+    /// to refusing or closing the connection.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, RpcError::Timeout { .. })
+    }
+
     /// What a file-system caller sees: EIO for every transport failure (the server is dead,
     /// unreachable or too slow), the server's own errno when it refused the connection.
     pub fn errno(&self) -> Errno {
