@@ -206,3 +206,99 @@ fn an_interrupted_run_stops_its_command_and_cluster() {
     assert!(pids.iter().all(|pid| process_gone(*pid)), "the servers are stopped");
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// The process id a server recorded in the run directory at its last start.
+fn recorded_pid(run_dir: &std::path::Path, name: &str) -> u32 {
+    let text = std::fs::read_to_string(run_dir.join(format!("{name}.pid"))).unwrap();
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+fn kill_and_wait(pid: u32) {
+    // SAFETY: a server process this test started (through ringfs start or by hand).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !process_gone(pid) {
+        assert!(std::time::Instant::now() < deadline, "server {pid} did not die");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Restarts server `name` by hand, as a user would: same name and store, a new port.
+fn restart_by_hand(run_dir: &std::path::Path, store: &std::path::Path, name: &str) -> std::process::Child {
+    let old_address = std::fs::read_to_string(run_dir.join(format!("{name}.addr"))).unwrap();
+    let log = std::fs::File::create(run_dir.join(format!("{name}.restarted.log"))).unwrap();
+    let child = Command::new(ringfs_binary())
+        .args(["server", "--name", name, "--run-dir", run_dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--store", &format!("dir:{}", store.join(name).display())])
+        .args(["--heartbeat-ms", "200", "--failure-timeout-ms", "1000"])
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let address = std::fs::read_to_string(run_dir.join(format!("{name}.addr"))).unwrap_or_default();
+        if !address.is_empty() && address != old_address {
+            return child;
+        }
+        assert!(std::time::Instant::now() < deadline, "{name} did not record its new address");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Every server restarted by hand on a new port: clients holding the old addresses, `ringfs
+/// status` and `ringfs stop` find them through the run directory.
+#[test]
+fn servers_restarted_by_hand_on_new_ports_are_found_through_the_run_directory() {
+    let scratch = scratch_dir("restart");
+    let run_dir = scratch.join("run");
+    let store = scratch.join("store");
+    let started = Started(exports(&succeed(
+        &HashMap::new(),
+        &["start", "--servers", "2", "--store", &format!("dir:{}", store.display()), "--run-dir", run_dir.to_str().unwrap()],
+    )));
+    let environment = &started.0;
+    let local = scratch.join("input");
+    std::fs::write(&local, b"survives restarts").unwrap();
+    succeed(environment, &["put", local.to_str().unwrap(), "/kept"]);
+
+    let mut children = Vec::new();
+    for name in ["server-0", "server-1"] {
+        kill_and_wait(recorded_pid(&run_dir, name));
+        children.push(restart_by_hand(&run_dir, &store, name));
+    }
+    // RINGFS_SERVER still names the old ports, which nobody listens on any more.
+    assert_eq!(succeed(environment, &["cat", "/kept"]), "survives restarts");
+    let status = succeed(environment, &["status"]);
+    assert_eq!(status.lines().filter(|line| line.contains(" up ")).count(), 2, "{status}");
+    let pids: Vec<u32> = children.iter().map(std::process::Child::id).collect();
+    succeed(environment, &["stop"]);
+    for mut child in children {
+        let _ = child.wait();
+    }
+    assert!(pids.iter().all(|pid| process_gone(*pid)), "the restarted servers must be stopped");
+    assert!(!run_dir.exists(), "a clean stop removes the run directory");
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// `ringfs stop` fails, and says which server, when it has to kill one; it keeps the run
+/// directory (the logs) then.
+#[test]
+fn stop_reports_a_server_it_had_to_kill() {
+    let scratch = scratch_dir("stop-kill");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "2", "--run-dir", run_dir.to_str().unwrap()])));
+    let mut environment = started.0.clone();
+    let stuck = recorded_pid(&run_dir, "server-1");
+    // SAFETY: a server process this test started.
+    unsafe { libc::kill(stuck as libc::pid_t, libc::SIGSTOP) };
+    environment.insert("RINGFS_TIMEOUT_MS".into(), "1000".into());
+    let output = ringfs(&environment, &["stop", "--wait-ms", "1000"]);
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    assert!(message.contains("server-1") && message.contains("killed"), "{message}");
+    assert!(process_gone(stuck));
+    assert!(run_dir.join("server-1.log").exists(), "the logs are kept");
+    let _ = std::fs::remove_dir_all(scratch);
+}

@@ -90,6 +90,12 @@ pub struct StopArgs {
     /// Keep the run directory (logs) after stopping.
     #[arg(long)]
     pub keep: bool,
+    /// Stop even if the final flush to the backend fails (its dirty data is then lost).
+    #[arg(long)]
+    pub force: bool,
+    /// Milliseconds servers get to exit after the shutdown request before they are killed.
+    #[arg(long, default_value_t = 30_000)]
+    pub wait_ms: u64,
 }
 
 pub fn stop(args: &StopArgs) -> Result<()> {
@@ -100,12 +106,14 @@ pub fn stop(args: &StopArgs) -> Result<()> {
         .context("no cluster given: pass --run-dir or set RINGFS_RUN_DIR")?;
     // Cache mode: flush with progress shown while the servers run (stopping syncs too, but
     // silently); a cluster without backend answers at once.
-    if let Ok(client) = Client::from_env()
+    let config = ringfs_client::ClientConfig::new(Vec::new(), Vec::new()).with_run_dir(run_dir.clone());
+    if let Ok(client) = Client::connect(config)
         && let Err(error) = crate::cache_command::sync(&client)
     {
         log::warn!("{error:#}");
     }
-    Ok(ringfs_launch::stop(&run_dir, args.keep)?)
+    let options = ringfs_launch::StopOptions { keep: args.keep, force: args.force, wait: std::time::Duration::from_millis(args.wait_ms) };
+    Ok(ringfs_launch::stop(&run_dir, options)?)
 }
 
 /// Prints one line per server: address, state, and its counters.

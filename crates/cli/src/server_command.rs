@@ -44,6 +44,12 @@ pub struct ServerArgs {
     /// Write the TCP address here once the server accepts connections.
     #[arg(long)]
     pub address_file: Option<PathBuf>,
+    /// The cluster's run directory (made by `ringfs start`): the secret is read from it, the
+    /// server records its address and process id in it (`NAME.addr`, `NAME.pid`) every time
+    /// it starts, and it joins — now and whenever they move — the servers recorded there.
+    /// A server restarted by hand with the same name and store is found again this way.
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
     /// Interval of failure-detection pings, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub heartbeat_ms: u64,
@@ -136,8 +142,31 @@ pub fn read_secret(file: Option<&PathBuf>) -> Result<Vec<u8>> {
     }
 }
 
-pub fn run(args: ServerArgs) -> Result<()> {
+/// The other servers recorded in a run directory, as (name, address), without `own`.
+fn recorded_peers(run_dir: &std::path::Path, own: &str) -> Vec<(String, String)> {
+    ringfs_client::run_dir::servers(run_dir)
+        .into_iter()
+        .filter(|server| server.name != own)
+        .map(|server| (server.name, server.address))
+        .collect()
+}
+
+/// Replaces `path`'s contents at once (write a temporary file, then rename it).
+fn write_atomically(path: &std::path::Path, contents: &str) -> Result<()> {
+    let temporary = PathBuf::from(format!("{}.tmp", path.display()));
+    std::fs::write(&temporary, contents).with_context(|| format!("cannot write {}", temporary.display()))?;
+    std::fs::rename(&temporary, path).with_context(|| format!("cannot write {}", path.display()))
+}
+
+pub fn run(mut args: ServerArgs) -> Result<()> {
     let wait_for_signal = crate::signals::block_termination_signals();
+    if let Some(run_dir) = &args.run_dir {
+        args.secret_file.get_or_insert_with(|| run_dir.join("secret"));
+        args.address_file.get_or_insert_with(|| run_dir.join(format!("{}.addr", args.name)));
+        if args.join.is_empty() {
+            args.join = recorded_peers(run_dir, &args.name).into_iter().map(|(_, address)| address).collect();
+        }
+    }
     let secret = read_secret(args.secret_file.as_ref())?;
     if secret.is_empty() {
         bail!("no secret: set RINGFS_SECRET or pass --secret-file");
@@ -157,11 +186,17 @@ pub fn run(args: ServerArgs) -> Result<()> {
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));
     config.failure_timeout = Duration::from_millis(args.failure_timeout_ms.max(10));
     config.poll = Duration::from_micros(args.poll_us);
+    if let Some(run_dir) = args.run_dir.clone() {
+        let own = args.name.clone();
+        config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move || recorded_peers(&run_dir, &own))));
+    }
     let server = Server::start(config)?;
     if let Some(path) = &args.address_file {
-        let temporary = path.with_extension("tmp");
-        std::fs::write(&temporary, server.tcp_address()).with_context(|| format!("cannot write {}", temporary.display()))?;
-        std::fs::rename(&temporary, path)?;
+        write_atomically(path, server.tcp_address())?;
+    }
+    if let Some(run_dir) = &args.run_dir {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        write_atomically(&run_dir.join(format!("{}.pid", args.name)), &format!("{} {}\n", host.trim(), std::process::id()))?;
     }
     let shutdown = server.shutdown_handle();
     std::thread::spawn(move || {

@@ -51,6 +51,9 @@ pub(crate) struct Cluster {
     /// once (one request deadline): a stopped server costs one deadline per operation, not
     /// one per request of the operation.
     suspects: Mutex<HashMap<String, Instant>>,
+    /// The cluster's run directory: read again for current addresses when no known server
+    /// answers.
+    run_dir: Option<std::path::PathBuf>,
 }
 
 /// After a server fails, the member list is fetched again at most this often.
@@ -69,7 +72,7 @@ fn fetch_members(connection: &Connection) -> Result<MemberList, String> {
 
 impl Cluster {
     /// Fetches the member list from the first reachable server of `seeds`.
-    pub fn connect(seeds: &[String], config: ConnectionConfig) -> Result<Cluster, ConnectError> {
+    pub fn connect(seeds: &[String], config: ConnectionConfig, run_dir: Option<std::path::PathBuf>) -> Result<Cluster, ConnectError> {
         let mut failures = Vec::new();
         for seed in seeds {
             let endpoint = Endpoint::parse(seed).map_err(ConnectError::Config)?;
@@ -89,6 +92,7 @@ impl Cluster {
                             lease_backlog: Mutex::new(HashMap::new()),
                             refreshing: Mutex::new(None),
                             suspects: Mutex::new(HashMap::new()),
+                            run_dir,
                         };
                         return Ok(cluster);
                     }
@@ -281,14 +285,31 @@ impl Cluster {
                 return;
             }
         }
+        // No known server answers: the run directory knows where the servers are now (they
+        // may have been restarted on other ports).
+        let Some(run_dir) = &self.run_dir else { return };
+        for address in crate::run_dir::addresses(run_dir) {
+            let Ok(endpoint) = Endpoint::parse(&address) else { continue };
+            let Ok(connection) = Connection::open(&endpoint, &self.config) else { continue };
+            // Adopted even if its epoch is older: a restarted cluster counts anew.
+            if self.adopt_members(&connection, true) {
+                return;
+            }
+        }
     }
 
     /// Fetches the member list from `connection`'s server and adopts it if it is newer.
     fn adopt_members_from(&self, connection: &Connection) -> bool {
+        self.adopt_members(connection, false)
+    }
+
+    /// Fetches the member list from `connection`'s server and adopts it if it is newer, or
+    /// in any case with `always`.
+    fn adopt_members(&self, connection: &Connection, always: bool) -> bool {
         match fetch_members(connection).map(View::new) {
             Ok(Ok(view)) => {
                 let epoch = view.list.epoch;
-                if epoch > self.epoch.load(Ordering::Relaxed) {
+                if always || epoch > self.epoch.load(Ordering::Relaxed) {
                     *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
                     self.epoch.store(epoch, Ordering::Relaxed);
                     for connection in lock(&self.connections).values() {

@@ -28,6 +28,7 @@ mod chunking;
 mod cluster;
 mod files;
 mod namespace;
+pub mod run_dir;
 
 pub use cache::StageInSummary;
 pub use ringfs_proto::{CacheStats, Errno, FileKind, FindFilter, MemberList, ServerStats};
@@ -65,6 +66,9 @@ pub struct ClientConfig {
     pub local_fast_path: bool,
     /// How long to poll for a response before sleeping (zero: never).
     pub poll: Duration,
+    /// The cluster's run directory, if known: where to find servers again when none of the
+    /// known addresses answers (a server restarted on a new port; see [`run_dir`]).
+    pub run_dir: Option<std::path::PathBuf>,
 }
 
 impl ClientConfig {
@@ -76,22 +80,29 @@ impl ClientConfig {
             chunk_size: DEFAULT_CHUNK_SIZE,
             local_fast_path: true,
             poll: ringfs_rpc::DEFAULT_POLL,
+            run_dir: None,
         }
     }
 
-    /// Reads `RINGFS_SERVER` (comma-separated addresses, required), `RINGFS_SECRET`,
-    /// `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`, `RINGFS_LOCAL` (0 disables the same-host
-    /// fast path) and `RINGFS_POLL_US` (poll budget, 0 disables) — `ringfs start` prints the
-    /// first ones.
+    /// Reads `RINGFS_SERVER` (comma-separated addresses) and/or `RINGFS_RUN_DIR` (the
+    /// cluster's run directory, whose recorded addresses come first), `RINGFS_SECRET`
+    /// (default: the run directory's secret), `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`,
+    /// `RINGFS_LOCAL` (0 disables the same-host fast path) and `RINGFS_POLL_US` (poll
+    /// budget, 0 disables) — `ringfs start` prints the first ones.
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
-        let servers = std::env::var("RINGFS_SERVER")
-            .map_err(|_| ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()))?;
-        ClientConfig::new(split_servers(&servers), Vec::new()).with_environment()
+        let servers = std::env::var("RINGFS_SERVER").ok();
+        if servers.is_none() && std::env::var_os("RINGFS_RUN_DIR").is_none() {
+            return Err(ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()));
+        }
+        ClientConfig::new(split_servers(servers.as_deref().unwrap_or("")), Vec::new()).with_environment()
     }
 
-    /// Applies `RINGFS_SECRET`, `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`, `RINGFS_LOCAL` and
-    /// `RINGFS_POLL_US` from the environment to this configuration.
+    /// Applies `RINGFS_RUN_DIR`, `RINGFS_SECRET`, `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`,
+    /// `RINGFS_LOCAL` and `RINGFS_POLL_US` from the environment to this configuration.
     pub fn with_environment(mut self) -> std::result::Result<ClientConfig, ConnectError> {
+        if let Some(dir) = std::env::var_os("RINGFS_RUN_DIR").filter(|dir| !dir.is_empty()) {
+            self = self.with_run_dir(std::path::PathBuf::from(dir));
+        }
         if let Ok(secret) = std::env::var("RINGFS_SECRET") {
             self.secret = secret.into_bytes();
         }
@@ -110,6 +121,24 @@ impl ClientConfig {
             self.poll = Duration::from_micros(micros);
         }
         Ok(self)
+    }
+}
+
+impl ClientConfig {
+    /// Uses the cluster's run directory: its recorded server addresses are tried first (they
+    /// follow restarts), its secret is used unless one is set, and it is read again when no
+    /// known server answers.
+    pub fn with_run_dir(mut self, dir: std::path::PathBuf) -> ClientConfig {
+        let mut servers = run_dir::addresses(&dir);
+        servers.extend(self.servers.iter().filter(|server| !servers.contains(server)).cloned().collect::<Vec<_>>());
+        self.servers = servers;
+        if self.secret.is_empty()
+            && let Ok(secret) = std::fs::read_to_string(dir.join("secret"))
+        {
+            self.secret = secret.trim().as_bytes().to_vec();
+        }
+        self.run_dir = Some(dir);
+        self
     }
 }
 
@@ -298,7 +327,7 @@ impl Client {
         let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
         let connection_config =
             ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false, poll: config.poll };
-        let cluster = Cluster::connect(&config.servers, connection_config)?;
+        let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Ok(Client { inner: Arc::new(Inner { cluster, files: FileTable::default(), chunk_size: config.chunk_size, uid, gid }) })
@@ -355,14 +384,21 @@ impl Client {
 
     /// Asks every alive server to shut down.
     pub fn shutdown_servers(&self) -> Result<()> {
+        self.shutdown_each().into_iter().try_for_each(|(_, answer)| answer)
+    }
+
+    /// Asks every server to shut down; returns each server's name with its answer (EIO for
+    /// one known to be dead).
+    pub fn shutdown_each(&self) -> Vec<(String, Result<()>)> {
         let members = self.inner.cluster.member_list();
-        let mut failure = None;
-        for member in members.members.iter().filter(|member| member.alive) {
-            if let Err(errno) = self.inner.cluster.call(member, &ringfs_proto::Request::Shutdown, &[]) {
-                failure = Some(errno);
-            }
-        }
-        failure.map_or(Ok(()), Err)
+        members
+            .members
+            .iter()
+            .map(|member| {
+                let answer = self.inner.cluster.call(member, &ringfs_proto::Request::Shutdown, &[]).map(drop);
+                (member.name.clone(), answer)
+            })
+            .collect()
     }
 }
 

@@ -39,6 +39,9 @@ pub enum LaunchError {
     Io { what: String, source: std::io::Error },
     #[error("starting the cluster failed: {0}")]
     Startup(String),
+    /// Stopping went wrong; each problem names the server or the step.
+    #[error("stopping the cluster went wrong: {}{}", problems.join("; "), kept.as_ref().map(|dir| format!(" (run directory {} kept)", dir.display())).unwrap_or_default())]
+    Stop { problems: Vec<String>, kept: Option<PathBuf> },
 }
 
 type Result<T> = std::result::Result<T, LaunchError>;
@@ -223,18 +226,25 @@ fn signal(pid: u32, signal: i32) {
     unsafe { libc::kill(pid as libc::pid_t, signal) };
 }
 
-/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end.
-/// Returns how many had to be killed.
-fn wait_for_exit(pids: &[u32], timeout: Duration) -> usize {
+/// Waits up to `timeout` for processes to exit.
+fn wait_for_exit_only(pids: &[u32], timeout: Duration) {
     let deadline = Instant::now() + timeout;
     while pids.iter().any(|pid| process_alive(*pid)) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end.
+/// Returns the pids that had to be killed.
+fn wait_for_exit(pids: &[u32], timeout: Duration) -> Vec<u32> {
+    wait_for_exit_only(pids, timeout);
     let stubborn: Vec<u32> = pids.iter().copied().filter(|pid| process_alive(*pid)).collect();
     for pid in &stubborn {
+        // A stopped process dies of SIGKILL too; SIGCONT first lets it go away at once.
         signal(*pid, libc::SIGKILL);
+        signal(*pid, libc::SIGCONT);
     }
-    stubborn.len()
+    stubborn
 }
 
 fn log_tail(run_dir: &Path, name: &str) -> String {
@@ -260,10 +270,8 @@ fn spawn_local(config: &LaunchConfig, run_dir: &Path, name: &str, join: Option<&
         .args(["--capacity", &config.capacity])
         .args(["--hash", &config.hash.to_string()])
         .args(["--placement", &config.placement.to_string()])
-        .arg("--secret-file")
-        .arg(run_dir.join("secret"))
-        .arg("--address-file")
-        .arg(&address_file)
+        .arg("--run-dir")
+        .arg(run_dir)
         .args(config.common_server_args())
         .stdin(Stdio::null())
         .stdout(log_copy)
@@ -288,7 +296,7 @@ fn spawn_local(config: &LaunchConfig, run_dir: &Path, name: &str, join: Option<&
 fn spawn_remote(config: &LaunchConfig, run_dir: &Path, host: &str, name: &str, port: u16, join: Option<&str>) -> Result<()> {
     let mut command = format!(
         "{exe} server --name {name} --listen 0.0.0.0:{port} --advertise {host}:{port} --unix-socket /tmp/ringfs-{id}-{name}.sock \
-         --store {store} --capacity {capacity} --hash {hash} --placement {placement} --secret-file {run_dir}/secret {extra}",
+         --store {store} --capacity {capacity} --hash {hash} --placement {placement} --run-dir {run_dir} {extra}",
         exe = config.executable.display(),
         id = run_dir.file_name().and_then(|name| name.to_str()).unwrap_or("job"),
         store = store_for(&config.store, name)?,
@@ -390,7 +398,7 @@ impl Cluster {
 
     /// Stops the servers (unmounting mounts first) and removes the run directory.
     pub fn stop(&self) -> Result<()> {
-        stop(&self.run_dir, false)
+        stop(&self.run_dir, StopOptions::default())
     }
 
     /// Mounts the file system at `directory` with `ringfs mount` (extra options in
@@ -566,35 +574,121 @@ fn launch_all(
     Ok(())
 }
 
-/// Stops every server of the cluster in `run_dir` and waits until they have exited; removes
-/// the run directory unless `keep`.
-pub fn stop(run_dir: &Path, keep: bool) -> Result<()> {
+/// How [`stop`] behaves.
+#[derive(Clone, Copy, Debug)]
+pub struct StopOptions {
+    /// Keep the run directory (logs) even when everything stopped cleanly.
+    pub keep: bool,
+    /// Stop the servers even if the final flush to the backend failed (its dirty data is
+    /// then lost); without it they keep running, so nothing is lost.
+    pub force: bool,
+    /// How long servers get to exit after the shutdown request before they are killed.
+    pub wait: Duration,
+}
+
+impl Default for StopOptions {
+    fn default() -> Self {
+        StopOptions { keep: false, force: false, wait: SHUTDOWN_TIMEOUT }
+    }
+}
+
+/// A server process on this machine recorded in a run directory.
+struct LocalServer {
+    name: String,
+    pid: u32,
+}
+
+/// The server processes of `run_dir` that run on this machine: the pid each server recorded
+/// at its last start (`<name>.pid`: host and pid), and the ones the launcher recorded.
+fn local_servers(run_dir: &Path) -> Vec<LocalServer> {
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim().to_string();
+    let mut servers = Vec::new();
+    for server in ringfs_client::run_dir::servers(run_dir) {
+        let recorded = fs::read_to_string(run_dir.join(format!("{}.pid", server.name))).unwrap_or_default();
+        let mut words = recorded.split_whitespace();
+        if let (Some(pid_host), Some(pid)) = (words.next(), words.next().and_then(|pid| pid.parse().ok()))
+            && pid_host == host
+        {
+            servers.push(LocalServer { name: server.name, pid });
+        }
+    }
+    for record in read_records(run_dir).unwrap_or_default() {
+        if let Some(pid) = record.pid
+            && !servers.iter().any(|server| server.pid == pid)
+        {
+            servers.push(LocalServer { name: record.name, pid });
+        }
+    }
+    // Only processes that are this cluster's servers (a recorded pid may have been reused).
+    servers.retain(|server| is_server_of(server.pid, run_dir, &server.name));
+    servers
+}
+
+/// Whether process `pid` is `ringfs server` for `name` of this run directory.
+fn is_server_of(pid: u32, run_dir: &Path, name: &str) -> bool {
+    if !process_alive(pid) {
+        return false;
+    }
+    let command_line = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let words: Vec<&[u8]> = command_line.split(|byte| *byte == 0).collect();
+    let has = |word: &[u8]| words.contains(&word);
+    has(b"server") && has(name.as_bytes()) && has(run_dir.as_os_str().as_encoded_bytes())
+}
+
+/// Stops every server of the cluster in `run_dir`, wherever the run directory says the
+/// servers are now, and waits until they have exited. In cache mode everything is flushed
+/// to the backend first (if that fails the servers keep running, unless `force`).
+///
+/// Succeeds only if every server stopped cleanly; otherwise the error lists each problem
+/// (a failed flush, a server that had to be killed, one that did not answer), and the run
+/// directory is kept. On success it is removed unless `keep`.
+pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
     unmount_all(run_dir);
-    let records = read_records(run_dir)?;
-    let secret = fs::read_to_string(run_dir.join("secret")).map_err(io_error("cannot read the cluster secret"))?.trim().to_string();
-    let addresses: Vec<String> = records.iter().map(|record| record.address.clone()).collect();
-    match Client::connect(ClientConfig::new(addresses, secret.into_bytes())) {
+    let mut problems = Vec::new();
+    let local = local_servers(run_dir);
+    let config = ringfs_client::ClientConfig::new(Vec::new(), Vec::new()).with_run_dir(run_dir.to_path_buf());
+    match Client::connect(config) {
         Ok(client) => {
             // Cache mode: everything dirty reaches the backend while all servers still run
             // (each flush may need another server); without a backend this is a no-op.
             if let Err(errno) = client.sync() {
-                log::warn!("not everything could be flushed to the backend: {errno}");
+                let problem = format!("flushing to the backend failed ({errno})");
+                if !options.force {
+                    return Err(LaunchError::Stop {
+                        problems: vec![format!(
+                            "{problem}; the servers keep running so that no data is lost: fix the backend and stop again, or stop with --force"
+                        )],
+                        kept: Some(run_dir.to_path_buf()),
+                    });
+                }
+                problems.push(format!("{problem}; dirty data was lost"));
             }
-            if let Err(errno) = client.shutdown_servers() {
-                log::info!("not every server answered the shutdown request: {errno}");
+            for (name, answer) in client.shutdown_each() {
+                if let Err(errno) = answer
+                    && !local.iter().any(|server| server.name == name)
+                {
+                    problems.push(format!("server {name} did not answer the shutdown request ({errno}); it may still run"));
+                }
             }
         }
+        Err(error) if local.is_empty() => problems.push(format!("no server of the cluster answered ({error})")),
         Err(error) => log::warn!("no server answered ({error}); stopping the local processes"),
     }
-    let pids: Vec<u32> = records.iter().filter_map(|record| record.pid).collect();
-    for pid in pids.iter().filter(|pid| process_alive(**pid)) {
-        signal(*pid, libc::SIGTERM);
+    let pids: Vec<u32> = local.iter().map(|server| server.pid).collect();
+    wait_for_exit_only(&pids, options.wait);
+    for server in local.iter().filter(|server| process_alive(server.pid)) {
+        signal(server.pid, libc::SIGTERM);
     }
-    let killed = wait_for_exit(&pids, SHUTDOWN_TIMEOUT);
-    if killed > 0 {
-        log::warn!("{killed} servers did not stop in time and were killed");
+    let killed = wait_for_exit(&pids, Duration::from_secs(5));
+    for server in &local {
+        if killed.contains(&server.pid) {
+            problems.push(format!("server {} (pid {}) did not stop and was killed", server.name, server.pid));
+        }
     }
-    if !keep {
+    if !problems.is_empty() {
+        return Err(LaunchError::Stop { problems, kept: Some(run_dir.to_path_buf()) });
+    }
+    if !options.keep {
         fs::remove_dir_all(run_dir).map_err(io_error(format!("cannot remove {}", run_dir.display())))?;
     }
     Ok(())

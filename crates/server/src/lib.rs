@@ -73,6 +73,21 @@ pub struct ServerConfig {
     pub poll: Duration,
     /// Cache mode (a store with a backend): when dirty data is written back.
     pub flush: FlushConfig,
+    /// Where the other servers are, as (name, TCP address) pairs, read anew at each call —
+    /// `ringfs server --run-dir` reads the run directory. With it, a server whose `join`
+    /// servers do not answer starts alone, and keeps joining the servers it discovers that
+    /// its member list lacks or knows under another address (they were restarted).
+    pub discover: Option<Discover>,
+}
+
+/// See [`ServerConfig::discover`].
+#[derive(Clone)]
+pub struct Discover(pub Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>);
+
+impl std::fmt::Debug for Discover {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("Discover")
+    }
 }
 
 impl ServerConfig {
@@ -92,6 +107,7 @@ impl ServerConfig {
             failure_timeout: Duration::from_secs(5),
             poll: ringfs_rpc::DEFAULT_POLL,
             flush: FlushConfig::default(),
+            discover: None,
         }
     }
 }
@@ -175,8 +191,16 @@ impl Server {
         let peer_config =
             ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true, poll: config.poll };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
-        if !config.join.is_empty() {
-            let list = join_cluster(&config.join, &own, &peer_config)?;
+        let joined = match join_cluster(&config.join, &own, &peer_config) {
+            Ok(list) => list,
+            Err(error) if config.discover.is_some() => {
+                log::warn!("{error}; starting alone until the others are found");
+                None
+            }
+            Err(error) => return Err(error),
+        };
+        let joined_others = joined.is_some();
+        if let Some(list) = joined {
             if list.placement != membership.list().placement {
                 return Err(ServerError::Config(format!(
                     "the cluster places keys with {}, this server with {}",
@@ -212,7 +236,8 @@ impl Server {
         spawn_named("ringfs-revive", {
             let state = state.clone();
             let interval = config.heartbeat_interval;
-            move || revive_members(&state, interval)
+            let discover = config.discover.clone();
+            move || revive_members(&state, interval, discover.as_ref())
         });
         if let Some(backend) = state.store.backend() {
             log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
@@ -222,7 +247,7 @@ impl Server {
                 move || state.flush_loop(flush)
             });
         }
-        if !config.join.is_empty() {
+        if joined_others {
             state.spread_members();
         }
         log::info!("server {} serving at {tcp_address}", config.name);
@@ -284,15 +309,19 @@ fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
     }
 }
 
-/// Sends `Join` to the first reachable server of `join` and returns its member list.
-fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Result<ringfs_proto::MemberList, ServerError> {
+/// Sends `Join` to the first reachable server of `join` and returns its member list; `None`
+/// for an empty `join` (a new cluster).
+fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Result<Option<ringfs_proto::MemberList>, ServerError> {
+    if join.is_empty() {
+        return Ok(None);
+    }
     let mut failures = Vec::new();
     for address in join {
         let endpoint = Endpoint::parse(address).map_err(ServerError::Config)?;
         let reply = Connection::open(&endpoint, config).and_then(|connection| connection.call(&Request::Join(own.clone()), &[]));
         match reply {
             Ok(reply) => match reply.response {
-                Response::Members(list) => return Ok(list),
+                Response::Members(list) => return Ok(Some(list)),
                 other => failures.push(format!("{address}: unexpected answer {other:?}")),
             },
             Err(error) => failures.push(error.to_string()),
@@ -338,7 +367,10 @@ fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
 /// declared dead wrongly (it was paused, or cut off for a while): it is sent our member list,
 /// in which it reads that it was declared dead; it refutes that by raising its incarnation and
 /// gossips its return, so every server and then every client sees it alive again.
-fn revive_members(state: &ServerState, interval: Duration) {
+///
+/// With `discover`, servers it names that our list lacks, believes dead, or knows under
+/// another address (restarted elsewhere) are joined through their current address.
+fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Discover>) {
     while !state.shutdown.wait(interval) {
         let dead: Vec<Member> =
             state.membership().list().members.iter().filter(|member| !member.alive && member.name != state.name).cloned().collect();
@@ -355,6 +387,36 @@ fn revive_members(state: &ServerState, interval: Duration) {
             if let Err(error) = connection.call(&Request::PushMembers(list), &[]) {
                 log::info!("server {} answered a ping but not the member list: {error}", member.name);
             }
+        }
+        if let Some(discover) = discover {
+            join_discovered(state, discover, interval.max(Duration::from_millis(100)));
+        }
+    }
+}
+
+/// Joins the discovered servers our member list lacks or has out of date (see
+/// [`ServerConfig::discover`]).
+fn join_discovered(state: &ServerState, discover: &Discover, timeout: Duration) {
+    for (name, address) in (discover.0)() {
+        let stale = match state.membership().member(&name) {
+            _ if name == state.name => false,
+            Some(known) => !known.alive || known.tcp_address != address,
+            None => true,
+        };
+        if !stale {
+            continue;
+        }
+        let Ok(endpoint) = Endpoint::parse(&address) else { continue };
+        let own = match state.membership().member(&state.name) {
+            Some(own) => own.clone(),
+            None => continue,
+        };
+        let config = ConnectionConfig { timeout, ..state.peers.config().clone() };
+        let reply = Connection::open(&endpoint, &config).and_then(|connection| connection.call(&Request::Join(own), &[]));
+        if let Ok(Response::Members(list)) = reply.map(|reply| reply.response) {
+            log::info!("joined server {name} at {address}");
+            state.membership_mut().merge(&list, &state.name);
+            state.spread_members();
         }
     }
 }

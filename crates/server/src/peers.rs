@@ -17,6 +17,11 @@ impl Peers {
         Peers { config, connections: Mutex::new(HashMap::new()) }
     }
 
+    /// How connections to other servers are made.
+    pub fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
     /// A working connection to `member` (Unix socket when it is on this host).
     pub fn connection(&self, member: &Member) -> Result<Arc<Connection>, RpcError> {
         if let Some(connection) = self.connections.lock().unwrap_or_else(|p| p.into_inner()).get(&member.name)
