@@ -30,7 +30,7 @@ fn duration() -> Duration {
 
 /// Version `number` of the file: its length alternates between SMALL and LARGE.
 fn version(number: u64) -> Vec<u8> {
-    let len = if number % 2 == 0 { SMALL } else { LARGE };
+    let len = if number.is_multiple_of(2) { SMALL } else { LARGE };
     let mut bytes = Vec::with_capacity(len);
     bytes.extend_from_slice(&number.to_le_bytes());
     bytes.extend_from_slice(&(len as u64).to_le_bytes());
@@ -203,7 +203,7 @@ fn run_workload(target: Arc<dyn Target>, readers: usize, length: Duration) -> Ar
                 }
                 let name = format!("other-{}", number % 16);
                 target.write_file(&name, &version(number)[..1000]).unwrap();
-                if number % 3 == 0 {
+                if number.is_multiple_of(3) {
                     target.remove(&name).unwrap();
                 }
             }

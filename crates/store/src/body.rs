@@ -3,13 +3,22 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use ringfs_proto::Errno;
 
-use crate::directory::ChunkFile;
 use crate::io::{ByteSink, ByteSource, as_uninit};
 use crate::pool::BufferPool;
+
+/// Location of one chunk file and where its data starts.
+#[derive(Debug)]
+pub(crate) struct ChunkFile {
+    pub location: PathBuf,
+    pub data_offset: u64,
+    /// Bytes of data stored in the file (may be less than the chunk's logical length).
+    pub stored_len: u64,
+}
 
 /// Where a chunk's bytes live. The bytes may be shorter than the chunk's logical length; the
 /// rest reads as zeros.
@@ -157,6 +166,16 @@ impl Body {
                     pool.give(bytes);
                 }
             }
+        }
+    }
+
+    /// The stored bytes as they are now, for writing them out without holding the chunk's
+    /// lock: a shared reference for a memory chunk (later writes copy on write), a copy for a
+    /// chunk file.
+    pub fn snapshot(&self) -> Result<Arc<Vec<u8>>, Errno> {
+        match self {
+            Body::Memory(bytes) => Ok(bytes.clone()),
+            Body::File(_) => Ok(Arc::new(self.to_vec()?)),
         }
     }
 }

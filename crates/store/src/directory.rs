@@ -34,7 +34,8 @@ use std::path::{Path, PathBuf};
 use ringfs_proto::{ATTR_BYTES, Attr};
 
 use crate::backend::RemovalKind;
-use crate::cache::PendingOp;
+use crate::body::ChunkFile;
+use crate::chunk::PendingOp;
 
 const MAGIC: &[u8; 4] = b"RFSC";
 const FORMAT_VERSION: u16 = 2;
@@ -49,15 +50,6 @@ pub(crate) struct RecoveredChunk {
     pub attr: Attr,
     pub pending: Option<PendingOp>,
     pub file: ChunkFile,
-}
-
-/// Location of one chunk file and where its data starts.
-#[derive(Debug)]
-pub(crate) struct ChunkFile {
-    pub location: PathBuf,
-    pub data_offset: u64,
-    /// Bytes of data stored in the file (may be less than the chunk's logical length).
-    pub stored_len: u64,
 }
 
 /// The directory a `dir` store keeps its chunk files in.

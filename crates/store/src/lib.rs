@@ -39,15 +39,23 @@
 pub mod backend;
 mod body;
 mod cache;
+mod caching;
+mod chunk;
+mod data;
 mod directory;
+mod index;
 pub mod io;
+mod namespace;
 mod pool;
+mod space;
 mod store;
 
 pub use backend::{BackendDir, RemovalKind};
 pub use cache::{FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
+pub use data::SharedRead;
 pub use io::{ByteSink, ByteSource};
-pub use store::{ChunkStore, CreateOutcome, MovedChunk, SharedRead, StoreStats};
+pub use namespace::{CreateOutcome, MovedChunk};
+pub use store::{ChunkStore, ROOT_FILE_ID, StoreStats};
 
 use std::path::PathBuf;
 
@@ -131,3 +139,6 @@ impl From<std::io::Error> for StoreError {
         StoreError::Fs(Errno::from(error))
     }
 }
+
+#[cfg(test)]
+mod tests;

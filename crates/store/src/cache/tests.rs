@@ -1,0 +1,320 @@
+//! Cache mode on one store: read-through, flushing under racing writes, removals and cuts,
+//! eviction and write-through, restarts.
+
+use std::fs;
+use std::path::PathBuf;
+
+use ringfs_proto::{ChunkRef, ChunkTemplate, Create, EntryFlags, Errno};
+
+use super::*;
+use crate::ChunkStore;
+use crate::backend::{self, RemovalKind};
+use crate::{Medium, StoreConfig};
+
+const CHUNK: u32 = 1 << 16;
+
+struct Setup {
+    root: PathBuf,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let root = std::env::temp_dir().join(format!("ringfs-cache-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(root.join("backend")).unwrap();
+        Setup { root }
+    }
+
+    fn backend(&self) -> PathBuf {
+        self.root.join("backend")
+    }
+
+    fn config(&self, capacity_bytes: u64, on_disk: bool) -> StoreConfig {
+        StoreConfig {
+            medium: if on_disk { Medium::Directory(self.root.join("store")) } else { Medium::Memory },
+            capacity_bytes,
+            cache: Some(CacheConfig { backend: self.backend(), mount_path: "/".into(), chunk_size: CHUNK }),
+        }
+    }
+
+    fn store(&self) -> ChunkStore {
+        ChunkStore::open(self.config(0, false)).unwrap()
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|index| (index as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+fn template(backend_len: u64) -> ChunkTemplate {
+    ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: CHUNK, backend_len }
+}
+
+/// Flushes everything queued, preparing entries locally (one server).
+fn flush_all(store: &ChunkStore) -> Vec<FlushOutcome> {
+    let prepare = |path: &str, file_id: u64| store.prepare_entry(path, file_id).map_err(|error| error.errno());
+    let mut outcomes = Vec::new();
+    let mut deferred = Vec::new();
+    while let Some(queued) = store.next_work(u64::MAX) {
+        let outcome = store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap();
+        if outcome == FlushOutcome::Deferred {
+            deferred.push(queued);
+        }
+        outcomes.push(outcome);
+    }
+    // Back in the queue, as the flusher does, for the next round.
+    for queued in deferred {
+        store.requeue(queued);
+    }
+    outcomes
+}
+
+fn read_file(store: &ChunkStore, path: &str, size: u64) -> Vec<u8> {
+    let head = store.stat(&ChunkRef { path: path.into(), index: 0, file_id: 0 }).unwrap();
+    let mut bytes = Vec::new();
+    for index in 0..size.div_ceil(CHUNK as u64) {
+        let mut piece = Vec::new();
+        let reference = ChunkRef { path: path.into(), index, file_id: head.file_id };
+        store.read(&reference, 0, CHUNK as u64, &mut piece, head.backend_len).unwrap();
+        piece.resize(CHUNK as usize, 0);
+        bytes.extend(piece);
+    }
+    bytes.truncate(size as usize);
+    bytes
+}
+
+fn new_file(store: &ChunkStore, path: &str, bytes: &[u8]) -> u64 {
+    let entry = Create { exclusive: false, truncate: true, ..Create::new(path, 0o100644, CHUNK) };
+    let file_id = store.create(&entry, 77).unwrap().attr.file_id;
+    for (index, piece) in bytes.chunks(CHUNK as usize).enumerate() {
+        let reference = ChunkRef { path: path.into(), index: index as u64, file_id };
+        store.write(&reference, 0, &mut &piece[..], template(0), 5).unwrap();
+    }
+    file_id
+}
+
+#[test]
+fn backend_files_are_read_through_once_per_chunk() {
+    let setup = Setup::new("read");
+    let data = pattern(3 * CHUNK as usize + 100, 1);
+    fs::create_dir(setup.backend().join("in")).unwrap();
+    fs::write(setup.backend().join("in/data"), &data).unwrap();
+    let store = setup.store();
+    let head = store.stat(&ChunkRef { path: "/in/data".into(), index: 0, file_id: 0 }).unwrap();
+    assert!(head.has(EntryFlags::BACKED | EntryFlags::BACKEND_DATA | EntryFlags::EXTENDED | EntryFlags::IN_BACKEND));
+    assert_eq!(head.backend_len, data.len() as u64);
+    assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
+    assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
+    assert_eq!(store.cache_stats().unwrap().loaded_chunks, 4, "each chunk came from the backend once");
+    assert!(store.lookup_dir("/in").unwrap().is_dir());
+    assert!(!store.has_work(), "reading dirties nothing");
+    let page = store.backend_page("/in", None, 10).unwrap();
+    assert_eq!(page.entries.len(), 1);
+    assert_eq!(page.entries[0].attr.file_id, head.file_id);
+}
+
+#[test]
+fn written_files_reach_the_backend_and_writes_racing_a_flush_are_kept() {
+    let setup = Setup::new("write");
+    let store = setup.store();
+    let data = pattern(CHUNK as usize + 5000, 2);
+    new_file(&store, "/out", &data);
+    let outcomes = flush_all(&store);
+    assert!(outcomes.iter().all(|outcome| matches!(outcome, FlushOutcome::Flushed { clean: true, .. })), "{outcomes:?}");
+    assert_eq!(fs::read(setup.backend().join("out")).unwrap(), data);
+
+    // A write lands while a chunk is being flushed (between its pieces): the flush must
+    // not mark it clean.
+    const LARGE: u32 = 1 << 20;
+    let entry = Create { exclusive: false, truncate: true, ..Create::new("/large", 0o100644, LARGE) };
+    let file_id = store.create(&entry, 78).unwrap().attr.file_id;
+    flush_all(&store);
+    let reference = ChunkRef { path: "/large".into(), index: 0, file_id };
+    let big = pattern(LARGE as usize, 3);
+    let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
+    store.write(&reference, 0, &mut &big[..], large_template, 6).unwrap();
+    let queued = store.next_work(u64::MAX).unwrap();
+    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+    let racing = pattern(10, 4);
+    let wrote = std::cell::Cell::new(false);
+    let keep_going = || {
+        if !wrote.replace(true) {
+            store.write(&reference, 100, &mut &racing[..], large_template, 7).unwrap();
+        }
+        true
+    };
+    let outcome = store.flush(&queued.item, &prepare, FlushPace::Yielding(&keep_going)).unwrap();
+    assert_eq!(outcome, FlushOutcome::Flushed { bytes: backend::FLUSH_PIECE_BYTES as u64, clean: false }, "stops at the change");
+    assert!(store.stat(&reference).unwrap().has(EntryFlags::DIRTY), "the racing write keeps the chunk dirty");
+    assert_ne!(&fs::read(setup.backend().join("large")).unwrap()[100..110], &racing[..], "the flush wrote the older bytes");
+    // The racing write queued the chunk again, behind a sync begun before it; putting the
+    // interrupted work back keeps the chunk in that sync.
+    assert_eq!(store.work_left(queued.since), 0);
+    store.requeue(queued.clone());
+    assert_eq!(store.work_left(queued.since), 1, "the chunk keeps its place in a sync begun before the write");
+    assert_eq!(store.queued_work().len(), 1, "and is queued once");
+    flush_all(&store);
+    let mut expected = big.clone();
+    expected[100..110].copy_from_slice(&racing);
+    assert_eq!(fs::read(setup.backend().join("large")).unwrap(), expected);
+    assert!(!store.stat(&reference).unwrap().has(EntryFlags::DIRTY));
+}
+
+#[test]
+fn a_complete_flush_ends_clean_under_continuous_writes() {
+    let setup = Setup::new("complete");
+    let store = setup.store();
+    const LARGE: u32 = 1 << 20;
+    let entry = Create { exclusive: false, truncate: true, ..Create::new("/hot", 0o100644, LARGE) };
+    let file_id = store.create(&entry, 78).unwrap().attr.file_id;
+    let reference = ChunkRef { path: "/hot".into(), index: 0, file_id };
+    let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
+    store.write(&reference, 0, &mut &pattern(LARGE as usize, 1)[..], large_template, 6).unwrap();
+    flush_all(&store);
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // Rewrites the whole chunk, with other bytes each time, until the flushes are done.
+            let versions: Vec<Vec<u8>> = (0..4).map(|seed| pattern(LARGE as usize, seed)).collect();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            for round in 0..1_000_000 {
+                if done.load(std::sync::atomic::Ordering::Relaxed) || std::time::Instant::now() > deadline {
+                    break;
+                }
+                store.write(&reference, 0, &mut &versions[round % 4][..], large_template, 7).unwrap();
+            }
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut flushes = 0;
+        while flushes < 20 && std::time::Instant::now() < deadline {
+            let Some(queued) = store.next_work(u64::MAX) else {
+                std::thread::yield_now();
+                continue;
+            };
+            // (Skipped: a write queued the chunk again while an earlier flush was taking
+            // its bytes, and that flush wrote them.)
+            match store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap() {
+                FlushOutcome::Flushed { clean: true, .. } => flushes += 1,
+                FlushOutcome::Skipped => {}
+                outcome => panic!("a complete flush ended {outcome:?}"),
+            }
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(flushes, 20, "the writer kept the chunk dirty");
+    });
+    // The last flush wrote one whole version of the chunk.
+    let flushed = fs::read(setup.backend().join("hot")).unwrap();
+    assert!((0..4).any(|seed| flushed == pattern(LARGE as usize, seed)), "the backend holds a mix of versions");
+}
+
+#[test]
+fn removals_and_truncations_reach_the_backend_when_flushed() {
+    let setup = Setup::new("namespace");
+    fs::write(setup.backend().join("old"), pattern(5000, 5)).unwrap();
+    fs::write(setup.backend().join("cut"), pattern(3 * CHUNK as usize, 6)).unwrap();
+    let store = setup.store();
+    store.unlink("/old", 0).unwrap();
+    assert!(setup.backend().join("old").exists(), "removal waits for the flush");
+    assert_eq!(store.stat(&ChunkRef { path: "/old".into(), index: 0, file_id: 0 }).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(store.read_dir("/", None, 10).removed, ["old"]);
+    let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
+    store.truncate_head("/cut", cut.file_id, 1000, 1000, 9).unwrap();
+    store.cut_backend_file("/cut", cut.file_id, 1000).unwrap();
+    assert_eq!(store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap().backend_len, 1000);
+    flush_all(&store);
+    assert!(!setup.backend().join("old").exists());
+    assert_eq!(fs::read(setup.backend().join("cut")).unwrap(), pattern(3 * CHUNK as usize, 6)[..1000]);
+    assert!(store.read_dir("/", None, 10).removed.is_empty());
+
+    // A write past the cut that lands while the cut is under way (after the chunks past it
+    // were removed, before the cut is recorded) is not flushed until the cut is recorded,
+    // so the cut cannot take it away in the backend.
+    let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
+    store.truncate_head("/cut", cut.file_id, 500, 500, 10).unwrap();
+    let late = ChunkRef { path: "/cut".into(), index: 1, file_id: cut.file_id };
+    let late_bytes = pattern(100, 11);
+    store.write(&late, 0, &mut &late_bytes[..], template(0), 11).unwrap();
+    let outcomes = flush_all(&store);
+    assert!(outcomes.contains(&FlushOutcome::Deferred), "{outcomes:?}");
+    store.cut_backend_file("/cut", cut.file_id, 500).unwrap();
+    flush_all(&store);
+    let mut expected = pattern(3 * CHUNK as usize, 6)[..500].to_vec();
+    expected.resize(CHUNK as usize, 0);
+    expected.extend_from_slice(&late_bytes);
+    assert_eq!(fs::read(setup.backend().join("cut")).unwrap(), expected);
+
+    // A new file over a removed one replaces it, even before the removal is flushed.
+    fs::write(setup.backend().join("again"), b"old contents").unwrap();
+    store.unlink("/again", 0).unwrap();
+    new_file(&store, "/again", b"new");
+    flush_all(&store);
+    assert_eq!(fs::read(setup.backend().join("again")).unwrap(), b"new");
+}
+
+#[test]
+fn a_full_store_evicts_clean_chunks_then_writes_through() {
+    let setup = Setup::new("full");
+    let data = pattern(6 * CHUNK as usize, 7);
+    fs::write(setup.backend().join("big"), &data).unwrap();
+    let store = ChunkStore::open(setup.config(3 * CHUNK as u64 + 4096, false)).unwrap();
+    assert_eq!(read_file(&store, "/big", data.len() as u64), data);
+    assert!(store.cache_stats().unwrap().evicted_chunks >= 3, "clean chunks made room");
+    assert_eq!(read_file(&store, "/big", data.len() as u64), data, "evicted chunks are loaded again");
+
+    // Dirty data cannot be evicted: a writer that runs out of room writes through.
+    let file_id = new_file(&store, "/w0", &pattern(CHUNK as usize, 8));
+    new_file(&store, "/w1", &pattern(CHUNK as usize, 9));
+    let chunk_of_w0 = |index| ChunkRef { path: "/w0".into(), index, file_id };
+    let second = pattern(CHUNK as usize, 10);
+    store.write(&chunk_of_w0(1), 0, &mut &second[..], template(0), 3).unwrap();
+    let third = pattern(CHUNK as usize, 12);
+    let full = store.write(&chunk_of_w0(2), 0, &mut &third[..], template(0), 3).unwrap_err();
+    assert_eq!(full.errno(), Errno::ENOSPC, "only dirty chunks are left");
+    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+    assert_eq!(store.write_through(&chunk_of_w0(2), 0, &mut &third[..], template(0), 3, &prepare).unwrap(), CHUNK as u64);
+    assert_eq!(store.cache_stats().unwrap().written_through_bytes, CHUNK as u64);
+    let expected = [pattern(CHUNK as usize, 8), second, third].concat();
+    assert_eq!(read_file(&store, "/w0", 3 * CHUNK as u64), expected, "written-through bytes read from the backend");
+    flush_all(&store);
+    assert_eq!(fs::read(setup.backend().join("w0")).unwrap(), expected);
+}
+
+#[test]
+fn dirty_state_and_removals_survive_a_restart() {
+    let setup = Setup::new("restart");
+    fs::write(setup.backend().join("gone"), b"x").unwrap();
+    {
+        let store = ChunkStore::open(setup.config(0, true)).unwrap();
+        new_file(&store, "/kept", &pattern(2 * CHUNK as usize, 11));
+        store.unlink("/gone", 0).unwrap();
+        assert!(store.has_work());
+    }
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    assert_eq!(store.queued_work().len(), 3, "two chunks and one removal are queued again");
+    flush_all(&store);
+    assert_eq!(fs::read(setup.backend().join("kept")).unwrap(), pattern(2 * CHUNK as usize, 11));
+    assert!(!setup.backend().join("gone").exists());
+
+    // A crash after a new entry replaced a removed one, before the removal record was
+    // forgotten: the restart must not apply the removal after the new entry's creation.
+    fs::write(setup.backend().join("again"), b"old").unwrap();
+    drop(store);
+    {
+        let store = ChunkStore::open(setup.config(0, true)).unwrap();
+        store.unlink("/again", 0).unwrap();
+        new_file(&store, "/again", b"new");
+        let directory = store.space.directory.as_ref().unwrap();
+        directory.record_removal("/again", RemovalKind::File).unwrap();
+    }
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    flush_all(&store);
+    assert_eq!(fs::read(setup.backend().join("again")).unwrap(), b"new");
+    assert!(store.read_dir("/", None, 10).removed.is_empty());
+}
