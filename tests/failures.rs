@@ -33,7 +33,7 @@ fn paths_owned_by(client: &Client, server: &str, count: usize) -> Vec<String> {
     let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
     (0..10_000)
         .map(|index| format!("/owned-{index}"))
-        .filter(|path| placement.ring()[placement.owner(path, 0)] == server)
+        .filter(|path| placement.ring()[placement.owner_of_path(path)] == server)
         .take(count)
         .collect()
 }
@@ -138,6 +138,7 @@ fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
         host_id: 0,
         from_server: false,
         memory_probe: None,
+        client_id: 0,
     })
     .encode(&mut body);
     assert!(matches!(exchange(socket, &body), Response::Hello(_)));
@@ -162,7 +163,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     write_file(&client, "/before", b"still here");
     let invalid_path_request = {
         let mut body = Vec::new();
-        Request::Stat(ringfs_proto::ChunkRef { path: "relative/not/canonical".into(), index: 0, file_id: 0 }).encode(&mut body);
+        Request::Lookup(ringfs_proto::Lookup { path: "relative/not/canonical".into(), open_for: 0 }).encode(&mut body);
         body
     };
     let garbage: Vec<Vec<u8>> = vec![
@@ -205,7 +206,7 @@ fn requests_routed_by_a_stale_member_list_are_forwarded() {
     let owner = |list: &ringfs_proto::MemberList, path: &str| {
         let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
         let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
-        placement.ring()[placement.owner(path, 0)].clone()
+        placement.ring()[placement.owner_of_path(path)].clone()
     };
     let moved = (0..1000).map(|index| format!("/moved-{index}")).find(|path| owner(&old_list, path) != owner(&new_list, path)).unwrap();
     write_file(&stale, &moved, b"forwarded");

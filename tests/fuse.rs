@@ -285,7 +285,7 @@ fn small_files_on_live_servers_read_through_the_mount_while_another_server_is_do
     let victim = cluster.name(2).to_string();
     let live: Vec<String> = (0..200)
         .map(|index| format!("small-{index}"))
-        .filter(|name| placement.ring()[placement.owner(&format!("/{name}"), 0)] != victim)
+        .filter(|name| placement.ring()[placement.owner_of_path(&format!("/{name}"))] != victim)
         .take(40)
         .collect();
     // Small chunks: the kernel's reads (readahead up to 128 KiB) span several chunks.
@@ -329,7 +329,7 @@ fn cat_of_a_file_on_a_stopped_server_fails_within_one_deadline() {
     let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
     let name = (0..100)
         .map(|index| format!("stopped-{index}"))
-        .find(|name| placement.ring()[placement.owner(&format!("/{name}"), 0)] == cluster.name(1))
+        .find(|name| placement.ring()[placement.owner_of_path(&format!("/{name}"))] == cluster.name(1))
         .unwrap();
     std::fs::write(mount.path(&name), b"data").unwrap();
     // Let the kernel's cached attributes expire, so cat has to ask.

@@ -235,7 +235,6 @@ fn the_baseline_tmpfs_returns_only_complete_versions() {
 }
 
 #[test]
-#[ignore = "fails until data is keyed by file identity (issue 10.1): wrong reads and ESTALE"]
 fn readers_through_the_mount_see_only_complete_versions() {
     if !fuse_available() {
         return;
@@ -249,7 +248,6 @@ fn readers_through_the_mount_see_only_complete_versions() {
 }
 
 #[test]
-#[ignore = "fails until data is keyed by file identity (issue 10.1): wrong reads and ESTALE"]
 fn readers_through_the_native_client_see_only_complete_versions() {
     let cluster = TestCluster::start(3);
     let mut config = cluster.client_config();

@@ -2,7 +2,7 @@
 //! (backend files loaded into ringfs ahead of use).
 
 use ringfs_proto::path;
-use ringfs_proto::{ChunkRef, Errno, Member, Request, Response};
+use ringfs_proto::{ChunkKey, Errno, FileId, LoadChunk, Member, Request, Response, Sync};
 
 use crate::{Client, Result};
 
@@ -19,10 +19,9 @@ pub struct StageInSummary {
     pub loaded_bytes: u64,
 }
 
-/// A file to stage in: its path, identity, size and chunk size.
+/// A file to stage in: its identity, size and chunk size.
 struct StageFile {
-    path: String,
-    file_id: u64,
+    file: FileId,
     size: u64,
     chunk_size: u64,
 }
@@ -44,13 +43,13 @@ impl Client {
                 .zip(&tickets)
                 .filter_map(|(connection, ticket)| {
                     let ticket = (*ticket)?;
-                    Some((connection, connection.start(&Request::Sync { ticket }, &[], None)))
+                    Some((connection, connection.start(&Request::Sync(Sync { ticket }), &[], None)))
                 })
                 .collect();
             let mut answers = Vec::with_capacity(calls.len());
             for (connection, call) in calls {
                 answers.push(match cluster.finish(connection, call)?.response {
-                    Response::SyncProgress { ticket, remaining } => (ticket, remaining),
+                    Response::SyncProgress(progress) => (progress.ticket, progress.remaining),
                     _ => return Err(Errno::EPROTO),
                 });
             }
@@ -81,12 +80,12 @@ impl Client {
         }
         let total: u64 = files.iter().map(|file| file.size).sum();
         let mut summary = StageInSummary { files: files.len() as u64, bytes: total, loaded_bytes: 0 };
-        let chunks: Vec<(ChunkRef, u64, u64)> = files
+        let chunks: Vec<(ChunkKey, u64, u64)> = files
             .iter()
             .flat_map(|file| {
                 (0..file.size.div_ceil(file.chunk_size).max(1)).map(move |index| {
                     let len = file.size.saturating_sub(index * file.chunk_size).min(file.chunk_size);
-                    (ChunkRef { path: file.path.clone(), index, file_id: file.file_id }, file.size, len)
+                    (ChunkKey::new(file.file, index), file.size, len)
                 })
             })
             .collect();
@@ -94,15 +93,13 @@ impl Client {
         let mut done = 0;
         progress(done, total);
         for window in chunks.chunks(STAGE_IN_WINDOW) {
-            let connections = window
-                .iter()
-                .map(|(chunk, _, _)| cluster.connection(&cluster.owner(&chunk.path, chunk.index)))
-                .collect::<Result<Vec<_>>>()?;
+            let connections =
+                window.iter().map(|(chunk, _, _)| cluster.connection(&cluster.owner_of_chunk(*chunk))).collect::<Result<Vec<_>>>()?;
             let calls: Vec<_> = window
                 .iter()
                 .zip(&connections)
                 .map(|((chunk, backend_len, _), connection)| {
-                    connection.start(&Request::LoadChunk { chunk: chunk.clone(), backend_len: *backend_len }, &[], None)
+                    connection.start(&Request::LoadChunk(LoadChunk { chunk: *chunk, backend_len: *backend_len, backend: None }), &[], None)
                 })
                 .collect();
             for ((call, connection), (_, _, len)) in calls.into_iter().zip(&connections).zip(window) {
@@ -129,16 +126,14 @@ impl Client {
                 if entry.stat.is_dir() {
                     self.collect_stage_files(&child, files)?;
                 } else if entry.stat.kind() == Some(ringfs_proto::FileKind::Regular) {
-                    files.push(StageFile {
-                        path: child,
-                        file_id: entry.stat.ino,
-                        size: entry.stat.size,
-                        chunk_size: entry.stat.chunk_size.max(1) as u64,
-                    });
+                    // Looked up by name: a file only listed so far is loaded into ringfs as an
+                    // entry and an inode, whose chunks can then be loaded by id.
+                    let stat = self.lstat(&child)?;
+                    files.push(StageFile { file: stat.file, size: stat.size, chunk_size: stat.chunk_size.max(1) as u64 });
                 }
             }
         } else if stat.kind() == Some(ringfs_proto::FileKind::Regular) {
-            files.push(StageFile { path: path.to_string(), file_id: stat.ino, size: stat.size, chunk_size: stat.chunk_size.max(1) as u64 });
+            files.push(StageFile { file: stat.file, size: stat.size, chunk_size: stat.chunk_size.max(1) as u64 });
         }
         Ok(())
     }

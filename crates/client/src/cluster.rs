@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ringfs_placement::Placement;
-use ringfs_proto::{Errno, Member, MemberList, Request, Response};
+use ringfs_proto::{ChunkKey, Errno, FileId, Member, MemberList, Request, Response};
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
 
 use crate::ConnectError;
@@ -109,14 +109,32 @@ impl Cluster {
         self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The server that owns chunk `index` of `path`. Every server holds the root directory:
-    /// for `/` this is the placement owner if it is alive, else any alive server, so that the
-    /// root stays usable while some server is down.
-    pub fn owner(&self, path: &str, index: u64) -> Member {
+    /// The server that owns the entry of `path`. Every server holds the root directory: for
+    /// `/` this is the placement owner if it is alive, else any alive server, so that the root
+    /// stays usable while some server is down.
+    pub fn owner_of_path(&self, path: &str) -> Member {
         let view = self.view();
-        let owner = &view.ring[view.placement.owner(path, index)];
-        if path == "/"
-            && (!owner.alive || self.is_suspect(&owner.name))
+        let owner = &view.ring[view.placement.owner_of_path(path)];
+        if path == "/" {
+            return self.usable_or_any(&view, owner);
+        }
+        owner.clone()
+    }
+
+    /// The server that owns a chunk of a file (index 0: its inode). The root directory's
+    /// inode is on every server, as its entry.
+    pub fn owner_of_chunk(&self, key: ChunkKey) -> Member {
+        let view = self.view();
+        let owner = &view.ring[view.placement.owner(key.file.anchor, key.index)];
+        if key.file.is_root() {
+            return self.usable_or_any(&view, owner);
+        }
+        owner.clone()
+    }
+
+    /// `owner` if it is alive and not suspect, else the first alive server that is not.
+    fn usable_or_any(&self, view: &View, owner: &Member) -> Member {
+        if (!owner.alive || self.is_suspect(&owner.name))
             && let Some(alive) = view.ring.iter().find(|member| member.alive && !self.is_suspect(&member.name))
         {
             return alive.clone();
@@ -189,7 +207,7 @@ impl Cluster {
         if pending.len() >= MAX_BACKLOG {
             let leases = std::mem::take(pending);
             drop(backlog);
-            if let Err(error) = connection.send_one_way(&Request::Release { leases }) {
+            if let Err(error) = connection.send_one_way(&Request::Release(ringfs_proto::Release { leases })) {
                 log::debug!("could not release leases: {error}");
             }
         }
@@ -218,12 +236,11 @@ impl Cluster {
         self.finish(&connection, call)
     }
 
-    /// Sends one request to the owner of chunk `index` of `path`. Requests about the root
-    /// directory, which every server holds, try the other servers when the first one fails.
-    pub fn call_owner(&self, path: &str, index: u64, request: &Request) -> Result<Response, Errno> {
-        let owner = self.owner(path, index);
-        let first = self.call(&owner, request, &[]);
-        if path != "/" || first.is_ok() {
+    /// Sends one request to `owner`. Requests about the root directory, which every server
+    /// holds, try the other servers when the first one fails.
+    pub fn call_at(&self, owner: &Member, about_root: bool, request: &Request) -> Result<Response, Errno> {
+        let first = self.call(owner, request, &[]);
+        if !about_root || first.is_ok() {
             return Ok(first?.response);
         }
         let others: Vec<Member> = self.view().ring.iter().filter(|member| member.alive && member.name != owner.name).cloned().collect();
@@ -235,6 +252,30 @@ impl Cluster {
             }
         }
         Ok(last?.response)
+    }
+
+    /// Sends one request to the owner of the entry of `path`.
+    pub fn call_path_owner(&self, path: &str, request: &Request) -> Result<Response, Errno> {
+        self.call_at(&self.owner_of_path(path), path == "/", request)
+    }
+
+    /// Sends one request to the server of `file`'s inode.
+    pub fn call_home(&self, file: FileId, request: &Request) -> Result<Response, Errno> {
+        self.call_at(&self.owner_of_chunk(ChunkKey::inode(file)), file.is_root(), request)
+    }
+
+    /// Sends a request that gets no answer to the server of `file`'s inode (best effort: a
+    /// lost message only delays what it announces).
+    pub fn send_home(&self, file: FileId, request: &Request) {
+        let home = self.owner_of_chunk(ChunkKey::inode(file));
+        match self.connection(&home) {
+            Ok(connection) => {
+                if let Err(error) = connection.send_one_way(request) {
+                    log::debug!("could not send to server {}: {error}", home.name);
+                }
+            }
+            Err(errno) => log::debug!("could not reach server {}: {errno}", home.name),
+        }
     }
 
     /// Sends `request` to every server at once; fails if any server fails.

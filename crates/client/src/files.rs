@@ -1,14 +1,20 @@
 //! Open files: the fd table, and reading and writing by chunks.
 //!
-//! An open file remembers its path, the identity (file id) it had when opened, and its chunk
-//! size. A read or write is cut into per-chunk pieces ([`crate::chunking`]); the requests for
-//! all pieces go out before any answer is awaited, so the servers work on them in parallel.
+//! An open file is its file id: every read and write goes to the file's chunks, whatever
+//! happens to its names meanwhile — a file renamed over, or unlinked, while open stays
+//! readable and writable through the descriptor (its inode's server keeps it until the last
+//! close, see `ringfs-server`'s open registry). A read or write is cut into per-chunk pieces
+//! ([`crate::chunking`]); the requests for all pieces go out before any answer is awaited, so
+//! the servers work on them in parallel.
 
 use std::io::SeekFrom;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use ringfs_proto::{ChunkRef, ChunkTemplate, Errno, Read, Request, Response, Write, WriteSource};
+use ringfs_proto::{
+    Attr, ChunkKey, ChunkTemplate, Close, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read, RemoteBytes,
+    Request, Response, Write, WriteSource,
+};
 use ringfs_rpc::{Connection, Reply};
 
 use crate::chunking::{Piece, pieces};
@@ -19,10 +25,13 @@ use crate::{Client, Fd, OpenFlags, Result, Stat, now_ns};
 const DIRECT_COPY_THRESHOLD: usize = 32 * 1024;
 /// Most symbolic links followed while resolving one path.
 const MAX_SYMLINK_HOPS: usize = 40;
+/// Times an open looks its name up again when the file it found went meanwhile.
+const OPEN_ATTEMPTS: usize = 16;
 
 pub(crate) struct OpenFile {
+    /// The path the file was opened by (its name may change or go; the file stays).
     pub path: String,
-    pub file_id: u64,
+    pub file: FileId,
     pub chunk_size: u64,
     pub template: ChunkTemplate,
     readable: bool,
@@ -60,10 +69,10 @@ impl FileTable {
         slots.get(fd.0 as usize).and_then(Option::clone).ok_or(Errno::EBADF)
     }
 
-    fn remove(&self, fd: Fd) -> Result<()> {
+    fn remove(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
         let slot = slots.get_mut(fd.0 as usize).ok_or(Errno::EBADF)?;
-        slot.take().map(|_| ()).ok_or(Errno::EBADF)
+        slot.take().ok_or(Errno::EBADF)
     }
 }
 
@@ -81,20 +90,37 @@ impl Client {
     /// [`Client::open`], also returning the attributes of the opened file (without a
     /// separate stat: a create or open already brings them).
     pub fn open_with_stat(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<(Fd, Stat)> {
+        // A file whose inode lives on another server than its name is opened in two steps:
+        // its name, then its inode. If the file lost its name and went in between, the open
+        // comes after the change that replaced it: look the name up again.
+        for _ in 0..OPEN_ATTEMPTS {
+            match self.try_open(path, flags, mode) {
+                Err(Errno::ESTALE) => continue,
+                outcome => return outcome,
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    fn try_open(&self, path: &str, flags: OpenFlags, mode: u32) -> Result<(Fd, Stat)> {
         let mut path = ringfs_proto::path::canonicalize(path)?;
         let writable = flags.contains(OpenFlags::WRITE);
+        let client = self.inner.client_id;
         for _ in 0..MAX_SYMLINK_HOPS {
-            let attr = if flags.contains(OpenFlags::CREATE) {
+            let opened = if flags.contains(OpenFlags::CREATE) {
                 self.create_entry(
                     &path,
-                    ringfs_proto::FileKind::Regular.mode_bits() | (mode & 0o7777),
+                    FileKind::Regular.mode_bits() | (mode & 0o7777),
                     flags.contains(OpenFlags::EXCLUSIVE),
                     flags.contains(OpenFlags::TRUNCATE) && writable,
                     None,
+                    0,
+                    client,
                 )?
             } else {
-                self.head_attr(&path)?
+                self.lookup_opened(&path, client)?
             };
+            let attr = opened.attr;
             if attr.is_symlink() {
                 path = self.follow_link(&path)?;
                 continue;
@@ -102,31 +128,111 @@ impl Client {
             if attr.is_dir() && writable {
                 return Err(Errno::EISDIR);
             }
-            let truncate_now = !flags.contains(OpenFlags::CREATE) && flags.contains(OpenFlags::TRUNCATE) && writable && attr.is_regular();
-            if truncate_now {
-                self.truncate_file(&path, attr.file_id, 0)?;
+            if !opened.registered && attr.is_regular() {
+                // The file's inode lives on another server than its name: register there.
+                self.register_open(attr.file_id)?;
             }
-            let stat = if truncate_now { Stat::from_attr(&attr, 0) } else { self.stat_from_head(&path, &attr)? };
-            let file = OpenFile {
-                template: ChunkTemplate {
-                    mode: attr.mode,
-                    uid: attr.uid,
-                    gid: attr.gid,
-                    chunk_size: attr.chunk_size,
-                    backend_len: attr.backend_len,
-                },
-                chunk_size: attr.chunk_size.max(1) as u64,
-                file_id: attr.file_id,
-                readable: flags.contains(OpenFlags::READ),
-                writable,
-                append: flags.contains(OpenFlags::APPEND),
-                position: Mutex::new(0),
-                extended: AtomicBool::new(attr.is_extended()),
-                path,
-            };
-            return Ok((self.inner.files.insert(file), stat));
+            let truncate_now = !flags.contains(OpenFlags::CREATE) && flags.contains(OpenFlags::TRUNCATE) && writable && attr.is_regular();
+            let fd = self.insert_open(path, &attr, flags);
+            if truncate_now && let Err(errno) = self.truncate_file(attr.file_id, 0) {
+                let _ = self.close(fd);
+                return Err(errno);
+            }
+            let stat = if truncate_now { Stat::from_attr(&attr, 0) } else { self.stat_from_attr(&attr)? };
+            return Ok((fd, stat));
         }
         Err(Errno::ELOOP)
+    }
+
+    /// Looks `path` up (no symlink following) and takes a reference on the regular file it
+    /// names, which keeps the file alive like an open does until [`Client::release_ref`]:
+    /// FUSE's kernel holds an inode from its lookup until it forgets it, and may open it in
+    /// between. Returns the attributes and whether a reference was taken (regular files only).
+    pub fn lookup_ref(&self, path: &str) -> Result<(Stat, bool)> {
+        let path = ringfs_proto::path::canonicalize(path)?;
+        for _ in 0..OPEN_ATTEMPTS {
+            let opened = self.lookup_opened(&path, self.inner.client_id)?;
+            let attr = opened.attr;
+            let referenced = attr.is_regular();
+            if referenced && !opened.registered {
+                match self.register_open(attr.file_id) {
+                    Err(Errno::ESTALE) => continue,
+                    outcome => outcome?,
+                };
+            }
+            return Ok((self.stat_from_attr(&attr)?, referenced));
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// Gives back a reference taken by [`Client::lookup_ref`] (one-way).
+    pub fn release_ref(&self, file: FileId) {
+        self.unregister_open(file);
+    }
+
+    /// Opens a file by its id (FUSE opens by inode number): registers the open at its inode.
+    pub fn open_file(&self, file: FileId, flags: OpenFlags) -> Result<Fd> {
+        let attr = self.register_open(file)?;
+        if attr.is_dir() && flags.contains(OpenFlags::WRITE) {
+            self.unregister_open(file);
+            return Err(Errno::EISDIR);
+        }
+        let fd = self.insert_open(String::new(), &attr, flags);
+        if flags.contains(OpenFlags::TRUNCATE) && flags.contains(OpenFlags::WRITE) && attr.is_regular() {
+            self.truncate_file(file, 0)?;
+        }
+        Ok(fd)
+    }
+
+    fn insert_open(&self, path: String, attr: &Attr, flags: OpenFlags) -> Fd {
+        self.inner.files.insert(OpenFile {
+            template: ChunkTemplate {
+                mode: attr.mode,
+                uid: attr.uid,
+                gid: attr.gid,
+                chunk_size: attr.chunk_size,
+                backend_len: attr.backend_len,
+            },
+            chunk_size: attr.chunk_size.max(1) as u64,
+            file: attr.file_id,
+            readable: flags.contains(OpenFlags::READ),
+            writable: flags.contains(OpenFlags::WRITE),
+            append: flags.contains(OpenFlags::APPEND),
+            position: Mutex::new(0),
+            extended: AtomicBool::new(attr.is_extended()),
+            path,
+        })
+    }
+
+    /// The file a path names (no symlink following), registering an open for `open_for` (0:
+    /// none) where the name's server holds the inode. ESTALE from the server means the file
+    /// went between reading the name and reaching the file (the name was replaced): the name
+    /// is read again.
+    pub(crate) fn lookup_opened(&self, path: &str, open_for: u64) -> Result<Opened> {
+        let request = Request::Lookup(Lookup { path: path.to_string(), open_for });
+        for _ in 0..OPEN_ATTEMPTS {
+            match self.inner.cluster.call_path_owner(path, &request) {
+                Err(Errno::ESTALE) => continue,
+                Ok(Response::Opened(opened)) => return Ok(opened),
+                Ok(_) => return Err(Errno::EPROTO),
+                Err(errno) => return Err(errno),
+            }
+        }
+        Err(Errno::ESTALE)
+    }
+
+    /// Registers an open of `file` at its inode's server; the file's attributes.
+    fn register_open(&self, file: FileId) -> Result<Attr> {
+        let request = Request::Open(OpenRequest { file, client: self.inner.client_id });
+        match self.inner.cluster.call_home(file, &request)? {
+            Response::Attr(attr) => Ok(attr),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Ends an open of `file` at its inode's server (one-way: no round trip).
+    fn unregister_open(&self, file: FileId) {
+        self.inner.cluster.send_home(file, &Request::Close(Close { client: self.inner.client_id, files: vec![file] }));
     }
 
     /// Creates (or truncates) a regular file for writing, like `creat(2)`.
@@ -134,15 +240,30 @@ impl Client {
         self.open(path, OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE, mode)
     }
 
+    /// Closes a file. The file's inode server hears of it without the caller waiting.
     pub fn close(&self, fd: Fd) -> Result<()> {
-        self.inner.files.remove(fd)
+        let file = self.inner.files.remove(fd)?;
+        if !file.file.is_root() {
+            self.unregister_open(file.file);
+        }
+        Ok(())
     }
 
-    /// Data reaches its server's memory before a write returns, so there is nothing to flush;
-    /// this checks that the fd is open. (Durability on the node is not promised: see
-    /// docs/CONSISTENCY.md.)
+    /// Makes the file's data and name durable on every server that holds them: with the
+    /// `dir` store, their chunk files and name journals are fsynced before this returns (the
+    /// `mem` store has nothing durable: it returns at once; see docs/CONSISTENCY.md).
     pub fn fsync(&self, fd: Fd) -> Result<()> {
-        self.file(fd).map(|_| ())
+        let file = self.file(fd)?;
+        let request = Request::Fsync(FileOnly { file: file.file });
+        if file.extended.load(Ordering::Relaxed) || self.stat_file(file.file)?.is_extended() {
+            return self.inner.cluster.broadcast(&request).map(drop);
+        }
+        self.inner.cluster.call_home(file.file, &request)?;
+        if !file.path.is_empty() {
+            // The name's server: its journal holds the name.
+            self.inner.cluster.call_path_owner(&file.path, &request)?;
+        }
+        Ok(())
     }
 
     /// Writes at the current position (at the end with [`OpenFlags::APPEND`]).
@@ -150,7 +271,7 @@ impl Client {
         let file = self.file(fd)?;
         let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
         if file.append {
-            *position = self.file_size(&file.path, file.file_id)?;
+            *position = self.file_size(file.file)?;
         }
         let written = self.write_at(&file, bytes, *position)?;
         *position += written as u64;
@@ -181,7 +302,7 @@ impl Client {
         let target = match to {
             SeekFrom::Start(offset) => Some(offset),
             SeekFrom::Current(delta) => position.checked_add_signed(delta),
-            SeekFrom::End(delta) => self.file_size(&file.path, file.file_id)?.checked_add_signed(delta),
+            SeekFrom::End(delta) => self.file_size(file.file)?.checked_add_signed(delta),
         };
         *position = target.ok_or(Errno::EINVAL)?;
         Ok(*position)
@@ -189,8 +310,8 @@ impl Client {
 
     pub fn fstat(&self, fd: Fd) -> Result<Stat> {
         let file = self.file(fd)?;
-        let attr = self.head_attr_of(&file.path, file.file_id)?;
-        self.stat_from_head(&file.path, &attr)
+        let attr = self.stat_file(file.file)?;
+        self.stat_from_attr(&attr)
     }
 
     pub fn ftruncate(&self, fd: Fd, size: u64) -> Result<()> {
@@ -198,7 +319,7 @@ impl Client {
         if !file.writable {
             return Err(Errno::EINVAL);
         }
-        self.truncate_file(&file.path, file.file_id, size)
+        self.truncate_file(file.file, size)
     }
 
     fn write_at(&self, file: &OpenFile, bytes: &[u8], offset: u64) -> Result<usize> {
@@ -212,13 +333,16 @@ impl Client {
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, bytes.len(), file.chunk_size).collect();
         let mark_extended = pieces.last().is_some_and(|last| last.index > 0) && !file.extended.load(Ordering::Relaxed);
-        let connections =
-            pieces.iter().map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index))).collect::<Result<Vec<_>>>()?;
-        let head_connection = if mark_extended { Some(cluster.connection(&cluster.owner(&file.path, 0))?) } else { None };
+        let connections = pieces
+            .iter()
+            .map(|piece| cluster.connection(&cluster.owner_of_chunk(ChunkKey::new(file.file, piece.index))))
+            .collect::<Result<Vec<_>>>()?;
+        let head_connection =
+            if mark_extended { Some(cluster.connection(&cluster.owner_of_chunk(ChunkKey::inode(file.file)))?) } else { None };
 
         let time_ns = now_ns();
         let mark = head_connection.as_ref().map(|connection| {
-            let request = Request::MarkExtended { path: file.path.clone(), file_id: file.file_id };
+            let request = Request::MarkExtended(FileOnly { file: file.file });
             (connection, connection.start(&request, &[], None))
         });
         let calls: Vec<_> = pieces
@@ -228,12 +352,12 @@ impl Client {
                 let piece_bytes = &bytes[piece.buffer_offset..piece.buffer_offset + piece.len];
                 let direct = piece.len >= DIRECT_COPY_THRESHOLD && connection.server_reads_our_memory();
                 let (source, inline) = if direct {
-                    (WriteSource::Remote { address: piece_bytes.as_ptr() as u64, len: piece.len as u64 }, &[][..])
+                    (WriteSource::Remote(RemoteBytes { address: piece_bytes.as_ptr() as u64, len: piece.len as u64 }), &[][..])
                 } else {
                     (WriteSource::Inline, piece_bytes)
                 };
                 let request = Request::Write(Write {
-                    chunk: ChunkRef { path: file.path.clone(), index: piece.index, file_id: file.file_id },
+                    chunk: ChunkKey::new(file.file, piece.index),
                     offset: piece.offset_in_chunk,
                     source,
                     template: file.template,
@@ -280,7 +404,7 @@ impl Client {
     /// `None` if the file has chunks after chunk 0 now (the caller reads them all).
     fn read_head_only(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<Option<usize>> {
         let (count, head) = if offset >= file.chunk_size {
-            (0, self.head_attr_of(&file.path, file.file_id)?)
+            (0, self.stat_file(file.file)?)
         } else {
             let in_head = (file.chunk_size - offset) as usize;
             match self.read_pieces_with_head(file, &mut buffer[..in_head], offset)? {
@@ -301,8 +425,10 @@ impl Client {
     fn read_pieces_with_head(&self, file: &OpenFile, buffer: &mut [u8], offset: u64) -> Result<(usize, Option<ringfs_proto::Attr>)> {
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, buffer.len(), file.chunk_size).collect();
-        let connections =
-            pieces.iter().map(|piece| cluster.connection(&cluster.owner(&file.path, piece.index))).collect::<Result<Vec<_>>>()?;
+        let connections = pieces
+            .iter()
+            .map(|piece| cluster.connection(&cluster.owner_of_chunk(ChunkKey::new(file.file, piece.index))))
+            .collect::<Result<Vec<_>>>()?;
         let mut slices = split_by_pieces(buffer, &pieces);
 
         let calls: Vec<_> = pieces
@@ -312,7 +438,7 @@ impl Client {
             .map(|((piece, connection), slice)| {
                 let lease = piece.len >= DIRECT_COPY_THRESHOLD && connection.server_memory().is_some();
                 let request = Request::Read(Read {
-                    chunk: ChunkRef { path: file.path.clone(), index: piece.index, file_id: file.file_id },
+                    chunk: ChunkKey::new(file.file, piece.index),
                     offset: piece.offset_in_chunk,
                     len: piece.len as u64,
                     lease,
@@ -331,7 +457,7 @@ impl Client {
         let mut head = None;
         for (position, reply) in replies.into_iter().enumerate() {
             let outcome = reply.and_then(|reply| match reply.response {
-                Response::Read { len, lease, attr } => {
+                Response::Read(ringfs_proto::ReadReply { len, lease, attr }) => {
                     if pieces[position].index == 0 {
                         head = attr;
                     }
@@ -360,7 +486,7 @@ impl Client {
         // that is only chunk 0 (most small files) has its size in the chunk 0 just read.
         let size = match head {
             Some(head) if !head.is_extended() => head.len.max(head.backend_len),
-            _ => self.file_size(&file.path, file.file_id)?,
+            _ => self.file_size(file.file)?,
         };
         let end = size.min(offset + buffer.len() as u64);
         if end <= offset {
@@ -377,35 +503,31 @@ impl Client {
         Ok((valid, head))
     }
 
-    /// Attributes of chunk 0 of `path` (no symlink following).
-    pub(crate) fn head_attr(&self, path: &str) -> Result<ringfs_proto::Attr> {
-        self.head_attr_of(path, 0)
-    }
-
-    fn head_attr_of(&self, path: &str, file_id: u64) -> Result<ringfs_proto::Attr> {
-        match self.inner.cluster.call_owner(path, 0, &Request::Stat(ChunkRef { path: path.to_string(), index: 0, file_id }))? {
+    /// The attributes of a file (its inode), by id.
+    pub(crate) fn stat_file(&self, file: FileId) -> Result<Attr> {
+        match self.inner.cluster.call_home(file, &Request::Stat(FileOnly { file }))? {
             Response::Attr(attr) => Ok(attr),
             _ => Err(Errno::EPROTO),
         }
     }
 
-    /// The size of the file with this path and id.
-    pub(crate) fn file_size(&self, path: &str, file_id: u64) -> Result<u64> {
-        let attr = self.head_attr_of(path, file_id)?;
-        Ok(self.stat_from_head(path, &attr)?.size)
+    /// The size of a file.
+    pub(crate) fn file_size(&self, file: FileId) -> Result<u64> {
+        let attr = self.stat_file(file)?;
+        Ok(self.stat_from_attr(&attr)?.size)
     }
 
-    /// A file's attributes given its chunk 0. Size and modification time come from chunk 0
-    /// alone, unless chunks after it may exist: then every server reports its part of the
-    /// file, and the largest end and the newest time win.
-    pub(crate) fn stat_from_head(&self, path: &str, head: &ringfs_proto::Attr) -> Result<Stat> {
+    /// A file's `stat` given its inode's attributes. Size and modification time come from
+    /// chunk 0 alone, unless chunks after it may exist: then every server reports its part of
+    /// the file, and the largest end and the newest time win.
+    pub(crate) fn stat_from_attr(&self, attr: &Attr) -> Result<Stat> {
         // Cache mode: bytes of the file no chunk holds yet are in the backend, up to backend_len.
-        let mut stat = Stat::from_attr(head, head.len.max(head.backend_len));
-        if !head.is_regular() || !head.is_extended() {
+        let mut stat = Stat::from_attr(attr, attr.len.max(attr.backend_len));
+        if !attr.is_regular() || !attr.is_extended() {
             return Ok(stat);
         }
-        let answers = self.inner.cluster.broadcast(&Request::LastChunk { path: path.to_string(), file_id: head.file_id })?;
-        let chunk_size = head.chunk_size as u64;
+        let answers = self.inner.cluster.broadcast(&Request::LastChunk(FileOnly { file: attr.file_id }))?;
+        let chunk_size = attr.chunk_size as u64;
         for answer in answers {
             let Response::Tail(tail) = answer else { return Err(Errno::EPROTO) };
             if let Some((index, len)) = tail.last {

@@ -31,7 +31,8 @@ mod namespace;
 pub mod run_dir;
 
 pub use cache::StageInSummary;
-pub use ringfs_proto::{CacheStats, Errno, FileKind, FindFilter, MemberList, ServerStats};
+pub use namespace::RenameFlags;
+pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, MemberList, ServerStats};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -233,9 +234,14 @@ pub struct Stat {
     pub size: u64,
     /// The file's chunk size (`st_blksize`).
     pub chunk_size: u32,
-    /// A number that identifies the file (its file id).
+    /// The file's identity.
+    pub file: FileId,
+    /// A number that identifies the file (the serial of its id).
     pub ino: u64,
+    /// Names of the file (0 for a file unlinked while open); 2 for a directory.
     pub nlink: u32,
+    /// Device number of a character or block device.
+    pub rdev: u64,
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
@@ -251,8 +257,10 @@ impl Stat {
             gid: attr.gid,
             size,
             chunk_size: attr.chunk_size,
-            ino: attr.file_id,
-            nlink: if attr.is_dir() { 2 } else { 1 },
+            file: attr.file_id,
+            ino: attr.file_id.ino(),
+            nlink: if attr.is_dir() { attr.nlink.max(2) } else { attr.nlink },
+            rdev: attr.rdev,
             atime_ns: attr.atime_ns,
             mtime_ns: attr.mtime_ns,
             ctime_ns: attr.ctime_ns,
@@ -312,6 +320,8 @@ struct Inner {
     chunk_size: u32,
     uid: u32,
     gid: u32,
+    /// Identifies this client to the servers, which keep the files it opens alive.
+    client_id: u64,
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -325,12 +335,19 @@ impl Client {
             return Err(ConnectError::Config(format!("chunk size {} is out of range", config.chunk_size)));
         }
         let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
-        let connection_config =
-            ConnectionConfig { secret: config.secret.clone(), timeout: config.timeout, host_id, from_server: false, poll: config.poll };
+        let client_id = ringfs_rpc::memory::random_u64() | 1;
+        let connection_config = ConnectionConfig {
+            secret: config.secret.clone(),
+            timeout: config.timeout,
+            host_id,
+            from_server: false,
+            poll: config.poll,
+            client_id,
+        };
         let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Ok(Client { inner: Arc::new(Inner { cluster, files: FileTable::default(), chunk_size: config.chunk_size, uid, gid }) })
+        Ok(Client { inner: Arc::new(Inner { cluster, files: FileTable::default(), chunk_size: config.chunk_size, uid, gid, client_id }) })
     }
 
     /// Connects with the configuration in the environment (see [`ClientConfig::from_env`]).

@@ -1,10 +1,18 @@
-//! Operations on names: stat, directories, links, rename, truncate, attributes.
+//! Operations on names: stat, directories, links (symbolic and hard), special files, rename,
+//! truncate, attributes.
+//!
+//! A name is looked up at the server that owns its path, which answers the file's attributes
+//! too (asking the file's inode server when the file was renamed or linked there); changes of
+//! a file's attributes go to its inode's server, by id.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, Create, DirPage, Errno, FileKind, FindFilter, Request, Response, SetAttr};
+use ringfs_proto::{
+    Attr, ChunkKey, Create, DirPage, Errno, FileId, FileKind, FileOnly, FindFilter, Link, Opened, ReadDir, Rename, Request, Response,
+    Rmdir, SetAttr, Truncate, Unlink,
+};
 use ringfs_rpc::Connection;
 
 use crate::{Client, DirEntry, FindSummary, Result, Stat, now_ns};
@@ -19,24 +27,45 @@ pub const READ_OK: u32 = 4;
 pub const WRITE_OK: u32 = 2;
 pub const EXECUTE_OK: u32 = 1;
 
+/// `renameat2` flags for [`Client::rename_with_flags`].
+pub use ringfs_proto::RenameFlags;
+
 impl Client {
-    /// Sends a create to the owner of the new entry and returns the entry's attributes.
-    pub(crate) fn create_entry(&self, path: &str, mode: u32, exclusive: bool, truncate: bool, link_target: Option<String>) -> Result<Attr> {
+    /// Sends a create to the owner of the new name; the file's attributes (and whether an open
+    /// for `open_for` was registered with them).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn create_entry(
+        &self,
+        path: &str,
+        mode: u32,
+        exclusive: bool,
+        truncate: bool,
+        link_target: Option<String>,
+        rdev: u64,
+        open_for: u64,
+    ) -> Result<Opened> {
         let request = Request::Create(Create {
             path: path.to_string(),
             mode,
             uid: self.inner.uid,
             gid: self.inner.gid,
+            rdev,
             chunk_size: self.inner.chunk_size,
             time_ns: now_ns(),
             exclusive,
             truncate,
             link_target,
+            open_for,
         });
-        match self.inner.cluster.call_owner(path, 0, &request)? {
-            Response::Attr(attr) => Ok(attr),
+        match self.inner.cluster.call_path_owner(path, &request)? {
+            Response::Opened(opened) => Ok(opened),
             _ => Err(Errno::EPROTO),
         }
+    }
+
+    /// The attributes of the file `path` names (no symlink following).
+    pub(crate) fn lookup_attr(&self, path: &str) -> Result<Attr> {
+        Ok(self.lookup_opened(path, 0)?.attr)
     }
 
     /// The canonical path a symbolic link at `path` points to.
@@ -49,30 +78,41 @@ impl Client {
         }
     }
 
-    /// Truncates the file `path` (identified by `file_id`, 0 for any) to `size` bytes.
-    pub(crate) fn truncate_file(&self, path: &str, file_id: u64, size: u64) -> Result<()> {
-        let request = Request::Truncate { path: path.to_string(), file_id, size, time_ns: now_ns() };
-        self.inner.cluster.call_owner(path, 0, &request).map(|_| ())
-    }
-
-    /// Attributes of `path`, following a symbolic link in its last component.
-    pub fn stat(&self, path: &str) -> Result<Stat> {
+    /// The attributes of the file `path` names after following symbolic links.
+    fn resolve(&self, path: &str) -> Result<(String, Attr)> {
         let mut path = path::canonicalize(path)?;
         for _ in 0..MAX_SYMLINK_HOPS {
-            let attr = self.head_attr(&path)?;
+            let attr = self.lookup_attr(&path)?;
             if !attr.is_symlink() {
-                return self.stat_from_head(&path, &attr);
+                return Ok((path, attr));
             }
             path = self.follow_link(&path)?;
         }
         Err(Errno::ELOOP)
     }
 
+    /// Truncates `file` to `size` bytes at its inode's server.
+    pub(crate) fn truncate_file(&self, file: FileId, size: u64) -> Result<()> {
+        let request = Request::Truncate(Truncate { file, size, time_ns: now_ns() });
+        self.inner.cluster.call_home(file, &request).map(|_| ())
+    }
+
+    /// Attributes of `path`, following a symbolic link in its last component.
+    pub fn stat(&self, path: &str) -> Result<Stat> {
+        let (_, attr) = self.resolve(path)?;
+        self.stat_from_attr(&attr)
+    }
+
     /// Attributes of `path` itself (a symbolic link is not followed).
     pub fn lstat(&self, path: &str) -> Result<Stat> {
-        let path = path::canonicalize(path)?;
-        let attr = self.head_attr(&path)?;
-        self.stat_from_head(&path, &attr)
+        let attr = self.lookup_attr(&path::canonicalize(path)?)?;
+        self.stat_from_attr(&attr)
+    }
+
+    /// Attributes of a file by its id (FUSE asks by inode number).
+    pub fn stat_id(&self, file: FileId) -> Result<Stat> {
+        let attr = self.stat_file(file)?;
+        self.stat_from_attr(&attr)
     }
 
     /// Checks permissions like `access(2)` (`mode` 0 checks existence; see [`READ_OK`] etc.).
@@ -98,7 +138,18 @@ impl Client {
         if path == "/" {
             return Err(Errno::EEXIST);
         }
-        self.create_entry(&path, FileKind::Directory.mode_bits() | (mode & 0o7777), true, false, None).map(|_| ())
+        self.create_entry(&path, FileKind::Directory.mode_bits() | (mode & 0o7777), true, false, None, 0, 0).map(drop)
+    }
+
+    /// Makes a FIFO, a character or block device (with device number `rdev`) or a socket
+    /// node, as `mknod(2)` does (`mode` carries the type); regular files too.
+    pub fn mknod(&self, path: &str, mode: u32, rdev: u64) -> Result<()> {
+        let path = path::canonicalize(path)?;
+        match FileKind::from_mode(mode) {
+            Some(FileKind::Directory | FileKind::Symlink) | None => return Err(Errno::EINVAL),
+            Some(_) => {}
+        }
+        self.create_entry(&path, mode, true, false, None, rdev, 0).map(drop)
     }
 
     /// Removes an empty directory (ENOTEMPTY otherwise).
@@ -107,13 +158,14 @@ impl Client {
         if path == "/" {
             return Err(Errno::EBUSY);
         }
-        self.inner.cluster.call_owner(&path, 0, &Request::Rmdir { path: path.clone() }).map(|_| ())
+        self.inner.cluster.call_path_owner(&path, &Request::Rmdir(Rmdir { path: path.clone(), time_ns: now_ns() })).map(|_| ())
     }
 
-    /// Removes a file or symbolic link (EISDIR for a directory).
+    /// Removes a name of a file, symbolic link or special file (EISDIR for a directory). The
+    /// file itself goes with its last name — or, if it is open, with its last close.
     pub fn unlink(&self, path: &str) -> Result<()> {
         let path = path::canonicalize(path)?;
-        self.inner.cluster.call_owner(&path, 0, &Request::Unlink { path: path.clone() }).map(|_| ())
+        self.inner.cluster.call_path_owner(&path, &Request::Unlink(Unlink { path: path.clone(), time_ns: now_ns() })).map(|_| ())
     }
 
     /// Removes `path` and, if it is a directory, everything below it (`rm -r`).
@@ -133,82 +185,116 @@ impl Client {
             return Err(Errno::ENOENT);
         }
         let link_path = path::canonicalize(link_path)?;
-        self.create_entry(&link_path, FileKind::Symlink.mode_bits() | 0o777, true, false, Some(target.to_string())).map(|_| ())
+        self.create_entry(&link_path, FileKind::Symlink.mode_bits() | 0o777, true, false, Some(target.to_string()), 0, 0).map(drop)
+    }
+
+    /// A hard link: `to` becomes another name of the file `from` names (not followed if it
+    /// is a symbolic link). EPERM for a directory, EEXIST if `to` exists.
+    pub fn link(&self, from: &str, to: &str) -> Result<()> {
+        let from = path::canonicalize(from)?;
+        let to = path::canonicalize(to)?;
+        let request = Request::Link(Link { from: from.clone(), to, time_ns: now_ns() });
+        self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }
 
     pub fn readlink(&self, path: &str) -> Result<String> {
         let path = path::canonicalize(path)?;
+        let attr = self.lookup_attr(&path)?;
+        if !attr.is_symlink() {
+            return Err(Errno::EINVAL);
+        }
+        self.readlink_file(attr.file_id)
+    }
+
+    /// The target of the symbolic link `file` (by id).
+    pub fn readlink_file(&self, file: FileId) -> Result<String> {
         let request = Request::Read(ringfs_proto::Read {
-            chunk: ChunkRef { path: path.clone(), index: 0, file_id: 0 },
+            chunk: ChunkKey::inode(file),
             offset: 0,
             len: path::MAX_PATH_BYTES as u64,
             lease: false,
             release: Vec::new(),
             backend_len: 0,
         });
-        let reply = self.inner.cluster.call(&self.inner.cluster.owner(&path, 0), &request, &[])?;
+        let cluster = &self.inner.cluster;
+        let reply = cluster.call(&cluster.owner_of_chunk(ChunkKey::inode(file)), &request, &[])?;
         match reply.response {
-            Response::Read { attr: Some(attr), .. } if attr.is_symlink() => String::from_utf8(reply.data).map_err(|_| Errno::EIO),
-            Response::Read { .. } => Err(Errno::EINVAL),
+            Response::Read(read) if read.attr.is_some_and(|attr| attr.is_symlink()) => {
+                String::from_utf8(reply.data).map_err(|_| Errno::EIO)
+            }
+            Response::Read(_) => Err(Errno::EINVAL),
             _ => Err(Errno::EPROTO),
         }
     }
 
-    /// Renames a file or symbolic link, replacing `to` if it is a file. The new name shows
-    /// the complete file from the moment it appears.
+    /// Renames a file or directory, replacing `to` if it is a file or an empty directory (of
+    /// the same kind). The new name shows the whole file (or tree) from the moment it appears.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        self.rename_with_flags(from, to, 0)
+    }
+
+    /// [`Client::rename`] with `renameat2` flags: [`RenameFlags::NOREPLACE`] fails with EEXIST
+    /// if `to` exists; [`RenameFlags::EXCHANGE`] swaps the two names.
+    pub fn rename_with_flags(&self, from: &str, to: &str, flags: u32) -> Result<()> {
         let from = path::canonicalize(from)?;
         let to = path::canonicalize(to)?;
         if from == "/" || to == "/" {
             return Err(Errno::EBUSY);
         }
-        let request = Request::Rename { from: from.clone(), to, time_ns: now_ns() };
-        self.inner.cluster.call_owner(&from, 0, &request).map(|_| ())
+        let request = Request::Rename(Rename { from: from.clone(), to, time_ns: now_ns(), flags });
+        self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }
 
     /// Truncates or extends a file (following symbolic links).
     pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
-        let mut path = path::canonicalize(path)?;
-        for _ in 0..MAX_SYMLINK_HOPS {
-            let attr = self.head_attr(&path)?;
-            match attr.kind() {
-                Some(FileKind::Symlink) => path = self.follow_link(&path)?,
-                Some(FileKind::Directory) => return Err(Errno::EISDIR),
-                _ => return self.truncate_file(&path, attr.file_id, size),
-            }
+        let (_, attr) = self.resolve(path)?;
+        match attr.kind() {
+            Some(FileKind::Directory) => Err(Errno::EISDIR),
+            Some(FileKind::Regular) => self.truncate_file(attr.file_id, size),
+            _ => Err(Errno::EINVAL),
         }
-        Err(Errno::ELOOP)
     }
 
-    /// Lists a directory: every server sends the entries it holds, page by page. In cache
-    /// mode the backend directory's entries are merged in (each name once), except those
+    /// Truncates a file by id (FUSE).
+    pub fn truncate_id(&self, file: FileId, size: u64) -> Result<()> {
+        self.truncate_file(file, size)
+    }
+
+    /// Lists a directory: every server sends the names it holds, page by page, with the
+    /// attributes of the files it holds too; the others are asked of their inodes' servers. In
+    /// cache mode the backend directory's entries are merged in (each name once), except those
     /// removed in ringfs whose removal has not reached the backend yet.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
         let path = path::canonicalize(path)?;
-        let attr = self.stat(&path)?;
-        if !attr.is_dir() {
+        let stat = self.stat(&path)?;
+        if !stat.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let cluster = &self.inner.cluster;
         let members = cluster.member_list().members;
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
-        let (mut entries, removed) =
-            self.read_pages(&connections, |after| Request::ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE })?;
-        if attr.backed {
-            let owner = [cluster.connection(&cluster.owner(&path, 0))?];
-            let (backend_entries, _) =
-                self.read_pages(&owner, |after| Request::ReadBackendDir { path: path.clone(), after, limit: DIRECTORY_PAGE })?;
+        let read_dir = |after| Request::ReadDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE });
+        let (mut entries, removed) = self.read_pages(&connections, read_dir)?;
+        if stat.backed {
+            let owner = [cluster.connection(&cluster.owner_of_path(&path))?];
+            let read_backend = |after| Request::ReadBackendDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE });
+            let (backend_entries, _) = self.read_pages(&owner, read_backend)?;
             let known: HashSet<String> = entries.iter().map(|entry| entry.name.clone()).chain(removed).collect();
             entries.extend(backend_entries.into_iter().filter(|entry| !known.contains(&entry.name)));
         }
-        let mut listing = entries
-            .into_iter()
-            .map(|entry| {
-                let full = path::join(&path, &entry.name);
-                let stat = self.stat_from_head(&full, &entry.attr)?;
-                Ok(DirEntry { name: entry.name, stat })
-            })
-            .collect::<Result<Vec<_>>>()?;
+        let mut listing = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let attr = match entry.attr {
+                Some(attr) => attr,
+                None => match self.stat_file(entry.entry.file) {
+                    Ok(attr) => attr,
+                    // Removed since the listing was taken.
+                    Err(Errno::ESTALE) => continue,
+                    Err(errno) => return Err(errno),
+                },
+            };
+            listing.push(DirEntry { name: entry.name, stat: self.stat_from_attr(&attr)? });
+        }
         listing.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(listing)
     }
@@ -253,7 +339,7 @@ impl Client {
 
     /// Counts the entries below `root` (at any depth) and those matching `filter`, like
     /// `find ROOT -newer … -size …c -name …` would. Every server filters its own entries;
-    /// files spread over several servers are judged with a stat.
+    /// files it cannot judge alone are judged with a stat.
     pub fn find(&self, root: &str, filter: &FindFilter) -> Result<FindSummary> {
         let root = path::canonicalize(root)?;
         let root_stat = self.stat(&root)?;
@@ -267,7 +353,7 @@ impl Client {
             self.walk(&root, filter, &mut summary)?;
             return Ok(summary);
         }
-        let answers = self.inner.cluster.broadcast(&Request::Find { root, filter: filter.clone() })?;
+        let answers = self.inner.cluster.broadcast(&Request::Find(ringfs_proto::Find { root, filter: filter.clone() }))?;
         let mut summary = FindSummary::default();
         for answer in answers {
             let Response::Found(found) = answer else { return Err(Errno::EPROTO) };
@@ -302,16 +388,20 @@ impl Client {
         Ok(())
     }
 
-    fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
-        let path = path::canonicalize(path)?;
-        let mut request =
-            SetAttr { path: path.clone(), mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns: now_ns() };
+    /// Changes attributes of a file by id; the root directory, which every server holds, is
+    /// changed everywhere.
+    pub fn set_attr_id(&self, file: FileId, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
+        let mut request = SetAttr::new(file, now_ns());
         change(&mut request);
-        if path == "/" {
-            // Every server holds a copy of the root directory; keep them alike.
-            return self.inner.cluster.broadcast(&Request::SetAttr(request)).map(|_| ());
+        if file.is_root() {
+            return self.inner.cluster.broadcast(&Request::SetAttr(request)).map(drop);
         }
-        self.inner.cluster.call_owner(&path, 0, &Request::SetAttr(request)).map(|_| ())
+        self.inner.cluster.call_home(file, &Request::SetAttr(request)).map(drop)
+    }
+
+    fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
+        let (_, attr) = self.resolve(path)?;
+        self.set_attr_id(attr.file_id, change)
     }
 
     pub fn chmod(&self, path: &str, mode: u32) -> Result<()> {
@@ -332,5 +422,10 @@ impl Client {
             request.atime_ns = atime_ns;
             request.mtime_ns = mtime_ns;
         })
+    }
+
+    /// Makes everything written to `file` durable (see [`Client::fsync`]), by id.
+    pub fn fsync_id(&self, file: FileId) -> Result<()> {
+        self.inner.cluster.broadcast(&Request::Fsync(FileOnly { file })).map(drop)
     }
 }

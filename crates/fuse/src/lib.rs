@@ -2,7 +2,10 @@
 //! file interface, so `ls`, `cp`, `tar`, `rsync`, editors, Python and MPI programs work.
 //!
 //! [`RingfsFilesystem`] implements `fuser::Filesystem` over a [`ringfs_client::Client`].
-//! Inode numbers are file ids (see [`inodes`]). The kernel may cache attributes and names for
+//! Inode numbers are file ids (see [`inodes`]): a file is opened, examined and changed by its
+//! id, so what the kernel holds stays the same file whatever happens to its names (a file
+//! renamed over or unlinked while open keeps serving its open descriptors); names are looked up
+//! by path. The kernel may cache attributes and names for
 //! [`MountOptions::attr_timeout`] (1 s by default); file data goes through the page cache,
 //! which is dropped whenever a file is opened (close-to-open consistency), or bypasses it with
 //! [`MountOptions::direct_io`]. Requests run on several threads; writes and reads travel in
@@ -33,7 +36,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
     WriteFlags,
 };
-use ringfs_client::{Client, Errno, Fd, FileKind, OpenFlags, Stat};
+use ringfs_client::{Client, Errno, Fd, FileId, FileKind, OpenFlags, Stat};
 use thiserror::Error;
 
 use crate::inodes::{InodeTable, ROOT_INODE};
@@ -74,7 +77,7 @@ pub enum MountError {
 
 /// One listed entry of an open directory.
 struct Listed {
-    inode: u64,
+    file: FileId,
     name: String,
     attr: FileAttr,
 }
@@ -122,6 +125,10 @@ fn file_type(stat: &Stat) -> FileType {
     match stat.kind() {
         Some(FileKind::Directory) => FileType::Directory,
         Some(FileKind::Symlink) => FileType::Symlink,
+        Some(FileKind::Fifo) => FileType::NamedPipe,
+        Some(FileKind::CharDevice) => FileType::CharDevice,
+        Some(FileKind::BlockDevice) => FileType::BlockDevice,
+        Some(FileKind::Socket) => FileType::Socket,
         _ => FileType::RegularFile,
     }
 }
@@ -140,7 +147,7 @@ fn file_attr(stat: &Stat) -> FileAttr {
         nlink: stat.nlink,
         uid: stat.uid,
         gid: stat.gid,
-        rdev: 0,
+        rdev: stat.rdev as u32,
         blksize: stat.chunk_size,
         flags: 0,
     }
@@ -169,10 +176,23 @@ impl RingfsFilesystem {
         Ok(ringfs_proto::path::join(&self.inodes.path(parent.0)?, name_str(name)?))
     }
 
-    /// Attributes of `path` for a reply that hands the kernel a reference to its inode.
+    /// Attributes of `path` for a reply that hands the kernel a reference to its inode. A
+    /// looked-up file stays alive while the kernel holds it (until `forget`), so that its
+    /// later open by inode finds it even if its name was removed or replaced meanwhile.
     fn entry(&self, path: &str) -> Result<FileAttr, Errno> {
+        let (stat, referenced) = self.client.lookup_ref(path)?;
+        if self.inodes.remember(stat.file, path, referenced) {
+            self.client.release_ref(stat.file);
+        }
+        Ok(file_attr(&stat))
+    }
+
+    /// Attributes of `path` just created here, for a reply that hands the kernel its inode (no
+    /// reference is taken: the creator holds the file, and a later open of an inode whose file
+    /// went fails with ESTALE, on which the kernel looks the name up again).
+    fn created_entry(&self, path: &str) -> Result<FileAttr, Errno> {
         let stat = self.client.lstat(path)?;
-        self.inodes.remember(stat.ino, path);
+        self.inodes.remember(stat.file, path, false);
         Ok(file_attr(&stat))
     }
 
@@ -203,36 +223,42 @@ impl RingfsFilesystem {
         times: (Option<TimeOrNow>, Option<TimeOrNow>),
         handle: Option<FileHandle>,
     ) -> Result<FileAttr, Errno> {
-        let path = self.inodes.path(inode.0)?;
+        let file = self.inodes.file(inode.0)?;
         if let Some(size) = size {
             match handle {
                 Some(handle) => self.client.ftruncate(fd_of(handle), size)?,
-                None => self.client.truncate(&path, size)?,
+                None => self.client.truncate_id(file, size)?,
             }
         }
-        if let Some(mode) = mode {
-            self.client.chmod(&path, mode)?;
+        let changes_attributes = mode.is_some() || owner.0.is_some() || owner.1.is_some() || times.0.is_some() || times.1.is_some();
+        if changes_attributes {
+            self.client.set_attr_id(file, |change| {
+                change.mode = mode.map(|mode| mode & 0o7777);
+                change.uid = owner.0;
+                change.gid = owner.1;
+                change.atime_ns = times.0.map(nanoseconds);
+                change.mtime_ns = times.1.map(nanoseconds);
+            })?;
         }
-        if owner.0.is_some() || owner.1.is_some() {
-            self.client.chown(&path, owner.0, owner.1)?;
-        }
-        if times.0.is_some() || times.1.is_some() {
-            self.client.utimens(&path, times.0.map(nanoseconds), times.1.map(nanoseconds))?;
-        }
-        Ok(file_attr(&self.client.lstat(&path)?))
+        Ok(file_attr(&self.client.stat_id(file)?))
     }
 
     fn list(&self, inode: INodeNo) -> Result<Vec<Listed>, Errno> {
         let path = self.inodes.path(inode.0)?;
         let own = self.client.lstat(&path)?;
+        if own.file != self.inodes.file(inode.0)? {
+            // The directory was renamed (or replaced) by another client since the kernel
+            // looked it up: the kernel looks its name up again.
+            return Err(Errno::ESTALE);
+        }
         let parent_path = ringfs_proto::path::parent(&path).unwrap_or("/");
         let parent = if parent_path == path { own } else { self.client.lstat(parent_path)? };
         let mut listing = vec![
-            Listed { inode: own.ino, name: ".".into(), attr: file_attr(&own) },
-            Listed { inode: parent.ino, name: "..".into(), attr: file_attr(&parent) },
+            Listed { file: own.file, name: ".".into(), attr: file_attr(&own) },
+            Listed { file: parent.file, name: "..".into(), attr: file_attr(&parent) },
         ];
         listing.extend(self.client.readdir(&path)?.into_iter().map(|entry| Listed {
-            inode: entry.stat.ino,
+            file: entry.stat.file,
             attr: file_attr(&entry.stat),
             name: entry.name,
         }));
@@ -270,13 +296,15 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
-        self.inodes.forget(inode.0, lookups);
+        if let Some(file) = self.inodes.forget(inode.0, lookups) {
+            self.client.release_ref(file);
+        }
     }
 
     fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
         let stat = match handle {
             Some(handle) if inode.0 != ROOT_INODE => self.client.fstat(fd_of(handle)),
-            _ => self.inodes.path(inode.0).and_then(|path| self.client.lstat(&path)),
+            _ => self.inodes.file(inode.0).and_then(|file| self.client.stat_id(file)),
         };
         match stat {
             Ok(stat) => reply.attr(&self.options.attr_timeout, &file_attr(&stat)),
@@ -309,7 +337,7 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn readlink(&self, _request: &Request, inode: INodeNo, reply: ReplyData) {
-        match self.inodes.path(inode.0).and_then(|path| self.client.readlink(&path)) {
+        match self.inodes.file(inode.0).and_then(|file| self.client.readlink_file(file)) {
             Ok(target) => reply.data(target.as_bytes()),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
@@ -318,7 +346,7 @@ impl Filesystem for RingfsFilesystem {
     fn mkdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let result = self.child_path(parent, name).and_then(|path| {
             self.client.mkdir(&path, mode & !umask)?;
-            self.entry(&path)
+            self.created_entry(&path)
         });
         self.reply_entry(reply, result);
     }
@@ -334,8 +362,33 @@ impl Filesystem for RingfsFilesystem {
     fn symlink(&self, _request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let result = self.child_path(parent, link_name).and_then(|path| {
             self.client.symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
-            self.entry(&path)
+            self.created_entry(&path)
         });
+        self.reply_entry(reply, result);
+    }
+
+    fn mknod(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let result = self.child_path(parent, name).and_then(|path| {
+            let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
+            self.client.mknod(&path, mode, rdev as u64)?;
+            self.created_entry(&path)
+        });
+        self.reply_entry(reply, result);
+    }
+
+    fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let result = (|| {
+            let file = self.inodes.file(inode.0)?;
+            let from = self.inodes.path(inode.0)?;
+            // The name the kernel knows the file by must still name it (not a file renamed
+            // over it by another client since).
+            if self.client.lstat(&from)?.file != file {
+                return Err(Errno::ESTALE);
+            }
+            let to = self.child_path(new_parent, new_name)?;
+            self.client.link(&from, &to)?;
+            self.created_entry(&to)
+        })();
         self.reply_entry(reply, result);
     }
 
@@ -352,21 +405,27 @@ impl Filesystem for RingfsFilesystem {
         let result = (|| {
             let from = self.child_path(parent, name)?;
             let to = self.child_path(new_parent, new_name)?;
-            if flags.contains(RenameFlags::RENAME_EXCHANGE) {
+            let mut ringfs_flags = 0;
+            if flags.contains(RenameFlags::RENAME_NOREPLACE) {
+                ringfs_flags |= ringfs_client::RenameFlags::NOREPLACE;
+            }
+            let exchange = flags.contains(RenameFlags::RENAME_EXCHANGE);
+            if exchange {
+                ringfs_flags |= ringfs_client::RenameFlags::EXCHANGE;
+            }
+            if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
-            if flags.contains(RenameFlags::RENAME_NOREPLACE) && self.client.lstat(&to).is_ok() {
-                return Err(Errno::EEXIST);
-            }
-            self.client.rename(&from, &to)?;
-            self.inodes.renamed(&from, &to);
+            self.client.rename_with_flags(&from, &to, ringfs_flags)?;
+            self.inodes.renamed(&from, &to, exchange);
             Ok(())
         })();
         Self::reply_empty(reply, result);
     }
 
     fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        let result = self.inodes.path(inode.0).and_then(|path| self.client.open(&path, OpenFlags::from_posix(flags.0), 0));
+        // By id: the file the kernel holds, whatever its names are now.
+        let result = self.inodes.file(inode.0).and_then(|file| self.client.open_file(file, OpenFlags::from_posix(flags.0)));
         match result {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags()),
             Err(errno) => reply.error(fuse_errno(errno)),
@@ -376,7 +435,7 @@ impl Filesystem for RingfsFilesystem {
     fn create(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let result = self.child_path(parent, name).and_then(|path| {
             let (fd, stat) = self.client.open_with_stat(&path, OpenFlags::from_posix(flags) | OpenFlags::CREATE, mode & !umask)?;
-            self.inodes.remember(stat.ino, &path);
+            self.inodes.remember(stat.file, &path, false);
             Ok((fd, file_attr(&stat)))
         });
         match result {
@@ -462,7 +521,7 @@ impl Filesystem for RingfsFilesystem {
         let directories = self.directories();
         let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
         for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(entry.inode), (position + 1) as u64, entry.attr.kind, &entry.name) {
+            if reply.add(INodeNo(entry.file.ino()), (position + 1) as u64, entry.attr.kind, &entry.name) {
                 break;
             }
         }
@@ -474,12 +533,19 @@ impl Filesystem for RingfsFilesystem {
         let directories = self.directories();
         let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
         for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(entry.inode), (position + 1) as u64, &entry.name, &self.options.attr_timeout, &entry.attr, Generation(0)) {
+            if reply.add(
+                INodeNo(entry.file.ino()),
+                (position + 1) as u64,
+                &entry.name,
+                &self.options.attr_timeout,
+                &entry.attr,
+                Generation(0),
+            ) {
                 break;
             }
             // The kernel now holds a reference to every entry but "." and "..".
             if position >= 2 {
-                self.inodes.remember(entry.inode, &ringfs_proto::path::join(&dir_path, &entry.name));
+                self.inodes.remember(entry.file, &ringfs_proto::path::join(&dir_path, &entry.name), false);
             }
         }
         reply.ok();

@@ -1,16 +1,19 @@
-//! Which server owns which chunk.
+//! Which server owns which key.
 //!
-//! A chunk key is (path, chunk index). Servers are ordered in a *ring* by the hash of their
-//! names (ties broken by the name itself), so every client and server that knows the same set
-//! of names computes the same owner for every key, with no directory service.
+//! Two kinds of keys are placed: the *entry* of a path (a name), and chunk *i* of a file. A
+//! file is placed by its *anchor* — the placement hash of the path it was created at, kept in
+//! its id — so chunk 0 of a new file lands on the server of its name, and chunk *i* of a file
+//! stays where it is whatever the file is renamed to. Servers are ordered in a *ring* by the
+//! hash of their names (ties broken by the name itself), so every client and server that knows
+//! the same set of names computes the same owner for every key, with no directory service.
 //!
 //! Two schemes are offered ([`Scheme`]):
-//! - **modular** (default, as CHFS): `owner(path, i) = ring[(H(path) + i) mod n]`. Chunk 0 lands
-//!   on a hashed server and chunk *i* on the *i*-th next one, which stripes every large file
-//!   over all servers.
-//! - **consistent**: the whole key `path \0 i` is hashed onto a ring of points (each server
-//!   owns `virtual_nodes` points); a change of membership moves only the keys of the servers
-//!   that joined or left.
+//! - **modular** (default, as CHFS): the anchor of a path is `H(path)`, and chunk *i* of a
+//!   file with anchor *a* lives on `ring[(a + i) mod n]`: chunk 0 lands on a hashed server and
+//!   chunk *i* on the *i*-th next one, which stripes every large file over all servers.
+//! - **consistent**: the anchor is `H(path \0 0)`, placed on a ring of points (each server owns
+//!   `virtual_nodes` points); chunk *i* > 0 is placed by `H(anchor \0 i)`. A change of
+//!   membership moves only the keys of the servers that joined or left.
 //!
 //! `H` is one of the stable [`HashFunction`]s. This crate knows nothing about the network; the
 //! client and the server both use it with their current member list.
@@ -19,8 +22,10 @@
 //! use ringfs_placement::{HashFunction, Placement, Scheme};
 //! let names = ["node-a".to_string(), "node-b".to_string(), "node-c".to_string()];
 //! let placement = Placement::new(names, HashFunction::Koyama, Scheme::Modular).unwrap();
-//! let first = placement.owner("/data/checkpoint", 0);
-//! assert_eq!(placement.owner("/data/checkpoint", 1), (first + 1) % 3);
+//! let anchor = placement.anchor_of("/data/checkpoint");
+//! let first = placement.owner(anchor, 0);
+//! assert_eq!(first, placement.owner_of_path("/data/checkpoint"));
+//! assert_eq!(placement.owner(anchor, 1), (first + 1) % 3);
 //! ```
 
 pub mod hash;
@@ -150,16 +155,27 @@ impl Placement {
         self.scheme
     }
 
-    /// Ring position of the server that owns chunk `index` of `path`.
-    pub fn owner(&self, path: &str, index: u64) -> usize {
+    /// The anchor of a file created at `path`: [`Placement::owner`]`(anchor, 0)` is the owner of
+    /// the path's entry.
+    pub fn anchor_of(&self, path: &str) -> u32 {
         match self.scheme {
-            Scheme::Modular => {
-                let start = self.hash.hash(path.as_bytes()) as u64;
-                ((start + index) % self.ring.len() as u64) as usize
-            }
+            Scheme::Modular => self.hash.hash(path.as_bytes()),
+            Scheme::Consistent { .. } => self.hash.hash(&consistent_key(path.as_bytes(), 0)),
+        }
+    }
+
+    /// Ring position of the server that owns the entry of `path`.
+    pub fn owner_of_path(&self, path: &str) -> usize {
+        self.owner(self.anchor_of(path), 0)
+    }
+
+    /// Ring position of the server that owns chunk `index` of the file with this anchor.
+    pub fn owner(&self, anchor: u32, index: u64) -> usize {
+        match self.scheme {
+            Scheme::Modular => ((anchor as u64 + index) % self.ring.len() as u64) as usize,
             Scheme::Consistent { .. } => {
-                let key_hash = self.hash.hash(&consistent_key(path, index));
-                let slot = self.points.partition_point(|(point, _)| *point < key_hash);
+                let point = if index == 0 { anchor } else { self.hash.hash(&consistent_key(&anchor.to_le_bytes(), index)) };
+                let slot = self.points.partition_point(|(candidate, _)| *candidate < point);
                 self.points[slot % self.points.len()].1
             }
         }
@@ -171,10 +187,11 @@ impl Placement {
     }
 }
 
-/// The bytes hashed for a key under consistent hashing: path, a NUL, the index in decimal.
-fn consistent_key(path: &str, index: u64) -> Vec<u8> {
-    let mut key = Vec::with_capacity(path.len() + 21);
-    key.extend_from_slice(path.as_bytes());
+/// The bytes hashed for a key under consistent hashing: the path (or an anchor's bytes), a
+/// NUL, the index in decimal.
+fn consistent_key(base: &[u8], index: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(base.len() + 21);
+    key.extend_from_slice(base);
     key.push(0);
     key.extend_from_slice(index.to_string().as_bytes());
     key
@@ -207,7 +224,7 @@ mod tests {
     fn modular_koyama_places_numbered_files_round_robin() {
         let placement = Placement::new(names(4), HashFunction::Koyama, Scheme::Modular).unwrap();
         assert_eq!(placement.ring(), names(4).as_slice());
-        let owners: Vec<usize> = (0..8).map(|i| placement.owner(&format!("/d/f.{i:04}"), 0)).collect();
+        let owners: Vec<usize> = (0..8).map(|i| placement.owner_of_path(&format!("/d/f.{i:04}"))).collect();
         let first = owners[0];
         assert_eq!(owners, (0..8).map(|i| (first + i) % 4).collect::<Vec<_>>());
         // koyama("/d/f.0000") = 47+100+47+102+46 = 342; 342 % 4 = 2.
@@ -245,7 +262,7 @@ mod tests {
         let placement = Placement::new(names(4), HashFunction::Murmur3, Scheme::Consistent { virtual_nodes: 64 }).unwrap();
         let mut counts = [0usize; 4];
         for file in 0..4000 {
-            counts[placement.owner(&format!("/data/{file}"), 0)] += 1;
+            counts[placement.owner_of_path(&format!("/data/{file}"))] += 1;
         }
         assert!(counts.iter().all(|&count| count > 600), "unbalanced: {counts:?}");
     }
@@ -255,14 +272,16 @@ mod tests {
         fn owners_are_valid_positions(path in "/[a-z0-9/._]{0,30}", index in any::<u64>(), servers in 1usize..9) {
             for scheme in [Scheme::Modular, Scheme::Consistent { virtual_nodes: 3 }] {
                 let placement = Placement::new(names(servers), HashFunction::Murmur3, scheme).unwrap();
-                prop_assert!(placement.owner(&path, index) < servers);
+                let anchor = placement.anchor_of(&path);
+                prop_assert!(placement.owner(anchor, index) < servers);
             }
         }
 
         #[test]
         fn modular_placement_stripes_consecutive_chunks(path in "/[a-z0-9]{1,20}", index in 0u64..1_000_000, servers in 1usize..9) {
             let placement = Placement::new(names(servers), HashFunction::Koyama, Scheme::Modular).unwrap();
-            prop_assert_eq!(placement.owner(&path, index + 1), (placement.owner(&path, index) + 1) % servers);
+            let anchor = placement.anchor_of(&path);
+            prop_assert_eq!(placement.owner(anchor, index + 1), (placement.owner(anchor, index) + 1) % servers);
         }
 
         /// Removing one server moves only the keys that it owned.
@@ -272,8 +291,8 @@ mod tests {
             let removed_name = all.ring()[removed].clone();
             let rest = Placement::new(names(5).into_iter().filter(|n| *n != removed_name), HashFunction::Murmur3, Scheme::Consistent { virtual_nodes: 16 }).unwrap();
             for key in keys {
-                let before = &all.ring()[all.owner(&key, 0)];
-                let after = &rest.ring()[rest.owner(&key, 0)];
+                let before = &all.ring()[all.owner_of_path(&key)];
+                let after = &rest.ring()[rest.owner_of_path(&key)];
                 if *before != removed_name {
                     prop_assert_eq!(before, after);
                 }

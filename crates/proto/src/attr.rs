@@ -1,8 +1,10 @@
 //! The metadata stored with every chunk.
 //!
-//! ringfs has no inodes: each chunk carries the attributes of its file, and chunk 0 is the one
-//! that counts for the file (mode, owner, times). The size of a file is not stored; it is
-//! derived from the chunks (see `docs/ARCHITECTURE.md`, "file size").
+//! Each chunk carries the attributes of its file, and chunk 0 — the file's *inode* — is the
+//! one that counts for the file (type, mode, owner, link count, times). The size of a file is
+//! not stored; it is derived from the chunks (see `docs/ARCHITECTURE.md`, "file size").
+
+use crate::FileId;
 
 /// Attributes of one chunk (and, for chunk 0, of the file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -15,9 +17,13 @@ pub struct Attr {
     pub chunk_size: u32,
     /// Logical length of this chunk in bytes (for a symbolic link: the target's length).
     pub len: u64,
-    /// Identity of the file this chunk belongs to, drawn at creation. Chunks of a replaced
-    /// or removed file keep their old id and are never mistaken for the new file's.
-    pub file_id: u64,
+    /// Identity of the file this chunk belongs to, fixed at creation.
+    pub file_id: FileId,
+    /// Chunk 0: the number of names (entries) of the file; 0 for a file whose last name was
+    /// removed while it is still open. A directory has 2.
+    pub nlink: u32,
+    /// Chunk 0 of a character or block device: its device number (`st_rdev`).
+    pub rdev: u64,
     pub atime_ns: i64,
     pub mtime_ns: i64,
     pub ctime_ns: i64,
@@ -55,12 +61,22 @@ pub enum FileKind {
     Regular,
     Directory,
     Symlink,
+    /// A named pipe (`mkfifo`): ringfs stores its entry; opening it is the kernel's business.
+    Fifo,
+    CharDevice,
+    BlockDevice,
+    /// A Unix socket node (made by `bind`).
+    Socket,
 }
 
 const S_IFMT: u32 = 0o170000;
 const S_IFREG: u32 = 0o100000;
 const S_IFDIR: u32 = 0o040000;
 const S_IFLNK: u32 = 0o120000;
+const S_IFIFO: u32 = 0o010000;
+const S_IFCHR: u32 = 0o020000;
+const S_IFBLK: u32 = 0o060000;
+const S_IFSOCK: u32 = 0o140000;
 
 impl FileKind {
     /// The `S_IF*` bits of this type.
@@ -69,35 +85,52 @@ impl FileKind {
             FileKind::Regular => S_IFREG,
             FileKind::Directory => S_IFDIR,
             FileKind::Symlink => S_IFLNK,
+            FileKind::Fifo => S_IFIFO,
+            FileKind::CharDevice => S_IFCHR,
+            FileKind::BlockDevice => S_IFBLK,
+            FileKind::Socket => S_IFSOCK,
         }
     }
 
-    /// The type encoded in a mode word; `None` for types ringfs does not store.
+    /// The type encoded in a mode word; `None` for bits that name no type.
     pub fn from_mode(mode: u32) -> Option<FileKind> {
         match mode & S_IFMT {
             S_IFREG => Some(FileKind::Regular),
             S_IFDIR => Some(FileKind::Directory),
             S_IFLNK => Some(FileKind::Symlink),
+            S_IFIFO => Some(FileKind::Fifo),
+            S_IFCHR => Some(FileKind::CharDevice),
+            S_IFBLK => Some(FileKind::BlockDevice),
+            S_IFSOCK => Some(FileKind::Socket),
             _ => None,
         }
+    }
+
+    /// Special files: FIFOs, devices and sockets (no bytes of their own in ringfs).
+    pub fn is_special(self) -> bool {
+        matches!(self, FileKind::Fifo | FileKind::CharDevice | FileKind::BlockDevice | FileKind::Socket)
     }
 }
 
 /// Size of [`Attr::to_bytes`]: the fixed binary form used on the wire and in chunk files.
-pub const ATTR_BYTES: usize = 68;
+pub const ATTR_BYTES: usize = 84;
 
 impl Attr {
-    /// Fixed little-endian form: mode, uid, gid, chunk_size (u32 each), len, file_id (u64),
-    /// atime, mtime, ctime (i64 nanoseconds), flags (u32), backend_len (u64).
+    /// Fixed little-endian form: mode, uid, gid, chunk_size (u32 each), len (u64), file id
+    /// (anchor u32, serial u64), nlink (u32), rdev (u64), atime, mtime, ctime (i64
+    /// nanoseconds), flags (u32), backend_len (u64).
     pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
         let mut bytes = [0u8; ATTR_BYTES];
-        let fields: [&[u8]; 11] = [
+        let fields: [&[u8]; 14] = [
             &self.mode.to_le_bytes(),
             &self.uid.to_le_bytes(),
             &self.gid.to_le_bytes(),
             &self.chunk_size.to_le_bytes(),
             &self.len.to_le_bytes(),
-            &self.file_id.to_le_bytes(),
+            &self.file_id.anchor.to_le_bytes(),
+            &self.file_id.serial.to_le_bytes(),
+            &self.nlink.to_le_bytes(),
+            &self.rdev.to_le_bytes(),
             &self.atime_ns.to_le_bytes(),
             &self.mtime_ns.to_le_bytes(),
             &self.ctime_ns.to_le_bytes(),
@@ -127,12 +160,14 @@ impl Attr {
             gid: u32_at(8),
             chunk_size: u32_at(12),
             len: u64_at(16),
-            file_id: u64_at(24),
-            atime_ns: u64_at(32) as i64,
-            mtime_ns: u64_at(40) as i64,
-            ctime_ns: u64_at(48) as i64,
-            flags: u32_at(56),
-            backend_len: u64_at(60),
+            file_id: FileId { anchor: u32_at(24), serial: u64_at(28) },
+            nlink: u32_at(36),
+            rdev: u64_at(40),
+            atime_ns: u64_at(48) as i64,
+            mtime_ns: u64_at(56) as i64,
+            ctime_ns: u64_at(64) as i64,
+            flags: u32_at(72),
+            backend_len: u64_at(76),
         }
     }
 
@@ -150,6 +185,11 @@ impl Attr {
 
     pub fn is_symlink(&self) -> bool {
         self.kind() == Some(FileKind::Symlink)
+    }
+
+    /// FIFOs, devices and sockets.
+    pub fn is_special(&self) -> bool {
+        self.kind().is_some_and(FileKind::is_special)
     }
 
     /// Permission bits only (no file type).
@@ -171,12 +211,43 @@ impl Attr {
 mod tests {
     use super::*;
 
+    /// The Linux values of the `S_IF*` constants (golden; libc is not a dependency here).
+    mod libc_like {
+        pub const S_IFREG: u32 = 0o100000;
+        pub const S_IFDIR: u32 = 0o040000;
+        pub const S_IFLNK: u32 = 0o120000;
+        pub const S_IFIFO: u32 = 0o010000;
+        pub const S_IFCHR: u32 = 0o020000;
+        pub const S_IFBLK: u32 = 0o060000;
+        pub const S_IFSOCK: u32 = 0o140000;
+    }
+
     #[test]
     fn kinds_round_trip_through_mode_bits() {
-        for kind in [FileKind::Regular, FileKind::Directory, FileKind::Symlink] {
+        for kind in [
+            FileKind::Regular,
+            FileKind::Directory,
+            FileKind::Symlink,
+            FileKind::Fifo,
+            FileKind::CharDevice,
+            FileKind::BlockDevice,
+            FileKind::Socket,
+        ] {
             assert_eq!(FileKind::from_mode(kind.mode_bits() | 0o755), Some(kind));
+            assert_eq!(
+                kind.mode_bits(),
+                match kind {
+                    FileKind::Regular => libc_like::S_IFREG,
+                    FileKind::Directory => libc_like::S_IFDIR,
+                    FileKind::Symlink => libc_like::S_IFLNK,
+                    FileKind::Fifo => libc_like::S_IFIFO,
+                    FileKind::CharDevice => libc_like::S_IFCHR,
+                    FileKind::BlockDevice => libc_like::S_IFBLK,
+                    FileKind::Socket => libc_like::S_IFSOCK,
+                }
+            );
         }
-        assert_eq!(FileKind::from_mode(0o020000), None);
+        assert_eq!(FileKind::from_mode(0o170000), None);
         let attr = Attr { mode: 0o100640, flags: EntryFlags::EXTENDED, ..Default::default() };
         assert!(attr.is_regular() && attr.is_extended());
         assert_eq!(attr.permissions(), 0o640);
@@ -190,7 +261,9 @@ mod tests {
             gid: 3,
             chunk_size: 4,
             len: 5,
-            file_id: 6,
+            file_id: FileId { anchor: 6, serial: 60 },
+            nlink: 3,
+            rdev: 0x0801,
             atime_ns: -7,
             mtime_ns: 8,
             ctime_ns: 9,

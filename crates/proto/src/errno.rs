@@ -30,6 +30,7 @@ impl Errno {
     pub const ENOSPC: Errno = Errno(28);
     pub const ESPIPE: Errno = Errno(29);
     pub const EROFS: Errno = Errno(30);
+    pub const EMLINK: Errno = Errno(31);
     pub const ERANGE: Errno = Errno(34);
     pub const ENAMETOOLONG: Errno = Errno(36);
     pub const ENOSYS: Errno = Errno(38);

@@ -10,9 +10,13 @@
 //! decoder checks lengths against the bytes present, so malformed input is an error, never a
 //! panic.
 //!
+//! Names and files are apart: an *entry* (a name) refers to a [`FileId`]; a file's
+//! attributes and bytes are keyed by its id ([`ChunkKey`]), so renames and hard links move
+//! no data.
+//!
 //! ```
-//! use ringfs_proto::{Request, ChunkRef};
-//! let request = Request::Stat(ChunkRef { path: "/data/x".into(), index: 0, file_id: 0 });
+//! use ringfs_proto::{FileId, FileOnly, Request};
+//! let request = Request::Stat(FileOnly { file: FileId { anchor: 7, serial: 42 } });
 //! let mut body = Vec::new();
 //! request.encode(&mut body);
 //! assert_eq!(Request::decode(&body).unwrap(), request);
@@ -22,11 +26,14 @@ pub mod attr;
 pub mod codec;
 mod errno;
 pub mod frame;
+mod id;
 pub mod message;
 pub mod path;
+pub mod wire;
 
 pub use attr::{ATTR_BYTES, Attr, EntryFlags, FileKind};
 pub use codec::DecodeError;
 pub use errno::Errno;
 pub use frame::{FrameError, FrameHeader, HEADER_LEN, MAX_BODY_LEN, MAX_DATA_LEN};
+pub use id::{ChunkKey, FileId};
 pub use message::*;

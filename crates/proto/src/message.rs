@@ -1,48 +1,49 @@
 //! Requests and responses, and their binary encoding.
 //!
-//! Every message body starts with a one-byte type tag; the fields follow in declaration order,
-//! encoded with [`crate::codec`]. `docs/PROTOCOL.md` lists every message; the `TAG_*` constants
-//! below are the wire values and must never be renumbered.
+//! Every message body is a one-byte type tag followed by the message's fields in declaration
+//! order (see [`crate::wire`]: each struct lists its fields once, and the tables of
+//! [`Request`] and [`Response`] give each variant its tag). `docs/PROTOCOL.md` lists every
+//! message; tags must never be renumbered within a protocol version.
 
-use crate::attr::ATTR_BYTES;
+use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::{Attr, Errno};
+use crate::id::{ChunkKey, FileId};
+use crate::wire::{Bytes, Wire};
+use crate::{Attr, Errno, wire_enum, wire_struct};
 
-/// First four bytes of a `Hello` body: "RNGF".
+/// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 2;
+pub const PROTOCOL_VERSION: u16 = 3;
 
-/// Names one chunk: a path, a chunk index, and the identity of the file the caller expects.
-/// `file_id` 0 means "whatever file has this path now" (used before the caller knows it).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChunkRef {
-    pub path: String,
-    pub index: u64,
-    pub file_id: u64,
+impl Wire for Attr {
+    const MIN_BYTES: usize = ATTR_BYTES;
+
+    fn write(&self, w: &mut Writer) {
+        w.raw(&self.to_bytes());
+    }
+
+    fn read(r: &mut Reader) -> Result<Self, DecodeError> {
+        Ok(Attr::from_bytes(&r.array()?))
+    }
 }
 
-/// Where the bytes of a write come from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteSource {
-    /// In the data section of this frame.
-    Inline,
-    /// In the client's memory, for the server to pull with cross-memory attach (same host only).
-    Remote { address: u64, len: u64 },
+impl Wire for Errno {
+    const MIN_BYTES: usize = 4;
+
+    fn write(&self, w: &mut Writer) {
+        w.i32(self.0);
+    }
+
+    fn read(r: &mut Reader) -> Result<Self, DecodeError> {
+        match r.i32()? {
+            code if code > 0 => Ok(Errno(code)),
+            code => Err(DecodeError::InvalidValue { field: "errno", value: code as u64 }),
+        }
+    }
 }
 
-/// The file-level attributes a chunk is created with when a write reaches a chunk that does
-/// not exist yet (chunks after chunk 0 are created by the first write that touches them).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ChunkTemplate {
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub chunk_size: u32,
-    /// The caller's view of the file's `backend_len` (cache mode): a missing chunk below it
-    /// may hold backend data, which the server loads before changing the chunk.
-    pub backend_len: u64,
-}
+// ----- handshake ---------------------------------------------------------------------------------
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {
@@ -55,82 +56,53 @@ pub struct Hello {
     /// Address and contents of a token in the client's memory. The server tries to read it
     /// with cross-memory attach; if it reads these bytes, bulk data may bypass the socket.
     pub memory_probe: Option<(u64, u64)>,
+    /// Identifies the client process across its connections (random, drawn at start): the
+    /// files it opens stay open while it has a connection to the server, and for a grace
+    /// period after its last one closes.
+    pub client_id: u64,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Create {
-    pub path: String,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-    pub chunk_size: u32,
-    pub time_ns: i64,
-    /// Fail with EEXIST if the path exists (O_EXCL, mkdir, symlink).
-    pub exclusive: bool,
-    /// Cut an existing regular file to zero length (O_TRUNC).
-    pub truncate: bool,
-    /// The target, when creating a symbolic link.
-    pub link_target: Option<String>,
-}
+impl Wire for Hello {
+    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8;
 
-impl Create {
-    /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
-    pub fn new(path: &str, mode: u32, chunk_size: u32) -> Create {
-        Create { path: path.to_string(), mode, uid: 0, gid: 0, chunk_size, time_ns: 0, exclusive: true, truncate: false, link_target: None }
+    fn write(&self, w: &mut Writer) {
+        w.u32(HELLO_MAGIC).u16(self.version).bytes(&self.secret);
+        w.u32(self.client_pid).u64(self.host_id).bool(self.from_server);
+        self.memory_probe.write(w);
+        w.u64(self.client_id);
     }
 
-    /// What later chunks of the new file are created with.
-    pub fn template(&self) -> ChunkTemplate {
-        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size, backend_len: 0 }
+    fn read(r: &mut Reader) -> Result<Self, DecodeError> {
+        let magic = r.u32()?;
+        if magic != HELLO_MAGIC {
+            return Err(DecodeError::InvalidValue { field: "hello magic", value: magic as u64 });
+        }
+        Ok(Hello {
+            version: r.u16()?,
+            secret: Bytes::read(r)?.0,
+            client_pid: r.u32()?,
+            host_id: r.u64()?,
+            from_server: r.bool()?,
+            memory_probe: Wire::read(r)?,
+            client_id: r.u64()?,
+        })
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Write {
-    pub chunk: ChunkRef,
-    /// Byte offset inside the chunk.
-    pub offset: u64,
-    pub source: WriteSource,
-    pub template: ChunkTemplate,
-    pub time_ns: i64,
+pub struct HelloReply {
+    pub version: u16,
+    pub server_name: String,
+    /// The server could read the client's memory probe: `WriteSource::Remote` and
+    /// `Read::lease` may be used on this connection.
+    pub memory_access: bool,
+    /// Address and contents of a token in the server's memory: a client that can read it may
+    /// copy leased bytes out of the server (see [`Lease`]).
+    pub memory_probe: Option<(u64, u64)>,
 }
+wire_struct!(HelloReply { version, server_name, memory_access, memory_probe });
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Read {
-    pub chunk: ChunkRef,
-    /// Byte offset inside the chunk.
-    pub offset: u64,
-    pub len: u64,
-    /// Ask for a [`Lease`] on the bytes instead of receiving them inline (same host only).
-    pub lease: bool,
-    /// Leases of earlier reads on this connection that the client is done with (piggybacked
-    /// here to save a message; see `Request::Release`).
-    pub release: Vec<u64>,
-    /// The caller's view of the file's `backend_len`, as in [`ChunkTemplate::backend_len`].
-    pub backend_len: u64,
-}
-
-/// Bytes a server keeps unchanged in its memory until the client releases them, so that a
-/// client on the same host can copy them itself with cross-memory attach (one copy, no socket).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Lease {
-    pub id: u64,
-    /// Address of the first byte in the server process.
-    pub address: u64,
-    /// Bytes readable at `address`; the rest of the reply's length reads as zeros.
-    pub stored: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SetAttr {
-    pub path: String,
-    pub mode: Option<u32>,
-    pub uid: Option<u32>,
-    pub gid: Option<u32>,
-    pub atime_ns: Option<i64>,
-    pub mtime_ns: Option<i64>,
-    pub time_ns: i64,
-}
+// ----- membership ---------------------------------------------------------------------------------
 
 /// One server's view of a member of the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -149,6 +121,7 @@ pub struct Member {
     /// the higher incarnation wins when two views of one member meet.
     pub incarnation: u64,
 }
+wire_struct!(Member { name, tcp_address, unix_path, host_id, pid, alive, incarnation });
 
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct MemberList {
@@ -158,31 +131,149 @@ pub struct MemberList {
     pub placement: String,
     pub members: Vec<Member>,
 }
+wire_struct!(MemberList { epoch, placement, members });
+
+// ----- names --------------------------------------------------------------------------------------
+
+/// What an entry (a name) refers to: a file id and the file's type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryRef {
+    pub file: FileId,
+    /// The `S_IF*` bits of the file's type.
+    pub kind_bits: u32,
+}
+wire_struct!(EntryRef { file, kind_bits });
+
+impl EntryRef {
+    pub fn new(file: FileId, kind: FileKind) -> EntryRef {
+        EntryRef { file, kind_bits: kind.mode_bits() }
+    }
+
+    pub fn kind(&self) -> Option<FileKind> {
+        FileKind::from_mode(self.kind_bits)
+    }
+
+    pub fn is_dir(&self) -> bool {
+        self.kind() == Some(FileKind::Directory)
+    }
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DirEntry {
-    pub name: String,
+pub struct Create {
+    pub path: String,
+    /// Type and permission bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    /// Device number of a character or block device.
+    pub rdev: u64,
+    pub chunk_size: u32,
+    pub time_ns: i64,
+    /// Fail with EEXIST if the path exists (O_EXCL, mkdir, symlink, mknod).
+    pub exclusive: bool,
+    /// Cut an existing regular file to zero length (O_TRUNC).
+    pub truncate: bool,
+    /// The target, when creating a symbolic link.
+    pub link_target: Option<String>,
+    /// Register an open of the file for this client id (0: no open; see [`Opened`]).
+    pub open_for: u64,
+}
+wire_struct!(Create { path, mode, uid, gid, rdev, chunk_size, time_ns, exclusive, truncate, link_target, open_for });
+
+impl Create {
+    /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
+    pub fn new(path: &str, mode: u32, chunk_size: u32) -> Create {
+        Create {
+            path: path.to_string(),
+            mode,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            chunk_size,
+            time_ns: 0,
+            exclusive: true,
+            truncate: false,
+            link_target: None,
+            open_for: 0,
+        }
+    }
+
+    /// What later chunks of the new file are created with.
+    pub fn template(&self) -> ChunkTemplate {
+        ChunkTemplate { mode: self.mode, uid: self.uid, gid: self.gid, chunk_size: self.chunk_size, backend_len: 0 }
+    }
+}
+
+/// The file a name refers to, with its attributes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lookup {
+    pub path: String,
+    /// Register an open of the file for this client id (0: no open), if the file's inode
+    /// lives on the same server as its name (see [`Opened`]).
+    pub open_for: u64,
+}
+wire_struct!(Lookup { path, open_for });
+
+/// The answer to a `Create` or `Lookup`: the file's attributes, and whether an asked-for
+/// open was registered (it is not when the file's inode lives on another server than its
+/// name — a renamed or linked file: the client then sends `Open` to the inode's server).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Opened {
     pub attr: Attr,
+    pub registered: bool,
+}
+wire_struct!(Opened { attr, registered });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unlink {
+    pub path: String,
+    pub time_ns: i64,
+}
+wire_struct!(Unlink { path, time_ns });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rmdir {
+    pub path: String,
+    pub time_ns: i64,
+}
+wire_struct!(Rmdir { path, time_ns });
+
+/// `renameat2` flags.
+pub struct RenameFlags;
+
+impl RenameFlags {
+    /// Fail with EEXIST instead of replacing the target.
+    pub const NOREPLACE: u32 = 1;
+    /// Swap the two names (both must exist).
+    pub const EXCHANGE: u32 = 2;
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct DirPage {
-    pub entries: Vec<DirEntry>,
-    /// More entries follow after the last one returned.
-    pub more: bool,
-    /// Cache mode: names in the same range whose removal has not reached the backend yet;
-    /// the backend listing must not show them.
-    pub removed: Vec<String>,
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rename {
+    pub from: String,
+    pub to: String,
+    pub time_ns: i64,
+    /// [`RenameFlags`] bits.
+    pub flags: u32,
 }
+wire_struct!(Rename { from, to, time_ns, flags });
 
-/// A server's knowledge of the chunks (index >= 1) of one file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct TailSummary {
-    /// Highest chunk index held, with that chunk's length.
-    pub last: Option<(u64, u64)>,
-    /// Latest modification time among the chunks held (0 if none).
-    pub newest_mtime_ns: i64,
+/// A hard link: `to` becomes another name of the file named `from`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    pub from: String,
+    pub to: String,
+    pub time_ns: i64,
 }
+wire_struct!(Link { from, to, time_ns });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadDir {
+    pub path: String,
+    pub after: Option<String>,
+    pub limit: u32,
+}
+wire_struct!(ReadDir { path, after, limit });
 
 /// What `Find` looks for; absent criteria match everything.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -194,6 +285,536 @@ pub struct FindFilter {
     /// Shell pattern the name must match (`find -name`): `*`, `?` and `[...]`.
     pub name: Option<String>,
 }
+wire_struct!(FindFilter { newer_than_ns, size, name });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Find {
+    pub root: String,
+    pub filter: FindFilter,
+}
+wire_struct!(Find { root, filter });
+
+/// A path alone (server-to-server name requests).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathOnly {
+    pub path: String,
+}
+wire_struct!(PathOnly { path });
+
+/// How `InstallEntry` treats an entry already at the path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InstallMode;
+
+impl InstallMode {
+    /// Replace what is there (a rename over a file).
+    pub const REPLACE: u8 = 0;
+    /// Fail with EEXIST if something is there (a hard link, `RENAME_NOREPLACE`).
+    pub const NO_REPLACE: u8 = 1;
+    /// The path must hold `expect` now, which is replaced (`RENAME_EXCHANGE`).
+    pub const EXCHANGE: u8 = 2;
+}
+
+/// Server to server: make `path` refer to `entry`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InstallEntry {
+    pub path: String,
+    pub entry: EntryRef,
+    /// One of the [`InstallMode`] values.
+    pub mode: u8,
+    /// With [`InstallMode::EXCHANGE`]: the file the path must hold now.
+    pub expect: FileId,
+    /// A directory being renamed here: the target may be an empty directory, which is replaced
+    /// (checked on every server).
+    pub replace_empty_dir: bool,
+    /// The lock token of the rename or link this step belongs to (it holds the name's lock,
+    /// and passes a frozen directory rename's gate); 0: none.
+    pub token: u64,
+}
+wire_struct!(InstallEntry { path, entry, mode, expect, replace_empty_dir, token });
+
+/// Server to server: remove the entry at `path` if it still refers to `expect`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoveEntry {
+    pub path: String,
+    pub expect: FileId,
+    /// As in [`InstallEntry::token`].
+    pub token: u64,
+}
+wire_struct!(RemoveEntry { path, expect, token });
+
+/// Server to server: take (or give back) the lock of a name for a rename or link. Taking it
+/// answers what the name refers to now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameLock {
+    pub path: String,
+    pub token: u64,
+    pub acquire: bool,
+}
+wire_struct!(NameLock { path, token, acquire });
+
+/// Cache mode, to a file's inode: the file now lives at `path` in the backend (renamed into,
+/// within or out of the cached tree: `None`); it is made there anew and all its data is
+/// flushed there again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rebind {
+    pub file: FileId,
+    pub path: Option<String>,
+}
+wire_struct!(Rebind { file, path });
+
+/// Where a file's bytes are in the backend (the answer to `BackendOf`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendFileReply {
+    pub path: String,
+    pub len: u64,
+}
+wire_struct!(BackendFileReply { path, len });
+
+/// Server to server, a step of a directory rename (see `docs/ARCHITECTURE.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Subtree {
+    /// Names the rename, so that a step repeated or arriving late is recognised.
+    pub token: u64,
+    pub from: String,
+    pub to: String,
+    /// `RENAME_EXCHANGE`: the entries below `to` move below `from` at the same time.
+    pub exchange: bool,
+}
+wire_struct!(Subtree { token, from, to, exchange });
+
+/// An entry moved by a directory rename, at its new path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MovedEntry {
+    pub path: String,
+    pub entry: EntryRef,
+}
+wire_struct!(MovedEntry { path, entry });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PutEntries {
+    pub token: u64,
+    pub entries: Vec<MovedEntry>,
+}
+wire_struct!(PutEntries { token, entries });
+
+/// The cluster-wide lock directory renames take (held by one server; see `docs/ARCHITECTURE.md`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NamespaceLock {
+    pub token: u64,
+    /// Take (true) or give back (false).
+    pub acquire: bool,
+}
+wire_struct!(NamespaceLock { token, acquire });
+
+// ----- files and chunks ---------------------------------------------------------------------------
+
+/// A file alone (requests to the file's inode, or broadcasts about it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileOnly {
+    pub file: FileId,
+}
+wire_struct!(FileOnly { file });
+
+/// An open of a file by a client (the id from the client's `Hello`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenFile {
+    pub file: FileId,
+    pub client: u64,
+}
+wire_struct!(OpenFile { file, client });
+
+/// Files a client closes (sent with request id 0: no answer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Close {
+    pub client: u64,
+    pub files: Vec<FileId>,
+}
+wire_struct!(Close { client, files });
+
+/// A change of a file's name count at its inode (`AddLink`, `DropLink`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkCount {
+    pub file: FileId,
+    pub time_ns: i64,
+}
+wire_struct!(LinkCount { file, time_ns });
+
+/// Where the bytes of a write come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoteBytes {
+    pub address: u64,
+    pub len: u64,
+}
+wire_struct!(RemoteBytes { address, len });
+
+wire_enum! {
+    /// Where the bytes of a write come from.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum WriteSource {
+        /// In the data section of this frame.
+        0 => Inline,
+        /// In the client's memory, for the server to pull with cross-memory attach (same host only).
+        1 => Remote(RemoteBytes),
+    }
+}
+
+/// The file-level attributes a chunk is created with when a write reaches a chunk that does
+/// not exist yet (chunks after chunk 0 are created by the first write that touches them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkTemplate {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub chunk_size: u32,
+    /// The caller's view of the file's `backend_len` (cache mode): a missing chunk below it
+    /// may hold backend data, which the server loads before changing the chunk.
+    pub backend_len: u64,
+}
+wire_struct!(ChunkTemplate { mode, uid, gid, chunk_size, backend_len });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Write {
+    pub chunk: ChunkKey,
+    /// Byte offset inside the chunk.
+    pub offset: u64,
+    pub source: WriteSource,
+    pub template: ChunkTemplate,
+    pub time_ns: i64,
+}
+wire_struct!(Write { chunk, offset, source, template, time_ns });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Read {
+    pub chunk: ChunkKey,
+    /// Byte offset inside the chunk.
+    pub offset: u64,
+    pub len: u64,
+    /// Ask for a [`Lease`] on the bytes instead of receiving them inline (same host only).
+    pub lease: bool,
+    /// Leases of earlier reads on this connection that the client is done with (piggybacked
+    /// here to save a message; see `Request::Release`).
+    pub release: Vec<u64>,
+    /// The caller's view of the file's `backend_len`, as in [`ChunkTemplate::backend_len`].
+    pub backend_len: u64,
+}
+wire_struct!(Read { chunk, offset, len, lease, release, backend_len });
+
+/// Bytes a server keeps unchanged in its memory until the client releases them, so that a
+/// client on the same host can copy them itself with cross-memory attach (one copy, no socket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    pub id: u64,
+    /// Address of the first byte in the server process.
+    pub address: u64,
+    /// Bytes readable at `address`; the rest of the reply's length reads as zeros.
+    pub stored: u64,
+}
+wire_struct!(Lease { id, address, stored });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetChunkLen {
+    pub chunk: ChunkKey,
+    pub len: u64,
+    pub template: ChunkTemplate,
+    /// Cache mode, from the file's inode server coordinating a truncate: where the file's
+    /// bytes are in the backend (taken as sent, so the chunk's server need not ask back).
+    pub backend: Option<BackendFileReply>,
+}
+wire_struct!(SetChunkLen { chunk, len, template, backend });
+
+/// File-level truncate, sent to the file's inode, which coordinates the other chunks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncate {
+    pub file: FileId,
+    pub size: u64,
+    pub time_ns: i64,
+}
+wire_struct!(Truncate { file, size, time_ns });
+
+/// Remove this server's chunks of `file` with index >= `from_index` (at least 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RemoveChunks {
+    pub file: FileId,
+    pub from_index: u64,
+}
+wire_struct!(RemoveChunks { file, from_index });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetAttr {
+    pub file: FileId,
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime_ns: Option<i64>,
+    pub mtime_ns: Option<i64>,
+    pub time_ns: i64,
+}
+wire_struct!(SetAttr { file, mode, uid, gid, atime_ns, mtime_ns, time_ns });
+
+impl SetAttr {
+    /// A change of nothing but the ctime of `file` at `time_ns`; set the fields wanted.
+    pub fn new(file: FileId, time_ns: i64) -> SetAttr {
+        SetAttr { file, mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns }
+    }
+}
+
+// ----- cache mode ---------------------------------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sync {
+    pub ticket: u64,
+}
+wire_struct!(Sync { ticket });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoadChunk {
+    pub chunk: ChunkKey,
+    pub backend_len: u64,
+    /// As in [`SetChunkLen::backend`] (from a coordinating server; clients send `None`).
+    pub backend: Option<BackendFileReply>,
+}
+wire_struct!(LoadChunk { chunk, backend_len, backend });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Release {
+    pub leases: Vec<u64>,
+}
+wire_struct!(Release { leases });
+
+wire_enum! {
+    /// Everything a client or a peer server can ask a server.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Request {
+        /// First frame on every connection.
+        1 => Hello(Hello),
+        2 => GetMembers,
+        /// A new server announces itself; the reply is the member list including it.
+        3 => Join(Member),
+        /// Server to server: a newer member list.
+        4 => PushMembers(MemberList),
+        5 => Ping,
+        6 => Stats,
+        /// Stop the server (graceful, like SIGTERM).
+        7 => Shutdown,
+        /// Create a file, directory, link or special file (its entry and its inode), or open
+        /// an existing file (`exclusive` false). To the owner of the path.
+        10 => Create(Create),
+        /// The file a path names, with its attributes. To the owner of the path.
+        11 => Lookup(Lookup),
+        /// Remove a name of a file, link or special file. To the owner of the path.
+        12 => Unlink(Unlink),
+        /// Remove an empty directory. To the owner of the path.
+        13 => Rmdir(Rmdir),
+        /// Rename, also of directories, with `renameat2` flags. To the owner of `from`.
+        14 => Rename(Rename),
+        /// A new name for an existing file. To the owner of `from`.
+        15 => Link(Link),
+        /// One page of the entries of a directory that this server holds (broadcast).
+        16 => ReadDir(ReadDir),
+        /// Count this server's entries under `root` and those matching `filter` (broadcast).
+        17 => Find(Find),
+        /// Server to server: is `path` an existing directory? (parent checks)
+        20 => LookupDir(PathOnly),
+        /// Server to server: forget cached knowledge of directory `path` and report whether
+        /// this server holds any entry inside it.
+        21 => PrepareRmdir(PathOnly),
+        /// Server to server: make a path refer to a file (renames, links).
+        22 => InstallEntry(InstallEntry),
+        /// Server to server: remove an entry if it still refers to a given file.
+        23 => RemoveEntry(RemoveEntry),
+        /// Server to server: take or give back the namespace lock (directory renames).
+        24 => NamespaceLock(NamespaceLock),
+        /// Server to server: hold off changes under two directories (a directory rename).
+        25 => Freeze(Subtree),
+        /// Server to server: move this server's entries under `from` to their new owners.
+        26 => MoveSubtree(Subtree),
+        /// Server to server: store entries moved here by a directory rename.
+        27 => PutEntries(PutEntries),
+        /// Server to server: let changes under the frozen directories go on.
+        28 => Thaw(Subtree),
+        /// Server to server: take or give back the lock of a name (renames, links).
+        29 => NameLock(NameLock),
+        /// The attributes of a file (its inode). To the inode's server.
+        30 => Stat(FileOnly),
+        /// Register an open of a file for a client. To the inode's server.
+        31 => Open(OpenFile),
+        /// Files the client closes. Sent with request id 0: no response.
+        32 => Close(Close),
+        33 => SetAttr(SetAttr),
+        /// File-level truncate. To the inode's server, which coordinates the other chunks.
+        34 => Truncate(Truncate),
+        /// Record on chunk 0 that chunks after it may exist.
+        35 => MarkExtended(FileOnly),
+        /// Server to server: one more name of a file.
+        36 => AddLink(LinkCount),
+        /// Server to server: one name fewer of a file (it goes when none is left and nobody
+        /// has it open).
+        37 => DropLink(LinkCount),
+        /// Make this server's chunks of a file durable (broadcast; `dir` store).
+        38 => Fsync(FileOnly),
+        /// This server's highest chunk index (>= 1) of the file, with that chunk's length
+        /// (broadcast).
+        39 => LastChunk(FileOnly),
+        /// Remove this server's chunks of a file from an index on (broadcast).
+        40 => RemoveChunks(RemoveChunks),
+        41 => Write(Write),
+        42 => Read(Read),
+        /// Set the logical length of one chunk (creating it empty if needed).
+        43 => SetChunkLen(SetChunkLen),
+        /// Ends leases granted by `Read` replies. Sent with request id 0: no response.
+        44 => Release(Release),
+        /// Cache mode: flush what was dirty when the sync began. `ticket` 0 begins a sync; the
+        /// answer says how much of it is left, and the caller repeats with the ticket it got
+        /// until nothing is (each answer comes within about a second).
+        50 => Sync(Sync),
+        /// Server to server, before flushing a chunk of a file: apply the pending backend
+        /// operation of the file's inode and say where in the backend its bytes go.
+        51 => FlushPrepare(FileOnly),
+        /// One page of the backend directory behind `path` (to the owner of `path`).
+        52 => ReadBackendDir(ReadDir),
+        /// Load a chunk from the backend into the store (stage-in).
+        53 => LoadChunk(LoadChunk),
+        /// Where a file's bytes are in the backend (asked of the file's inode before a chunk
+        /// holding backend data is read or changed).
+        54 => BackendOf(FileOnly),
+        /// Server to server, to a file's inode: the file's new place in the backend.
+        55 => Rebind(Rebind),
+        /// Server to server (broadcast): mark this server's chunks of a file dirty (its backend
+        /// file changed; everything is flushed there again).
+        56 => Redirty(FileOnly),
+    }
+}
+
+/// Where a request goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    /// To the owner of this path's entry.
+    Path(&'a str),
+    /// To the owner of this chunk of a file (index 0: the file's inode).
+    Chunk(ChunkKey),
+    /// Answered by whichever server receives it.
+    Here,
+}
+
+impl Request {
+    /// Appends the encoded body of this request to `out`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        self.write(&mut Writer::new(out));
+    }
+
+    /// Decodes a request body. Every byte must belong to the message.
+    pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
+        crate::wire::decode_whole(body)
+    }
+
+    /// Where this request must be executed; a server that does not own the key forwards it.
+    pub fn route(&self) -> Route<'_> {
+        let file = |file: &FileId| Route::Chunk(ChunkKey::inode(*file));
+        match self {
+            Request::Create(create) => Route::Path(&create.path),
+            Request::Lookup(lookup) => Route::Path(&lookup.path),
+            Request::Unlink(unlink) => Route::Path(&unlink.path),
+            Request::Rmdir(rmdir) => Route::Path(&rmdir.path),
+            Request::Rename(rename) => Route::Path(&rename.from),
+            Request::Link(link) => Route::Path(&link.from),
+            Request::LookupDir(request) => Route::Path(&request.path),
+            Request::InstallEntry(install) => Route::Path(&install.path),
+            Request::RemoveEntry(remove) => Route::Path(&remove.path),
+            Request::ReadBackendDir(request) => Route::Path(&request.path),
+            Request::NameLock(lock) => Route::Path(&lock.path),
+            Request::Open(open) => file(&open.file),
+            Request::Stat(request) | Request::MarkExtended(request) | Request::FlushPrepare(request) | Request::BackendOf(request) => {
+                file(&request.file)
+            }
+            Request::Rebind(rebind) => file(&rebind.file),
+            Request::SetAttr(set) => file(&set.file),
+            Request::Truncate(truncate) => file(&truncate.file),
+            Request::AddLink(count) | Request::DropLink(count) => file(&count.file),
+            Request::Write(write) => Route::Chunk(write.chunk),
+            Request::Read(read) => Route::Chunk(read.chunk),
+            Request::SetChunkLen(set) => Route::Chunk(set.chunk),
+            Request::LoadChunk(load) => Route::Chunk(load.chunk),
+            Request::Hello(_)
+            | Request::GetMembers
+            | Request::Join(_)
+            | Request::PushMembers(_)
+            | Request::Ping
+            | Request::Stats
+            | Request::Shutdown
+            | Request::ReadDir(_)
+            | Request::Find(_)
+            | Request::PrepareRmdir(_)
+            | Request::NamespaceLock(_)
+            | Request::Freeze(_)
+            | Request::MoveSubtree(_)
+            | Request::PutEntries(_)
+            | Request::Thaw(_)
+            | Request::Close(_)
+            | Request::Fsync(_)
+            | Request::LastChunk(_)
+            | Request::RemoveChunks(_)
+            | Request::Release(_)
+            | Request::Redirty(_)
+            | Request::Sync(_) => Route::Here,
+        }
+    }
+
+    /// Every path this request names (each is validated before the request is executed).
+    pub fn paths(&self) -> Vec<&str> {
+        match self {
+            Request::Create(create) => vec![&create.path],
+            Request::Lookup(lookup) => vec![&lookup.path],
+            Request::Unlink(unlink) => vec![&unlink.path],
+            Request::Rmdir(rmdir) => vec![&rmdir.path],
+            Request::Rename(rename) => vec![&rename.from, &rename.to],
+            Request::Link(link) => vec![&link.from, &link.to],
+            Request::ReadDir(request) | Request::ReadBackendDir(request) => vec![&request.path],
+            Request::Find(find) => vec![&find.root],
+            Request::LookupDir(request) | Request::PrepareRmdir(request) => vec![&request.path],
+            Request::InstallEntry(install) => vec![&install.path],
+            Request::RemoveEntry(remove) => vec![&remove.path],
+            Request::NameLock(lock) => vec![&lock.path],
+            Request::Rebind(rebind) => rebind.path.iter().map(String::as_str).collect(),
+            Request::Freeze(subtree) | Request::MoveSubtree(subtree) | Request::Thaw(subtree) => vec![&subtree.from, &subtree.to],
+            Request::PutEntries(put) => put.entries.iter().map(|entry| entry.path.as_str()).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+// ----- responses ----------------------------------------------------------------------------------
+
+/// One entry of a directory listing: the name, what it refers to, and the file's attributes
+/// when the server holding the name also holds the file's inode (otherwise the client asks
+/// the inode's server).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: String,
+    pub entry: EntryRef,
+    pub attr: Option<Attr>,
+}
+wire_struct!(DirEntry { name, entry, attr });
+
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct DirPage {
+    pub entries: Vec<DirEntry>,
+    /// More entries follow after the last one returned.
+    pub more: bool,
+    /// Cache mode: names in the same range whose removal has not reached the backend yet;
+    /// the backend listing must not show them.
+    pub removed: Vec<String>,
+}
+wire_struct!(DirPage { entries, more, removed });
+
+/// A server's knowledge of the chunks (index >= 1) of one file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct TailSummary {
+    /// Highest chunk index held, with that chunk's length.
+    pub last: Option<(u64, u64)>,
+    /// Latest modification time among the chunks held (0 if none).
+    pub newest_mtime_ns: i64,
+}
+wire_struct!(TailSummary { last, newest_mtime_ns });
 
 /// One server's answer to `Find`.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -202,23 +823,11 @@ pub struct FindResult {
     pub scanned: u64,
     /// Entries that match every criterion.
     pub matched: u64,
-    /// Files that match by name but whose size or time this server cannot judge alone
-    /// (chunks after chunk 0 live elsewhere): the client checks them with a stat.
+    /// Files that match by name but whose size or time this server cannot judge alone (its
+    /// inode lives elsewhere, or chunks after chunk 0 do): the client checks them with a stat.
     pub undecided: Vec<String>,
 }
-
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct ServerStats {
-    pub name: String,
-    pub entries: u64,
-    pub chunks: u64,
-    pub bytes: u64,
-    pub capacity_bytes: u64,
-    pub requests: u64,
-    pub forwarded: u64,
-    /// Present when the server caches a backend directory (boxed: most messages are small).
-    pub cache: Option<Box<CacheStats>>,
-}
+wire_struct!(FindResult { scanned, matched, undecided });
 
 /// A cache-mode server's state relative to its backend.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -247,1002 +856,109 @@ pub struct CacheStats {
     /// Longest time the flusher took to stop after a request arrived, in microseconds.
     pub longest_stop_us: u64,
 }
+wire_struct!(CacheStats {
+    backend,
+    mount_path,
+    policy,
+    dirty_chunks,
+    dirty_bytes,
+    pending_entries,
+    flushed_chunks,
+    flushed_bytes,
+    loaded_chunks,
+    evicted_chunks,
+    written_through_bytes,
+    flushing,
+    longest_stop_us,
+});
 
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ServerStats {
+    pub name: String,
+    pub entries: u64,
+    pub chunks: u64,
+    pub bytes: u64,
+    pub capacity_bytes: u64,
+    pub requests: u64,
+    pub forwarded: u64,
+    /// Files whose last name is gone but which some client still has open.
+    pub open_unlinked: u64,
+    /// Present when the server caches a backend directory (boxed: most messages are small).
+    pub cache: Option<Box<CacheStats>>,
+}
+wire_struct!(ServerStats { name, entries, chunks, bytes, capacity_bytes, requests, forwarded, open_unlinked, cache });
+
+/// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist), how many
+/// bytes the read yields, and where they are: in the data section, or in a lease.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HelloReply {
-    pub version: u16,
-    pub server_name: String,
-    /// The server could read the client's memory probe: `WriteSource::Remote` and
-    /// `Read::lease` may be used on this connection.
-    pub memory_access: bool,
-    /// Address and contents of a token in the server's memory: a client that can read it may
-    /// copy leased bytes out of the server (see [`Lease`]).
-    pub memory_probe: Option<(u64, u64)>,
+pub struct ReadReply {
+    pub attr: Option<Attr>,
+    pub len: u64,
+    pub lease: Option<Lease>,
 }
+wire_struct!(ReadReply { attr, len, lease });
 
-/// Everything a client or a peer server can ask a server.
+/// Result of `PrepareRmdir`: whether entries inside are held here, and the names inside
+/// whose removal has not reached the backend yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Request {
-    /// First frame on every connection.
-    Hello(Hello),
-    GetMembers,
-    /// A new server announces itself; the reply is the member list including it.
-    Join(Member),
-    /// Server to server: a newer member list.
-    PushMembers(MemberList),
-    Ping,
-    Stats,
-    /// Stop the server (graceful, like SIGTERM).
-    Shutdown,
-    /// Create a file, directory or symbolic link (chunk 0 and its directory entry).
-    Create(Create),
-    /// Attributes of one chunk.
-    Stat(ChunkRef),
-    Write(Write),
-    Read(Read),
-    /// File-level truncate, sent to the owner of chunk 0, which coordinates the other chunks.
-    Truncate {
-        path: String,
-        file_id: u64,
-        size: u64,
-        time_ns: i64,
-    },
-    /// Set the logical length of one chunk (creating it empty if needed).
-    SetChunkLen {
-        chunk: ChunkRef,
-        len: u64,
-        template: ChunkTemplate,
-    },
-    /// Record on chunk 0 that chunks after it may exist.
-    MarkExtended {
-        path: String,
-        file_id: u64,
-    },
-    Unlink {
-        path: String,
-    },
-    /// Remove this server's chunks of `path` with index >= `from_index` (0 = every file id,
-    /// otherwise only chunks of that file).
-    RemoveChunks {
-        path: String,
-        file_id: u64,
-        from_index: u64,
-    },
-    /// This server's highest chunk index (>= 1) of the file, with that chunk's length.
-    LastChunk {
-        path: String,
-        file_id: u64,
-    },
-    SetAttr(SetAttr),
-    /// One page of the entries of `path` that this server holds, names after `after`.
-    ReadDir {
-        path: String,
-        after: Option<String>,
-        limit: u32,
-    },
-    /// Server to server: is `path` an existing directory? (parent checks)
-    LookupDir {
-        path: String,
-    },
-    /// Server to server: forget cached knowledge of directory `path` and report whether this
-    /// server holds any entry inside it.
-    PrepareRmdir {
-        path: String,
-    },
-    Rmdir {
-        path: String,
-    },
-    Rename {
-        from: String,
-        to: String,
-        time_ns: i64,
-    },
-    /// Server to server: move this server's chunks (index >= 1) of a file to the new path.
-    MoveChunks {
-        from: String,
-        to: String,
-        file_id: u64,
-    },
-    /// Server to server: store a chunk moved by a rename (bytes in the data section).
-    PutChunk {
-        chunk: ChunkRef,
-        attr: Attr,
-    },
-    /// Server to server: install chunk 0 of a renamed file at its new path, replacing what
-    /// is there (bytes in the data section).
-    InstallEntry {
-        path: String,
-        attr: Attr,
-    },
-    /// Ends leases granted by `Read` replies. Sent with request id 0: no response.
-    Release {
-        leases: Vec<u64>,
-    },
-    /// Count this server's entries under `root` and those matching `filter`.
-    Find {
-        root: String,
-        filter: FindFilter,
-    },
-    /// Cache mode: flush what was dirty when the sync began. `ticket` 0 begins a sync; the
-    /// answer says how much of it is left, and the caller repeats with the ticket it got until
-    /// nothing is (each answer comes within about a second).
-    Sync {
-        ticket: u64,
-    },
-    /// Server to server, before flushing a chunk of a file: apply the entry's pending backend
-    /// operation (create, truncate) so that chunk data lands in the right file.
-    FlushPrepare {
-        path: String,
-        file_id: u64,
-    },
-    /// One page of the backend directory behind `path` (sent to the owner of `path`).
-    ReadBackendDir {
-        path: String,
-        after: Option<String>,
-        limit: u32,
-    },
-    /// Load a chunk from the backend into the store (stage-in); `backend_len` as in `Read`.
-    LoadChunk {
-        chunk: ChunkRef,
-        backend_len: u64,
-    },
+pub struct HasEntries {
+    pub any: bool,
+    pub removed: Vec<String>,
 }
+wire_struct!(HasEntries { any, removed });
 
-/// What a server answers. Errors carry an errno; every other variant answers particular
-/// requests (see `docs/PROTOCOL.md`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Response {
-    Error(Errno),
-    Done,
-    Hello(HelloReply),
-    Members(MemberList),
-    Attr(Attr),
-    /// Result of a `Write`: the chunk's logical length after it.
-    Written {
-        chunk_len: u64,
-    },
-    /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist), how
-    /// many bytes the read yields, and where they are: in the data section, or in a lease.
-    Read {
-        attr: Option<Attr>,
-        len: u64,
-        lease: Option<Lease>,
-    },
-    Count(u64),
-    /// Result of `LastChunk`: this server's part of a file after chunk 0.
-    Tail(TailSummary),
-    /// Result of `Find`.
-    Found(FindResult),
-    DirPage(DirPage),
-    /// Result of `PrepareRmdir`: whether entries inside are held here, and the names inside
-    /// whose removal has not reached the backend yet.
-    HasEntries {
-        any: bool,
-        removed: Vec<String>,
-    },
-    /// Result of `Sync`: the sync's ticket, and the chunks and entries of it not flushed yet.
-    SyncProgress {
-        ticket: u64,
-        remaining: u64,
-    },
-    /// Result of `InstallEntry`: the attributes of the entry that was replaced, if any.
-    Replaced(Option<Attr>),
-    Stats(ServerStats),
+/// Result of `Sync`: the sync's ticket, and the chunks and entries of it not flushed yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncProgress {
+    pub ticket: u64,
+    pub remaining: u64,
 }
+wire_struct!(SyncProgress { ticket, remaining });
 
-// Wire tags. Requests use 1..=127, responses 128..=255.
-const TAG_HELLO: u8 = 1;
-const TAG_GET_MEMBERS: u8 = 2;
-const TAG_JOIN: u8 = 3;
-const TAG_PUSH_MEMBERS: u8 = 4;
-const TAG_PING: u8 = 5;
-const TAG_STATS: u8 = 6;
-const TAG_SHUTDOWN: u8 = 7;
-const TAG_CREATE: u8 = 10;
-const TAG_STAT: u8 = 11;
-const TAG_WRITE: u8 = 12;
-const TAG_READ: u8 = 13;
-const TAG_TRUNCATE: u8 = 14;
-const TAG_SET_CHUNK_LEN: u8 = 15;
-const TAG_MARK_EXTENDED: u8 = 16;
-const TAG_UNLINK: u8 = 17;
-const TAG_REMOVE_CHUNKS: u8 = 18;
-const TAG_LAST_CHUNK: u8 = 19;
-const TAG_SET_ATTR: u8 = 20;
-const TAG_READ_DIR: u8 = 21;
-const TAG_LOOKUP_DIR: u8 = 22;
-const TAG_PREPARE_RMDIR: u8 = 23;
-const TAG_RMDIR: u8 = 24;
-const TAG_RENAME: u8 = 25;
-const TAG_MOVE_CHUNKS: u8 = 26;
-const TAG_PUT_CHUNK: u8 = 27;
-const TAG_INSTALL_ENTRY: u8 = 28;
-const TAG_RELEASE: u8 = 29;
-const TAG_FIND: u8 = 30;
-const TAG_SYNC: u8 = 31;
-const TAG_FLUSH_PREPARE: u8 = 32;
-const TAG_READ_BACKEND_DIR: u8 = 33;
-const TAG_LOAD_CHUNK: u8 = 34;
-
-const TAG_R_ERROR: u8 = 128;
-const TAG_R_DONE: u8 = 129;
-const TAG_R_HELLO: u8 = 130;
-const TAG_R_MEMBERS: u8 = 131;
-const TAG_R_ATTR: u8 = 132;
-const TAG_R_WRITTEN: u8 = 133;
-const TAG_R_READ: u8 = 134;
-const TAG_R_COUNT: u8 = 135;
-const TAG_R_TAIL: u8 = 136;
-const TAG_R_DIR_PAGE: u8 = 137;
-const TAG_R_HAS_ENTRIES: u8 = 138;
-const TAG_R_REPLACED: u8 = 139;
-const TAG_R_STATS: u8 = 140;
-const TAG_R_FOUND: u8 = 141;
-const TAG_R_SYNC_PROGRESS: u8 = 142;
-
-fn write_attr(w: &mut Writer, attr: &Attr) {
-    w.raw(&attr.to_bytes());
-}
-
-fn read_attr(r: &mut Reader) -> Result<Attr, DecodeError> {
-    Ok(Attr::from_bytes(&r.array()?))
-}
-
-fn write_chunk(w: &mut Writer, chunk: &ChunkRef) {
-    w.str(&chunk.path).u64(chunk.index).u64(chunk.file_id);
-}
-
-fn read_chunk(r: &mut Reader) -> Result<ChunkRef, DecodeError> {
-    Ok(ChunkRef { path: r.string()?, index: r.u64()?, file_id: r.u64()? })
-}
-
-fn write_template(w: &mut Writer, template: &ChunkTemplate) {
-    w.u32(template.mode).u32(template.uid).u32(template.gid).u32(template.chunk_size).u64(template.backend_len);
-}
-
-fn read_template(r: &mut Reader) -> Result<ChunkTemplate, DecodeError> {
-    Ok(ChunkTemplate { mode: r.u32()?, uid: r.u32()?, gid: r.u32()?, chunk_size: r.u32()?, backend_len: r.u64()? })
-}
-
-fn write_names(w: &mut Writer, names: &[String]) {
-    w.u32(names.len() as u32);
-    for name in names {
-        w.str(name);
-    }
-}
-
-fn read_names(r: &mut Reader) -> Result<Vec<String>, DecodeError> {
-    let count = r.count(4)?;
-    (0..count).map(|_| r.string()).collect()
-}
-
-fn write_cache_stats(w: &mut Writer, cache: &CacheStats) {
-    w.str(&cache.backend)
-        .str(&cache.mount_path)
-        .str(&cache.policy)
-        .u64(cache.dirty_chunks)
-        .u64(cache.dirty_bytes)
-        .u64(cache.pending_entries);
-    w.u64(cache.flushed_chunks).u64(cache.flushed_bytes).u64(cache.loaded_chunks).u64(cache.evicted_chunks);
-    w.u64(cache.written_through_bytes).bool(cache.flushing).u64(cache.longest_stop_us);
-}
-
-fn read_cache_stats(r: &mut Reader) -> Result<CacheStats, DecodeError> {
-    Ok(CacheStats {
-        backend: r.string()?,
-        mount_path: r.string()?,
-        policy: r.string()?,
-        dirty_chunks: r.u64()?,
-        dirty_bytes: r.u64()?,
-        pending_entries: r.u64()?,
-        flushed_chunks: r.u64()?,
-        flushed_bytes: r.u64()?,
-        loaded_chunks: r.u64()?,
-        evicted_chunks: r.u64()?,
-        written_through_bytes: r.u64()?,
-        flushing: r.bool()?,
-        longest_stop_us: r.u64()?,
-    })
-}
-
-fn write_member(w: &mut Writer, member: &Member) {
-    w.str(&member.name).str(&member.tcp_address).str(&member.unix_path);
-    w.u64(member.host_id).u32(member.pid).bool(member.alive).u64(member.incarnation);
-}
-
-fn read_member(r: &mut Reader) -> Result<Member, DecodeError> {
-    Ok(Member {
-        name: r.string()?,
-        tcp_address: r.string()?,
-        unix_path: r.string()?,
-        host_id: r.u64()?,
-        pid: r.u32()?,
-        alive: r.bool()?,
-        incarnation: r.u64()?,
-    })
-}
-
-fn write_member_list(w: &mut Writer, list: &MemberList) {
-    w.u64(list.epoch).str(&list.placement).u32(list.members.len() as u32);
-    for member in &list.members {
-        write_member(w, member);
-    }
-}
-
-fn read_member_list(r: &mut Reader) -> Result<MemberList, DecodeError> {
-    let epoch = r.u64()?;
-    let placement = r.string()?;
-    let count = r.count(12 + 8 + 4 + 1 + 8)?;
-    let members = (0..count).map(|_| read_member(r)).collect::<Result<_, _>>()?;
-    Ok(MemberList { epoch, placement, members })
-}
-
-impl Request {
-    /// Appends the encoded body of this request to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut w = Writer::new(out);
-        match self {
-            Request::Hello(hello) => {
-                w.u8(TAG_HELLO).u32(HELLO_MAGIC).u16(hello.version).bytes(&hello.secret);
-                w.u32(hello.client_pid).u64(hello.host_id).bool(hello.from_server);
-                w.option(hello.memory_probe.as_ref(), |w, (address, token)| {
-                    w.u64(*address).u64(*token);
-                });
-            }
-            Request::GetMembers => {
-                w.u8(TAG_GET_MEMBERS);
-            }
-            Request::Join(member) => {
-                w.u8(TAG_JOIN);
-                write_member(&mut w, member);
-            }
-            Request::PushMembers(list) => {
-                w.u8(TAG_PUSH_MEMBERS);
-                write_member_list(&mut w, list);
-            }
-            Request::Ping => {
-                w.u8(TAG_PING);
-            }
-            Request::Stats => {
-                w.u8(TAG_STATS);
-            }
-            Request::Shutdown => {
-                w.u8(TAG_SHUTDOWN);
-            }
-            Request::Create(create) => {
-                w.u8(TAG_CREATE).str(&create.path).u32(create.mode).u32(create.uid).u32(create.gid);
-                w.u32(create.chunk_size).i64(create.time_ns).bool(create.exclusive).bool(create.truncate);
-                w.option(create.link_target.as_deref(), |w, target| {
-                    w.str(target);
-                });
-            }
-            Request::Stat(chunk) => {
-                w.u8(TAG_STAT);
-                write_chunk(&mut w, chunk);
-            }
-            Request::Write(write) => {
-                w.u8(TAG_WRITE);
-                write_chunk(&mut w, &write.chunk);
-                w.u64(write.offset);
-                match write.source {
-                    WriteSource::Inline => {
-                        w.u8(0);
-                    }
-                    WriteSource::Remote { address, len } => {
-                        w.u8(1).u64(address).u64(len);
-                    }
-                }
-                write_template(&mut w, &write.template);
-                w.i64(write.time_ns);
-            }
-            Request::Read(read) => {
-                w.u8(TAG_READ);
-                write_chunk(&mut w, &read.chunk);
-                w.u64(read.offset).u64(read.len).bool(read.lease).u32(read.release.len() as u32);
-                for lease in &read.release {
-                    w.u64(*lease);
-                }
-                w.u64(read.backend_len);
-            }
-            Request::Truncate { path, file_id, size, time_ns } => {
-                w.u8(TAG_TRUNCATE).str(path).u64(*file_id).u64(*size).i64(*time_ns);
-            }
-            Request::SetChunkLen { chunk, len, template } => {
-                w.u8(TAG_SET_CHUNK_LEN);
-                write_chunk(&mut w, chunk);
-                w.u64(*len);
-                write_template(&mut w, template);
-            }
-            Request::MarkExtended { path, file_id } => {
-                w.u8(TAG_MARK_EXTENDED).str(path).u64(*file_id);
-            }
-            Request::Unlink { path } => {
-                w.u8(TAG_UNLINK).str(path);
-            }
-            Request::RemoveChunks { path, file_id, from_index } => {
-                w.u8(TAG_REMOVE_CHUNKS).str(path).u64(*file_id).u64(*from_index);
-            }
-            Request::LastChunk { path, file_id } => {
-                w.u8(TAG_LAST_CHUNK).str(path).u64(*file_id);
-            }
-            Request::SetAttr(set) => {
-                w.u8(TAG_SET_ATTR).str(&set.path);
-                w.option(set.mode.as_ref(), |w, v| {
-                    w.u32(*v);
-                });
-                w.option(set.uid.as_ref(), |w, v| {
-                    w.u32(*v);
-                });
-                w.option(set.gid.as_ref(), |w, v| {
-                    w.u32(*v);
-                });
-                w.option(set.atime_ns.as_ref(), |w, v| {
-                    w.i64(*v);
-                });
-                w.option(set.mtime_ns.as_ref(), |w, v| {
-                    w.i64(*v);
-                });
-                w.i64(set.time_ns);
-            }
-            Request::ReadDir { path, after, limit } => {
-                w.u8(TAG_READ_DIR).str(path);
-                w.option(after.as_deref(), |w, name| {
-                    w.str(name);
-                });
-                w.u32(*limit);
-            }
-            Request::LookupDir { path } => {
-                w.u8(TAG_LOOKUP_DIR).str(path);
-            }
-            Request::PrepareRmdir { path } => {
-                w.u8(TAG_PREPARE_RMDIR).str(path);
-            }
-            Request::Rmdir { path } => {
-                w.u8(TAG_RMDIR).str(path);
-            }
-            Request::Rename { from, to, time_ns } => {
-                w.u8(TAG_RENAME).str(from).str(to).i64(*time_ns);
-            }
-            Request::MoveChunks { from, to, file_id } => {
-                w.u8(TAG_MOVE_CHUNKS).str(from).str(to).u64(*file_id);
-            }
-            Request::PutChunk { chunk, attr } => {
-                w.u8(TAG_PUT_CHUNK);
-                write_chunk(&mut w, chunk);
-                write_attr(&mut w, attr);
-            }
-            Request::InstallEntry { path, attr } => {
-                w.u8(TAG_INSTALL_ENTRY).str(path);
-                write_attr(&mut w, attr);
-            }
-            Request::Release { leases } => {
-                w.u8(TAG_RELEASE).u32(leases.len() as u32);
-                for lease in leases {
-                    w.u64(*lease);
-                }
-            }
-            Request::Find { root, filter } => {
-                w.u8(TAG_FIND).str(root);
-                w.option(filter.newer_than_ns.as_ref(), |w, time| {
-                    w.i64(*time);
-                });
-                w.option(filter.size.as_ref(), |w, size| {
-                    w.u64(*size);
-                });
-                w.option(filter.name.as_deref(), |w, name| {
-                    w.str(name);
-                });
-            }
-            Request::Sync { ticket } => {
-                w.u8(TAG_SYNC).u64(*ticket);
-            }
-            Request::FlushPrepare { path, file_id } => {
-                w.u8(TAG_FLUSH_PREPARE).str(path).u64(*file_id);
-            }
-            Request::ReadBackendDir { path, after, limit } => {
-                w.u8(TAG_READ_BACKEND_DIR).str(path);
-                w.option(after.as_deref(), |w, after| {
-                    w.str(after);
-                });
-                w.u32(*limit);
-            }
-            Request::LoadChunk { chunk, backend_len } => {
-                w.u8(TAG_LOAD_CHUNK);
-                write_chunk(&mut w, chunk);
-                w.u64(*backend_len);
-            }
-        }
-    }
-
-    /// Decodes a request body. Every byte must belong to the message.
-    pub fn decode(body: &[u8]) -> Result<Request, DecodeError> {
-        let mut r = Reader::new(body);
-        let request = match r.u8()? {
-            TAG_HELLO => {
-                let magic = r.u32()?;
-                if magic != HELLO_MAGIC {
-                    return Err(DecodeError::InvalidValue { field: "hello magic", value: magic as u64 });
-                }
-                Request::Hello(Hello {
-                    version: r.u16()?,
-                    secret: r.bytes()?.to_vec(),
-                    client_pid: r.u32()?,
-                    host_id: r.u64()?,
-                    from_server: r.bool()?,
-                    memory_probe: r.option(|r| Ok((r.u64()?, r.u64()?)))?,
-                })
-            }
-            TAG_GET_MEMBERS => Request::GetMembers,
-            TAG_JOIN => Request::Join(read_member(&mut r)?),
-            TAG_PUSH_MEMBERS => Request::PushMembers(read_member_list(&mut r)?),
-            TAG_PING => Request::Ping,
-            TAG_STATS => Request::Stats,
-            TAG_SHUTDOWN => Request::Shutdown,
-            TAG_CREATE => Request::Create(Create {
-                path: r.string()?,
-                mode: r.u32()?,
-                uid: r.u32()?,
-                gid: r.u32()?,
-                chunk_size: r.u32()?,
-                time_ns: r.i64()?,
-                exclusive: r.bool()?,
-                truncate: r.bool()?,
-                link_target: r.option(|r| r.string())?,
-            }),
-            TAG_STAT => Request::Stat(read_chunk(&mut r)?),
-            TAG_WRITE => {
-                let chunk = read_chunk(&mut r)?;
-                let offset = r.u64()?;
-                let source = match r.u8()? {
-                    0 => WriteSource::Inline,
-                    1 => WriteSource::Remote { address: r.u64()?, len: r.u64()? },
-                    other => return Err(DecodeError::InvalidValue { field: "write source", value: other as u64 }),
-                };
-                Request::Write(Write { chunk, offset, source, template: read_template(&mut r)?, time_ns: r.i64()? })
-            }
-            TAG_READ => Request::Read(Read {
-                chunk: read_chunk(&mut r)?,
-                offset: r.u64()?,
-                len: r.u64()?,
-                lease: r.bool()?,
-                release: {
-                    let count = r.count(8)?;
-                    (0..count).map(|_| r.u64()).collect::<Result<_, _>>()?
-                },
-                backend_len: r.u64()?,
-            }),
-            TAG_TRUNCATE => Request::Truncate { path: r.string()?, file_id: r.u64()?, size: r.u64()?, time_ns: r.i64()? },
-            TAG_SET_CHUNK_LEN => Request::SetChunkLen { chunk: read_chunk(&mut r)?, len: r.u64()?, template: read_template(&mut r)? },
-            TAG_MARK_EXTENDED => Request::MarkExtended { path: r.string()?, file_id: r.u64()? },
-            TAG_UNLINK => Request::Unlink { path: r.string()? },
-            TAG_REMOVE_CHUNKS => Request::RemoveChunks { path: r.string()?, file_id: r.u64()?, from_index: r.u64()? },
-            TAG_LAST_CHUNK => Request::LastChunk { path: r.string()?, file_id: r.u64()? },
-            TAG_SET_ATTR => Request::SetAttr(SetAttr {
-                path: r.string()?,
-                mode: r.option(|r| r.u32())?,
-                uid: r.option(|r| r.u32())?,
-                gid: r.option(|r| r.u32())?,
-                atime_ns: r.option(|r| r.i64())?,
-                mtime_ns: r.option(|r| r.i64())?,
-                time_ns: r.i64()?,
-            }),
-            TAG_READ_DIR => Request::ReadDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? },
-            TAG_LOOKUP_DIR => Request::LookupDir { path: r.string()? },
-            TAG_PREPARE_RMDIR => Request::PrepareRmdir { path: r.string()? },
-            TAG_RMDIR => Request::Rmdir { path: r.string()? },
-            TAG_RENAME => Request::Rename { from: r.string()?, to: r.string()?, time_ns: r.i64()? },
-            TAG_MOVE_CHUNKS => Request::MoveChunks { from: r.string()?, to: r.string()?, file_id: r.u64()? },
-            TAG_PUT_CHUNK => Request::PutChunk { chunk: read_chunk(&mut r)?, attr: read_attr(&mut r)? },
-            TAG_INSTALL_ENTRY => Request::InstallEntry { path: r.string()?, attr: read_attr(&mut r)? },
-            TAG_RELEASE => {
-                let count = r.count(8)?;
-                Request::Release { leases: (0..count).map(|_| r.u64()).collect::<Result<_, _>>()? }
-            }
-            TAG_FIND => Request::Find {
-                root: r.string()?,
-                filter: FindFilter { newer_than_ns: r.option(|r| r.i64())?, size: r.option(|r| r.u64())?, name: r.option(|r| r.string())? },
-            },
-            TAG_SYNC => Request::Sync { ticket: r.u64()? },
-            TAG_FLUSH_PREPARE => Request::FlushPrepare { path: r.string()?, file_id: r.u64()? },
-            TAG_READ_BACKEND_DIR => Request::ReadBackendDir { path: r.string()?, after: r.option(|r| r.string())?, limit: r.u32()? },
-            TAG_LOAD_CHUNK => Request::LoadChunk { chunk: read_chunk(&mut r)?, backend_len: r.u64()? },
-            other => return Err(DecodeError::UnknownMessage(other)),
-        };
-        r.finish()?;
-        Ok(request)
-    }
-
-    /// The key this request is about, for requests that a server forwards to the key's owner.
-    /// Requests without a key (membership, broadcasts answered by every server) return `None`.
-    pub fn routing_key(&self) -> Option<(&str, u64)> {
-        match self {
-            Request::Create(create) => Some((&create.path, 0)),
-            Request::Stat(chunk) => Some((&chunk.path, chunk.index)),
-            Request::Write(write) => Some((&write.chunk.path, write.chunk.index)),
-            Request::Read(read) => Some((&read.chunk.path, read.chunk.index)),
-            Request::Truncate { path, .. } => Some((path, 0)),
-            Request::SetChunkLen { chunk, .. } => Some((&chunk.path, chunk.index)),
-            Request::MarkExtended { path, .. } => Some((path, 0)),
-            Request::Unlink { path } => Some((path, 0)),
-            Request::SetAttr(set) => Some((&set.path, 0)),
-            Request::LookupDir { path } => Some((path, 0)),
-            Request::Rmdir { path } => Some((path, 0)),
-            Request::Rename { from, .. } => Some((from, 0)),
-            Request::PutChunk { chunk, .. } => Some((&chunk.path, chunk.index)),
-            Request::InstallEntry { path, .. } => Some((path, 0)),
-            Request::FlushPrepare { path, .. } => Some((path, 0)),
-            Request::ReadBackendDir { path, .. } => Some((path, 0)),
-            Request::LoadChunk { chunk, .. } => Some((&chunk.path, chunk.index)),
-            Request::Hello(_)
-            | Request::GetMembers
-            | Request::Join(_)
-            | Request::PushMembers(_)
-            | Request::Ping
-            | Request::Stats
-            | Request::Shutdown
-            | Request::RemoveChunks { .. }
-            | Request::LastChunk { .. }
-            | Request::ReadDir { .. }
-            | Request::PrepareRmdir { .. }
-            | Request::MoveChunks { .. }
-            | Request::Release { .. }
-            | Request::Find { .. }
-            | Request::Sync { .. } => None,
-        }
+wire_enum! {
+    /// What a server answers. Errors carry an errno; every other variant answers particular
+    /// requests (see `docs/PROTOCOL.md`).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum Response {
+        128 => Error(Errno),
+        129 => Done,
+        130 => Hello(HelloReply),
+        131 => Members(MemberList),
+        132 => Attr(Attr),
+        /// Result of `Create` and `Lookup`.
+        133 => Opened(Opened),
+        /// Result of a `Write`: the chunk's logical length after it.
+        134 => Written(u64),
+        135 => Read(ReadReply),
+        136 => Count(u64),
+        /// Result of `LastChunk`: this server's part of a file after chunk 0.
+        137 => Tail(TailSummary),
+        138 => Found(FindResult),
+        139 => DirPage(DirPage),
+        140 => HasEntries(HasEntries),
+        141 => SyncProgress(SyncProgress),
+        /// Result of `InstallEntry` and `RemoveEntry`: the entry that was there, if any.
+        142 => Replaced(Option<EntryRef>),
+        143 => Stats(ServerStats),
+        /// Result of `FlushPrepare`: where in the backend the file's bytes go (`None`: the
+        /// file has no name there any more; its data is not flushed).
+        144 => BackendTarget(Option<String>),
+        /// Result of `BackendOf`.
+        145 => BackendFile(Option<BackendFileReply>),
     }
 }
 
 impl Response {
     /// Appends the encoded body of this response to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        let mut w = Writer::new(out);
-        match self {
-            Response::Error(errno) => {
-                w.u8(TAG_R_ERROR).i32(errno.0);
-            }
-            Response::Done => {
-                w.u8(TAG_R_DONE);
-            }
-            Response::Hello(reply) => {
-                w.u8(TAG_R_HELLO).u16(reply.version).str(&reply.server_name).bool(reply.memory_access);
-                w.option(reply.memory_probe.as_ref(), |w, (address, token)| {
-                    w.u64(*address).u64(*token);
-                });
-            }
-            Response::Members(list) => {
-                w.u8(TAG_R_MEMBERS);
-                write_member_list(&mut w, list);
-            }
-            Response::Attr(attr) => {
-                w.u8(TAG_R_ATTR);
-                write_attr(&mut w, attr);
-            }
-            Response::Written { chunk_len } => {
-                w.u8(TAG_R_WRITTEN).u64(*chunk_len);
-            }
-            Response::Read { attr, len, lease } => {
-                w.u8(TAG_R_READ);
-                w.option(attr.as_ref(), write_attr);
-                w.u64(*len);
-                w.option(lease.as_ref(), |w, lease| {
-                    w.u64(lease.id).u64(lease.address).u64(lease.stored);
-                });
-            }
-            Response::Count(count) => {
-                w.u8(TAG_R_COUNT).u64(*count);
-            }
-            Response::Tail(tail) => {
-                w.u8(TAG_R_TAIL);
-                w.option(tail.last.as_ref(), |w, (index, len)| {
-                    w.u64(*index).u64(*len);
-                });
-                w.i64(tail.newest_mtime_ns);
-            }
-            Response::Found(found) => {
-                w.u8(TAG_R_FOUND).u64(found.scanned).u64(found.matched).u32(found.undecided.len() as u32);
-                for path in &found.undecided {
-                    w.str(path);
-                }
-            }
-            Response::DirPage(page) => {
-                w.u8(TAG_R_DIR_PAGE).bool(page.more).u32(page.entries.len() as u32);
-                for entry in &page.entries {
-                    w.str(&entry.name);
-                    write_attr(&mut w, &entry.attr);
-                }
-                write_names(&mut w, &page.removed);
-            }
-            Response::HasEntries { any, removed } => {
-                w.u8(TAG_R_HAS_ENTRIES).bool(*any);
-                write_names(&mut w, removed);
-            }
-            Response::SyncProgress { ticket, remaining } => {
-                w.u8(TAG_R_SYNC_PROGRESS).u64(*ticket).u64(*remaining);
-            }
-            Response::Replaced(attr) => {
-                w.u8(TAG_R_REPLACED);
-                w.option(attr.as_ref(), write_attr);
-            }
-            Response::Stats(stats) => {
-                w.u8(TAG_R_STATS).str(&stats.name).u64(stats.entries).u64(stats.chunks).u64(stats.bytes);
-                w.u64(stats.capacity_bytes).u64(stats.requests).u64(stats.forwarded);
-                w.option(stats.cache.as_deref(), write_cache_stats);
-            }
-        }
+        self.write(&mut Writer::new(out));
     }
 
     /// Decodes a response body. Every byte must belong to the message.
     pub fn decode(body: &[u8]) -> Result<Response, DecodeError> {
-        let mut r = Reader::new(body);
-        let response = match r.u8()? {
-            TAG_R_ERROR => {
-                let code = r.i32()?;
-                if code <= 0 {
-                    return Err(DecodeError::InvalidValue { field: "errno", value: code as u64 });
-                }
-                Response::Error(Errno(code))
-            }
-            TAG_R_DONE => Response::Done,
-            TAG_R_HELLO => Response::Hello(HelloReply {
-                version: r.u16()?,
-                server_name: r.string()?,
-                memory_access: r.bool()?,
-                memory_probe: r.option(|r| Ok((r.u64()?, r.u64()?)))?,
-            }),
-            TAG_R_MEMBERS => Response::Members(read_member_list(&mut r)?),
-            TAG_R_ATTR => Response::Attr(read_attr(&mut r)?),
-            TAG_R_WRITTEN => Response::Written { chunk_len: r.u64()? },
-            TAG_R_READ => Response::Read {
-                attr: r.option(read_attr)?,
-                len: r.u64()?,
-                lease: r.option(|r| Ok(Lease { id: r.u64()?, address: r.u64()?, stored: r.u64()? }))?,
-            },
-            TAG_R_COUNT => Response::Count(r.u64()?),
-            TAG_R_TAIL => Response::Tail(TailSummary { last: r.option(|r| Ok((r.u64()?, r.u64()?)))?, newest_mtime_ns: r.i64()? }),
-            TAG_R_FOUND => {
-                let scanned = r.u64()?;
-                let matched = r.u64()?;
-                let count = r.count(4)?;
-                Response::Found(FindResult { scanned, matched, undecided: (0..count).map(|_| r.string()).collect::<Result<_, _>>()? })
-            }
-            TAG_R_DIR_PAGE => {
-                let more = r.bool()?;
-                let count = r.count(4 + ATTR_BYTES)?;
-                let entries =
-                    (0..count).map(|_| Ok(DirEntry { name: r.string()?, attr: read_attr(&mut r)? })).collect::<Result<_, DecodeError>>()?;
-                Response::DirPage(DirPage { entries, more, removed: read_names(&mut r)? })
-            }
-            TAG_R_HAS_ENTRIES => Response::HasEntries { any: r.bool()?, removed: read_names(&mut r)? },
-            TAG_R_SYNC_PROGRESS => Response::SyncProgress { ticket: r.u64()?, remaining: r.u64()? },
-            TAG_R_REPLACED => Response::Replaced(r.option(read_attr)?),
-            TAG_R_STATS => Response::Stats(ServerStats {
-                name: r.string()?,
-                entries: r.u64()?,
-                chunks: r.u64()?,
-                bytes: r.u64()?,
-                capacity_bytes: r.u64()?,
-                requests: r.u64()?,
-                forwarded: r.u64()?,
-                cache: r.option(|r| read_cache_stats(r).map(Box::new))?,
-            }),
-            other => return Err(DecodeError::UnknownMessage(other)),
-        };
-        r.finish()?;
-        Ok(response)
+        crate::wire::decode_whole(body)
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::attr::FileKind;
-    use proptest::prelude::*;
-
-    fn sample_attr() -> Attr {
-        Attr {
-            mode: FileKind::Regular.mode_bits() | 0o644,
-            uid: 1000,
-            gid: 100,
-            chunk_size: 1 << 20,
-            len: 4096,
-            file_id: 0xDEADBEEF,
-            atime_ns: 1,
-            mtime_ns: 2,
-            ctime_ns: -3,
-            flags: 1,
-            backend_len: 1 << 40,
-        }
-    }
-
-    fn sample_requests() -> Vec<Request> {
-        let chunk = ChunkRef { path: "/a/b".into(), index: 3, file_id: 9 };
-        let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536, backend_len: 3 << 20 };
-        vec![
-            Request::Hello(Hello {
-                version: PROTOCOL_VERSION,
-                secret: vec![1, 2, 3],
-                client_pid: 42,
-                host_id: 7,
-                from_server: true,
-                memory_probe: Some((0x1000, 0xABCD)),
-            }),
-            Request::GetMembers,
-            Request::Join(Member {
-                name: "n0".into(),
-                tcp_address: "127.0.0.1:1".into(),
-                unix_path: "/tmp/s".into(),
-                host_id: 5,
-                pid: 77,
-                alive: true,
-                incarnation: 2,
-            }),
-            Request::PushMembers(MemberList { epoch: 4, placement: "modular/koyama".into(), members: vec![] }),
-            Request::Ping,
-            Request::Stats,
-            Request::Shutdown,
-            Request::Create(Create {
-                path: "/x".into(),
-                mode: 0o100600,
-                uid: 0,
-                gid: 0,
-                chunk_size: 4096,
-                time_ns: 123,
-                exclusive: true,
-                truncate: false,
-                link_target: Some("/y".into()),
-            }),
-            Request::Stat(chunk.clone()),
-            Request::Write(Write {
-                chunk: chunk.clone(),
-                offset: 5,
-                source: WriteSource::Remote { address: 99, len: 100 },
-                template,
-                time_ns: 8,
-            }),
-            Request::Write(Write { chunk: chunk.clone(), offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
-            Request::Read(Read { chunk: chunk.clone(), offset: 1, len: 2, lease: true, release: vec![4, 5], backend_len: 7 }),
-            Request::Truncate { path: "/f".into(), file_id: 3, size: 1 << 33, time_ns: 1 },
-            Request::SetChunkLen { chunk: chunk.clone(), len: 10, template },
-            Request::MarkExtended { path: "/f".into(), file_id: 1 },
-            Request::Unlink { path: "/f".into() },
-            Request::RemoveChunks { path: "/f".into(), file_id: 0, from_index: 1 },
-            Request::LastChunk { path: "/f".into(), file_id: 2 },
-            Request::SetAttr(SetAttr {
-                path: "/f".into(),
-                mode: Some(0o600),
-                uid: None,
-                gid: Some(5),
-                atime_ns: None,
-                mtime_ns: Some(-1),
-                time_ns: 6,
-            }),
-            Request::ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 },
-            Request::LookupDir { path: "/d".into() },
-            Request::PrepareRmdir { path: "/d".into() },
-            Request::Rmdir { path: "/d".into() },
-            Request::Rename { from: "/a".into(), to: "/b".into(), time_ns: 3 },
-            Request::MoveChunks { from: "/a".into(), to: "/b".into(), file_id: 4 },
-            Request::PutChunk { chunk, attr: sample_attr() },
-            Request::InstallEntry { path: "/b".into(), attr: sample_attr() },
-            Request::Release { leases: vec![1, 2, 3] },
-            Request::Find { root: "/d".into(), filter: FindFilter { newer_than_ns: Some(5), size: Some(3901), name: Some("*01*".into()) } },
-            Request::Find { root: "/".into(), filter: FindFilter::default() },
-            Request::Sync { ticket: 0 },
-            Request::Sync { ticket: 12 },
-            Request::FlushPrepare { path: "/f".into(), file_id: 8 },
-            Request::ReadBackendDir { path: "/d".into(), after: Some("x".into()), limit: 7 },
-            Request::ReadBackendDir { path: "/d".into(), after: None, limit: 7 },
-            Request::LoadChunk { chunk: ChunkRef { path: "/f".into(), index: 2, file_id: 3 }, backend_len: 9 },
-        ]
-    }
-
-    fn sample_responses() -> Vec<Response> {
-        vec![
-            Response::Error(Errno::ENOENT),
-            Response::Done,
-            Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true, memory_probe: Some((5, 6)) }),
-            Response::Members(MemberList { epoch: 1, placement: String::new(), members: vec![] }),
-            Response::Attr(sample_attr()),
-            Response::Written { chunk_len: 77 },
-            Response::Read { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) },
-            Response::Read { attr: None, len: 0, lease: None },
-            Response::Count(3),
-            Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
-            Response::Tail(TailSummary::default()),
-            Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
-            Response::DirPage(DirPage {
-                entries: vec![DirEntry { name: "a".into(), attr: sample_attr() }],
-                more: true,
-                removed: vec!["b".into()],
-            }),
-            Response::HasEntries { any: false, removed: vec!["c".into(), "d".into()] },
-            Response::SyncProgress { ticket: 5, remaining: 6 },
-            Response::Replaced(Some(sample_attr())),
-            Response::Stats(ServerStats {
-                name: "s".into(),
-                entries: 1,
-                chunks: 2,
-                bytes: 3,
-                capacity_bytes: 4,
-                requests: 5,
-                forwarded: 6,
-                cache: None,
-            }),
-            Response::Stats(ServerStats {
-                name: "s".into(),
-                cache: Some(Box::new(CacheStats {
-                    backend: "/lustre/project".into(),
-                    mount_path: "/".into(),
-                    policy: "io-aware".into(),
-                    dirty_chunks: 1,
-                    dirty_bytes: 2,
-                    pending_entries: 3,
-                    flushed_chunks: 4,
-                    flushed_bytes: 5,
-                    loaded_chunks: 6,
-                    evicted_chunks: 7,
-                    written_through_bytes: 8,
-                    flushing: true,
-                    longest_stop_us: 9,
-                })),
-                ..ServerStats::default()
-            }),
-        ]
-    }
-
-    #[test]
-    fn every_request_round_trips() {
-        for request in sample_requests() {
-            let mut body = Vec::new();
-            request.encode(&mut body);
-            assert_eq!(Request::decode(&body), Ok(request));
-        }
-    }
-
-    #[test]
-    fn every_response_round_trips() {
-        for response in sample_responses() {
-            let mut body = Vec::new();
-            response.encode(&mut body);
-            assert_eq!(Response::decode(&body), Ok(response));
-        }
-    }
-
-    #[test]
-    fn hello_with_wrong_magic_is_rejected() {
-        let mut body = Vec::new();
-        Request::Ping.encode(&mut body);
-        body[0] = TAG_HELLO;
-        body.extend_from_slice(b"XXXX");
-        assert!(matches!(Request::decode(&body), Err(DecodeError::InvalidValue { field: "hello magic", .. })));
-    }
-
-    #[test]
-    fn trailing_bytes_are_rejected() {
-        let mut body = Vec::new();
-        Request::Ping.encode(&mut body);
-        body.push(0);
-        assert_eq!(Request::decode(&body), Err(DecodeError::TrailingBytes(1)));
-    }
-
-    proptest! {
-        /// Any byte string either decodes or fails cleanly; it never panics.
-        #[test]
-        fn arbitrary_bytes_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
-            let _ = Request::decode(&body);
-            let _ = Response::decode(&body);
-        }
-
-        /// Every prefix of a valid message is an error, never a different valid message.
-        #[test]
-        fn truncated_messages_fail(cut in 0usize..64) {
-            for request in sample_requests() {
-                let mut body = Vec::new();
-                request.encode(&mut body);
-                if cut < body.len() {
-                    prop_assert!(Request::decode(&body[..cut]).is_err());
-                }
-            }
-        }
-    }
-}
+mod tests;

@@ -46,6 +46,9 @@ pub struct ConnectionConfig {
     pub from_server: bool,
     /// How long to poll for a response before sleeping (see `frame_io`); zero: never.
     pub poll: Duration,
+    /// Identifies this client process to servers, which keep its open files alive while it
+    /// has connections (0 for servers).
+    pub client_id: u64,
 }
 
 /// Default poll budget of clients and servers.
@@ -136,6 +139,7 @@ impl Connection {
             host_id: config.host_id,
             from_server: config.from_server,
             memory_probe: same_host.then(memory_probe),
+            client_id: config.client_id,
         });
         let mut body = Vec::new();
         hello.encode(&mut body);

@@ -30,13 +30,13 @@ impl Service for Echo {
         self.handled.fetch_add(1, Ordering::Relaxed);
         match request {
             Request::Ping => Response::Done,
-            Request::Stat(chunk) => {
-                std::thread::sleep(Duration::from_millis(chunk.index));
-                Response::Count(chunk.index)
+            Request::Stat(request) => {
+                std::thread::sleep(Duration::from_millis(request.file.serial));
+                Response::Count(request.file.serial)
             }
             Request::Write(_) => {
                 reply_data.extend_from_slice(data);
-                Response::Written { chunk_len: data.len() as u64 }
+                Response::Written(data.len() as u64)
             }
             _ => Response::Error(Errno::ENOSYS),
         }
@@ -61,16 +61,18 @@ fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
         host_id: 0,
         from_server: false,
         poll: ringfs_rpc::DEFAULT_POLL,
+        client_id: 1,
     }
 }
 
 fn stat(index: u64) -> Request {
-    Request::Stat(ringfs_proto::ChunkRef { path: "/x".into(), index, file_id: 0 })
+    // The echo service sleeps `serial` milliseconds and answers it.
+    Request::Stat(ringfs_proto::FileOnly { file: ringfs_proto::FileId { anchor: 0, serial: index } })
 }
 
 fn write_request() -> Request {
     Request::Write(ringfs_proto::Write {
-        chunk: ringfs_proto::ChunkRef { path: "/x".into(), index: 0, file_id: 0 },
+        chunk: ringfs_proto::ChunkKey::default(),
         offset: 0,
         source: ringfs_proto::WriteSource::Inline,
         template: ringfs_proto::ChunkTemplate { mode: 0, uid: 0, gid: 0, chunk_size: 0, backend_len: 0 },
@@ -191,6 +193,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
             host_id: 0,
             from_server: false,
             memory_probe: None,
+            client_id: 0,
         })
         .encode(&mut hello);
         let header = ringfs_proto::FrameHeader { body_len: hello.len() as u32, data_len: 0, request_id: 1, epoch: 0 };

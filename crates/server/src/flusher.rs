@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ringfs_proto::{Errno, Request, Response};
 use ringfs_store::{FlushOutcome, FlushPace, QueuedWork, StoreError};
 
-use crate::service::{ServerState, store_errno};
+use crate::service::ServerState;
 
 /// When a server writes dirty data to the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,8 +93,8 @@ pub fn counts_as_io(request: &Request) -> bool {
             | Request::PushMembers(_)
             | Request::Stats
             | Request::Shutdown
-            | Request::Sync { .. }
-            | Request::FlushPrepare { .. }
+            | Request::Sync(_)
+            | Request::FlushPrepare(_)
     )
 }
 
@@ -186,23 +186,13 @@ impl ServerState {
         self.flush_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Asks the server of `path`'s entry to apply the entry's pending operation (see
-    /// `ChunkStore::prepare_entry`).
-    pub(crate) fn prepare_at_owner(&self, path: &str, file_id: u64) -> Result<(), Errno> {
-        let owner = self.owner_of(path, 0);
-        if owner.name == self.name {
-            return self.store.prepare_entry(path, file_id).map_err(store_errno);
-        }
-        self.call_member(&owner, &Request::FlushPrepare { path: path.to_string(), file_id }, &[]).map(drop)
-    }
-
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
     /// Work not done goes back to the queue; the outcome comes with the work's failed
     /// attempts so far.
     fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<(Result<FlushOutcome, StoreError>, u32)> {
         let _serialized = self.flush_lock();
         let mut queued: QueuedWork = self.store.next_work(up_to)?;
-        let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
+        let prepare = |file: ringfs_proto::FileId| self.prepare_at_home(file);
         let outcome = self.store.flush(&queued.item, &prepare, pace);
         match &outcome {
             Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.failures)),
@@ -228,6 +218,7 @@ impl ServerState {
     /// One step of a sync: flushes the work queued before the sync began (`ticket` 0: now)
     /// for about a second, then answers how much of it is left.
     pub fn sync(&self, ticket: u64) -> Result<Response, Errno> {
+        use ringfs_proto::SyncProgress;
         let up_to = if ticket == 0 { self.store.work_sequence() } else { ticket };
         let deadline = Instant::now() + SYNC_STEP;
         while Instant::now() < deadline {
@@ -252,7 +243,7 @@ impl ServerState {
                 Errno::EIO
             })?;
         }
-        Ok(Response::SyncProgress { ticket: up_to, remaining })
+        Ok(Response::SyncProgress(SyncProgress { ticket: up_to, remaining }))
     }
 
     /// Flushes everything queued now (at shutdown), giving up on work that keeps failing.
@@ -260,8 +251,8 @@ impl ServerState {
         let mut ticket = 0;
         for _ in 0..3600 {
             match self.sync(ticket) {
-                Ok(Response::SyncProgress { remaining: 0, .. }) => return,
-                Ok(Response::SyncProgress { ticket: next, remaining }) => {
+                Ok(Response::SyncProgress(progress)) if progress.remaining == 0 => return,
+                Ok(Response::SyncProgress(ringfs_proto::SyncProgress { ticket: next, remaining })) => {
                     log::info!("flushing before shutdown: {remaining} left");
                     ticket = next;
                 }

@@ -2,9 +2,11 @@
 //!
 //! A server listens on TCP (for every client and server) and optionally on a Unix socket (for
 //! clients on its host, which may then move bulk data by cross-memory attach). It answers
-//! chunk requests from its [`ringfs_store::ChunkStore`], forwards requests for keys it does not
-//! own, coordinates the operations that span servers (unlink, truncate, rmdir, rename), and
-//! keeps the member list: joins, gossip, and failure detection of its ring successor.
+//! requests about the names and chunks its [`ringfs_store::ChunkStore`] holds, forwards
+//! requests for keys it does not own, coordinates the operations that span servers (creates
+//! under remote parents, unlink, link, truncate, rmdir, rename of files and directories),
+//! keeps the opens of its clients, and keeps the member list: joins, gossip, failure
+//! detection of its ring successor, and the return of servers wrongly declared dead.
 //!
 //! There is no metadata server: every server runs the same code and decides alone.
 //!
@@ -17,9 +19,13 @@
 //! server.stop();
 //! ```
 
-mod coordination;
+mod directory_rename;
+mod files;
 mod flusher;
+mod locks;
 mod membership;
+mod names;
+mod opens;
 mod peers;
 mod service;
 
@@ -188,8 +194,14 @@ impl Server {
             alive: true,
             incarnation: now_ns(),
         };
-        let peer_config =
-            ConnectionConfig { secret: config.secret.clone(), timeout: config.peer_timeout, host_id, from_server: true, poll: config.poll };
+        let peer_config = ConnectionConfig {
+            secret: config.secret.clone(),
+            timeout: config.peer_timeout,
+            host_id,
+            from_server: true,
+            poll: config.poll,
+            client_id: 0,
+        };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
         let joined = match join_cluster(&config.join, &own, &peer_config) {
             Ok(list) => list,
@@ -391,6 +403,8 @@ fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Dis
         if let Some(discover) = discover {
             join_discovered(state, discover, interval.max(Duration::from_millis(100)));
         }
+        // Files opened by clients that are gone (crashed, or cut off for too long).
+        state.expire_opens(opens::GRACE);
     }
 }
 

@@ -59,9 +59,25 @@ impl Membership {
         self.list.members.iter().find(|member| member.name == name)
     }
 
-    /// The member that owns chunk `index` of `path`.
-    pub fn owner(&self, path: &str, index: u64) -> &Member {
-        &self.list.members[self.ring_to_member[self.placement.owner(path, index)]]
+    /// The member that owns chunk `index` of the files with this anchor.
+    pub fn owner(&self, anchor: u32, index: u64) -> &Member {
+        &self.list.members[self.ring_to_member[self.placement.owner(anchor, index)]]
+    }
+
+    /// The member that owns the entry of `path`.
+    pub fn owner_of_path(&self, path: &str) -> &Member {
+        &self.list.members[self.ring_to_member[self.placement.owner_of_path(path)]]
+    }
+
+    /// The anchor of a file created at `path` (see `ringfs_placement::Placement::anchor_of`).
+    pub fn anchor_of(&self, path: &str) -> u32 {
+        self.placement.anchor_of(path)
+    }
+
+    /// The member at the first position of the ring: it holds the namespace lock of directory
+    /// renames (fixed, so that every server asks the same one).
+    pub fn first_in_ring(&self) -> &Member {
+        &self.list.members[self.ring_to_member[0]]
     }
 
     pub fn alive_members(&self) -> impl Iterator<Item = &Member> {
@@ -188,10 +204,10 @@ mod tests {
     fn a_dead_member_keeps_its_place_and_can_come_back() {
         let mut view = Membership::new(member("a", 1), HashFunction::Koyama, Scheme::Modular);
         view.admit(member("b", 1));
-        let owner_before = view.owner("/x", 0).name.clone();
+        let owner_before = view.owner_of_path("/x").name.clone();
         assert!(view.declare_dead("b"));
         assert!(!view.declare_dead("b"));
-        assert_eq!(view.owner("/x", 0).name, owner_before);
+        assert_eq!(view.owner_of_path("/x").name, owner_before);
         assert_eq!(view.alive_members().count(), 1);
         // An older "alive" report does not revive it; a restart (newer incarnation) does.
         let old_report = MemberList { epoch: 1, placement: view.list().placement.clone(), members: vec![member("b", 1)] };

@@ -1,9 +1,11 @@
-//! Answering requests: authentication, routing, forwarding, and the single-server operations.
+//! Answering requests: authentication, routing, forwarding, and the requests one server
+//! answers alone (chunks, attributes, opens).
 //!
 //! [`ServerState`] is the [`Service`] the RPC layer calls for every request. A request about
 //! a key this server does not own (by its own member list) is forwarded to the owner and the
 //! answer relayed, so clients with a stale list still work. Operations that involve several
-//! servers live in [`crate::coordination`].
+//! servers live in `names` (creating, removing, linking and renaming names), `directory_rename`
+//! and `files` (truncation, link counts, removal of a file's chunks everywhere).
 
 use std::collections::HashMap;
 use std::mem::MaybeUninit;
@@ -12,15 +14,18 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    ChunkRef, Errno, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, Request, Response, ServerStats, Write, WriteSource,
+    BackendFileReply, ChunkKey, Errno, FileId, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, ReadReply, Request, Response,
+    Route, ServerStats, Write, WriteSource,
 };
 use ringfs_rpc::log_limit::RateLimitedLog;
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Service};
-use ringfs_store::{ByteSource, ChunkStore, StoreError};
+use ringfs_store::{BackendFile, ByteSource, ChunkStore, StoreError};
 
 use crate::flusher::{FlushConfig, IoMonitor, counts_as_io};
+use crate::locks::{NameLocks, NamespaceGate};
 use crate::membership::Membership;
+use crate::opens::OpenRegistry;
 use crate::peers::Peers;
 
 /// Largest chunk size a file may be created with (one chunk must fit in a frame).
@@ -32,10 +37,19 @@ pub struct Session {
     /// Memory of a client on this host that proved we can read it.
     client_memory: Option<ProcessMemory>,
     /// The peer is another server: its requests are never forwarded again.
-    from_server: bool,
+    pub from_server: bool,
+    /// The client's id (from its `Hello`), whose opens this connection keeps alive.
+    client_id: Option<u64>,
     /// Buffers lent to the client by leased reads, until it releases them.
     leases: HashMap<u64, Arc<Vec<u8>>>,
     next_lease_id: u64,
+}
+
+impl Session {
+    /// A session for a request this server makes of itself (a coordination step it owns).
+    pub fn local() -> Session {
+        Session { from_server: true, ..Session::default() }
+    }
 }
 
 /// Raised once to stop the server.
@@ -81,6 +95,14 @@ pub struct ServerState {
     pub flush: FlushConfig,
     pub io_monitor: IoMonitor,
     pub flush_lock: Mutex<()>,
+    /// Who has which of the files whose inodes are here open.
+    pub opens: OpenRegistry,
+    /// Names locked by renames and links (see `locks`).
+    pub name_locks: NameLocks,
+    /// Subtrees frozen by directory renames (see `locks`).
+    pub gate: NamespaceGate,
+    /// On the first server of the ring: the directory rename that holds the namespace lock.
+    pub namespace_lock: Mutex<Option<(u64, std::time::Instant)>>,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -146,6 +168,10 @@ impl ServerState {
             flush,
             io_monitor: IoMonitor::default(),
             flush_lock: Mutex::new(()),
+            opens: OpenRegistry::default(),
+            name_locks: NameLocks::default(),
+            gate: NamespaceGate::default(),
+            namespace_lock: Mutex::new(None),
         }
     }
 
@@ -162,9 +188,24 @@ impl ServerState {
         let _ = self.gossip.lock().unwrap_or_else(|p| p.into_inner()).send(());
     }
 
-    /// The owner of a key, by our member list.
-    pub fn owner_of(&self, path: &str, index: u64) -> Member {
-        self.membership().owner(path, index).clone()
+    /// The owner of the entry of `path`, by our member list.
+    pub fn owner_of_path(&self, path: &str) -> Member {
+        self.membership().owner_of_path(path).clone()
+    }
+
+    /// The owner of a chunk of a file, by our member list.
+    pub fn owner_of_chunk(&self, key: ChunkKey) -> Member {
+        self.membership().owner(key.file.anchor, key.index).clone()
+    }
+
+    /// The anchor of a file created at `path`.
+    pub fn anchor_of(&self, path: &str) -> u32 {
+        self.membership().anchor_of(path)
+    }
+
+    /// Whether `member` is this server.
+    pub fn is_self(&self, member: &Member) -> bool {
+        member.name == self.name
     }
 
     /// Sends a request to another member and returns its response (errors become errnos).
@@ -197,6 +238,15 @@ impl ServerState {
         }
     }
 
+    /// Runs `request` at `member`: here if it is this server, otherwise by a request to it.
+    pub fn ask(&self, member: &Member, request: Request) -> Result<Response, Errno> {
+        if self.is_self(member) {
+            self.execute(&mut Session::local(), request, &[], &mut Vec::new())
+        } else {
+            self.call_member(member, &request, &[]).map(|reply| reply.response)
+        }
+    }
+
     fn forward(
         &self,
         owner: &Member,
@@ -209,10 +259,13 @@ impl ServerState {
         // The owner cannot reach the client's memory: pull write bytes here, and ask for
         // read bytes inline.
         let (request, pulled) = match request {
-            Request::Write(write @ Write { source: WriteSource::Remote { address, len }, .. }) => {
+            Request::Write(write @ Write { source: WriteSource::Remote(remote), .. }) => {
                 let memory = session.client_memory.ok_or(Errno::EINVAL)?;
-                let mut bytes = vec![MaybeUninit::<u8>::uninit(); len as usize];
-                memory.read(address, &mut bytes).map_err(|_| Errno::EFAULT)?;
+                if remote.len > MAX_CHUNK_SIZE as u64 {
+                    return Err(Errno::EINVAL);
+                }
+                let mut bytes = vec![MaybeUninit::<u8>::uninit(); remote.len as usize];
+                memory.read(remote.address, &mut bytes).map_err(|_| Errno::EFAULT)?;
                 // SAFETY: read() filled every byte.
                 let bytes: Vec<u8> = bytes.into_iter().map(|byte| unsafe { byte.assume_init() }).collect();
                 (Request::Write(Write { source: WriteSource::Inline, ..write }), Some(bytes))
@@ -227,8 +280,8 @@ impl ServerState {
 
     /// Executes a request here (after routing).
     pub fn execute(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        if let Some((path, _)) = request.routing_key() {
-            path::validate(path)?;
+        for name in request.paths() {
+            path::validate(name)?;
         }
         match request {
             Request::Hello(_) => Err(Errno::EPROTO),
@@ -248,135 +301,188 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::Stats => Ok(Response::Stats(self.stats())),
-            Request::Sync { ticket } => self.sync(ticket),
-            Request::FlushPrepare { path, file_id } => {
-                self.store.prepare_entry(&path, file_id).map_err(store_errno)?;
-                Ok(Response::Done)
-            }
-            Request::ReadBackendDir { path, after, limit } => Ok(Response::DirPage(
-                self.store.backend_page(&path, after.as_deref(), limit.clamp(1, 10_000) as usize).map_err(store_errno)?,
-            )),
-            Request::LoadChunk { chunk, backend_len } => {
-                let backend_len = self.coordinated_backend_len(session, &chunk, backend_len)?;
-                Ok(Response::Count(self.store.load_chunk(&chunk, backend_len).map_err(store_errno)?))
-            }
             Request::Shutdown => {
                 log::info!("shutdown requested by a client");
                 self.shutdown.request();
                 Ok(Response::Done)
             }
+            // Names.
             Request::Create(create) => self.create(create),
-            Request::Stat(chunk) => Ok(Response::Attr(self.store.stat(&chunk).map_err(store_errno)?)),
-            Request::Write(write) => self.write(session, write, data),
-            Request::Read(read) => self.read(session, read, reply_data),
-            Request::Truncate { path, file_id, size, time_ns } => self.truncate(&path, file_id, size, time_ns),
-            Request::SetChunkLen { chunk, len, mut template } => {
-                path::validate(&chunk.path)?;
-                template.backend_len = self.coordinated_backend_len(session, &chunk, template.backend_len)?;
-                Ok(Response::Attr(self.store.set_chunk_len(&chunk, len, template, 0).map_err(store_errno)?))
+            Request::Lookup(lookup) => self.lookup(&lookup.path, lookup.open_for),
+            Request::Unlink(unlink) => self.unlink(&unlink.path, unlink.time_ns),
+            Request::Rmdir(rmdir) => self.rmdir(&rmdir.path, rmdir.time_ns),
+            Request::Rename(rename) => self.rename(rename),
+            Request::Link(link) => self.link(&link.from, &link.to, link.time_ns),
+            Request::ReadDir(read) => {
+                let _pass = self.gate.pass(&[&read.path], 0)?;
+                Ok(Response::DirPage(self.store.read_dir(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize)))
             }
-            Request::MarkExtended { path, file_id } => {
-                self.store.mark_extended(&path, file_id).map_err(store_errno)?;
+            Request::Find(find) => Ok(Response::Found(self.store.find(&find.root, &find.filter))),
+            Request::LookupDir(lookup) => {
+                let _pass = self.gate.pass(&[&lookup.path], 0)?;
+                let entry = self.store.lookup_dir(&lookup.path, self.anchor_of(&lookup.path)).map_err(store_errno)?;
+                Ok(Response::Replaced(Some(entry)))
+            }
+            Request::PrepareRmdir(request) => {
+                let (any, removed) = self.store.prepare_rmdir(&request.path);
+                Ok(Response::HasEntries(ringfs_proto::HasEntries { any, removed }))
+            }
+            Request::InstallEntry(install) => self.install_entry(install),
+            Request::RemoveEntry(remove) => {
+                let _pass = self.gate.pass(&[&remove.path], remove.token)?;
+                self.name_locks.wait_free(&remove.path, remove.token)?;
+                let removed = self.store.remove_entry(&remove.path, remove.expect).map_err(store_errno)?;
+                Ok(Response::Count(removed as u64))
+            }
+            Request::NameLock(request) => self.name_lock(&request.path, request.token, request.acquire),
+            Request::NamespaceLock(request) => self.namespace_lock_step(request.token, request.acquire),
+            Request::Freeze(subtree) => {
+                self.gate.freeze(subtree.token, &subtree.from, &subtree.to);
+                self.store.forget_dirs_under(&subtree.from);
+                self.store.forget_dirs_under(&subtree.to);
                 Ok(Response::Done)
             }
-            Request::Unlink { path } => self.unlink(&path),
-            Request::RemoveChunks { path, file_id, from_index } => {
-                path::validate(&path)?;
-                Ok(Response::Count(self.store.remove_chunks(&path, file_id, from_index)))
+            Request::MoveSubtree(subtree) => self.move_subtree(&subtree),
+            Request::PutEntries(put) => {
+                self.store.put_entries(&put.entries).map_err(store_errno)?;
+                Ok(Response::Done)
             }
-            Request::LastChunk { path, file_id } => {
-                path::validate(&path)?;
-                Ok(Response::Tail(self.store.tail_summary(&path, file_id)))
+            Request::Thaw(subtree) => {
+                self.gate.thaw(subtree.token);
+                Ok(Response::Done)
             }
-            Request::Find { root, filter } => {
-                path::validate(&root)?;
-                Ok(Response::Found(self.store.find(&root, &filter)))
+            // Files.
+            Request::Stat(request) => Ok(Response::Attr(self.store.stat(request.file).map_err(store_errno)?)),
+            Request::Open(open) => {
+                let attr = self.store.open_file(open.file).map_err(store_errno)?;
+                self.opens.opened(open.client, open.file);
+                Ok(Response::Attr(attr))
+            }
+            Request::Close(close) => {
+                for file in close.files {
+                    if self.opens.closed(close.client, file) {
+                        self.close_registered(file);
+                    }
+                }
+                Ok(Response::Done)
             }
             Request::SetAttr(set) => Ok(Response::Attr(self.store.set_attr(&set).map_err(store_errno)?)),
-            Request::ReadDir { path, after, limit } => {
-                path::validate(&path)?;
-                Ok(Response::DirPage(self.store.read_dir(&path, after.as_deref(), limit.clamp(1, 10_000) as usize)))
-            }
-            Request::LookupDir { path } => Ok(Response::Attr(self.store.lookup_dir(&path).map_err(store_errno)?)),
-            Request::PrepareRmdir { path } => {
-                path::validate(&path)?;
-                let (any, removed) = self.store.prepare_rmdir(&path);
-                Ok(Response::HasEntries { any, removed })
-            }
-            Request::Rmdir { path } => self.rmdir(&path),
-            Request::Rename { from, to, time_ns } => self.rename(&from, &to, time_ns),
-            Request::MoveChunks { from, to, file_id } => self.move_chunks(&from, &to, file_id),
-            Request::PutChunk { chunk, attr } => {
-                self.store.put_chunk(&chunk, attr, data).map_err(store_errno)?;
+            Request::Truncate(truncate) => self.truncate(truncate.file, truncate.size, truncate.time_ns),
+            Request::MarkExtended(request) => {
+                self.store.mark_extended(request.file).map_err(store_errno)?;
                 Ok(Response::Done)
             }
-            Request::InstallEntry { path, attr } => self.install_entry(&path, attr, data),
-            Request::Release { leases } => {
-                for lease in leases {
+            Request::AddLink(count) => Ok(Response::Attr(self.store.add_link(count.file, count.time_ns).map_err(store_errno)?)),
+            Request::DropLink(count) => {
+                self.drop_link_here(count.file, count.time_ns)?;
+                Ok(Response::Done)
+            }
+            Request::Fsync(request) => {
+                self.store.fsync_file(request.file).map_err(store_errno)?;
+                Ok(Response::Done)
+            }
+            Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
+            Request::RemoveChunks(remove) => Ok(Response::Count(self.store.remove_chunks(remove.file, remove.from_index))),
+            Request::Write(write) => self.write(session, write, data),
+            Request::Read(read) => self.read(session, read, reply_data),
+            Request::SetChunkLen(set) => {
+                let backend = match &set.backend {
+                    Some(sent) if session.from_server => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
+                    _ => self.backend_for(set.chunk, set.template.backend_len)?,
+                };
+                let attr = self.store.set_chunk_len(set.chunk, set.len, set.template, 0, backend.as_ref()).map_err(store_errno)?;
+                Ok(Response::Attr(attr))
+            }
+            Request::Release(release) => {
+                for lease in release.leases {
                     session.leases.remove(&lease);
                 }
                 Ok(Response::Done)
             }
-        }
-    }
-
-    /// Cache mode: the `backend_len` of the file of a missing chunk, as the file's entry
-    /// knows it, when the caller's view says the chunk may be backend data; 0 when it cannot
-    /// be (no backend data, or the chunk is here already).
-    pub fn checked_backend_len(&self, chunk: &ChunkRef, hint: u64) -> Result<u64, Errno> {
-        let chunk_size = self.store.backend_chunk_size();
-        if hint == 0 || chunk.index == 0 || chunk.index.saturating_mul(chunk_size as u64) >= hint || self.store.holds_chunk(chunk) {
-            return Ok(0);
-        }
-        let head = ChunkRef { path: chunk.path.clone(), index: 0, file_id: chunk.file_id };
-        let owner = self.owner_of(&chunk.path, 0);
-        let attr = if owner.name == self.name {
-            self.store.stat(&head).map_err(store_errno)?
-        } else {
-            match self.call_member(&owner, &Request::Stat(head), &[])?.response {
-                Response::Attr(attr) => attr,
-                _ => return Err(Errno::EPROTO),
+            // Cache mode.
+            Request::Sync(sync) => self.sync(sync.ticket),
+            Request::FlushPrepare(request) => Ok(Response::BackendTarget(self.store.prepare(request.file).map_err(store_errno)?)),
+            Request::ReadBackendDir(read) => {
+                let anchor_of = |path: &str| self.anchor_of(path);
+                let page = self
+                    .store
+                    .backend_page(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize, &anchor_of)
+                    .map_err(store_errno)?;
+                Ok(Response::DirPage(page))
             }
-        };
-        Ok(attr.backend_len)
-    }
-
-    /// The `backend_len` of a request that servers coordinating a rename or truncate send
-    /// (`LoadChunk`, `SetChunkLen`): taken as it is from another server, which read it from
-    /// the file's entry — asking the entry's server back could wait on a server that is
-    /// waiting for this answer. From clients it is checked.
-    fn coordinated_backend_len(&self, session: &Session, chunk: &ChunkRef, hint: u64) -> Result<u64, Errno> {
-        match session.from_server {
-            true => Ok(hint),
-            false => self.checked_backend_len(chunk, hint),
+            Request::LoadChunk(load) => {
+                let backend = match &load.backend {
+                    Some(sent) if session.from_server => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
+                    _ => self.backend_for(load.chunk, load.backend_len)?,
+                };
+                Ok(Response::Count(self.store.load_chunk(load.chunk, backend.as_ref()).map_err(store_errno)?))
+            }
+            Request::BackendOf(request) => {
+                let backend = self.store.backend_file(request.file).map_err(store_errno)?;
+                Ok(Response::BackendFile(backend.map(|backend| BackendFileReply { path: backend.path, len: backend.len })))
+            }
+            Request::Rebind(rebind) => {
+                self.rebind_here(rebind.file, rebind.path.as_deref())?;
+                Ok(Response::Done)
+            }
+            Request::Redirty(request) => {
+                let backed = self.store.backend_file(request.file).map(|backend| backend.is_some()).unwrap_or(true);
+                self.store.redirty(request.file, backed);
+                Ok(Response::Done)
+            }
         }
     }
 
-    fn write(&self, session: &Session, mut write: Write, data: &[u8]) -> Result<Response, Errno> {
-        write.template.backend_len = self.checked_backend_len(&write.chunk, write.template.backend_len)?;
+    /// Cache mode: where the bytes of the file of `chunk` are in the backend, when the chunk
+    /// needs it (it holds backend data or may); asked of the file's inode server. `None`
+    /// otherwise.
+    pub fn backend_for(&self, chunk: ChunkKey, backend_len_hint: u64) -> Result<Option<BackendFile>, Errno> {
+        if !self.store.needs_backend(chunk, backend_len_hint) {
+            return Ok(None);
+        }
+        let home = self.owner_of_chunk(ChunkKey::inode(chunk.file));
+        if self.is_self(&home) {
+            return self.store.backend_file(chunk.file).map_err(store_errno);
+        }
+        match self.call_member(&home, &Request::BackendOf(ringfs_proto::FileOnly { file: chunk.file }), &[])?.response {
+            Response::BackendFile(reply) => Ok(reply.map(|reply| BackendFile { path: reply.path, len: reply.len })),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    fn write(&self, session: &Session, write: Write, data: &[u8]) -> Result<Response, Errno> {
+        let backend = self.backend_for(write.chunk, write.template.backend_len)?;
         let source = |write: &Write| -> Result<Box<dyn ByteSource + '_>, Errno> {
             match write.source {
                 WriteSource::Inline => Ok(Box::new(data)),
-                WriteSource::Remote { address, len } => {
+                WriteSource::Remote(remote) => {
                     let memory = session.client_memory.ok_or(Errno::EINVAL)?;
-                    if len > MAX_CHUNK_SIZE as u64 {
+                    if remote.len > MAX_CHUNK_SIZE as u64 {
                         return Err(Errno::EINVAL);
                     }
-                    Ok(Box::new(RemoteSource { memory, address, remaining: len as usize }))
+                    Ok(Box::new(RemoteSource { memory, address: remote.address, remaining: remote.len as usize }))
                 }
             }
         };
-        let written = self.store.write(&write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns);
+        let written = self.store.write(write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns, backend.as_ref());
         let chunk_len = match written {
-            Err(StoreError::Fs(Errno::ENOSPC)) if self.store.backend().is_some_and(|backend| backend.covers(&write.chunk.path)) => {
+            Err(StoreError::Fs(Errno::ENOSPC)) if self.store.backend().is_some() => {
                 // Cache mode, and the store is full of dirty data: write to the backend.
-                let prepare = |path: &str, file_id: u64| self.prepare_at_owner(path, file_id);
-                self.store.write_through(&write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns, &prepare)
+                let prepare = |file: FileId| self.prepare_at_home(file);
+                self.store.write_through(
+                    write.chunk,
+                    write.offset,
+                    &mut *source(&write)?,
+                    write.template,
+                    write.time_ns,
+                    backend.as_ref(),
+                    &prepare,
+                )
             }
             other => other,
         }
         .map_err(store_errno)?;
-        Ok(Response::Written { chunk_len })
+        Ok(Response::Written(chunk_len))
     }
 
     fn read(&self, session: &mut Session, read: Read, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
@@ -384,22 +490,22 @@ impl ServerState {
             session.leases.remove(lease);
         }
         let len = read.len.min(MAX_CHUNK_SIZE as u64);
-        let backend_len = self.checked_backend_len(&read.chunk, read.backend_len)?;
+        let backend = self.backend_for(read.chunk, read.backend_len)?;
         if read.lease && session.client_memory.is_some() {
-            let shared = self.store.read_shared(&read.chunk, read.offset, len, backend_len).map_err(store_errno)?;
+            let shared = self.store.read_shared(read.chunk, read.offset, len, backend.as_ref()).map_err(store_errno)?;
             if let Some((buffer, range)) = shared.bytes {
                 let lease_id = session.next_lease_id;
                 session.next_lease_id += 1;
                 let lease = Lease { id: lease_id, address: buffer.as_ptr() as u64 + range.start as u64, stored: range.len() as u64 };
                 session.leases.insert(lease_id, buffer);
-                return Ok(Response::Read { attr: shared.attr, len: shared.len, lease: Some(lease) });
+                return Ok(Response::Read(ReadReply { attr: shared.attr, len: shared.len, lease: Some(lease) }));
             }
             if shared.attr.is_none() {
-                return Ok(Response::Read { attr: None, len: 0, lease: None });
+                return Ok(Response::Read(ReadReply { attr: None, len: 0, lease: None }));
             }
         }
-        let (attr, len) = self.store.read(&read.chunk, read.offset, len, reply_data, backend_len).map_err(store_errno)?;
-        Ok(Response::Read { attr, len, lease: None })
+        let (attr, len) = self.store.read(read.chunk, read.offset, len, reply_data, backend.as_ref()).map_err(store_errno)?;
+        Ok(Response::Read(ReadReply { attr, len, lease: None }))
     }
 
     pub fn stats(&self) -> ServerStats {
@@ -412,12 +518,31 @@ impl ServerState {
             capacity_bytes: store.capacity_bytes,
             requests: self.requests.load(Ordering::Relaxed),
             forwarded: self.forwarded.load(Ordering::Relaxed),
+            open_unlinked: store.open_unlinked,
             cache: self.store.cache_stats().map(|mut cache| {
                 cache.policy = self.flush.policy.to_string();
                 cache.flushing = self.io_monitor.is_flushing();
                 cache.longest_stop_us = self.io_monitor.longest_stop_us();
                 Box::new(cache)
             }),
+        }
+    }
+
+    /// Ends an open registered here; the file goes if that was its last reference.
+    pub fn close_registered(&self, file: FileId) {
+        if let Some(deleted) = self.store.close_file(file)
+            && deleted.extended
+        {
+            self.remove_chunks_everywhere(file, 1);
+        }
+    }
+
+    /// Ends the opens of clients gone for longer than the grace period.
+    pub fn expire_opens(&self, grace: std::time::Duration) {
+        for (file, count) in self.opens.expire(grace) {
+            for _ in 0..count {
+                self.close_registered(file);
+            }
         }
     }
 }
@@ -435,6 +560,10 @@ impl Service for ServerState {
             return Err(Errno::EACCES);
         }
         session.from_server = hello.from_server;
+        if !hello.from_server && hello.client_id != 0 {
+            session.client_id = Some(hello.client_id);
+            self.opens.connected(hello.client_id);
+        }
         if let (Some(pid), Some(probe)) = (peer.pid, hello.memory_probe) {
             let memory = ProcessMemory::new(pid);
             session.client_memory = memory.verify_probe(probe).then_some(memory);
@@ -466,22 +595,29 @@ impl Service for ServerState {
 
     fn closed(&self, session: &mut Session) {
         session.leases.clear();
+        if let Some(client) = session.client_id.take() {
+            self.opens.disconnected(client);
+        }
     }
 }
 
 impl ServerState {
+    /// The server that must execute `request`, if not this one.
+    fn route_target(&self, request: &Request) -> Option<Member> {
+        let owner = match request.route() {
+            Route::Here => return None,
+            // Every server holds the root directory and answers for it itself.
+            Route::Path("/") => return None,
+            Route::Chunk(key) if key.file.is_root() => return None,
+            Route::Path(path) => self.owner_of_path(path),
+            Route::Chunk(key) => self.owner_of_chunk(key),
+        };
+        (!self.is_self(&owner)).then_some(owner)
+    }
+
     /// Executes a request here, or forwards it to the owner of its key.
     fn route(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
-        let routed_elsewhere = match request.routing_key() {
-            // Every server holds the root directory and answers for it itself.
-            Some(("/", 0)) => None,
-            Some((path, index)) => {
-                let owner = self.owner_of(path, index);
-                (owner.name != self.name).then_some(owner)
-            }
-            None => None,
-        };
-        let outcome = match routed_elsewhere {
+        let outcome = match self.route_target(&request) {
             Some(_) if session.from_server => {
                 // Another server routed this here, but our list says otherwise: the lists
                 // disagree (a membership change is spreading). Refuse rather than misplace.

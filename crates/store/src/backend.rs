@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, EntryFlags, FileKind};
+use ringfs_proto::{Attr, EntryFlags, FileId, FileKind};
 
 /// Times an operation denied for want of write permission tries again while another server
 /// has the permission lent (1 ms apart).
@@ -162,9 +162,8 @@ impl BackendDir {
         }
     }
 
-    /// The entries of the backend directory `dir` that ringfs shows (regular files,
-    /// directories and symbolic links with valid names), sorted by name, with their
-    /// attributes. A missing directory lists as empty.
+    /// The entries of the backend directory `dir` that ringfs shows (every type, with valid
+    /// names), sorted by name, with their attributes. A missing directory lists as empty.
     pub fn list(&self, dir: &str, chunk_size: u32) -> io::Result<Vec<(String, Attr)>> {
         let Some(entries) = self.read_dir(dir)? else { return Ok(Vec::new()) };
         let mut listing = Vec::new();
@@ -252,6 +251,29 @@ impl BackendDir {
                 Err(error) if not_found(&error) => {
                     Self::make_parents(&location)?;
                     std::os::unix::fs::symlink(target, &location)
+                }
+                other => other,
+            }
+        })
+    }
+
+    /// Makes `path` a FIFO, device or socket node (`mknod`), replacing what is there.
+    pub fn make_special(&self, path: &str, mode: u32, rdev: u64) -> io::Result<()> {
+        let location = self.location(path)?;
+        let name = CString::new(location.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        let make = || {
+            // SAFETY: a valid NUL-terminated path.
+            match unsafe { libc::mknod(name.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t) } {
+                0 => Ok(()),
+                _ => Err(io::Error::last_os_error()),
+            }
+        };
+        with_write_permission(parent_of(&location), || {
+            Self::remove_location(&location)?;
+            match make() {
+                Err(error) if not_found(&error) => {
+                    Self::make_parents(&location)?;
+                    make()
                 }
                 other => other,
             }
@@ -375,15 +397,9 @@ fn nanoseconds(seconds: i64, nanoseconds: i64) -> i64 {
 /// backend inode, so the same file gets the same id (and FUSE inode number) wherever it is
 /// first seen.
 fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
-    let kind = if metadata.is_dir() {
-        FileKind::Directory
-    } else if metadata.file_type().is_symlink() {
-        FileKind::Symlink
-    } else if metadata.is_file() {
-        FileKind::Regular
-    } else {
-        return None;
-    };
+    let file_type = metadata.file_type();
+    let kind = FileKind::from_mode(metadata.mode())?;
+    let _ = file_type;
     let size = metadata.len();
     let chunk = chunk_size.max(1) as u64;
     let mut flags = EntryFlags::BACKED | EntryFlags::IN_BACKEND;
@@ -399,7 +415,7 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
             flags |= EntryFlags::BACKEND_DATA;
             (size, 0)
         }
-        FileKind::Directory => (0, 0),
+        _ => (0, 0),
     };
     let identity = xxhash_rust::xxh3::xxh3_64(&[metadata.dev().to_le_bytes(), metadata.ino().to_le_bytes()].concat());
     Some(Attr {
@@ -408,7 +424,10 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
         gid: metadata.gid(),
         chunk_size,
         len,
-        file_id: identity | 1,
+        // The anchor is the placement hash of the path, which the store fills in.
+        file_id: FileId { anchor: 0, serial: identity | 1 },
+        nlink: if kind == FileKind::Directory { 2 } else { 1 },
+        rdev: if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { metadata.rdev() } else { 0 },
         atime_ns: nanoseconds(metadata.atime(), metadata.atime_nsec()),
         mtime_ns: nanoseconds(metadata.mtime(), metadata.mtime_nsec()),
         ctime_ns: nanoseconds(metadata.ctime(), metadata.ctime_nsec()),

@@ -2,9 +2,9 @@
 //! listing, on top of [`crate::cache::Cache`]. Without a backend every call is a no-op (or
 //! fails with EIO where a backend is needed).
 
-use ringfs_proto::{CacheStats, ChunkRef, ChunkTemplate, DirPage, EntryFlags, Errno};
+use ringfs_proto::{CacheStats, ChunkKey, ChunkTemplate, DirPage, EntryFlags, Errno, FileId};
 
-use crate::cache::{Cache, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
+use crate::cache::{BackendFile, Cache, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
 use crate::chunk::lock;
 use crate::store::ChunkStore;
 use crate::{ByteSource, StoreError};
@@ -58,22 +58,73 @@ impl ChunkStore {
         self.cache.as_ref().map_or(Ok(()), Cache::make_backend_durable)
     }
 
-    /// Applies the pending operation of the entry `(path, file_id)` to the backend (asked by a
-    /// server about to flush a chunk of the file); ESTALE if the entry is gone or is another
-    /// file now.
-    pub fn prepare_entry(&self, path: &str, file_id: u64) -> Result<(), StoreError> {
-        self.cache_or_eio()?.prepare_entry(&self.index, &self.space, path, file_id)
+    /// At a file's inode, before data of it is flushed: applies the inode's pending
+    /// operation and answers where the file lives in the backend (`None`: nowhere). ESTALE if
+    /// the file is gone; EAGAIN while a cut of it is under way.
+    pub fn prepare(&self, file: FileId) -> Result<Option<String>, StoreError> {
+        self.cache_or_eio()?.prepare(&self.index, &self.space, file)
     }
 
     /// A regular file in the cached tree was cut to `len` and its chunks past the cut are gone
-    /// from every server: the backend file is cut when the entry is next flushed.
-    pub fn cut_backend_file(&self, path: &str, file_id: u64, len: u64) -> Result<(), StoreError> {
-        let handle = self.head_checked(path, file_id)?;
+    /// from every server: the backend file is cut when the inode is next flushed.
+    pub fn cut_backend_file(&self, file: FileId, len: u64) -> Result<(), StoreError> {
+        let handle = self.inode_checked(file)?;
         match &self.cache {
-            Some(cache) => cache.cut_backend_file(&self.space, path, &handle, len),
+            Some(cache) => cache.cut_backend_file(&self.space, &handle, len),
             None => {
                 lock(&handle).cache.cutting = false;
                 Ok(())
+            }
+        }
+    }
+
+    /// Cache mode, at a file's inode: the file now lives at `path` in the backend (`None`:
+    /// nowhere — renamed out of the cached tree). It is made there anew when flushed, with
+    /// all its data: the caller marks the file's chunks on the other servers dirty
+    /// ([`ChunkStore::redirty`]).
+    pub fn rebind(&self, file: FileId, path: Option<&str>) -> Result<(), StoreError> {
+        let handle = self.inode_checked(file)?;
+        let mut chunk = lock(&handle);
+        match path {
+            Some(path) if self.cache.as_ref().is_some_and(|cache| cache.backend.covers(path)) => {
+                chunk.cache.backend_path = Some(path.to_string());
+                chunk.cache.pending = Some(crate::chunk::PendingOp::Create);
+                chunk.attr.flags |= EntryFlags::BACKED;
+                chunk.attr.flags &= !EntryFlags::IN_BACKEND;
+                self.touched(&mut chunk);
+            }
+            _ => {
+                chunk.cache =
+                    crate::chunk::CacheState { queued: chunk.cache.queued, listed_clean: chunk.cache.listed_clean, ..Default::default() };
+                chunk.attr.flags &= !(EntryFlags::BACKED | EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
+            }
+        }
+        self.persist(&mut chunk)?;
+        drop(chunk);
+        self.redirty(file, path.is_some());
+        Ok(())
+    }
+
+    /// Cache mode: marks this store's chunks of a file (after chunk 0) dirty, to be flushed
+    /// again to the file's (new) place in the backend; `backed` false: the file left the
+    /// cached tree and its chunks are not flushed any more.
+    pub fn redirty(&self, file: FileId, backed: bool) {
+        if self.cache.is_none() {
+            return;
+        }
+        for (_, handle) in self.index.tail_of(file) {
+            let mut chunk = lock(&handle);
+            if chunk.removed {
+                continue;
+            }
+            if backed {
+                chunk.attr.flags |= EntryFlags::BACKED;
+                self.touched(&mut chunk);
+            } else {
+                chunk.attr.flags &= !(EntryFlags::BACKED | EntryFlags::DIRTY);
+            }
+            if let Err(error) = self.persist(&mut chunk) {
+                log::warn!("cannot record a chunk of file {file} as dirty: {error}");
             }
         }
     }
@@ -89,13 +140,13 @@ impl ChunkStore {
         Some(self.cache.as_ref()?.stats(&self.index))
     }
 
-    /// Loads one chunk from the backend (stage-in). Returns the bytes loaded (0 if the chunk
-    /// was here already or holds no backend data).
-    pub fn load_chunk(&self, chunk_ref: &ChunkRef, backend_len: u64) -> Result<u64, StoreError> {
-        let handle = if chunk_ref.index == 0 {
-            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
+    /// Loads one chunk from the backend (stage-in); `backend` as the inode's server gave it.
+    /// Returns the bytes loaded (0 if the chunk was here already or holds no backend data).
+    pub fn load_chunk(&self, key: ChunkKey, backend: Option<&BackendFile>) -> Result<u64, StoreError> {
+        let handle = if key.index == 0 {
+            self.inode_checked(key.file)?
         } else {
-            match self.tail_for_read(chunk_ref, backend_len, self.backend_chunk_size())? {
+            match self.tail_for_read(key, backend, self.backend_chunk_size())? {
                 Some(handle) => handle,
                 None => return Ok(0),
             }
@@ -104,36 +155,39 @@ impl ChunkStore {
         if chunk.removed || !chunk.attr.has(EntryFlags::BACKEND_DATA) {
             return Ok(0);
         }
-        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
+        self.ensure_loaded(&handle, &mut chunk, backend)?;
         Ok(chunk.attr.len)
     }
 
     /// A write that found the store full even after eviction goes to the backend directly
     /// (see `Cache::write_through`). Returns the chunk's new length.
+    #[allow(clippy::too_many_arguments)]
     pub fn write_through(
         &self,
-        chunk_ref: &ChunkRef,
+        key: ChunkKey,
         offset: u64,
         source: &mut dyn ByteSource,
         template: ChunkTemplate,
         time_ns: i64,
+        backend: Option<&BackendFile>,
         prepare: Prepare<'_>,
     ) -> Result<u64, StoreError> {
         let cache = self.cache.as_ref().ok_or(Errno::ENOSPC)?;
-        if !cache.backend.covers(&chunk_ref.path) {
-            return Err(Errno::ENOSPC.into());
-        }
-        let handle = if chunk_ref.index == 0 {
-            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
-        } else {
-            self.tail_for_write_through(chunk_ref, template, time_ns)?
-        };
-        cache.write_through(&self.space, &chunk_ref.path, chunk_ref.index, &handle, offset, source, time_ns, prepare)
+        let handle =
+            if key.index == 0 { self.inode_checked(key.file)? } else { self.tail_for_write_through(key, template, time_ns, backend)? };
+        cache.write_through(&self.space, &handle, offset, source, time_ns, prepare)
     }
 
-    /// One page of the backend directory behind `dir`, in name order, after `after`.
-    pub fn backend_page(&self, dir: &str, after: Option<&str>, limit: usize) -> Result<DirPage, StoreError> {
-        self.cache.as_ref().map_or(Ok(DirPage::default()), |cache| cache.backend_page(dir, after, limit))
+    /// One page of the backend directory behind `dir`, in name order, after `after`; each
+    /// entry's file id gets the anchor `anchor_of` gives its path.
+    pub fn backend_page(
+        &self,
+        dir: &str,
+        after: Option<&str>,
+        limit: usize,
+        anchor_of: &dyn Fn(&str) -> u32,
+    ) -> Result<DirPage, StoreError> {
+        self.cache.as_ref().map_or(Ok(DirPage::default()), |cache| cache.backend_page(dir, after, limit, anchor_of))
     }
 
     /// Every name in the backend directory behind `dir` (rmdir's emptiness check).

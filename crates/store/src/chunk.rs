@@ -1,11 +1,13 @@
 //! One chunk: its attributes, its bytes, and its state relative to the backend (cache mode).
 //!
-//! Every chunk lives behind its own mutex ([`ChunkHandle`]), which guards all of it: copying
-//! a chunk's bytes never blocks other chunks.
+//! Chunk 0 of a file is its *inode*: it carries the file's attributes (type, mode, owner,
+//! link count, times) and its first bytes, and counts the file's opens. Every chunk lives
+//! behind its own mutex ([`ChunkHandle`]), which guards all of it: copying a chunk's bytes
+//! never blocks other chunks.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use ringfs_proto::{Attr, EntryFlags};
+use ringfs_proto::{Attr, ChunkKey, EntryFlags};
 
 use crate::body::Body;
 
@@ -40,14 +42,18 @@ impl PendingOp {
 /// | loaded from the backend      | `BACKEND_DATA`, not `DIRTY`                        | first read or change: loaded, then *clean*  |
 /// | clean                        | neither; `listed_clean` once an eviction candidate | change: *dirty*; eviction: *loaded*         |
 /// | dirty                        | `DIRTY`, `queued` (or being flushed)               | flush of an unchanged version: *clean*      |
-/// | entry with a pending change  | chunk 0, `pending` set, `queued`                   | the flush that applies it (`prepare_entry`) |
+/// | inode with a pending change  | chunk 0, `pending` set, `queued`                   | the flush that applies it (`prepare`)       |
 /// | being cut                    | chunk 0, `cutting`                                 | `cut_backend_file` records the cut          |
+///
+/// The inode of a file in the cached tree also knows where in the backend the file lives
+/// (`backend_path`: the path it was created or found at, or renamed to); its data chunks ask
+/// it before they are flushed. A file with no name left (unlinked while open) has none, and
+/// its data is never flushed.
 ///
 /// Invariants (checked by [`CacheState::check`]): a dirty chunk or one with a pending
 /// change is queued or being flushed (the flusher clears `queued` when it takes the chunk and
-/// queues it again if it changed); only chunks in the cached tree carry any of this state;
-/// `BACKEND_DATA` chunks hold no bytes of their own beyond what is being loaded.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// queues it again if it changed); only chunks in the cached tree carry any of this state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct CacheState {
     /// Chunk 0: the change of the entry that must reach the backend first.
     pub pending: Option<PendingOp>,
@@ -59,24 +65,34 @@ pub(crate) struct CacheState {
     /// once they are gone. Until then no chunk of the file is flushed, so no data written
     /// meanwhile can reach the backend before the cut does.
     pub cutting: bool,
+    /// Chunk 0: where the file lives in the backend (see above).
+    pub backend_path: Option<String>,
 }
 
 impl CacheState {
     /// Checks the invariants that hold whenever the chunk's lock is free (debug builds).
     pub fn check(&self, attr: &Attr) {
         if !attr.has(EntryFlags::BACKED) {
-            debug_assert!(self.pending.is_none() && !self.cutting && !attr.has(EntryFlags::DIRTY | EntryFlags::BACKEND_DATA));
+            debug_assert!(self.pending.is_none() && !self.cutting && self.backend_path.is_none());
+            debug_assert!(!attr.has(EntryFlags::DIRTY) && !attr.has(EntryFlags::BACKEND_DATA));
         }
     }
 }
 
 pub(crate) struct Chunk {
+    /// The chunk's index in its file (0: the inode); its file is `attr.file_id`.
+    pub index: u64,
     pub attr: Attr,
     pub body: Body,
     /// Set when the chunk has left the index; late writers must not touch it.
     pub removed: bool,
-    /// Chunk 0 of a directory being removed: lookups treat it as absent.
-    pub rmdir_pending: bool,
+    /// An inode found unreferenced (no name, no open) and about to be deleted: set under the
+    /// chunk's lock by the operation that decided it, so no open can be registered between
+    /// that decision and the deletion.
+    pub doomed: bool,
+    /// Chunk 0: how many opens of the file are registered (see the server's open registry). A
+    /// file whose last name is gone stays while this is not 0.
+    pub opens: u32,
     /// Bumped by every change; a flush marks the chunk clean only if it did not move.
     pub version: u64,
     /// Cache mode: see [`CacheState`].
@@ -84,8 +100,30 @@ pub(crate) struct Chunk {
 }
 
 impl Chunk {
-    pub fn new(attr: Attr, body: Body, pending: Option<PendingOp>) -> Chunk {
-        Chunk { attr, body, removed: false, rmdir_pending: false, version: 0, cache: CacheState { pending, ..CacheState::default() } }
+    pub fn new(index: u64, attr: Attr, body: Body, cache: CacheState) -> Chunk {
+        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache }
+    }
+
+    pub fn key(&self) -> ChunkKey {
+        ChunkKey { file: self.attr.file_id, index: self.index }
+    }
+
+    /// An inode whose file has no name left and is not open: it goes.
+    pub fn is_unreferenced(&self) -> bool {
+        self.attr.nlink == 0 && self.opens == 0
+    }
+
+    /// Marks an unreferenced inode as about to be deleted (see `doomed`); true if it is.
+    pub fn doom_if_unreferenced(&mut self) -> bool {
+        if !self.removed && !self.doomed && self.is_unreferenced() {
+            self.doomed = true;
+        }
+        self.doomed
+    }
+
+    /// Whether this chunk is gone or going.
+    pub fn is_gone(&self) -> bool {
+        self.removed || self.doomed
     }
 }
 

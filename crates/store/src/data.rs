@@ -1,11 +1,17 @@
-//! Operations on chunk data: stat, read, write, lengths and attributes, and (cache mode) the
-//! loading and flushing steps the server drives.
+//! Operations on files, by id: attributes, opens and link counts at the inode, reads and
+//! writes of chunks, lengths, durability.
+//!
+//! A file lives while it has a name or an open. Its inode counts both: `nlink` (names, kept
+//! by the servers of the names through `AddLink`/`DropLink`) and `opens` (registered by the
+//! server for its clients). When both reach zero the inode and the chunks held here go, and
+//! the caller removes the chunks held elsewhere.
 
 use std::sync::Arc;
 
-use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, EntryFlags, Errno, FileKind};
+use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileKind, SetAttr, TailSummary};
 
 use crate::body::Body;
+use crate::cache::BackendFile;
 use crate::chunk::{ChunkHandle, lock};
 use crate::store::ChunkStore;
 use crate::{ByteSink, ByteSource, StoreError};
@@ -22,35 +28,99 @@ pub struct SharedRead {
     pub bytes: Option<(Arc<Vec<u8>>, std::ops::Range<usize>)>,
 }
 
-impl ChunkStore {
-    // ----- chunk data -----------------------------------------------------------------------
+/// A file that went (no name, no open): the caller removes its chunks on the other servers if
+/// it had any (`extended`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Deleted {
+    pub file: FileId,
+    pub extended: bool,
+}
 
-    /// Attributes of a chunk. Chunk 0 is looked up by path (checked against `file_id` unless
-    /// it is 0); later chunks by path, index and file id.
-    pub fn stat(&self, chunk: &ChunkRef) -> Result<Attr, StoreError> {
-        let handle = if chunk.index == 0 {
-            self.head_checked(&chunk.path, chunk.file_id)?
-        } else {
-            self.index.find_tail(chunk).ok_or(Errno::ENOENT)?
-        };
-        let chunk = lock(&handle);
-        if chunk.removed {
-            return Err(Errno::ENOENT.into());
+impl ChunkStore {
+    /// The attributes of a file (its inode).
+    pub fn stat(&self, file: FileId) -> Result<Attr, StoreError> {
+        let handle = self.inode_checked(file)?;
+        Ok(lock(&handle).attr)
+    }
+
+    /// Registers an open of a file; its attributes.
+    pub fn open_file(&self, file: FileId) -> Result<Attr, StoreError> {
+        let handle = self.inode_checked(file)?;
+        let mut chunk = lock(&handle);
+        if chunk.is_gone() {
+            return Err(Errno::ESTALE.into());
         }
+        chunk.opens += 1;
         Ok(chunk.attr)
     }
 
+    /// Ends an open of a file; the file goes if that was its last open and it has no name.
+    pub fn close_file(&self, file: FileId) -> Option<Deleted> {
+        let handle = self.index.inode(file)?;
+        let doomed = {
+            let mut chunk = lock(&handle);
+            if chunk.is_gone() {
+                return None;
+            }
+            chunk.opens = chunk.opens.saturating_sub(1);
+            chunk.doom_if_unreferenced()
+        };
+        doomed.then(|| Deleted { file, extended: self.delete_file(file) })
+    }
+
+    /// One more name of a file (a hard link). ENOENT if the file has no name left; EPERM for
+    /// a directory; EMLINK when the count is at its limit.
+    pub fn add_link(&self, file: FileId, time_ns: i64) -> Result<Attr, StoreError> {
+        let handle = self.inode_checked(file)?;
+        let mut chunk = lock(&handle);
+        if chunk.attr.is_dir() {
+            return Err(Errno::EPERM.into());
+        }
+        if chunk.attr.nlink == 0 || chunk.is_gone() {
+            return Err(Errno::ENOENT.into());
+        }
+        chunk.attr.nlink = chunk.attr.nlink.checked_add(1).filter(|count| *count < u32::MAX).ok_or(Errno::EMLINK)?;
+        chunk.attr.ctime_ns = time_ns;
+        self.persist(&mut chunk)?;
+        Ok(chunk.attr)
+    }
+
+    /// One name fewer of a file (a directory: its only name). When the file has no name left
+    /// it leaves the backend's view (cache mode), and it goes if nobody has it open.
+    pub fn drop_link(&self, file: FileId, time_ns: i64) -> Result<Option<Deleted>, StoreError> {
+        let handle = self.inode_checked(file)?;
+        let doomed = {
+            let mut chunk = lock(&handle);
+            if chunk.is_gone() {
+                return Err(Errno::ESTALE.into());
+            }
+            chunk.attr.nlink = if chunk.attr.is_dir() { 0 } else { chunk.attr.nlink.saturating_sub(1) };
+            chunk.attr.ctime_ns = time_ns;
+            if chunk.attr.nlink == 0 {
+                // Nothing of a file without a name is flushed (its names' removals reach the
+                // backend instead).
+                chunk.cache.pending = None;
+                chunk.cache.backend_path = None;
+            }
+            self.persist(&mut chunk)?;
+            chunk.doom_if_unreferenced()
+        };
+        Ok(doomed.then(|| Deleted { file, extended: self.delete_file(file) }))
+    }
+
     /// Writes `source` at `offset` inside a chunk and returns the chunk's new logical length.
-    /// Chunk 0 must exist; later chunks are created from `template`.
+    /// The inode must exist; later chunks are created from `template`. `backend` (cache mode)
+    /// says where the file's bytes are in the backend, for chunks that hold backend data.
     pub fn write(
         &self,
-        chunk_ref: &ChunkRef,
+        key: ChunkKey,
         offset: u64,
         source: &mut dyn ByteSource,
         template: ChunkTemplate,
         time_ns: i64,
+        backend: Option<&BackendFile>,
     ) -> Result<u64, StoreError> {
-        let handle = self.data_chunk(chunk_ref, template, time_ns)?;
+        let handle = self.data_chunk(key, template, time_ns, backend)?;
         let mut chunk = lock(&handle);
         if chunk.removed {
             return Err(Errno::ESTALE.into());
@@ -64,49 +134,65 @@ impl ChunkStore {
         if end > chunk.attr.chunk_size as u64 {
             return Err(Errno::EINVAL.into());
         }
-        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
+        self.ensure_loaded(&handle, &mut chunk, backend)?;
         self.fill(&mut chunk, offset, source)?;
         chunk.attr.len = chunk.attr.len.max(end);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
-        self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
-        self.persist(&chunk)?;
+        self.touched(&mut chunk);
+        self.persist(&mut chunk)?;
         Ok(chunk.attr.len)
     }
 
-    /// Whether this store holds the chunk (for chunk 0: the entry).
-    pub fn holds_chunk(&self, chunk: &ChunkRef) -> bool {
-        if chunk.index == 0 { self.index.head(&chunk.path).is_some() } else { self.index.find_tail(chunk).is_some() }
+    /// Whether this store holds the chunk.
+    pub fn holds_chunk(&self, key: ChunkKey) -> bool {
+        self.index.chunk(key).is_some()
+    }
+
+    /// Cache mode: whether an operation on `key` needs to know where the file's bytes are in
+    /// the backend — the chunk is missing and may be backend data (below `backend_len_hint`,
+    /// the caller's view), or it is here with its bytes still in the backend.
+    pub fn needs_backend(&self, key: ChunkKey, backend_len_hint: u64) -> bool {
+        if self.cache.is_none() || key.index == 0 {
+            return false;
+        }
+        match self.index.chunk(key) {
+            Some(handle) => lock(&handle).attr.has(EntryFlags::BACKEND_DATA),
+            None => key.index.saturating_mul(self.backend_chunk_size() as u64) < backend_len_hint,
+        }
+    }
+
+    /// Cache mode, at a file's inode: where its bytes are in the backend (`None` outside the
+    /// cached tree, or for a file with no name left).
+    pub fn backend_file(&self, file: FileId) -> Result<Option<BackendFile>, StoreError> {
+        let handle = self.inode_checked(file)?;
+        let chunk = lock(&handle);
+        Ok(chunk.cache.backend_path.clone().map(|path| BackendFile { path, len: chunk.attr.backend_len }))
     }
 
     /// The chunk a read addresses; `None` for a chunk after chunk 0 that does not exist.
-    fn chunk_for_read(&self, chunk_ref: &ChunkRef, backend_len: u64) -> Result<Option<ChunkHandle>, StoreError> {
-        if chunk_ref.index == 0 {
-            Ok(Some(self.head_checked(&chunk_ref.path, chunk_ref.file_id)?))
-        } else {
-            self.tail_for_read(chunk_ref, backend_len, self.backend_chunk_size())
-        }
+    fn chunk_for_read(&self, key: ChunkKey, backend: Option<&BackendFile>) -> Result<Option<ChunkHandle>, StoreError> {
+        if key.index == 0 { Ok(Some(self.inode_checked(key.file)?)) } else { self.tail_for_read(key, backend, self.backend_chunk_size()) }
     }
 
     /// Sends up to `len` bytes from `offset` inside a chunk to `sink` (bytes past the chunk's
     /// logical length are not sent). Returns the chunk's attributes — `None` if a chunk after
     /// chunk 0 does not exist (a hole) — and the number of bytes sent.
     ///
-    /// Cache mode: `backend_len` is the file's `backend_len` (checked by the caller); a
-    /// missing chunk below it, or a chunk whose bytes are in the backend, is loaded first — or
-    /// read from the backend directly when the store has no room.
+    /// Cache mode: a chunk whose bytes are in the backend (`backend`, as the inode's server
+    /// gave it) is loaded first — or read from the backend directly when the store has no room.
     pub fn read(
         &self,
-        chunk_ref: &ChunkRef,
+        key: ChunkKey,
         offset: u64,
         len: u64,
         sink: &mut dyn ByteSink,
-        backend_len: u64,
+        backend: Option<&BackendFile>,
     ) -> Result<(Option<Attr>, u64), StoreError> {
-        let Some(handle) = self.chunk_for_read(chunk_ref, backend_len)? else { return Ok((None, 0)) };
+        let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok((None, 0)) };
         let mut chunk = lock(&handle);
         if chunk.removed {
-            return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
+            return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
         }
         if chunk.attr.is_dir() {
             return Err(Errno::EISDIR.into());
@@ -115,10 +201,11 @@ impl ChunkStore {
         if offset >= end {
             return Ok((Some(chunk.attr), 0));
         }
-        match self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk) {
+        match self.ensure_loaded(&handle, &mut chunk, backend) {
             Ok(()) => chunk.body.read(offset, end, sink)?,
             Err(StoreError::Fs(Errno::ENOSPC)) => {
-                self.cache.as_ref().ok_or(Errno::EIO)?.read_from_backend(&chunk_ref.path, chunk_ref.index, &chunk, offset, end, sink)?
+                let path = backend.map(|backend| backend.path.as_str());
+                self.cache.as_ref().ok_or(Errno::EIO)?.read_from_backend(&chunk, path, offset, end, sink)?
             }
             Err(error) => return Err(error),
         }
@@ -129,16 +216,16 @@ impl ChunkStore {
     /// instead of copying them: bytes `range` of the returned buffer are the first bytes of
     /// the read, the rest of its length reads as zeros. File-backed chunks return no buffer
     /// (the caller falls back to [`ChunkStore::read`]).
-    pub fn read_shared(&self, chunk_ref: &ChunkRef, offset: u64, len: u64, backend_len: u64) -> Result<SharedRead, StoreError> {
-        let Some(handle) = self.chunk_for_read(chunk_ref, backend_len)? else { return Ok(SharedRead { attr: None, len: 0, bytes: None }) };
+    pub fn read_shared(&self, key: ChunkKey, offset: u64, len: u64, backend: Option<&BackendFile>) -> Result<SharedRead, StoreError> {
+        let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         let mut chunk = lock(&handle);
         if chunk.removed {
-            return if chunk_ref.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
+            return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         }
         if chunk.attr.is_dir() {
             return Err(Errno::EISDIR.into());
         }
-        match self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk) {
+        match self.ensure_loaded(&handle, &mut chunk, backend) {
             // No room to load: the caller's plain read serves it from the backend.
             Err(StoreError::Fs(Errno::ENOSPC)) => return Ok(SharedRead { attr: Some(chunk.attr), len: 0, bytes: None }),
             other => other?,
@@ -155,8 +242,15 @@ impl ChunkStore {
 
     /// Sets a chunk's logical length, dropping bytes beyond it; a missing later chunk is
     /// created (empty) from `template`.
-    pub fn set_chunk_len(&self, chunk_ref: &ChunkRef, len: u64, template: ChunkTemplate, time_ns: i64) -> Result<Attr, StoreError> {
-        let handle = self.data_chunk(chunk_ref, template, time_ns)?;
+    pub fn set_chunk_len(
+        &self,
+        key: ChunkKey,
+        len: u64,
+        template: ChunkTemplate,
+        time_ns: i64,
+        backend: Option<&BackendFile>,
+    ) -> Result<Attr, StoreError> {
+        let handle = self.data_chunk(key, template, time_ns, backend)?;
         let mut chunk = lock(&handle);
         if chunk.removed {
             return Err(Errno::ESTALE.into());
@@ -167,18 +261,18 @@ impl ChunkStore {
         if len > chunk.attr.chunk_size as u64 {
             return Err(Errno::EINVAL.into());
         }
-        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
+        self.ensure_loaded(&handle, &mut chunk, backend)?;
         self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
-        self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
-        self.persist(&chunk)?;
+        self.touched(&mut chunk);
+        self.persist(&mut chunk)?;
         Ok(chunk.attr)
     }
 
-    /// File-level truncate step on chunk 0: sets its length, and marks the file extended if
-    /// it now reaches past chunk 0. Returns the attributes from before the call.
+    /// File-level truncate step on the inode: sets chunk 0's length, and marks the file
+    /// extended if it now reaches past chunk 0. Returns the attributes from before the call.
     ///
     /// The extended mark is never cleared: it means "chunks after chunk 0 may exist", and
     /// clients cache it per open file, which is only safe while it cannot go away.
@@ -186,8 +280,8 @@ impl ChunkStore {
     /// `file_len` is the file's new size: in cache mode the backend part of the file shrinks
     /// to it (the caller records the cut of the backend file once the chunks past it are gone,
     /// see `cut_backend_file`).
-    pub fn truncate_head(&self, path: &str, file_id: u64, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
-        let handle = self.head_checked(path, file_id)?;
+    pub fn truncate_head(&self, file: FileId, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
+        let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
         match chunk.attr.kind() {
             Some(FileKind::Regular) => {}
@@ -195,7 +289,7 @@ impl ChunkStore {
             _ => return Err(Errno::EINVAL.into()),
         }
         let before_attr = chunk.attr;
-        self.ensure_loaded(path, 0, &handle, &mut chunk)?;
+        self.ensure_loaded(&handle, &mut chunk, None)?;
         self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         if file_len > len {
@@ -206,25 +300,25 @@ impl ChunkStore {
         chunk.attr.ctime_ns = time_ns;
         // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
         chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
-        self.touched(path, 0, &mut chunk);
-        self.persist(&chunk)?;
+        self.touched(&mut chunk);
+        self.persist(&mut chunk)?;
         Ok(before_attr)
     }
 
-    /// Records on chunk 0 that the file may have chunks after it.
-    pub fn mark_extended(&self, path: &str, file_id: u64) -> Result<(), StoreError> {
-        let handle = self.head_checked(path, file_id)?;
+    /// Records on the inode that the file may have chunks after chunk 0.
+    pub fn mark_extended(&self, file: FileId) -> Result<(), StoreError> {
+        let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
         if !chunk.attr.is_extended() {
             chunk.attr.flags |= EntryFlags::EXTENDED;
-            self.persist(&chunk)?;
+            self.persist(&mut chunk)?;
         }
         Ok(())
     }
 
-    /// chmod / chown / utimens on an entry. `ctime` becomes `time_ns`.
-    pub fn set_attr(&self, request: &ringfs_proto::SetAttr) -> Result<Attr, StoreError> {
-        let handle = self.head_checked(&request.path, 0)?;
+    /// chmod / chown / utimens on a file. `ctime` becomes `time_ns`.
+    pub fn set_attr(&self, request: &SetAttr) -> Result<Attr, StoreError> {
+        let handle = self.inode_checked(request.file)?;
         let mut chunk = lock(&handle);
         let attr = &mut chunk.attr;
         if let Some(mode) = request.mode {
@@ -244,10 +338,57 @@ impl ChunkStore {
         }
         attr.ctime_ns = request.time_ns;
         if request.mode.is_some() {
-            // The mode reaches the backend with the entry's next flush.
-            self.touched(&request.path, 0, &mut chunk);
+            // The mode reaches the backend with the inode's next flush.
+            self.touched(&mut chunk);
         }
-        self.persist(&chunk)?;
+        self.persist(&mut chunk)?;
         Ok(chunk.attr)
+    }
+
+    /// Removes this store's chunks of `file` with index >= `from_index` (at least 1). Returns
+    /// how many were removed.
+    pub fn remove_chunks(&self, file: FileId, from_index: u64) -> u64 {
+        let removed = {
+            let mut files = self.index.files_of(file);
+            let Some(chunks) = files.files.get_mut(&file) else { return 0 };
+            let removed = chunks.take_tail(from_index);
+            if chunks.is_empty() {
+                files.files.remove(&file);
+            }
+            removed
+        };
+        for handle in &removed {
+            self.space.discard(handle);
+        }
+        removed.len() as u64
+    }
+
+    /// This store's part of a file after chunk 0: its highest chunk index (>= 1) with that
+    /// chunk's logical length, and the newest modification time among its chunks.
+    pub fn tail_summary(&self, file: FileId) -> TailSummary {
+        let mut summary = TailSummary::default();
+        for (index, handle) in self.index.tail_of(file) {
+            let chunk = lock(&handle);
+            if chunk.removed {
+                continue;
+            }
+            summary.newest_mtime_ns = summary.newest_mtime_ns.max(chunk.attr.mtime_ns);
+            if summary.last.is_none_or(|(last, _)| index > last) {
+                summary.last = Some((index, chunk.attr.len));
+            }
+        }
+        summary
+    }
+
+    /// Makes this store's chunks of `file`, and the names recorded so far, durable (`dir`
+    /// store: fsync of the chunk files and the entry journal; nothing to do in memory).
+    pub fn fsync_file(&self, file: FileId) -> Result<(), StoreError> {
+        for (_, handle) in self.index.chunks_of(file) {
+            self.space.sync(&lock(&handle))?;
+        }
+        if let Some(directory) = &self.space.directory {
+            directory.sync_entries().map_err(StoreError::Directory)?;
+        }
+        Ok(())
     }
 }

@@ -1,54 +1,63 @@
-//! The on-disk layout of the `dir` store: one file per chunk under a local directory.
+//! The on-disk layout of the `dir` store: one file per chunk, and a journal of entries.
 //!
 //! A chunk file starts with a header holding the chunk's key and attributes, followed by the
-//! chunk's bytes at `data_offset`. File names are derived from a 128-bit hash of the path, so
-//! no user-controlled string ever becomes part of a local path (nothing can escape the store
-//! directory), and any path length fits. The header makes each file self-describing: on
-//! restart the store rebuilds its index by reading the headers.
+//! chunk's bytes at `data_offset`. File names are derived from the chunk key (file id and
+//! index), so no user-controlled string ever becomes part of a local path (nothing can escape
+//! the store directory). The header makes each file self-describing: on restart the store
+//! rebuilds its index of chunks by reading the headers.
 //!
 //! ```text
+//! chunk file header
 //! offset  size  field
 //!      0     4  magic "RFSC"
-//!      4     2  format version (2)
-//!      6     2  path length
+//!      4     2  format version (3)
+//!      6     2  length of the backend path (cache mode, inodes; 0 otherwise)
 //!      8     4  data offset (header length rounded up to 512)
 //!     12     4  reserved (0)
 //!     16     8  chunk index
-//!     24    68  attributes (ringfs_proto::Attr::to_bytes)
-//!     92     4  pending backend operation of an entry (cache mode): 0 none, 1 create, 2 trim
-//!     96     8  its argument (the trim length)
-//!    104     …  path (UTF-8)
+//!     24    84  attributes (ringfs_proto::Attr::to_bytes; they hold the file id)
+//!    108     4  pending backend operation of an inode (cache mode): 0 none, 1 create, 2 trim
+//!    112     8  its argument (the trim length)
+//!    120     …  backend path (UTF-8)
 //! ```
 //!
-//! Files live at `<root>/chunks/<first two hex digits>/<hash>.<file id>.<index>`. In cache
-//! mode, removals that have not reached the backend yet are recorded as small files
-//! `<root>/removals/<hash>` holding a kind byte (`f` or `d`) and the path.
-//! Writes go to the page cache without fsync: the store survives a crash or restart of the
-//! server process, not a crash of the node (it is a job-scoped tier; see docs/CONSISTENCY.md).
+//! Chunk files live at `<root>/chunks/<first two hex digits>/<anchor><serial>.<index>`.
+//! Entries (names) are records appended to `<root>/entries.log`: a put (`P`, path, file id,
+//! type bits) or a removal (`R`, path); opening the store replays the journal and rewrites it
+//! with the live entries only. In cache mode, removals that have not reached the backend yet
+//! are recorded as small files `<root>/removals/<hash>` holding a kind byte (`f` or `d`) and
+//! the path.
+//!
+//! Writes go to the page cache; [`ChunkDirectory::sync_chunk`] and
+//! [`ChunkDirectory::sync_entries`] make them durable (`fsync`).
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use ringfs_proto::{ATTR_BYTES, Attr};
+use ringfs_proto::{ATTR_BYTES, Attr, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::body::ChunkFile;
-use crate::chunk::PendingOp;
+use crate::chunk::{PendingOp, lock};
 
 const MAGIC: &[u8; 4] = b"RFSC";
-const FORMAT_VERSION: u16 = 2;
-const PENDING_OFFSET: usize = 24 + ATTR_BYTES;
+const FORMAT_VERSION: u16 = 3;
+const ATTR_OFFSET: usize = 24;
+const PENDING_OFFSET: usize = ATTR_OFFSET + ATTR_BYTES;
 const FIXED_HEADER_BYTES: usize = PENDING_OFFSET + 12;
 const DATA_ALIGNMENT: usize = 512;
+const ENTRY_PUT: u8 = b'P';
+const ENTRY_REMOVE: u8 = b'R';
 
 /// A chunk found on disk while recovering.
 pub(crate) struct RecoveredChunk {
-    pub path: String,
-    pub index: u64,
+    pub key: ChunkKey,
     pub attr: Attr,
     pub pending: Option<PendingOp>,
+    pub backend_path: Option<String>,
     pub file: ChunkFile,
 }
 
@@ -57,6 +66,9 @@ pub(crate) struct RecoveredChunk {
 pub(crate) struct ChunkDirectory {
     chunks: PathBuf,
     removals: PathBuf,
+    entries_path: PathBuf,
+    /// The entry journal, appended to.
+    entries: Mutex<File>,
 }
 
 fn pending_bytes(pending: Option<PendingOp>) -> [u8; 12] {
@@ -81,14 +93,94 @@ fn pending_from(bytes: &[u8]) -> Option<PendingOp> {
     }
 }
 
+fn entry_record(path: &str, entry: Option<EntryRef>) -> Vec<u8> {
+    let mut record = Vec::with_capacity(3 + path.len() + 16);
+    record.push(if entry.is_some() { ENTRY_PUT } else { ENTRY_REMOVE });
+    record.extend_from_slice(&(path.len() as u16).to_le_bytes());
+    record.extend_from_slice(path.as_bytes());
+    if let Some(entry) = entry {
+        record.extend_from_slice(&entry.file.anchor.to_le_bytes());
+        record.extend_from_slice(&entry.file.serial.to_le_bytes());
+        record.extend_from_slice(&entry.kind_bits.to_le_bytes());
+    }
+    record
+}
+
+/// Replays a journal: the entries live at its end. A damaged tail (a record cut by a crash)
+/// ends the replay.
+fn replay_entries(bytes: &[u8]) -> Vec<(String, EntryRef)> {
+    let mut live: std::collections::BTreeMap<String, EntryRef> = std::collections::BTreeMap::new();
+    let mut at = 0;
+    while at + 3 <= bytes.len() {
+        let kind = bytes[at];
+        let len = u16::from_le_bytes([bytes[at + 1], bytes[at + 2]]) as usize;
+        let path_end = at + 3 + len;
+        let record_end = if kind == ENTRY_PUT { path_end + 16 } else { path_end };
+        if record_end > bytes.len() || !(kind == ENTRY_PUT || kind == ENTRY_REMOVE) {
+            log::warn!("entry journal damaged at byte {at}; later records are dropped");
+            break;
+        }
+        let Ok(path) = std::str::from_utf8(&bytes[at + 3..path_end]) else { break };
+        if ringfs_proto::path::validate(path).is_err() {
+            break;
+        }
+        if kind == ENTRY_PUT {
+            let word = |from: usize, len: usize| bytes[from..from + len].to_vec();
+            let anchor = u32::from_le_bytes(word(path_end, 4).try_into().expect("4 bytes"));
+            let serial = u64::from_le_bytes(word(path_end + 4, 8).try_into().expect("8 bytes"));
+            let kind_bits = u32::from_le_bytes(word(path_end + 12, 4).try_into().expect("4 bytes"));
+            live.insert(path.to_string(), EntryRef { file: FileId { anchor, serial }, kind_bits });
+        } else {
+            live.remove(path);
+        }
+        at = record_end;
+    }
+    live.into_iter().collect()
+}
+
 impl ChunkDirectory {
     pub fn open(root: &Path) -> io::Result<ChunkDirectory> {
         let chunks = root.join("chunks");
         let removals = root.join("removals");
         fs::create_dir_all(&chunks)?;
         fs::create_dir_all(&removals)?;
-        Ok(ChunkDirectory { chunks, removals })
+        let entries_path = root.join("entries.log");
+        let entries = OpenOptions::new().create(true).append(true).open(&entries_path)?;
+        Ok(ChunkDirectory { chunks, removals, entries_path, entries: Mutex::new(entries) })
     }
+
+    // ----- entries --------------------------------------------------------------------------
+
+    /// Records that `path` refers to `entry` (a new or replaced entry).
+    pub fn put_entry(&self, path: &str, entry: EntryRef) -> io::Result<()> {
+        lock(&self.entries).write_all(&entry_record(path, Some(entry)))
+    }
+
+    /// Records that the entry of `path` is gone.
+    pub fn remove_entry(&self, path: &str) -> io::Result<()> {
+        lock(&self.entries).write_all(&entry_record(path, None))
+    }
+
+    /// Makes the entries recorded so far durable.
+    pub fn sync_entries(&self) -> io::Result<()> {
+        lock(&self.entries).sync_data()
+    }
+
+    /// The entries recorded before a restart; the journal is rewritten with them alone.
+    pub fn recover_entries(&self) -> io::Result<Vec<(String, EntryRef)>> {
+        let mut journal = lock(&self.entries);
+        let mut bytes = Vec::new();
+        File::open(&self.entries_path)?.read_to_end(&mut bytes)?;
+        let live = replay_entries(&bytes);
+        let compacted: Vec<u8> = live.iter().flat_map(|(path, entry)| entry_record(path, Some(*entry))).collect();
+        let temporary = self.entries_path.with_extension("log.new");
+        fs::write(&temporary, &compacted)?;
+        fs::rename(&temporary, &self.entries_path)?;
+        *journal = OpenOptions::new().append(true).open(&self.entries_path)?;
+        Ok(live)
+    }
+
+    // ----- removals (cache mode) -------------------------------------------------------------
 
     fn removal_location(&self, path: &str) -> PathBuf {
         self.removals.join(format!("{:032x}", xxhash_rust::xxh3::xxh3_128(path.as_bytes())))
@@ -133,33 +225,35 @@ impl ChunkDirectory {
         Ok(removals)
     }
 
-    fn location(&self, path: &str, index: u64, file_id: u64) -> PathBuf {
-        let hash = xxhash_rust::xxh3::xxh3_128(path.as_bytes());
-        let name = format!("{hash:032x}.{file_id:016x}.{index}");
+    // ----- chunks ---------------------------------------------------------------------------
+
+    fn location(&self, key: ChunkKey) -> PathBuf {
+        let name = format!("{:08x}{:016x}.{}", key.file.anchor, key.file.serial, key.index);
         self.chunks.join(&name[..2]).join(name)
     }
 
-    fn header(path: &str, index: u64, attr: &Attr, pending: Option<PendingOp>) -> Vec<u8> {
-        let header_len = FIXED_HEADER_BYTES + path.len();
+    fn header(key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>) -> Vec<u8> {
+        let backend_path = backend_path.unwrap_or("");
+        let header_len = FIXED_HEADER_BYTES + backend_path.len();
         let data_offset = header_len.div_ceil(DATA_ALIGNMENT) * DATA_ALIGNMENT;
         let mut header = Vec::with_capacity(data_offset);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        header.extend_from_slice(&(path.len() as u16).to_le_bytes());
+        header.extend_from_slice(&(backend_path.len() as u16).to_le_bytes());
         header.extend_from_slice(&(data_offset as u32).to_le_bytes());
         header.extend_from_slice(&0u32.to_le_bytes());
-        header.extend_from_slice(&index.to_le_bytes());
+        header.extend_from_slice(&key.index.to_le_bytes());
         header.extend_from_slice(&attr.to_bytes());
         header.extend_from_slice(&pending_bytes(pending));
-        header.extend_from_slice(path.as_bytes());
+        header.extend_from_slice(backend_path.as_bytes());
         header.resize(data_offset, 0);
         header
     }
 
     /// Creates the file of a new chunk (replacing a leftover file of the same key).
-    pub fn create(&self, path: &str, index: u64, attr: &Attr, pending: Option<PendingOp>) -> io::Result<ChunkFile> {
-        let location = self.location(path, index, attr.file_id);
-        let header = Self::header(path, index, attr, pending);
+    pub fn create(&self, key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>) -> io::Result<ChunkFile> {
+        let location = self.location(key);
+        let header = Self::header(key, attr, pending, backend_path);
         let file = match File::create(&location) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -172,10 +266,37 @@ impl ChunkDirectory {
         Ok(ChunkFile { location, data_offset: header.len() as u64, stored_len: 0 })
     }
 
-    /// Rewrites the attributes and the pending operation in a chunk file's header.
-    pub fn update_attr(&self, chunk: &ChunkFile, attr: &Attr, pending: Option<PendingOp>) -> io::Result<()> {
-        let file = OpenOptions::new().write(true).open(&chunk.location)?;
-        file.write_all_at(&[&attr.to_bytes()[..], &pending_bytes(pending)].concat(), 24)
+    /// Rewrites the attributes and the pending operation in a chunk file's header. A backend
+    /// path that no longer fits the header's room rewrites the whole file.
+    pub fn update_attr(
+        &self,
+        chunk: &mut ChunkFile,
+        key: ChunkKey,
+        attr: &Attr,
+        pending: Option<PendingOp>,
+        backend_path: Option<&str>,
+    ) -> io::Result<()> {
+        let header = Self::header(key, attr, pending, backend_path);
+        if header.len() as u64 == chunk.data_offset {
+            let file = OpenOptions::new().write(true).open(&chunk.location)?;
+            return file.write_all_at(&header, 0);
+        }
+        // Another header size: copy the bytes behind a new header.
+        let old = File::open(&chunk.location)?;
+        let mut bytes = vec![0u8; chunk.stored_len as usize];
+        old.read_exact_at(&mut bytes, chunk.data_offset)?;
+        let temporary = chunk.location.with_extension("rewrite");
+        let new = File::create(&temporary)?;
+        new.write_all_at(&header, 0)?;
+        new.write_all_at(&bytes, header.len() as u64)?;
+        fs::rename(&temporary, &chunk.location)?;
+        chunk.data_offset = header.len() as u64;
+        Ok(())
+    }
+
+    /// Makes a chunk file's bytes and header durable.
+    pub fn sync_chunk(&self, chunk: &ChunkFile) -> io::Result<()> {
+        File::open(&chunk.location)?.sync_all()
     }
 
     /// Size in bytes of the file system the directory is on.
@@ -225,19 +346,43 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
     let mut index_bytes = [0u8; 8];
     index_bytes.copy_from_slice(&fixed[16..24]);
     let mut attr_bytes = [0u8; ATTR_BYTES];
-    attr_bytes.copy_from_slice(&fixed[24..PENDING_OFFSET]);
+    attr_bytes.copy_from_slice(&fixed[ATTR_OFFSET..PENDING_OFFSET]);
     let mut path = vec![0u8; path_len];
     file.read_exact(&mut path)?;
-    let path = String::from_utf8(path).map_err(|_| invalid("path is not UTF-8"))?;
-    if ringfs_proto::path::validate(&path).is_err() || data_offset < (FIXED_HEADER_BYTES + path_len) as u64 {
+    let backend_path = match path_len {
+        0 => None,
+        _ => Some(String::from_utf8(path).map_err(|_| invalid("backend path is not UTF-8"))?),
+    };
+    if backend_path.as_deref().is_some_and(|path| ringfs_proto::path::validate(path).is_err())
+        || data_offset < (FIXED_HEADER_BYTES + path_len) as u64
+    {
         return Err(invalid("damaged header"));
     }
-    let stored_len = file_len.saturating_sub(data_offset);
+    let attr = Attr::from_bytes(&attr_bytes);
     Ok(RecoveredChunk {
-        path,
-        index: u64::from_le_bytes(index_bytes),
-        attr: Attr::from_bytes(&attr_bytes),
+        key: ChunkKey { file: attr.file_id, index: u64::from_le_bytes(index_bytes) },
+        attr,
         pending: pending_from(&fixed[PENDING_OFFSET..]),
-        file: ChunkFile { location: location.to_path_buf(), data_offset, stored_len },
+        backend_path,
+        file: ChunkFile { location: location.to_path_buf(), data_offset, stored_len: file_len.saturating_sub(data_offset) },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_entry_journal_replays_to_the_live_entries_and_survives_a_cut_record() {
+        let entry = |serial| EntryRef { file: FileId { anchor: 1, serial }, kind_bits: 0o100000 };
+        let mut journal = Vec::new();
+        journal.extend(entry_record("/a", Some(entry(1))));
+        journal.extend(entry_record("/b", Some(entry(2))));
+        journal.extend(entry_record("/a", None));
+        journal.extend(entry_record("/b", Some(entry(3))));
+        let mut cut = entry_record("/c", Some(entry(4)));
+        cut.truncate(cut.len() - 3);
+        journal.extend(cut);
+        assert_eq!(replay_entries(&journal), vec![("/b".to_string(), entry(3))]);
+    }
 }

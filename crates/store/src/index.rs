@@ -1,68 +1,48 @@
-//! The index of one store: which chunks it holds, the entries of every directory, and the
-//! directories known to exist.
+//! The index of one store: the names (entries) it holds, the entries of every directory, the
+//! directories known to exist, and the chunks of files it holds.
 //!
-//! Locking. The index is split into shards by a hash of the path (`files`) and, for the
-//! directory index, by a hash of the directory path (`dirs`). Locks are always taken in the
-//! order: dir shard, file shard, chunk — never the reverse. The index holds no policy: the
-//! store's operations decide what to insert and remove, and cache mode keeps its per-name
-//! records (removals not yet applied to the backend) here as plain data.
+//! Names and files are apart. An entry maps a path to a file id ([`EntryRef`]); the file's
+//! chunks — chunk 0, its inode, and the data chunks after it — are keyed by the file id
+//! ([`FileChunks`]). A store holds the entries whose paths placement gives it and the chunks
+//! whose (file anchor, index) it gives it; for a file that was never renamed, its entry and its
+//! inode are on the same store.
+//!
+//! Locking. Each map is split into shards: names by a hash of the path (`names`), directory
+//! listings by a hash of the directory path (`dirs`), chunks by a hash of the file id
+//! (`files`). Locks are always taken in the order: dir shard, name shard, file shard, chunk —
+//! never the reverse. The index holds no policy: the store's operations decide what to insert
+//! and remove, and cache mode keeps its per-name records (removals not yet applied to the
+//! backend) here as plain data.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard};
 
-use ringfs_proto::ChunkRef;
 use ringfs_proto::path;
+use ringfs_proto::{ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::chunk::{ChunkHandle, lock};
 
 const SHARDS: usize = 64;
 
-/// Maps and sets keyed by paths hash with xxh3: several times faster than the standard
-/// library's DoS-resistant hash, and only clients holding the job's secret choose the keys.
+/// Maps and sets hashed with xxh3: several times faster than the standard library's
+/// DoS-resistant hash, and only clients holding the job's secret choose the keys.
 pub(crate) type FastMap<K, V> = HashMap<K, V, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
 pub(crate) type FastSet<T> = HashSet<T, xxhash_rust::xxh3::Xxh3DefaultBuilder>;
 
-/// All chunks of one path held by this store.
-#[derive(Default)]
-pub(crate) struct PathChunks {
-    /// Chunk 0: the entry.
-    pub head: Option<ChunkHandle>,
-    /// Chunks 1.. by index; several files (ids) may briefly share an index during a rename.
-    pub tail: BTreeMap<u64, Vec<(u64, ChunkHandle)>>,
-}
-
-impl PathChunks {
-    pub fn is_empty(&self) -> bool {
-        self.head.is_none() && self.tail.is_empty()
-    }
-
-    pub fn find_tail(&self, index: u64, file_id: u64) -> Option<ChunkHandle> {
-        let candidates = self.tail.get(&index)?;
-        candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| handle.clone())
-    }
-
-    /// Removes the later chunks (index >= `from_index`) of `file_id` (0: of any file).
-    pub fn take_tail(&mut self, file_id: u64, from_index: u64) -> Vec<ChunkHandle> {
-        let mut taken = Vec::new();
-        for candidates in self.tail.range_mut(from_index..).map(|(_, candidates)| candidates) {
-            candidates.retain(|(id, handle)| {
-                let matches = file_id == 0 || *id == file_id;
-                if matches {
-                    taken.push(handle.clone());
-                }
-                !matches
-            });
-        }
-        self.tail.retain(|_, candidates| !candidates.is_empty());
-        taken
-    }
+/// A name held here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Entry {
+    pub target: EntryRef,
+    /// A directory being removed: lookups treat it as absent, creates inside it fail.
+    pub removing: bool,
 }
 
 #[derive(Default)]
-pub(crate) struct FileShard {
-    pub paths: FastMap<String, PathChunks>,
+pub(crate) struct NameShard {
+    pub entries: FastMap<String, Entry>,
     /// Cache mode: entries removed in ringfs whose removal has not reached the backend.
     pub removals: FastMap<String, RemovalKind>,
     /// Cache mode: bumped whenever a removal of this shard reaches the backend, so that a
@@ -72,20 +52,27 @@ pub(crate) struct FileShard {
 
 #[derive(Default)]
 pub(crate) struct DirShard {
-    /// Directory path -> names of the entries inside it whose chunk 0 is held here.
+    /// Directory path -> names of the entries inside it held here.
     pub children: FastMap<String, BTreeSet<String>>,
     /// Cache mode: directory path -> names of the removals recorded here inside it.
     pub removed: FastMap<String, BTreeSet<String>>,
     /// Directories known to exist (parent checks of creates are answered from here).
     pub known: FastSet<String>,
     /// Bumped whenever a directory of this shard is forgotten, so that a lookup that raced
-    /// with an rmdir cannot record a stale "exists".
+    /// with an rmdir or a rename cannot record a stale "exists".
     pub invalidations: u64,
 }
 
 impl DirShard {
+    pub fn add_child(&mut self, path: &str) {
+        if let Some(parent) = path::parent(path) {
+            self.children.entry(parent.to_string()).or_default().insert(path::file_name(path).to_string());
+        }
+    }
+
     /// Removes `path` from its parent's listing.
-    pub fn remove_child(&mut self, parent: &str, path: &str) {
+    pub fn remove_child(&mut self, path: &str) {
+        let Some(parent) = path::parent(path) else { return };
         if let Some(children) = self.children.get_mut(parent) {
             children.remove(path::file_name(path));
             if children.is_empty() {
@@ -95,45 +82,111 @@ impl DirShard {
     }
 }
 
-/// The chunks and directory listings of one store.
+/// The chunks of one file held here.
+#[derive(Default)]
+pub(crate) struct FileChunks {
+    /// Chunk 0: the inode.
+    pub inode: Option<ChunkHandle>,
+    /// Chunks 1.. by index.
+    pub tail: BTreeMap<u64, ChunkHandle>,
+}
+
+impl FileChunks {
+    pub fn is_empty(&self) -> bool {
+        self.inode.is_none() && self.tail.is_empty()
+    }
+
+    pub fn get(&self, index: u64) -> Option<ChunkHandle> {
+        if index == 0 { self.inode.clone() } else { self.tail.get(&index).cloned() }
+    }
+
+    /// Removes the chunks with index >= `from_index` (>= 1).
+    pub fn take_tail(&mut self, from_index: u64) -> Vec<ChunkHandle> {
+        self.tail.split_off(&from_index.max(1)).into_values().collect()
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct FileShard {
+    pub files: FastMap<FileId, FileChunks>,
+}
+
+/// The names, directory listings and chunks of one store.
 pub(crate) struct Index {
-    pub files: Vec<Mutex<FileShard>>,
+    pub names: Vec<Mutex<NameShard>>,
     pub dirs: Vec<Mutex<DirShard>>,
-    /// Entries held (chunk 0 of files, directories and links; the root is not counted).
+    pub files: Vec<Mutex<FileShard>>,
+    /// Entries held (the root is not counted).
     pub entry_count: AtomicU64,
 }
 
-pub(crate) fn shard_of(key: &str) -> usize {
+fn shard_of_path(key: &str) -> usize {
     (xxhash_rust::xxh3::xxh3_64(key.as_bytes()) % SHARDS as u64) as usize
+}
+
+fn shard_of_file(file: FileId) -> usize {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::default();
+    file.hash(&mut hasher);
+    (hasher.finish() % SHARDS as u64) as usize
 }
 
 impl Index {
     pub fn new() -> Index {
         Index {
-            files: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            names: (0..SHARDS).map(|_| Mutex::default()).collect(),
             dirs: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            files: (0..SHARDS).map(|_| Mutex::default()).collect(),
             entry_count: AtomicU64::new(0),
         }
     }
 
-    /// The file shard of `path`, locked.
-    pub fn files_of(&self, path: &str) -> MutexGuard<'_, FileShard> {
-        lock(&self.files[shard_of(path)])
+    /// The name shard of `path`, locked.
+    pub fn names_of(&self, path: &str) -> MutexGuard<'_, NameShard> {
+        lock(&self.names[shard_of_path(path)])
     }
 
     /// The directory shard of directory `dir`, locked.
     pub fn dirs_of(&self, dir: &str) -> MutexGuard<'_, DirShard> {
-        lock(&self.dirs[shard_of(dir)])
+        lock(&self.dirs[shard_of_path(dir)])
     }
 
-    /// Chunk 0 of `path`, if held here.
-    pub fn head(&self, path: &str) -> Option<ChunkHandle> {
-        self.files_of(path).paths.get(path).and_then(|chunks| chunks.head.clone())
+    /// The file shard of `file`, locked.
+    pub fn files_of(&self, file: FileId) -> MutexGuard<'_, FileShard> {
+        lock(&self.files[shard_of_file(file)])
     }
 
-    /// A chunk after chunk 0, if held here (`file_id` 0: of any file).
-    pub fn find_tail(&self, chunk: &ChunkRef) -> Option<ChunkHandle> {
-        self.files_of(&chunk.path).paths.get(&chunk.path)?.find_tail(chunk.index, chunk.file_id)
+    /// The entry of `path`, if held here.
+    pub fn entry(&self, path: &str) -> Option<Entry> {
+        self.names_of(path).entries.get(path).copied()
+    }
+
+    /// A chunk of a file (index 0: its inode), if held here.
+    pub fn chunk(&self, key: ChunkKey) -> Option<ChunkHandle> {
+        self.files_of(key.file).files.get(&key.file)?.get(key.index)
+    }
+
+    /// The inode of `file`, if held here.
+    pub fn inode(&self, file: FileId) -> Option<ChunkHandle> {
+        self.chunk(ChunkKey::inode(file))
+    }
+
+    /// The chunks (index >= 1) of a file held here, with their indices, in order.
+    pub fn tail_of(&self, file: FileId) -> Vec<(u64, ChunkHandle)> {
+        let files = self.files_of(file);
+        let Some(chunks) = files.files.get(&file) else { return Vec::new() };
+        chunks.tail.iter().map(|(index, handle)| (*index, handle.clone())).collect()
+    }
+
+    /// Every chunk of a file held here (the inode first).
+    pub fn chunks_of(&self, file: FileId) -> Vec<(u64, ChunkHandle)> {
+        let files = self.files_of(file);
+        let Some(chunks) = files.files.get(&file) else { return Vec::new() };
+        chunks
+            .inode
+            .iter()
+            .map(|handle| (0, handle.clone()))
+            .chain(chunks.tail.iter().map(|(index, handle)| (*index, handle.clone())))
+            .collect()
     }
 
     /// Whether `dir` is known to exist; otherwise the ticket for [`Index::mark_known_dir`].
@@ -166,22 +219,44 @@ impl Index {
         (any, dirs.removed.get(dir).map(|names| names.iter().cloned().collect()).unwrap_or_default())
     }
 
-    /// Indices of the chunks (index >= 1) of a file held here, in order.
-    pub fn tail_indices(&self, path: &str, file_id: u64) -> Vec<u64> {
-        let files = self.files_of(path);
-        let Some(slot) = files.paths.get(path) else { return Vec::new() };
-        slot.tail.iter().filter(|(_, candidates)| candidates.iter().any(|(id, _)| *id == file_id)).map(|(index, _)| *index).collect()
+    /// Forgets every known directory at or below `dir` (a directory rename moves them).
+    pub fn forget_dirs_under(&self, dir: &str) {
+        for shard in &self.dirs {
+            let mut dirs = lock(shard);
+            let before = dirs.known.len();
+            dirs.known.retain(|known| known != dir && !path::is_inside(known, dir));
+            if dirs.known.len() != before {
+                dirs.invalidations += 1;
+            }
+        }
     }
 
-    /// The chunks (index >= 1) of a file held here, with their indices.
-    pub fn tail_of(&self, path: &str, file_id: u64) -> Vec<(u64, ChunkHandle)> {
-        let files = self.files_of(path);
-        let Some(slot) = files.paths.get(path) else { return Vec::new() };
-        slot.tail
-            .iter()
-            .filter_map(|(index, candidates)| {
-                candidates.iter().find(|(id, _)| file_id == 0 || *id == file_id).map(|(_, handle)| (*index, handle.clone()))
-            })
-            .collect()
+    /// The directories below (or at) `dir` that have entries held here, with those entries'
+    /// names (a pass over the directory listings, not over every entry).
+    pub fn listed_dirs_under(&self, dir: &str) -> Vec<(String, Vec<String>)> {
+        let mut found = Vec::new();
+        for shard in &self.dirs {
+            let dirs = lock(shard);
+            for (listed, names) in &dirs.children {
+                if listed == dir || path::is_inside(listed, dir) {
+                    found.push((listed.clone(), names.iter().cloned().collect()));
+                }
+            }
+        }
+        found
+    }
+
+    /// The removal records (cache mode) held here below `dir`, with their directories' names.
+    pub fn removals_under(&self, dir: &str) -> Vec<(String, Vec<String>)> {
+        let mut found = Vec::new();
+        for shard in &self.dirs {
+            let dirs = lock(shard);
+            for (listed, names) in &dirs.removed {
+                if listed == dir || path::is_inside(listed, dir) {
+                    found.push((listed.clone(), names.iter().cloned().collect()));
+                }
+            }
+        }
+        found
     }
 }

@@ -1,38 +1,46 @@
 //! The chunk store of one ringfs server.
 //!
-//! A ringfs server holds the chunks whose keys the placement gives it. This crate keeps them:
-//! for every key (path, chunk index) the chunk's attributes ([`ringfs_proto::Attr`]) and its
-//! bytes. Chunk 0 of a path is the file's *entry*: it carries the file's metadata and appears
-//! in its parent directory's listing.
+//! A ringfs server holds the names (entries) whose paths placement gives it, and the chunks of
+//! files whose (file anchor, chunk index) placement gives it. Names and files are apart: an
+//! entry maps a path to a file id ([`ringfs_proto::FileId`]); chunk 0 of a file is its *inode*
+//! (attributes, link count, opens, first bytes) and the chunks after it hold the rest of its
+//! bytes, all keyed by the file id. So renames and hard links change names only, and a file
+//! lives while it has a name or an open.
 //!
 //! What it provides:
-//! - chunk operations (write, read, stat, set length, remove) that copy bytes once, straight
-//!   between the chunk and a [`ByteSource`] / [`ByteSink`];
-//! - a directory index, so listing a directory costs O(entries of that directory held here);
+//! - name operations (create, lookup, unlink, install and remove entries for renames and
+//!   links, rmdir steps, subtree moves for directory renames) with a directory index, so
+//!   listing a directory costs O(entries of that directory held here);
+//! - file operations by id (stat, open and close, link counts, write, read, lengths, fsync)
+//!   that copy bytes once, straight between the chunk and a [`ByteSource`] / [`ByteSink`];
 //! - the *known directories* cache that makes parent checks of creates local (see
 //!   [`ChunkStore::create`] and [`ChunkStore::prepare_rmdir`]);
 //! - a capacity limit (ENOSPC) and usage statistics;
-//! - two media: `mem` (heap buffers) and `dir` (one file per chunk under a local directory;
-//!   survives a server restart, rebuilt by [`ChunkStore::open`]);
-//! - cache mode ([`CacheConfig`]): entries and chunks of a backend directory loaded on
-//!   demand, dirty tracking with per-chunk versions, a deduplicated work queue of chunks and
-//!   entry operations to flush (rebuilt after a restart), flushing steps, eviction of clean
-//!   chunks when full (see the `cache` module).
+//! - two media: `mem` (heap buffers) and `dir` (one file per chunk and a journal of names
+//!   under a local directory; survives a server restart, rebuilt by [`ChunkStore::open`]);
+//! - cache mode ([`CacheConfig`]): names and files of a backend directory loaded on demand,
+//!   dirty tracking with per-chunk versions, a deduplicated work queue of chunks and removals
+//!   to flush (rebuilt after a restart), flushing steps, eviction of clean chunks when full
+//!   (see the `cache` module).
 //!
 //! What it does not do: networking, placement or coordination between servers. Operations that
-//! span servers (unlink of a striped file, rmdir, rename) are driven by `ringfs-server`, which
-//! calls the per-server steps here.
+//! span servers (unlink of a file whose inode is elsewhere, rmdir, rename, link) are driven by
+//! `ringfs-server`, which calls the per-server steps here.
+//!
+//! The crate is layered one way: `chunk` (a chunk and its cache state) under `index` (the
+//! maps) and `space` (media, buffers, capacity), under `cache` (which reaches chunks only
+//! through the index and the space), under the store's operations (`store`, `namespace`,
+//! `data`, `caching`).
 //!
 //! ```
 //! use ringfs_store::{ChunkStore, StoreConfig};
-//! use ringfs_proto::{ChunkRef, Create, FileKind};
+//! use ringfs_proto::{ChunkKey, Create, FileId, FileKind};
 //! let store = ChunkStore::open(StoreConfig::memory()).unwrap();
 //! let entry = Create::new("/hello", FileKind::Regular.mode_bits() | 0o644, 4096);
-//! store.create(&entry, 7).unwrap();
-//! let chunk = ChunkRef { path: "/hello".into(), index: 0, file_id: 7 };
-//! store.write(&chunk, 0, &mut &b"hi"[..], entry.template(), 0).unwrap();
+//! let file = store.create(&entry, FileId { anchor: 1, serial: 7 }).unwrap().entry.file;
+//! store.write(ChunkKey::inode(file), 0, &mut &b"hi"[..], entry.template(), 0, None).unwrap();
 //! let mut bytes = Vec::new();
-//! store.read(&chunk, 0, 100, &mut bytes, 0).unwrap();
+//! store.read(ChunkKey::inode(file), 0, 100, &mut bytes, None).unwrap();
 //! assert_eq!(bytes, b"hi");
 //! ```
 
@@ -51,11 +59,11 @@ mod space;
 mod store;
 
 pub use backend::{BackendDir, RemovalKind};
-pub use cache::{FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
-pub use data::SharedRead;
+pub use cache::{BackendFile, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
+pub use data::{Deleted, SharedRead};
 pub use io::{ByteSink, ByteSource};
-pub use namespace::{CreateOutcome, MovedChunk};
-pub use store::{ChunkStore, ROOT_FILE_ID, StoreStats};
+pub use namespace::CreateOutcome;
+pub use store::{ChunkStore, StoreStats};
 
 use std::path::PathBuf;
 

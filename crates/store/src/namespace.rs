@@ -1,66 +1,78 @@
-//! Operations on names: creating, opening and removing entries, listing directories,
-//! finding entries, and the per-server steps of rmdir and rename.
+//! Operations on names: creating and opening files, looking names up, removing names,
+//! listing directories, finding entries, and the per-server steps of rmdir, rename and link.
+//!
+//! An entry (a name) lives on the store that owns its path; the file it refers to lives on
+//! the store its id's anchor gives (for a new file: the same store). Operations here change
+//! names, and the inode only when it is held here; the server asks the inode's store for the
+//! rest (see `ringfs-server`'s `coordination`).
 
-use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, Create, DirEntry, DirPage, EntryFlags, Errno, FileKind, FindFilter, FindResult, TailSummary};
+use ringfs_proto::{
+    Attr, ChunkKey, Create, DirEntry, DirPage, EntryFlags, EntryRef, Errno, FileId, FileKind, FindFilter, FindResult, InstallMode,
+    MovedEntry,
+};
 
 use crate::StoreError;
 use crate::backend::RemovalKind;
-use crate::chunk::PendingOp;
-use crate::chunk::{ChunkHandle, lock};
-use crate::space::overhead_of;
+use crate::chunk::{CacheState, PendingOp, lock};
+use crate::index::Entry;
+use crate::space::entry_cost;
 use crate::store::ChunkStore;
 
 /// Result of [`ChunkStore::create`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CreateOutcome {
-    /// Attributes of the entry after the call.
-    pub attr: Attr,
-    /// False if the entry existed already.
+    /// What the name refers to after the call.
+    pub entry: EntryRef,
+    /// The file's attributes after the call, if its inode is held here (otherwise the caller
+    /// asks the inode's store, and truncates the file there if asked to).
+    pub attr: Option<Attr>,
+    /// False if the name existed already.
     pub created: bool,
-    /// An existing file was truncated and had chunks after chunk 0: the caller must remove
-    /// them on the other servers.
-    pub truncated_extended: bool,
-    /// An existing file was truncated (cache mode: the caller then records the cut of the
-    /// backend file with `cut_backend_file`, once the chunks are gone).
+    /// An existing file held here was truncated (the caller removes its chunks on the other
+    /// servers if it was extended, and in cache mode records the cut of the backend file).
     pub truncated: bool,
 }
 
-/// A chunk copied out of the store for a rename.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MovedChunk {
-    pub index: u64,
-    pub attr: Attr,
-    pub bytes: Vec<u8>,
-}
-
 impl ChunkStore {
-    // ----- entries --------------------------------------------------------------------------
+    /// Writes an entry to the journal of a `dir` store.
+    fn journal_put(&self, path: &str, entry: EntryRef) -> Result<(), StoreError> {
+        match &self.space.directory {
+            Some(directory) => directory.put_entry(path, entry).map_err(StoreError::Directory),
+            None => Ok(()),
+        }
+    }
 
-    /// Creates a file, directory or symbolic link, or opens an existing file (`exclusive`
-    /// false), truncating it if asked.
+    fn journal_remove(&self, path: &str) -> Result<(), StoreError> {
+        match &self.space.directory {
+            Some(directory) => directory.remove_entry(path).map_err(StoreError::Directory),
+            None => Ok(()),
+        }
+    }
+
+    /// Creates a file, directory, symbolic link or special file — its name and its inode, with
+    /// the id `new_file` — or opens an existing file (`exclusive` false), truncating it if
+    /// asked.
     ///
     /// The parent must be in the known-directories cache; otherwise this fails with
     /// [`StoreError::ParentUnknown`]. The check and the insertion happen under the parent's
     /// directory-shard lock, the same lock [`ChunkStore::prepare_rmdir`] takes, so a create
     /// and an rmdir of its parent cannot both succeed.
-    /// A new entry gets the identity `file_id` (ignored if the entry exists).
-    pub fn create(&self, entry: &Create, file_id: u64) -> Result<CreateOutcome, StoreError> {
-        // Cache mode: an entry that exists only in the backend exists — for opens without
+    pub fn create(&self, entry: &Create, new_file: FileId) -> Result<CreateOutcome, StoreError> {
+        // Cache mode: a name that exists only in the backend exists — for opens without
         // O_EXCL or O_TRUNC, mkdir and symlink. A create that replaces the file anyway does
         // not ask the backend (docs/CONSISTENCY.md).
         let replaces = entry.mode & 0o170000 == FileKind::Regular.mode_bits() && (entry.exclusive || entry.truncate);
-        if self.cache.is_some() && !replaces && self.index.head(&entry.path).is_none() {
-            self.materialize(&entry.path)?;
+        if self.cache.is_some() && !replaces && self.index.entry(&entry.path).is_none() {
+            let _ = self.entry_of(&entry.path, new_file.anchor);
         }
-        // An entry removed between the index lookup and its lock is retried as absent; each
-        // retry needs a concurrent removal to lose again, so a few attempts are plenty.
+        // A name removed between the lookup and its lock is retried as absent; each retry needs
+        // a concurrent removal to lose again, so a few attempts are plenty.
         for _ in 0..8 {
-            match self.try_create(entry, file_id) {
+            match self.try_create(entry, new_file) {
                 Err(StoreError::Fs(Errno::EAGAIN)) => continue,
                 outcome => return outcome,
             }
@@ -68,7 +80,7 @@ impl ChunkStore {
         Err(Errno::EAGAIN.into())
     }
 
-    fn try_create(&self, entry: &Create, file_id: u64) -> Result<CreateOutcome, StoreError> {
+    fn try_create(&self, entry: &Create, new_file: FileId) -> Result<CreateOutcome, StoreError> {
         let parent = path::parent(&entry.path).ok_or(Errno::EEXIST)?;
         let kind = FileKind::from_mode(entry.mode).ok_or(Errno::EINVAL)?;
         if entry.chunk_size == 0 {
@@ -78,81 +90,109 @@ impl ChunkStore {
         if parent != "/" && !dirs.known.contains(parent) {
             return Err(StoreError::ParentUnknown(parent.to_string()));
         }
-        let mut files = self.index.files_of(&entry.path);
-        if let Some(existing) = files.paths.get(&entry.path).and_then(|chunks| chunks.head.clone()) {
-            drop(files);
+        let mut names = self.index.names_of(&entry.path);
+        if let Some(existing) = names.entries.get(&entry.path).copied() {
+            drop(names);
             drop(dirs);
-            return self.open_existing(&existing, entry, kind);
+            return self.open_existing(existing, entry, kind);
         }
         let target = entry.link_target.as_deref().unwrap_or("");
+        let backed = self.cache_flags_for(&entry.path);
         let mut attr = Attr {
             mode: entry.mode,
             uid: entry.uid,
             gid: entry.gid,
             chunk_size: entry.chunk_size,
             len: target.len() as u64,
-            file_id,
+            file_id: new_file,
+            nlink: if kind == FileKind::Directory { 2 } else { 1 },
+            rdev: if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { entry.rdev } else { 0 },
             atime_ns: entry.time_ns,
             mtime_ns: entry.time_ns,
             ctime_ns: entry.time_ns,
-            flags: self.cache_flags_for(&entry.path),
+            flags: backed,
             backend_len: 0,
         };
-        let mut pending = None;
-        // The new entry is made in the backend when flushed, replacing what is there.
-        let replaced_removal = attr.has(EntryFlags::BACKED).then(|| files.removals.get(&entry.path).copied()).flatten();
-        if attr.has(EntryFlags::BACKED) {
+        let mut cache = CacheState::default();
+        // The new file is made in the backend when flushed, replacing what is there.
+        let replaced_removal = (backed != 0).then(|| names.removals.get(&entry.path).copied()).flatten();
+        if backed != 0 {
             if replaced_removal.is_some() {
                 // The backend may still hold the old entry: removing the new one must reach it.
                 attr.flags |= EntryFlags::IN_BACKEND;
             }
             attr.flags |= EntryFlags::DIRTY;
-            pending = Some(PendingOp::Create);
+            cache.pending = Some(PendingOp::Create);
+            cache.backend_path = Some(entry.path.clone());
         }
-        self.charge(overhead_of(&entry.path))?;
-        let handle = self.space.new_chunk_charged(&entry.path, 0, attr, pending)?;
+        self.charge(entry_cost(&entry.path))?;
+        let created = self.new_chunk(ChunkKey::inode(new_file), attr, cache);
+        let handle = match created {
+            Ok(handle) => handle,
+            Err(error) => {
+                self.space.refund(entry_cost(&entry.path));
+                return Err(error);
+            }
+        };
         let mut filled = match target.is_empty() {
             true => Ok(()),
-            false => self.fill(&mut lock(&handle), 0, &mut target.as_bytes()).map(drop),
+            false => self.fill(&mut lock(&handle), 0, &mut target.as_bytes()),
         };
         // The removal is forgotten only once the new entry exists: a failed create leaves it.
         // A removed directory's old tree goes now: the new one's contents will be flushed.
         if filled.is_ok() && replaced_removal == Some(RemovalKind::Directory) && kind == FileKind::Directory {
             filled = self.apply_removal_now(&entry.path);
         }
+        let reference = EntryRef::new(new_file, kind);
+        if filled.is_ok() {
+            filled = self.journal_put(&entry.path, reference);
+        }
         if let Err(error) = filled {
-            self.discard(&entry.path, &handle);
+            self.space.discard(&handle);
+            self.space.refund(entry_cost(&entry.path));
             return Err(error);
         }
         if replaced_removal.is_some() {
-            self.forget_removal(&mut dirs, &mut files, &entry.path);
+            self.forget_removal(&mut dirs, &mut names, &entry.path);
         }
-        if pending.is_some() {
-            self.queue_chunk(&entry.path, 0, &mut lock(&handle));
+        {
+            let mut chunk = lock(&handle);
+            if chunk.cache.pending.is_some() {
+                self.queue_chunk(&mut chunk);
+            }
+            // The creator's open, counted before anyone else can see the file.
+            if entry.open_for != 0 && kind == FileKind::Regular {
+                chunk.opens += 1;
+            }
         }
-        files.paths.entry(entry.path.clone()).or_default().head = Some(handle);
-        dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(&entry.path).to_string());
+        self.index.files_of(new_file).files.entry(new_file).or_default().inode = Some(handle);
+        names.entries.insert(entry.path.clone(), Entry { target: reference, removing: false });
+        dirs.add_child(&entry.path);
         self.index.entry_count.fetch_add(1, Ordering::Relaxed);
-        Ok(CreateOutcome { attr, created: true, truncated_extended: false, truncated: false })
+        Ok(CreateOutcome { entry: reference, attr: Some(attr), created: true, truncated: false })
     }
 
-    fn open_existing(&self, handle: &ChunkHandle, entry: &Create, kind: FileKind) -> Result<CreateOutcome, StoreError> {
-        let mut chunk = lock(handle);
-        if chunk.removed || chunk.rmdir_pending {
-            // Lost a race with a removal: the caller retries as if the entry was absent.
+    fn open_existing(&self, existing: Entry, entry: &Create, kind: FileKind) -> Result<CreateOutcome, StoreError> {
+        if existing.removing {
+            // Lost a race with a removal: the caller retries as if the name was absent.
             return Err(Errno::EAGAIN.into());
         }
         if entry.exclusive || kind != FileKind::Regular {
             return Err(Errno::EEXIST.into());
         }
-        if chunk.attr.is_dir() {
+        if existing.target.is_dir() {
             return Err(Errno::EISDIR.into());
         }
-        let mut truncated_extended = false;
+        let Some(handle) = self.index.inode(existing.target.file) else {
+            return Ok(CreateOutcome { entry: existing.target, attr: None, created: false, truncated: false });
+        };
+        let mut chunk = lock(&handle);
+        if chunk.is_gone() {
+            return Err(Errno::EAGAIN.into());
+        }
         let truncated = entry.truncate && chunk.attr.is_regular();
         if truncated {
             self.space.truncate(&mut chunk, 0)?;
-            truncated_extended = chunk.attr.is_extended();
             chunk.attr.len = 0;
             chunk.attr.mtime_ns = entry.time_ns;
             chunk.attr.ctime_ns = entry.time_ns;
@@ -161,129 +201,63 @@ impl ChunkStore {
             chunk.attr.backend_len = 0;
             // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
             chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
-            self.touched(&entry.path, 0, &mut chunk);
-            self.persist(&chunk)?;
+            self.touched(&mut chunk);
+            self.persist(&mut chunk)?;
         }
-        Ok(CreateOutcome { attr: chunk.attr, created: false, truncated_extended, truncated })
+        if entry.open_for != 0 && chunk.attr.is_regular() {
+            chunk.opens += 1;
+        }
+        Ok(CreateOutcome { entry: existing.target, attr: Some(chunk.attr), created: false, truncated })
     }
 
-    /// Removes the entry of a file or symbolic link (and this store's later chunks of it).
-    /// `file_id` 0 removes whatever is there; otherwise only that file. Returns the removed
-    /// entry's attributes: if it is extended, the caller removes its chunks on other servers.
-    pub fn unlink(&self, path: &str, file_id: u64) -> Result<Attr, StoreError> {
+    /// The file `path` names, and its attributes if its inode is held here. With `open`, an
+    /// open of a regular file held here is registered (opens count for regular files only).
+    /// `anchor` is the placement hash of `path` (for entries found in a cache-mode backend).
+    pub fn lookup(&self, path: &str, anchor: u32, open: bool) -> Result<(EntryRef, Option<Attr>), StoreError> {
+        let entry = self.entry_of(path, anchor)?;
+        let Some(handle) = self.index.inode(entry.target.file) else { return Ok((entry.target, None)) };
+        let mut chunk = lock(&handle);
+        if chunk.is_gone() {
+            // The file went after its name was read: the name was replaced or removed
+            // meanwhile. The caller looks the name up again.
+            return Err(Errno::ESTALE.into());
+        }
+        if open && chunk.attr.is_regular() {
+            chunk.opens += 1;
+        }
+        Ok((entry.target, Some(chunk.attr)))
+    }
+
+    /// Removes the name `path` of a file, link or special file (EISDIR for a directory). With
+    /// `expect`, only if it still refers to that file (ESTALE otherwise). Returns what the
+    /// name referred to: the caller drops the link at the file's inode.
+    pub fn unlink(&self, path: &str, anchor: u32, expect: Option<FileId>) -> Result<EntryRef, StoreError> {
         let parent = path::parent(path).ok_or(Errno::EISDIR)?;
-        if file_id == 0 && self.index.head(path).is_none() {
+        if expect.is_none() && self.index.entry(path).is_none() {
             // Cache mode: a file only the backend has is removed too.
-            self.materialize(path)?;
+            self.entry_of(path, anchor)?;
         }
         let mut dirs = self.index.dirs_of(parent);
-        let mut files = self.index.files_of(path);
-        let slot = files.paths.get_mut(path).ok_or(Errno::ENOENT)?;
-        let head = slot.head.clone().ok_or(Errno::ENOENT)?;
-        let attr = {
-            let chunk = lock(&head);
-            if chunk.attr.is_dir() {
-                return Err(Errno::EISDIR.into());
-            }
-            if file_id != 0 && chunk.attr.file_id != file_id {
-                return Err(Errno::ESTALE.into());
-            }
-            chunk.attr
-        };
-        slot.head = None;
-        let tail = slot.take_tail(attr.file_id, 1);
-        if slot.is_empty() {
-            files.paths.remove(path);
+        let mut names = self.index.names_of(path);
+        let entry = *names.entries.get(path).ok_or(Errno::ENOENT)?;
+        if entry.target.is_dir() {
+            return Err(Errno::EISDIR.into());
         }
-        dirs.remove_child(parent, path);
-        if attr.has(EntryFlags::BACKED | EntryFlags::IN_BACKEND) {
-            self.record_removal(&mut dirs, &mut files, path, RemovalKind::File)?;
+        if expect.is_some_and(|expected| expected != entry.target.file) {
+            return Err(Errno::ESTALE.into());
         }
-        drop(files);
-        drop(dirs);
-        self.discard(path, &head);
-        for handle in &tail {
-            self.discard(path, handle);
-        }
+        self.journal_remove(path)?;
+        names.entries.remove(path);
+        dirs.remove_child(path);
+        self.record_removal(&mut dirs, &mut names, path, RemovalKind::File)?;
+        self.space.refund(entry_cost(path));
         self.index.entry_count.fetch_sub(1, Ordering::Relaxed);
-        Ok(attr)
+        Ok(entry.target)
     }
 
-    /// Removes this store's chunks of `path` with index >= `from_index` (at least 1) that
-    /// belong to `file_id` (0: to any file). Returns how many were removed.
-    pub fn remove_chunks(&self, path: &str, file_id: u64, from_index: u64) -> u64 {
-        let mut files = self.index.files_of(path);
-        let Some(slot) = files.paths.get_mut(path) else { return 0 };
-        let removed = slot.take_tail(file_id, from_index.max(1));
-        if slot.is_empty() {
-            files.paths.remove(path);
-        }
-        drop(files);
-        for handle in &removed {
-            self.discard(path, handle);
-        }
-        removed.len() as u64
-    }
-
-    /// This store's part of a file after chunk 0: its highest chunk index (>= 1) with that
-    /// chunk's logical length, and the newest modification time among its chunks.
-    pub fn tail_summary(&self, path: &str, file_id: u64) -> TailSummary {
-        let handles = self.index.tail_of(path, file_id);
-        let mut summary = TailSummary::default();
-        for (index, handle) in handles {
-            let chunk = lock(&handle);
-            if chunk.removed {
-                continue;
-            }
-            summary.newest_mtime_ns = summary.newest_mtime_ns.max(chunk.attr.mtime_ns);
-            if summary.last.is_none_or(|(last, _)| index > last) {
-                summary.last = Some((index, chunk.attr.len));
-            }
-        }
-        summary
-    }
-
-    /// Visits this store's entries strictly inside `root` and counts those matching
-    /// `filter` (see [`FindResult`]). Costs a pass over all entries held here.
-    pub fn find(&self, root: &str, filter: &FindFilter) -> FindResult {
-        let mut result = FindResult::default();
-        for shard in &self.index.files {
-            let files = lock(shard);
-            for (path, chunks) in &files.paths {
-                let Some(head) = &chunks.head else { continue };
-                if !path::is_inside(path, root) {
-                    continue;
-                }
-                let attr = {
-                    let chunk = lock(head);
-                    if chunk.removed {
-                        continue;
-                    }
-                    chunk.attr
-                };
-                result.scanned += 1;
-                if filter.name.as_deref().is_some_and(|pattern| !path::glob_match(pattern, path::file_name(path))) {
-                    continue;
-                }
-                let judged_here = !(attr.is_regular() && attr.is_extended());
-                if !judged_here && (filter.size.is_some() || filter.newer_than_ns.is_some()) {
-                    result.undecided.push(path.clone());
-                    continue;
-                }
-                let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);
-                let sized = filter.size.is_none_or(|size| attr.len == size);
-                if newer && sized {
-                    result.matched += 1;
-                }
-            }
-        }
-        result
-    }
-
-    // ----- directories ----------------------------------------------------------------------
-
-    /// One page of the entries of `dir` held here, in name order, after `after`, with the
-    /// removals recorded here in the same range of names (cache mode).
+    /// Lists one page of the entries of `dir` held here, in name order, after `after`, with
+    /// the attributes of the files whose inodes are held here too, and the removals recorded
+    /// here in the same range of names (cache mode).
     pub fn read_dir(&self, dir: &str, after: Option<&str>, limit: usize) -> DirPage {
         let (names, more, removed) = {
             let dirs = self.index.dirs_of(dir);
@@ -309,25 +283,58 @@ impl ChunkStore {
         let entries = names
             .into_iter()
             .filter_map(|name| {
-                let handle = self.index.head(&path::join(dir, &name))?;
-                let chunk = lock(&handle);
-                (!chunk.removed).then(|| DirEntry { name, attr: chunk.attr })
+                let entry = self.index.entry(&path::join(dir, &name))?;
+                let attr = self.index.inode(entry.target.file).and_then(|handle| {
+                    let chunk = lock(&handle);
+                    (!chunk.removed).then_some(chunk.attr)
+                });
+                Some(DirEntry { name, entry: entry.target, attr })
             })
             .collect();
         DirPage { entries, more, removed }
     }
 
-    /// Attributes of directory `path` if it exists here and is not being removed.
-    pub fn lookup_dir(&self, path: &str) -> Result<Attr, StoreError> {
-        let handle = self.head_checked(path, 0)?;
-        let chunk = lock(&handle);
-        if !chunk.attr.is_dir() {
+    /// Visits this store's entries strictly inside `root` and counts those matching
+    /// `filter` (see [`FindResult`]). Costs a pass over all names held here.
+    pub fn find(&self, root: &str, filter: &FindFilter) -> FindResult {
+        let mut result = FindResult::default();
+        let mut candidates = Vec::new();
+        for shard in &self.index.names {
+            let names = lock(shard);
+            for (path, entry) in &names.entries {
+                if path::is_inside(path, root) {
+                    candidates.push((path.clone(), entry.target));
+                }
+            }
+        }
+        for (path, target) in candidates {
+            result.scanned += 1;
+            if filter.name.as_deref().is_some_and(|pattern| !path::glob_match(pattern, path::file_name(&path))) {
+                continue;
+            }
+            let attr = self.index.inode(target.file).map(|handle| lock(&handle).attr);
+            let judged_here = attr.is_some_and(|attr| !(attr.is_regular() && attr.is_extended()));
+            let needs_attributes = filter.size.is_some() || filter.newer_than_ns.is_some();
+            match (attr, judged_here || !needs_attributes) {
+                (Some(attr), true) => {
+                    let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);
+                    let sized = filter.size.is_none_or(|size| attr.len == size);
+                    result.matched += u64::from(newer && sized);
+                }
+                (None, true) => result.matched += 1,
+                (_, false) => result.undecided.push(path),
+            }
+        }
+        result
+    }
+
+    /// The entry `path` refers to, if `path` is an existing directory not being removed.
+    pub fn lookup_dir(&self, path: &str, anchor: u32) -> Result<EntryRef, StoreError> {
+        let entry = self.entry_of(path, anchor)?;
+        if !entry.target.is_dir() {
             return Err(Errno::ENOTDIR.into());
         }
-        if chunk.rmdir_pending {
-            return Err(Errno::ENOENT.into());
-        }
-        Ok(chunk.attr)
+        Ok(entry.target)
     }
 
     /// `Ok` if `dir` is known to exist; otherwise the ticket to pass to
@@ -351,174 +358,189 @@ impl ChunkStore {
     }
 
     /// At the owner of `dir`: marks it as being removed, so that lookups of it fail.
-    pub fn begin_rmdir(&self, dir: &str) -> Result<(), StoreError> {
+    pub fn begin_rmdir(&self, dir: &str, anchor: u32) -> Result<EntryRef, StoreError> {
         if dir == "/" {
             return Err(Errno::EBUSY.into());
         }
-        let handle = self.head_checked(dir, 0)?;
-        let mut chunk = lock(&handle);
-        if !chunk.attr.is_dir() {
+        self.entry_of(dir, anchor)?;
+        let mut names = self.index.names_of(dir);
+        let entry = names.entries.get_mut(dir).ok_or(Errno::ENOENT)?;
+        if !entry.target.is_dir() {
             return Err(Errno::ENOTDIR.into());
         }
-        if chunk.rmdir_pending {
+        if entry.removing {
             return Err(Errno::EBUSY.into());
         }
-        chunk.rmdir_pending = true;
-        Ok(())
+        entry.removing = true;
+        Ok(entry.target)
     }
 
     /// Completes (`commit`) or cancels an rmdir started with [`ChunkStore::begin_rmdir`].
     pub fn finish_rmdir(&self, dir: &str, commit: bool) -> Result<(), StoreError> {
         let parent = path::parent(dir).ok_or(Errno::EBUSY)?;
+        let mut dirs = self.index.dirs_of(parent);
+        let mut names = self.index.names_of(dir);
+        let entry = names.entries.get_mut(dir).ok_or(Errno::ENOENT)?;
         if !commit {
-            if let Some(handle) = self.index.head(dir) {
-                lock(&handle).rmdir_pending = false;
-            }
+            entry.removing = false;
             return Ok(());
         }
-        let mut dirs = self.index.dirs_of(parent);
-        let mut files = self.index.files_of(dir);
-        let slot = files.paths.get_mut(dir).ok_or(Errno::ENOENT)?;
-        let head = slot.head.take().ok_or(Errno::ENOENT)?;
-        if slot.is_empty() {
-            files.paths.remove(dir);
-        }
-        dirs.remove_child(parent, dir);
-        if lock(&head).attr.has(EntryFlags::BACKED | EntryFlags::IN_BACKEND) {
-            self.record_removal(&mut dirs, &mut files, dir, RemovalKind::Directory)?;
-        }
-        drop(files);
-        drop(dirs);
-        self.discard(dir, &head);
+        self.journal_remove(dir)?;
+        names.entries.remove(dir);
+        dirs.remove_child(dir);
+        self.record_removal(&mut dirs, &mut names, dir, RemovalKind::Directory)?;
+        self.space.refund(entry_cost(dir));
         self.index.entry_count.fetch_sub(1, Ordering::Relaxed);
+        drop(names);
+        drop(dirs);
         let mut own_shard = self.index.dirs_of(dir);
-        if own_shard.children.get(dir).is_some_and(BTreeSet::is_empty) {
+        if own_shard.children.get(dir).is_some_and(|children| children.is_empty()) {
             own_shard.children.remove(dir);
         }
         Ok(())
     }
 
-    // ----- rename ---------------------------------------------------------------------------
+    // ----- renames and links ----------------------------------------------------------------
 
-    /// Indices of this store's chunks (index >= 1) of a file, in order.
-    pub fn tail_indices(&self, path: &str, file_id: u64) -> Vec<u64> {
-        self.index.tail_indices(path, file_id)
-    }
-
-    /// A copy of one chunk (attributes and bytes), for moving it to another server.
-    pub fn copy_chunk(&self, chunk_ref: &ChunkRef) -> Result<MovedChunk, StoreError> {
-        let handle = if chunk_ref.index == 0 {
-            self.head_checked(&chunk_ref.path, chunk_ref.file_id)?
-        } else {
-            self.index.find_tail(chunk_ref).ok_or(Errno::ENOENT)?
-        };
-        let mut chunk = lock(&handle);
-        if chunk.removed {
-            return Err(Errno::ENOENT.into());
-        }
-        self.ensure_loaded(&chunk_ref.path, chunk_ref.index, &handle, &mut chunk)?;
-        Ok(MovedChunk { index: chunk_ref.index, attr: chunk.attr, bytes: chunk.body.to_vec()? })
-    }
-
-    /// The flags a chunk moved to `path` by a rename keeps or gets: in the cached tree it is
-    /// new to the backend (dirty); elsewhere it has nothing to do with a backend.
-    fn moved_flags(&self, path: &str, flags: u32) -> u32 {
-        let kept = flags & EntryFlags::EXTENDED;
-        match self.cache_flags_for(path) {
-            0 => kept,
-            backed => kept | backed | EntryFlags::DIRTY,
-        }
-    }
-
-    /// Stores a chunk (index >= 1) moved here by a rename, replacing this file's chunk at
-    /// that index if there is one. Chunks of other files at the same index stay.
-    pub fn put_chunk(&self, chunk_ref: &ChunkRef, attr: Attr, bytes: &[u8]) -> Result<(), StoreError> {
-        if chunk_ref.index == 0 || attr.file_id == 0 {
-            return Err(Errno::EINVAL.into());
-        }
-        let attr = Attr { flags: self.moved_flags(&chunk_ref.path, attr.flags), backend_len: 0, ..attr };
-        let handle = self.new_chunk(&chunk_ref.path, chunk_ref.index, attr)?;
-        {
-            let mut chunk = lock(&handle);
-            if let Err(error) = self.fill(&mut chunk, 0, &mut &bytes[..]).and_then(|_| self.persist(&chunk)) {
-                drop(chunk);
-                self.discard(&chunk_ref.path, &handle);
-                return Err(error);
-            }
-            self.touched(&chunk_ref.path, chunk_ref.index, &mut chunk);
-        }
-        let replaced = {
-            let mut files = self.index.files_of(&chunk_ref.path);
-            let candidates = files.paths.entry(chunk_ref.path.clone()).or_default().tail.entry(chunk_ref.index).or_default();
-            let replaced = candidates.iter().position(|(id, _)| *id == attr.file_id).map(|at| candidates.remove(at).1);
-            candidates.push((attr.file_id, handle));
-            replaced
-        };
-        if let Some(old) = replaced {
-            self.discard(&chunk_ref.path, &old);
-        }
-        Ok(())
-    }
-
-    /// Installs chunk 0 of a renamed file at `path`, replacing the entry there (a file or
-    /// symbolic link; replacing a directory fails with EISDIR). The parent must be known, as
-    /// for [`ChunkStore::create`]. Returns the replaced entry's attributes.
-    pub fn install_entry(&self, path: &str, attr: Attr, bytes: &[u8]) -> Result<Option<Attr>, StoreError> {
+    /// Makes `path` refer to `entry` (the target step of a rename or a link); `mode` is one of
+    /// the [`InstallMode`] values, `expect` the file the path must hold for an exchange. A
+    /// directory may replace an empty directory only with `replace_empty_dir` (the caller has
+    /// checked its emptiness on every server). The parent must be known, as for
+    /// [`ChunkStore::create`]. Returns what was there.
+    pub fn install_entry(
+        &self,
+        path: &str,
+        entry: EntryRef,
+        mode: u8,
+        expect: FileId,
+        replace_empty_dir: bool,
+    ) -> Result<Option<EntryRef>, StoreError> {
         let parent = path::parent(path).ok_or(Errno::EBUSY)?;
-        if attr.is_dir() {
-            return Err(Errno::EXDEV.into());
-        }
         let mut dirs = self.index.dirs_of(parent);
         if parent != "/" && !dirs.known.contains(parent) {
             return Err(StoreError::ParentUnknown(parent.to_string()));
         }
-        let mut files = self.index.files_of(path);
-        let existing = files.paths.get(path).and_then(|chunks| chunks.head.clone());
-        let replaced = match &existing {
-            Some(handle) => {
-                let chunk = lock(handle);
-                if chunk.attr.is_dir() {
-                    return Err(Errno::EISDIR.into());
-                }
-                Some(chunk.attr)
+        let mut names = self.index.names_of(path);
+        let existing = names.entries.get(path).copied();
+        if let Some(existing) = existing {
+            if existing.removing {
+                return Err(Errno::ENOENT.into());
             }
-            None => None,
-        };
-        let mut attr = Attr { flags: self.moved_flags(path, attr.flags), backend_len: 0, ..attr };
-        let mut pending = None;
-        let replaces_removal = attr.has(EntryFlags::BACKED) && files.removals.contains_key(path);
-        if attr.has(EntryFlags::BACKED) {
-            // Like a new entry: made in the backend when flushed, replacing what is there.
-            if replaces_removal || replaced.is_some_and(|old| old.has(EntryFlags::IN_BACKEND)) {
-                attr.flags |= EntryFlags::IN_BACKEND;
+            match mode {
+                InstallMode::NO_REPLACE => return Err(Errno::EEXIST.into()),
+                InstallMode::EXCHANGE if existing.target.file != expect => return Err(Errno::ESTALE.into()),
+                InstallMode::EXCHANGE => {}
+                _ => match (existing.target.is_dir(), entry.is_dir()) {
+                    (true, true) if replace_empty_dir => {}
+                    (true, true) => return Err(Errno::ENOTEMPTY.into()),
+                    (true, false) => return Err(Errno::EISDIR.into()),
+                    (false, true) => return Err(Errno::ENOTDIR.into()),
+                    (false, false) => {}
+                },
             }
-            pending = Some(PendingOp::Create);
+        } else if mode == InstallMode::EXCHANGE {
+            return Err(Errno::ENOENT.into());
         }
-        self.charge(overhead_of(path))?;
-        let handle = self.space.new_chunk_charged(path, 0, attr, pending)?;
-        {
-            let mut chunk = lock(&handle);
-            if let Err(error) = self.fill(&mut chunk, 0, &mut &bytes[..]).and_then(|_| self.persist(&chunk)) {
-                drop(chunk);
-                self.discard(path, &handle);
-                return Err(error);
+        if existing.is_none() {
+            self.charge(entry_cost(path))?;
+        }
+        if let Err(error) = self.journal_put(path, entry) {
+            if existing.is_none() {
+                self.space.refund(entry_cost(path));
             }
-            self.touched(path, 0, &mut chunk);
+            return Err(error);
         }
-        // Only now that the new entry exists (a failure above leaves the removal in place).
-        if replaces_removal {
-            self.forget_removal(&mut dirs, &mut files, path);
-        }
-        files.paths.entry(path.to_string()).or_default().head = Some(handle);
-        if replaced.is_none() {
-            dirs.children.entry(parent.to_string()).or_default().insert(path::file_name(path).to_string());
+        names.entries.insert(path.to_string(), Entry { target: entry, removing: false });
+        if existing.is_none() {
+            dirs.add_child(path);
             self.index.entry_count.fetch_add(1, Ordering::Relaxed);
         }
-        drop(files);
-        drop(dirs);
-        if let Some(old) = existing {
-            self.discard(path, &old);
+        // Cache mode: the file installed here is made in the backend when flushed, replacing
+        // what is there; a recorded removal of the name is then done by that.
+        self.forget_removal(&mut dirs, &mut names, path);
+        Ok(existing.map(|existing| existing.target))
+    }
+
+    /// Removes the entry at `path` if it refers to `expect` (the source step of a rename).
+    /// Returns whether it was there.
+    pub fn remove_entry(&self, path: &str, expect: FileId) -> Result<bool, StoreError> {
+        let parent = path::parent(path).ok_or(Errno::EBUSY)?;
+        let mut dirs = self.index.dirs_of(parent);
+        let mut names = self.index.names_of(path);
+        match names.entries.get(path) {
+            Some(entry) if entry.target.file == expect => {}
+            _ => return Ok(false),
         }
-        Ok(replaced)
+        let kind = if names.entries[path].target.is_dir() { RemovalKind::Directory } else { RemovalKind::File };
+        self.journal_remove(path)?;
+        names.entries.remove(path);
+        dirs.remove_child(path);
+        self.record_removal(&mut dirs, &mut names, path, kind)?;
+        self.space.refund(entry_cost(path));
+        self.index.entry_count.fetch_sub(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
+    /// A directory rename's step on this store: takes every entry held here strictly below
+    /// `from` out of the index and returns them at their new paths below `to`. Known
+    /// directories below `from` are forgotten. (Cache mode: removal records below `from` are
+    /// dropped — the rename removes the directory's whole old tree from the backend.)
+    pub fn take_subtree(&self, from: &str, to: &str) -> Result<Vec<MovedEntry>, StoreError> {
+        let moved_path = |path: &str| format!("{to}{}", &path[from.len()..]);
+        let mut entries = Vec::new();
+        for (dir, children) in self.index.listed_dirs_under(from) {
+            for name in children {
+                let path = path::join(&dir, &name);
+                let mut dirs = self.index.dirs_of(&dir);
+                let mut names = self.index.names_of(&path);
+                let Some(entry) = names.entries.remove(&path) else { continue };
+                self.journal_remove(&path)?;
+                dirs.remove_child(&path);
+                self.space.refund(entry_cost(&path));
+                self.index.entry_count.fetch_sub(1, Ordering::Relaxed);
+                entries.push(MovedEntry { path: moved_path(&path), entry: entry.target });
+            }
+        }
+        for (dir, removed) in self.index.removals_under(from) {
+            for name in removed {
+                let path = path::join(&dir, &name);
+                let mut dirs = self.index.dirs_of(&dir);
+                let mut names = self.index.names_of(&path);
+                self.forget_removal(&mut dirs, &mut names, &path);
+            }
+        }
+        self.index.forget_dirs_under(from);
+        Ok(entries)
+    }
+
+    /// Stores entries moved here by a directory rename (their parents exist: the rename moves
+    /// whole subtrees, under the namespace lock).
+    pub fn put_entries(&self, entries: &[MovedEntry]) -> Result<(), StoreError> {
+        for moved in entries {
+            let parent = path::parent(&moved.path).ok_or(Errno::EINVAL)?;
+            let mut dirs = self.index.dirs_of(parent);
+            let mut names = self.index.names_of(&moved.path);
+            let fresh = !names.entries.contains_key(&moved.path);
+            if fresh {
+                self.space.charge_anyway(entry_cost(&moved.path));
+            }
+            self.journal_put(&moved.path, moved.entry)?;
+            names.entries.insert(moved.path.clone(), Entry { target: moved.entry, removing: false });
+            if fresh {
+                dirs.add_child(&moved.path);
+                self.index.entry_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets every known directory at or below `dir` (creates there ask its owner again).
+    pub fn forget_dirs_under(&self, dir: &str) {
+        self.index.forget_dirs_under(dir);
+    }
+
+    /// Whether an entry strictly below `dir` is held here.
+    pub fn holds_entries_under(&self, dir: &str) -> bool {
+        !self.index.listed_dirs_under(dir).is_empty()
     }
 }

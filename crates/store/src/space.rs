@@ -1,30 +1,33 @@
 //! Where a store keeps chunk bytes and what they cost: the medium (`mem` or `dir`), the pool
 //! of buffers of removed chunks, and the capacity account.
 //!
-//! Every chunk is charged a fixed overhead for its index entry plus its stored bytes, so a
-//! store full of empty files also reports ENOSPC. [`Space::charge`] only refuses; making room
-//! (cache mode's eviction) is the store's decision.
+//! Every chunk is charged a fixed overhead for its index entry plus its stored bytes, and
+//! every name an overhead plus its length, so a store full of empty files also reports
+//! ENOSPC. [`Space::charge`] only refuses; making room (cache mode's eviction) is the store's
+//! decision.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ringfs_proto::{Attr, Errno};
+use ringfs_proto::{Attr, ChunkKey, Errno};
 
 use crate::body::Body;
-use crate::chunk::{Chunk, ChunkHandle, PendingOp, lock};
+use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
 use crate::directory::ChunkDirectory;
 use crate::pool::BufferPool;
 use crate::{ByteSource, StoreError};
 
 /// Capacity charged per chunk for its index entry, on top of its bytes.
-const CHUNK_OVERHEAD_BYTES: u64 = 128;
+pub(crate) const CHUNK_OVERHEAD_BYTES: u64 = 128;
+/// Capacity charged per name, on top of its length.
+const ENTRY_OVERHEAD_BYTES: u64 = 64;
 
 /// Most bytes of removed chunks' buffers kept for new chunks (see `pool`).
 const POOL_LIMIT_BYTES: usize = 512 << 20;
 
-/// What an index entry of a chunk of `path` costs.
-pub(crate) fn overhead_of(path: &str) -> u64 {
-    CHUNK_OVERHEAD_BYTES + path.len() as u64
+/// What the entry of `path` costs.
+pub(crate) fn entry_cost(path: &str) -> u64 {
+    ENTRY_OVERHEAD_BYTES + path.len() as u64
 }
 
 /// The medium, the buffer pool and the capacity account of one store.
@@ -105,40 +108,50 @@ impl Space {
         }
     }
 
-    /// Counts a chunk recovered from the `dir` medium (charged by the caller).
-    pub fn count_recovered(&self, path: &str, stored_len: u64) {
-        self.used_bytes.fetch_add(overhead_of(path) + stored_len, Ordering::Relaxed);
+    /// Counts a chunk recovered from the `dir` medium.
+    pub fn count_recovered(&self, stored_len: u64) {
+        self.used_bytes.fetch_add(CHUNK_OVERHEAD_BYTES + stored_len, Ordering::Relaxed);
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Makes a chunk whose index entry is already charged.
-    pub fn new_chunk_charged(&self, path: &str, index: u64, attr: Attr, pending: Option<PendingOp>) -> Result<ChunkHandle, StoreError> {
+    /// Makes a chunk whose index entry is already charged ([`CHUNK_OVERHEAD_BYTES`]).
+    pub fn new_chunk_charged(&self, key: ChunkKey, attr: Attr, cache: CacheState) -> Result<ChunkHandle, StoreError> {
+        debug_assert_eq!(key.file, attr.file_id);
         let body = match &self.directory {
             None => Ok(Body::Memory(Arc::default())),
-            Some(directory) => directory.create(path, index, &attr, pending).map(Body::File),
+            Some(directory) => directory.create(key, &attr, cache.pending, cache.backend_path.as_deref()).map(Body::File),
         };
-        let body = body.inspect_err(|_| self.refund(overhead_of(path)))?;
+        let body = body.inspect_err(|_| self.refund(CHUNK_OVERHEAD_BYTES))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(std::sync::Mutex::new(Chunk::new(attr, body, pending))))
+        Ok(Arc::new(std::sync::Mutex::new(Chunk::new(key.index, attr, body, cache))))
     }
 
     /// Takes a chunk that has left the index out of service and releases its space.
-    pub fn discard(&self, path: &str, handle: &ChunkHandle) {
+    pub fn discard(&self, handle: &ChunkHandle) {
         let mut chunk = lock(handle);
         if chunk.removed {
             return;
         }
         chunk.removed = true;
-        self.refund(overhead_of(path) + chunk.body.stored_len());
+        self.refund(CHUNK_OVERHEAD_BYTES + chunk.body.stored_len());
         std::mem::replace(&mut chunk.body, Body::Memory(Arc::default())).remove(&self.pool);
         self.chunk_count.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Writes a chunk's attributes and pending operation to its file (`dir` medium).
-    pub fn persist(&self, chunk: &Chunk) -> Result<(), StoreError> {
+    /// Writes a chunk's attributes and cache state to its file (`dir` medium).
+    pub fn persist(&self, chunk: &mut Chunk) -> Result<(), StoreError> {
         chunk.cache.check(&chunk.attr);
+        let key = chunk.key();
+        if let (Some(directory), Body::File(file)) = (&self.directory, &mut chunk.body) {
+            directory.update_attr(file, key, &chunk.attr, chunk.cache.pending, chunk.cache.backend_path.as_deref())?;
+        }
+        Ok(())
+    }
+
+    /// Makes a chunk durable (`dir` medium; a no-op in memory).
+    pub fn sync(&self, chunk: &Chunk) -> Result<(), StoreError> {
         if let (Some(directory), Body::File(file)) = (&self.directory, &chunk.body) {
-            directory.update_attr(file, &chunk.attr, chunk.cache.pending)?;
+            directory.sync_chunk(file).map_err(StoreError::Directory)?;
         }
         Ok(())
     }

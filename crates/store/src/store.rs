@@ -1,42 +1,42 @@
 //! [`ChunkStore`]: the store of one server, and the hooks through which its operations reach
 //! the parts below it.
 //!
-//! The store is made of an [`Index`] (which chunks it holds, directory listings, known
-//! directories), a [`Space`] (the medium, buffer pool and capacity account) and, in cache mode,
-//! a [`Cache`]. The operations users see are in `namespace` (entries) and `data` (chunk
-//! bytes); they call the index, the space and the cache through the small methods here, so
+//! The store is made of an [`Index`] (its names, directory listings, known directories and
+//! chunks), a [`Space`] (the medium, buffer pool and capacity account) and, in cache mode, a
+//! [`Cache`]. The operations users see are in `namespace` (names) and `data` (files and their
+//! chunks); they call the index, the space and the cache through the small methods here, so
 //! that nothing below them depends on anything above.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkRef, ChunkTemplate, EntryFlags, Errno, FileKind};
+use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, EntryRef, Errno, FileId, FileKind};
 
 use crate::backend::{BackendDir, RemovalKind};
 use crate::body::Body;
-use crate::cache::Cache;
-use crate::chunk::{Chunk, ChunkHandle, lock};
+use crate::cache::{BackendFile, Cache};
+use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
 use crate::directory::ChunkDirectory;
-use crate::index::{DirShard, FileShard, Index};
-use crate::space::{Space, overhead_of};
+use crate::index::{DirShard, Entry, Index, NameShard};
+use crate::space::{CHUNK_OVERHEAD_BYTES, Space};
 use crate::{ByteSource, Medium, StoreConfig, StoreError};
-
-/// File id of the root directory.
-pub const ROOT_FILE_ID: u64 = 1;
 
 /// Usage figures of a store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct StoreStats {
-    /// Entries (chunk 0 of files, directories, symbolic links).
+    /// Names held (the root is not counted).
     pub entries: u64,
+    /// Chunks held (inodes included).
     pub chunks: u64,
-    /// Bytes charged against the capacity (chunk bytes plus per-chunk overhead).
+    /// Bytes charged against the capacity (chunk bytes plus per-chunk and per-name overhead).
     pub used_bytes: u64,
     /// The configured capacity, or for an unlimited store what the node can hold.
     pub capacity_bytes: u64,
+    /// Files whose last name is gone but which are still open.
+    pub open_unlinked: u64,
 }
 
-/// The chunks held by one server. Thread-safe; see `index` for the locking order.
+/// The names and chunks held by one server. Thread-safe; see `index` for the locking order.
 pub struct ChunkStore {
     pub(crate) index: Index,
     pub(crate) space: Space,
@@ -44,7 +44,8 @@ pub struct ChunkStore {
 }
 
 impl ChunkStore {
-    /// Opens a store. A `dir` store rebuilds its index from the chunk files it finds.
+    /// Opens a store. A `dir` store rebuilds its index from the chunk files and the entry
+    /// journal it finds.
     pub fn open(config: StoreConfig) -> Result<ChunkStore, StoreError> {
         let directory = match &config.medium {
             Medium::Memory => None,
@@ -57,31 +58,36 @@ impl ChunkStore {
         Ok(store)
     }
 
-    /// Every store holds an entry for the root directory, so the root exists wherever
-    /// placement puts it (owned by the server's user, mode 0755, file id 1). It is not counted
-    /// as an entry.
+    /// Every store holds the root directory — its entry and its inode ([`FileId::ROOT`]) — so
+    /// the root exists wherever placement puts it (owned by the server's user, mode 0755). It
+    /// is not counted as an entry.
     fn ensure_root(&self) -> Result<(), StoreError> {
-        if self.index.head("/").is_some() {
-            return Ok(());
+        if self.index.inode(FileId::ROOT).is_none() {
+            // SAFETY: getuid/getgid cannot fail.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
+            let cached = self.cache_flags_for("/") != 0;
+            let attr = Attr {
+                mode: FileKind::Directory.mode_bits() | 0o755,
+                uid,
+                gid,
+                chunk_size: 4096,
+                len: 0,
+                file_id: FileId::ROOT,
+                nlink: 2,
+                rdev: 0,
+                atime_ns: now,
+                mtime_ns: now,
+                ctime_ns: now,
+                flags: if cached { EntryFlags::BACKED | EntryFlags::IN_BACKEND } else { 0 },
+                backend_len: 0,
+            };
+            let cache = CacheState { backend_path: cached.then(|| "/".to_string()), ..CacheState::default() };
+            let handle = self.new_chunk(ChunkKey::inode(FileId::ROOT), attr, cache)?;
+            self.index.files_of(FileId::ROOT).files.entry(FileId::ROOT).or_default().inode = Some(handle);
         }
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0);
-        let attr = Attr {
-            mode: FileKind::Directory.mode_bits() | 0o755,
-            uid,
-            gid,
-            chunk_size: 4096,
-            len: 0,
-            file_id: ROOT_FILE_ID,
-            atime_ns: now,
-            mtime_ns: now,
-            ctime_ns: now,
-            flags: if self.cache_flags_for("/") != 0 { EntryFlags::BACKED | EntryFlags::IN_BACKEND } else { 0 },
-            backend_len: 0,
-        };
-        let handle = self.new_chunk("/", 0, attr)?;
-        self.index.files_of("/").paths.entry("/".to_string()).or_default().head = Some(handle);
+        let root = Entry { target: EntryRef::new(FileId::ROOT, FileKind::Directory), removing: false };
+        self.index.names_of("/").entries.insert("/".to_string(), root);
         Ok(())
     }
 
@@ -89,47 +95,60 @@ impl ChunkStore {
         let Some(directory) = &self.space.directory else { return Ok(()) };
         let recovered = directory.recover().map_err(StoreError::Directory)?;
         let count = recovered.len();
+        let mut unreferenced = Vec::new();
         for chunk in recovered {
-            self.space.count_recovered(&chunk.path, chunk.file.stored_len);
-            let handle = std::sync::Arc::new(std::sync::Mutex::new(Chunk::new(chunk.attr, Body::File(chunk.file), chunk.pending)));
+            self.space.count_recovered(chunk.file.stored_len);
+            let cache = CacheState { pending: chunk.pending, backend_path: chunk.backend_path, ..CacheState::default() };
+            let handle = Arc::new(std::sync::Mutex::new(Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache)));
             {
-                // Cache mode: what was dirty before the restart is queued again.
                 let mut recovered_chunk = lock(&handle);
-                if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.cache.pending.is_some() {
-                    self.queue_chunk(&chunk.path, chunk.index, &mut recovered_chunk);
+                if chunk.key.index == 0 && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {
+                    // A file whose last name went while it was open: nobody has it open now.
+                    unreferenced.push(chunk.key.file);
+                } else if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.cache.pending.is_some() {
+                    // Cache mode: what was dirty before the restart is queued again.
+                    self.queue_chunk(&mut recovered_chunk);
                 } else {
-                    self.note_clean(&chunk.path, &handle, &mut recovered_chunk);
+                    self.note_clean(&handle, &mut recovered_chunk);
                 }
             }
-            if chunk.index == 0 {
-                if let Some(parent) = path::parent(&chunk.path) {
-                    let name = path::file_name(&chunk.path).to_string();
-                    self.index.dirs_of(parent).children.entry(parent.to_string()).or_default().insert(name);
-                    self.index.entry_count.fetch_add(1, Ordering::Relaxed);
+            let mut files = self.index.files_of(chunk.key.file);
+            let chunks = files.files.entry(chunk.key.file).or_default();
+            match chunk.key.index {
+                0 => chunks.inode = Some(handle),
+                index => {
+                    chunks.tail.insert(index, handle);
                 }
-                self.index.files_of(&chunk.path).paths.entry(chunk.path).or_default().head = Some(handle);
-            } else {
-                let file_id = chunk.attr.file_id;
-                let mut files = self.index.files_of(&chunk.path);
-                files.paths.entry(chunk.path).or_default().tail.entry(chunk.index).or_default().push((file_id, handle));
             }
         }
-        if count > 0 {
-            log::info!("recovered {count} chunks from the store directory");
+        for file in unreferenced {
+            self.delete_file(file);
+        }
+        let entries = directory.recover_entries().map_err(StoreError::Directory)?;
+        for (path, target) in &entries {
+            self.space.charge_anyway(crate::space::entry_cost(path));
+            self.index.names_of(path).entries.insert(path.clone(), Entry { target: *target, removing: false });
+            if let Some(parent) = ringfs_proto::path::parent(path) {
+                self.index.dirs_of(parent).add_child(path);
+                self.index.entry_count.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if count + entries.len() > 0 {
+            log::info!("recovered {count} chunks and {} names from the store directory", entries.len());
         }
         if let Some(cache) = &self.cache {
             for (path, kind) in directory.recover_removals().map_err(StoreError::Directory)? {
-                let parent = path::parent(&path).unwrap_or("/").to_string();
+                let parent = ringfs_proto::path::parent(&path).unwrap_or("/").to_string();
                 let mut dirs = self.index.dirs_of(&parent);
-                let mut files = self.index.files_of(&path);
-                let Some(head) = files.paths.get(&path).and_then(|chunks| chunks.head.clone()) else {
-                    cache.record_removal(&self.space, &mut dirs, &mut files, &path, kind)?;
+                let mut names = self.index.names_of(&path);
+                let Some(entry) = names.entries.get(&path).copied() else {
+                    cache.record_removal(&self.space, &mut dirs, &mut names, &path, kind)?;
                     continue;
                 };
                 // A new entry replaced the removed one just before a crash, which came before
                 // the removal was forgotten: finish that (a directory's old tree goes now, as
                 // the create would have done; a file is replaced when its creation is flushed).
-                if kind == RemovalKind::Directory && lock(&head).attr.is_dir() {
+                if kind == RemovalKind::Directory && entry.target.is_dir() {
                     cache.apply_removal_now(&path)?;
                 }
                 directory.forget_removal(&path).map_err(StoreError::Directory)?;
@@ -139,11 +158,21 @@ impl ChunkStore {
     }
 
     pub fn stats(&self) -> StoreStats {
+        let open_unlinked = self
+            .index
+            .files
+            .iter()
+            .map(|shard| {
+                lock(shard).files.values().filter_map(|chunks| chunks.inode.as_ref()).filter(|inode| lock(inode).attr.nlink == 0).count()
+                    as u64
+            })
+            .sum();
         StoreStats {
             entries: self.index.entry_count.load(Ordering::Relaxed),
             chunks: self.space.chunk_count(),
             used_bytes: self.space.used_bytes(),
             capacity_bytes: self.space.capacity(),
+            open_unlinked,
         }
     }
 
@@ -162,63 +191,63 @@ impl ChunkStore {
         }
     }
 
-    pub(crate) fn new_chunk(&self, path: &str, index: u64, attr: Attr) -> Result<ChunkHandle, StoreError> {
-        self.charge(overhead_of(path))?;
-        self.space.new_chunk_charged(path, index, attr, None)
+    pub(crate) fn new_chunk(&self, key: ChunkKey, attr: Attr, cache: CacheState) -> Result<ChunkHandle, StoreError> {
+        self.charge(CHUNK_OVERHEAD_BYTES)?;
+        self.space.new_chunk_charged(key, attr, cache)
     }
 
     pub(crate) fn fill(&self, chunk: &mut Chunk, offset: u64, source: &mut dyn ByteSource) -> Result<(), StoreError> {
         self.space.fill(chunk, offset, source, &|bytes| self.charge(bytes))
     }
 
-    pub(crate) fn persist(&self, chunk: &Chunk) -> Result<(), StoreError> {
+    pub(crate) fn persist(&self, chunk: &mut Chunk) -> Result<(), StoreError> {
         self.space.persist(chunk)
     }
 
-    pub(crate) fn discard(&self, path: &str, handle: &ChunkHandle) {
-        self.space.discard(path, handle)
+    /// Removes a file's inode and its chunks held here; returns whether chunks of it may
+    /// exist on other servers (the inode was marked extended).
+    pub(crate) fn delete_file(&self, file: FileId) -> bool {
+        let chunks = self.index.files_of(file).files.remove(&file).unwrap_or_default();
+        let extended = chunks.inode.as_ref().is_some_and(|inode| lock(inode).attr.is_extended());
+        for handle in chunks.inode.iter().chain(chunks.tail.values()) {
+            self.space.discard(handle);
+        }
+        extended
     }
 
     // ----- cache hooks ----------------------------------------------------------------------
 
-    /// Flags a new chunk of `path` starts with: [`EntryFlags::BACKED`] under the mount path.
+    /// Flags a new inode created at `path` starts with: [`EntryFlags::BACKED`] in the cached
+    /// tree.
     pub(crate) fn cache_flags_for(&self, path: &str) -> u32 {
         self.cache.as_ref().map_or(0, |cache| cache.flags_for(path))
     }
 
     /// Records a change of a chunk: bumps its version and, in the cached tree, marks it dirty
     /// and queues it for flushing.
-    pub(crate) fn touched(&self, path: &str, index: u64, chunk: &mut Chunk) {
+    pub(crate) fn touched(&self, chunk: &mut Chunk) {
         chunk.version += 1;
         if let Some(cache) = &self.cache {
-            cache.touched(path, index, chunk);
+            cache.touched(chunk);
         }
     }
 
-    pub(crate) fn queue_chunk(&self, path: &str, index: u64, chunk: &mut Chunk) {
+    pub(crate) fn queue_chunk(&self, chunk: &mut Chunk) {
         if let Some(cache) = &self.cache {
-            cache.queue_chunk(path, index, chunk);
+            cache.queue_chunk(chunk);
         }
     }
 
-    pub(crate) fn note_clean(&self, path: &str, handle: &ChunkHandle, chunk: &mut Chunk) {
+    pub(crate) fn note_clean(&self, handle: &ChunkHandle, chunk: &mut Chunk) {
         if let Some(cache) = &self.cache {
-            cache.note_clean(path, handle, chunk, self.space.chunk_count());
-        }
-    }
-
-    /// Cache mode: an entry missing here looked up in the backend (see `Cache::materialize`).
-    pub(crate) fn materialize(&self, path: &str) -> Result<Option<ChunkHandle>, StoreError> {
-        match &self.cache {
-            Some(cache) => cache.materialize(&self.index, &self.space, path),
-            None => Ok(None),
+            cache.note_clean(handle, chunk, self.space.chunk_count());
         }
     }
 
     /// Loads a chunk whose bytes are in the backend (the caller holds its lock).
-    pub(crate) fn ensure_loaded(&self, path: &str, index: u64, handle: &ChunkHandle, chunk: &mut Chunk) -> Result<(), StoreError> {
+    pub(crate) fn ensure_loaded(&self, handle: &ChunkHandle, chunk: &mut Chunk, backend: Option<&BackendFile>) -> Result<(), StoreError> {
         match &self.cache {
-            Some(cache) => cache.ensure_loaded(&self.space, path, index, handle, chunk),
+            Some(cache) => cache.ensure_loaded(&self.space, handle, chunk, backend.map(|backend| backend.path.as_str())),
             None if chunk.attr.has(EntryFlags::BACKEND_DATA) => Err(Errno::EIO.into()),
             None => Ok(()),
         }
@@ -227,19 +256,19 @@ impl ChunkStore {
     pub(crate) fn record_removal(
         &self,
         dirs: &mut DirShard,
-        files: &mut FileShard,
+        names: &mut NameShard,
         path: &str,
         kind: RemovalKind,
     ) -> Result<(), StoreError> {
         match &self.cache {
-            Some(cache) => cache.record_removal(&self.space, dirs, files, path, kind),
-            None => Ok(()),
+            Some(cache) if cache.backend.covers(path) => cache.record_removal(&self.space, dirs, names, path, kind),
+            _ => Ok(()),
         }
     }
 
-    pub(crate) fn forget_removal(&self, dirs: &mut DirShard, files: &mut FileShard, path: &str) {
+    pub(crate) fn forget_removal(&self, dirs: &mut DirShard, names: &mut NameShard, path: &str) {
         if let Some(cache) = &self.cache {
-            cache.forget_removal(&self.space, dirs, files, path);
+            cache.forget_removal(&self.space, dirs, names, path);
         }
     }
 
@@ -247,122 +276,146 @@ impl ChunkStore {
         self.cache.as_ref().ok_or(Errno::EIO)?.apply_removal_now(path)
     }
 
-    /// Whether a missing chunk of a file may be backend data (see `Cache::backend_holds`).
-    pub(crate) fn backend_holds(&self, chunk: &ChunkRef, backend_len: u64, chunk_size: u32) -> bool {
-        self.cache.is_some() && Cache::backend_holds(chunk, backend_len, chunk_size)
-    }
-
     // ----- lookups --------------------------------------------------------------------------
 
-    /// Chunk 0 of `path`, checked against the caller's file id (0 = any): a missing entry is
-    /// ENOENT for a lookup by path, ESTALE for a caller holding a file id. In cache mode a
-    /// missing entry is looked up in the backend (an entry loaded from there gets the same
-    /// file id every time, so a caller's id still matches).
-    pub(crate) fn head_checked(&self, path: &str, file_id: u64) -> Result<ChunkHandle, StoreError> {
-        let missing = if file_id == 0 { Errno::ENOENT } else { Errno::ESTALE };
-        let handle = match self.index.head(path) {
-            Some(handle) => handle,
-            None => self.materialize(path)?.ok_or(missing)?,
+    /// The entry of `path`: held here, or in cache mode found in the backend (with `anchor`,
+    /// the placement hash of `path`, for its file id). ENOENT if there is none (or it is a
+    /// directory being removed).
+    pub(crate) fn entry_of(&self, path: &str, anchor: u32) -> Result<Entry, StoreError> {
+        let entry = match self.index.entry(path) {
+            Some(entry) => Some(entry),
+            None => match &self.cache {
+                Some(cache) => cache.materialize(&self.index, &self.space, path, anchor)?,
+                None => None,
+            },
         };
-        let chunk = lock(&handle);
-        if chunk.removed {
-            return Err(missing.into());
+        match entry {
+            Some(entry) if !entry.removing => Ok(entry),
+            _ => Err(Errno::ENOENT.into()),
         }
-        if file_id != 0 && chunk.attr.file_id != file_id {
+    }
+
+    /// The inode of `file`; ESTALE if this store does not hold it (the file is gone or going).
+    pub(crate) fn inode_checked(&self, file: FileId) -> Result<ChunkHandle, StoreError> {
+        let handle = self.index.inode(file).ok_or(Errno::ESTALE)?;
+        if lock(&handle).is_gone() {
             return Err(Errno::ESTALE.into());
         }
-        drop(chunk);
         Ok(handle)
     }
 
     /// The chunk after chunk 0 that a write addresses, created if missing: empty, or — in
     /// cache mode, below the file's `backend_len` — holding backend data still to load.
-    pub(crate) fn tail_or_create(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Result<ChunkHandle, StoreError> {
-        let attr = self.new_tail_attr(chunk, template, time_ns);
-        self.tail_with(chunk, attr, false)
+    pub(crate) fn tail_or_create(
+        &self,
+        key: ChunkKey,
+        template: ChunkTemplate,
+        time_ns: i64,
+        backend: Option<&BackendFile>,
+    ) -> Result<ChunkHandle, StoreError> {
+        let attr = self.new_tail_attr(key, template, time_ns, backend);
+        self.tail_with(key, attr, false)
     }
 
     /// The chunk after chunk 0 that a read addresses: the one here, or in cache mode a new
     /// one for backend data below `backend_len` (to be loaded by the reader); `None` if the
     /// chunk does not exist (a hole or past the end).
-    pub(crate) fn tail_for_read(&self, chunk: &ChunkRef, backend_len: u64, chunk_size: u32) -> Result<Option<ChunkHandle>, StoreError> {
-        if let Some(handle) = self.index.find_tail(chunk) {
+    pub(crate) fn tail_for_read(
+        &self,
+        key: ChunkKey,
+        backend: Option<&BackendFile>,
+        chunk_size: u32,
+    ) -> Result<Option<ChunkHandle>, StoreError> {
+        if let Some(handle) = self.index.chunk(key) {
             return Ok(Some(handle));
         }
-        if chunk.file_id == 0 || !self.backend_holds(chunk, backend_len, chunk_size) {
+        let backend_len = backend.map_or(0, |backend| backend.len);
+        if self.cache.is_none() || !Cache::backend_holds(key, backend_len, chunk_size) {
             return Ok(None);
         }
         let template = ChunkTemplate { mode: FileKind::Regular.mode_bits() | 0o644, uid: 0, gid: 0, chunk_size, backend_len };
-        let attr = self.new_tail_attr(chunk, template, 0);
-        self.tail_with(chunk, attr, false).map(Some)
+        let attr = self.new_tail_attr(key, template, 0, backend);
+        self.tail_with(key, attr, false).map(Some)
     }
 
     /// Like [`ChunkStore::tail_or_create`], but the index entry is made even when the store is
     /// full (for writing through to the backend).
     pub(crate) fn tail_for_write_through(
         &self,
-        chunk: &ChunkRef,
+        key: ChunkKey,
         template: ChunkTemplate,
         time_ns: i64,
+        backend: Option<&BackendFile>,
     ) -> Result<ChunkHandle, StoreError> {
-        let mut attr = self.new_tail_attr(chunk, template, time_ns);
+        let mut attr = self.new_tail_attr(key, template, time_ns, backend);
         attr.flags |= EntryFlags::BACKEND_DATA;
-        self.tail_with(chunk, attr, true)
+        self.tail_with(key, attr, true)
     }
 
-    fn new_tail_attr(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Attr {
+    fn new_tail_attr(&self, key: ChunkKey, template: ChunkTemplate, time_ns: i64, backend: Option<&BackendFile>) -> Attr {
+        let backend_len = backend.map_or(0, |backend| backend.len);
         let mut attr = Attr {
             mode: template.mode,
             uid: template.uid,
             gid: template.gid,
             chunk_size: template.chunk_size,
             len: 0,
-            file_id: chunk.file_id,
+            file_id: key.file,
+            nlink: 0,
+            rdev: 0,
             atime_ns: time_ns,
             mtime_ns: time_ns,
             ctime_ns: time_ns,
-            flags: self.cache_flags_for(&chunk.path),
+            // In cache mode every data chunk starts out in the cached tree; its first flush asks
+            // the inode, and a chunk of a file with no backend place leaves the tree then.
+            flags: if self.cache.is_some() { EntryFlags::BACKED } else { 0 },
             backend_len: 0,
         };
-        if self.backend_holds(chunk, template.backend_len, template.chunk_size) {
+        if self.cache.is_some() && Cache::backend_holds(key, backend_len, template.chunk_size) {
             attr.flags |= EntryFlags::BACKEND_DATA;
-            attr.len = Cache::stub_len(chunk, template.backend_len, template.chunk_size);
+            attr.len = Cache::stub_len(key, backend_len, template.chunk_size);
         }
         attr
     }
 
-    /// The chunk `chunk` (index >= 1) of its file, created with `attr` if missing.
-    fn tail_with(&self, chunk: &ChunkRef, attr: Attr, charge_anyway: bool) -> Result<ChunkHandle, StoreError> {
-        if chunk.file_id == 0 {
+    /// The chunk `key` (index >= 1) of its file, created with `attr` if missing.
+    fn tail_with(&self, key: ChunkKey, attr: Attr, charge_anyway: bool) -> Result<ChunkHandle, StoreError> {
+        if key.index == 0 {
             return Err(Errno::EINVAL.into());
         }
-        let mut files = self.index.files_of(&chunk.path);
-        let slot = files.paths.entry(chunk.path.clone()).or_default();
-        if let Some(handle) = slot.find_tail(chunk.index, chunk.file_id) {
-            return Ok(handle);
+        let mut files = self.index.files_of(key.file);
+        let chunks = files.files.entry(key.file).or_default();
+        if let Some(handle) = chunks.tail.get(&key.index) {
+            return Ok(handle.clone());
         }
         let charged = if charge_anyway {
-            self.space.charge_anyway(overhead_of(&chunk.path));
+            self.space.charge_anyway(CHUNK_OVERHEAD_BYTES);
             Ok(())
         } else {
-            self.charge(overhead_of(&chunk.path)).map_err(StoreError::from)
+            self.charge(CHUNK_OVERHEAD_BYTES).map_err(StoreError::from)
         };
-        let created = charged.and_then(|()| self.space.new_chunk_charged(&chunk.path, chunk.index, attr, None));
+        let created = charged.and_then(|()| self.space.new_chunk_charged(key, attr, CacheState::default()));
         let handle = match created {
             Ok(handle) => handle,
             Err(error) => {
-                if slot.is_empty() {
-                    files.paths.remove(&chunk.path);
+                if chunks.is_empty() {
+                    files.files.remove(&key.file);
                 }
                 return Err(error);
             }
         };
-        slot.tail.entry(chunk.index).or_default().push((chunk.file_id, handle.clone()));
+        chunks.tail.insert(key.index, handle.clone());
         Ok(handle)
     }
 
-    /// The chunk a data operation addresses: chunk 0 must exist; later chunks are created.
-    pub(crate) fn data_chunk(&self, chunk: &ChunkRef, template: ChunkTemplate, time_ns: i64) -> Result<ChunkHandle, StoreError> {
-        if chunk.index == 0 { self.head_checked(&chunk.path, chunk.file_id) } else { self.tail_or_create(chunk, template, time_ns) }
+    /// The chunk a data operation addresses: the inode must exist; later chunks are created.
+    pub(crate) fn data_chunk(
+        &self,
+        key: ChunkKey,
+        template: ChunkTemplate,
+        time_ns: i64,
+        backend: Option<&BackendFile>,
+    ) -> Result<ChunkHandle, StoreError> {
+        if key.index == 0 { self.inode_checked(key.file) } else { self.tail_or_create(key, template, time_ns, backend) }
     }
 }

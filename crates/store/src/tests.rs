@@ -1,9 +1,9 @@
-//! The store's operations on one store: data, names, POSIX errors, capacity, restarts.
+//! The store's operations on one store: data, names, links, open files, POSIX errors,
+//! capacity, restarts.
 
-use ringfs_proto::{ChunkRef, ChunkTemplate, Create, Errno, FindFilter, TailSummary};
+use ringfs_proto::{ChunkKey, ChunkTemplate, Create, EntryRef, Errno, FileId, FileKind, FindFilter, InstallMode, TailSummary};
 
 use crate::*;
-use proptest::prelude::*;
 
 const REGULAR: u32 = 0o100644;
 const DIRECTORY: u32 = 0o040755;
@@ -18,22 +18,30 @@ fn temp_dir(name: &str) -> std::path::PathBuf {
     dir
 }
 
-fn chunk(path: &str, index: u64, file_id: u64) -> ChunkRef {
-    ChunkRef { path: path.into(), index, file_id }
+fn file(serial: u64) -> FileId {
+    FileId { anchor: 7, serial }
+}
+
+fn chunk(serial: u64, index: u64) -> ChunkKey {
+    ChunkKey::new(file(serial), index)
 }
 
 fn template(chunk_size: u32) -> ChunkTemplate {
     ChunkTemplate { mode: REGULAR, uid: 0, gid: 0, chunk_size, backend_len: 0 }
 }
 
-fn read_all(store: &ChunkStore, chunk: &ChunkRef) -> Vec<u8> {
+fn read_all(store: &ChunkStore, key: ChunkKey) -> Vec<u8> {
     let mut bytes = Vec::new();
-    store.read(chunk, 0, u64::MAX, &mut bytes, 0).unwrap();
+    store.read(key, 0, u64::MAX, &mut bytes, None).unwrap();
     bytes
 }
 
-fn create_dir(store: &ChunkStore, path: &str) {
-    store.create(&Create::new(path, DIRECTORY, 4096), 1).unwrap();
+fn create(store: &ChunkStore, path: &str, mode: u32, serial: u64) -> EntryRef {
+    store.create(&Create::new(path, mode, 4096), file(serial)).unwrap().entry
+}
+
+fn create_dir(store: &ChunkStore, path: &str, serial: u64) {
+    create(store, path, DIRECTORY, serial);
     let ticket = store.known_dir(path).unwrap_err();
     assert!(store.mark_known_dir(path, ticket));
 }
@@ -41,175 +49,268 @@ fn create_dir(store: &ChunkStore, path: &str) {
 #[test]
 fn written_bytes_read_back_and_holes_read_as_zeros() {
     let store = memory_store();
-    store.create(&Create::new("/f", REGULAR, 100), 5).unwrap();
-    let head = chunk("/f", 0, 5);
-    assert_eq!(store.write(&head, 10, &mut &b"abc"[..], template(100), 1).unwrap(), 13);
-    assert_eq!(read_all(&store, &head), [&[0u8; 10][..], b"abc"].concat());
-    assert_eq!(store.set_chunk_len(&head, 20, template(100), 2).unwrap().len, 20);
-    assert_eq!(read_all(&store, &head).len(), 20);
-    assert_eq!(store.set_chunk_len(&head, 11, template(100), 3).unwrap().len, 11);
-    assert_eq!(read_all(&store, &head), [&[0u8; 10][..], b"a"].concat());
+    store.create(&Create::new("/f", REGULAR, 100), file(5)).unwrap();
+    let head = chunk(5, 0);
+    assert_eq!(store.write(head, 10, &mut &b"abc"[..], template(100), 1, None).unwrap(), 13);
+    assert_eq!(read_all(&store, head), [&[0u8; 10][..], b"abc"].concat());
+    assert_eq!(store.set_chunk_len(head, 20, template(100), 2, None).unwrap().len, 20);
+    assert_eq!(read_all(&store, head).len(), 20);
+    assert_eq!(store.set_chunk_len(head, 11, template(100), 3, None).unwrap().len, 11);
+    assert_eq!(read_all(&store, head), [&[0u8; 10][..], b"a"].concat());
     // Writing past the chunk size is refused.
-    assert_eq!(store.write(&head, 99, &mut &b"xy"[..], template(100), 4).unwrap_err().errno(), Errno::EINVAL);
+    assert_eq!(store.write(head, 99, &mut &b"xy"[..], template(100), 4, None).unwrap_err().errno(), Errno::EINVAL);
 }
 
 #[test]
-fn later_chunks_belong_to_one_file_id() {
+fn later_chunks_belong_to_their_file() {
     let store = memory_store();
-    store.write(&chunk("/f", 3, 7), 0, &mut &b"new"[..], template(64), 1).unwrap();
-    store.write(&chunk("/f", 3, 8), 0, &mut &b"other"[..], template(64), 1).unwrap();
-    assert_eq!(read_all(&store, &chunk("/f", 3, 7)), b"new");
-    assert_eq!(read_all(&store, &chunk("/f", 3, 8)), b"other");
-    assert_eq!(store.read(&chunk("/f", 4, 7), 0, 10, &mut Vec::new(), 0).unwrap(), (None, 0));
-    assert_eq!(store.tail_summary("/f", 7).last, Some((3, 3)));
-    assert_eq!(store.remove_chunks("/f", 8, 1), 1);
-    assert_eq!(store.tail_summary("/f", 8).last, None);
-    assert_eq!(store.tail_summary("/f", 7), TailSummary { last: Some((3, 3)), newest_mtime_ns: 1 });
+    store.write(chunk(7, 3), 0, &mut &b"new"[..], template(64), 1, None).unwrap();
+    store.write(chunk(8, 3), 0, &mut &b"other"[..], template(64), 1, None).unwrap();
+    assert_eq!(read_all(&store, chunk(7, 3)), b"new");
+    assert_eq!(read_all(&store, chunk(8, 3)), b"other");
+    assert_eq!(store.read(chunk(7, 4), 0, 10, &mut Vec::new(), None).unwrap(), (None, 0));
+    assert_eq!(store.tail_summary(file(7)).last, Some((3, 3)));
+    assert_eq!(store.remove_chunks(file(8), 1), 1);
+    assert_eq!(store.tail_summary(file(8)).last, None);
+    assert_eq!(store.tail_summary(file(7)), TailSummary { last: Some((3, 3)), newest_mtime_ns: 1 });
     assert_eq!(store.stats().chunks, 2, "the root directory and one chunk");
 }
 
 #[test]
-fn a_stale_file_id_is_refused_on_chunk_zero() {
+fn a_file_gone_is_stale_for_holders_of_its_id() {
     let store = memory_store();
-    store.create(&Create::new("/f", REGULAR, 64), 5).unwrap();
-    let error = store.write(&chunk("/f", 0, 6), 0, &mut &b"x"[..], template(64), 1).unwrap_err();
+    create(&store, "/f", REGULAR, 5);
+    let gone = store.unlink("/f", 0, None).unwrap();
+    assert_eq!(gone.file, file(5));
+    assert!(store.drop_link(file(5), 1).unwrap().is_some(), "no name, no open: the file goes");
+    let error = store.write(chunk(5, 0), 0, &mut &b"x"[..], template(64), 1, None).unwrap_err();
     assert_eq!(error.errno(), Errno::ESTALE);
-    store.unlink("/f", 0).unwrap();
-    let error = store.write(&chunk("/f", 0, 5), 0, &mut &b"x"[..], template(64), 1).unwrap_err();
-    assert_eq!(error.errno(), Errno::ESTALE);
-    assert_eq!(store.stat(&chunk("/f", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(store.stat(file(5)).unwrap_err().errno(), Errno::ESTALE);
+    assert_eq!(store.lookup("/f", 0, false).unwrap_err().errno(), Errno::ENOENT);
 }
 
 #[test]
 fn creates_follow_posix_rules() {
     let store = memory_store();
     let entry = Create::new("/d/f", REGULAR, 64);
-    assert!(matches!(store.create(&entry, 1), Err(StoreError::ParentUnknown(parent)) if parent == "/d"));
-    create_dir(&store, "/d");
-    assert!(store.create(&entry, 1).unwrap().created);
-    assert_eq!(store.create(&entry, 1).unwrap_err().errno(), Errno::EEXIST);
+    assert!(matches!(store.create(&entry, file(1)), Err(StoreError::ParentUnknown(parent)) if parent == "/d"));
+    create_dir(&store, "/d", 2);
+    assert!(store.create(&entry, file(1)).unwrap().created);
+    assert_eq!(store.create(&entry, file(3)).unwrap_err().errno(), Errno::EEXIST);
     let open = Create { exclusive: false, ..entry.clone() };
-    assert!(!store.create(&open, 1).unwrap().created);
-    let mkdir_over_file = Create::new("/d/f", DIRECTORY, 64);
-    assert_eq!(store.create(&mkdir_over_file, 2).unwrap_err().errno(), Errno::EEXIST);
+    let opened = store.create(&open, file(4)).unwrap();
+    assert!(!opened.created);
+    assert_eq!(opened.entry.file, file(1), "an open finds the existing file");
+    assert_eq!(store.create(&Create::new("/d/f", DIRECTORY, 64), file(5)).unwrap_err().errno(), Errno::EEXIST);
     let open_dir = Create { exclusive: false, ..Create::new("/d", REGULAR, 64) };
-    assert_eq!(store.create(&open_dir, 3).unwrap_err().errno(), Errno::EISDIR);
-    assert_eq!(store.unlink("/d", 0).unwrap_err().errno(), Errno::EISDIR);
+    assert_eq!(store.create(&open_dir, file(6)).unwrap_err().errno(), Errno::EISDIR);
+    assert_eq!(store.unlink("/d", 0, None).unwrap_err().errno(), Errno::EISDIR);
+    // Special files are names with an inode and no bytes.
+    let fifo = store.create(&Create::new("/fifo", FileKind::Fifo.mode_bits() | 0o600, 64), file(7)).unwrap();
+    assert_eq!(fifo.entry.kind(), Some(FileKind::Fifo));
+    let device = Create { rdev: 0x0803, ..Create::new("/sda3", FileKind::BlockDevice.mode_bits() | 0o600, 64) };
+    assert_eq!(store.create(&device, file(8)).unwrap().attr.unwrap().rdev, 0x0803);
+    assert_eq!(store.write(chunk(7, 0), 0, &mut &b"x"[..], template(64), 1, None).unwrap_err().errno(), Errno::EINVAL);
 }
 
 #[test]
-fn truncating_open_empties_the_file_and_reports_extension() {
+fn truncating_open_empties_the_file_and_keeps_the_extension_mark() {
     let store = memory_store();
-    store.create(&Create::new("/f", REGULAR, 64), 1).unwrap();
-    store.write(&chunk("/f", 0, 1), 0, &mut &[1u8; 64][..], template(64), 1).unwrap();
-    store.mark_extended("/f", 1).unwrap();
+    store.create(&Create::new("/f", REGULAR, 64), file(1)).unwrap();
+    store.write(chunk(1, 0), 0, &mut &[1u8; 64][..], template(64), 1, None).unwrap();
+    store.mark_extended(file(1)).unwrap();
     let reopen = Create { exclusive: false, truncate: true, ..Create::new("/f", REGULAR, 64) };
-    let outcome = store.create(&reopen, 2).unwrap();
-    assert!(outcome.truncated_extended);
+    let outcome = store.create(&reopen, file(2)).unwrap();
+    assert!(outcome.truncated);
     // The mark stays: open files may have cached it (see `truncate_head`).
-    assert_eq!((outcome.attr.len, outcome.attr.file_id, outcome.attr.is_extended()), (0, 1, true));
+    let attr = outcome.attr.unwrap();
+    assert_eq!((attr.len, attr.file_id, attr.is_extended()), (0, file(1), true));
 }
 
 #[test]
 fn rmdir_preparation_invalidates_known_directories() {
     let store = memory_store();
-    create_dir(&store, "/d");
+    create_dir(&store, "/d", 1);
     assert_eq!(store.known_dir("/d"), Ok(()));
-    store.create(&Create::new("/d/f", REGULAR, 64), 1).unwrap();
+    create(&store, "/d/f", REGULAR, 2);
     assert!(store.prepare_rmdir("/d").0);
     // A lookup that started before the invalidation cannot record a stale answer.
     let stale_ticket = store.known_dir("/d").unwrap_err() - 1;
     assert!(!store.mark_known_dir("/d", stale_ticket));
-    assert!(matches!(store.create(&Create::new("/d/g", REGULAR, 64), 2), Err(StoreError::ParentUnknown(_))));
-    store.unlink("/d/f", 0).unwrap();
+    assert!(matches!(store.create(&Create::new("/d/g", REGULAR, 64), file(3)), Err(StoreError::ParentUnknown(_))));
+    store.unlink("/d/f", 0, None).unwrap();
     assert!(!store.prepare_rmdir("/d").0);
-    store.begin_rmdir("/d").unwrap();
-    assert_eq!(store.lookup_dir("/d").unwrap_err().errno(), Errno::ENOENT);
+    store.begin_rmdir("/d", 0).unwrap();
+    assert_eq!(store.lookup_dir("/d", 0).unwrap_err().errno(), Errno::ENOENT);
     store.finish_rmdir("/d", true).unwrap();
-    assert_eq!(store.stat(&chunk("/d", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(store.lookup("/d", 0, false).unwrap_err().errno(), Errno::ENOENT);
     assert_eq!(store.stats().entries, 0);
-    assert_eq!(store.lookup_dir("/").unwrap().file_id, ROOT_FILE_ID);
+    assert_eq!(store.lookup_dir("/", 0).unwrap().file, FileId::ROOT);
 }
 
 #[test]
-fn read_dir_pages_through_entries_in_name_order() {
+fn read_dir_pages_through_entries_in_name_order_with_local_attributes() {
     let store = memory_store();
     for i in 0..25 {
-        store.create(&Create::new(&format!("/f{i:02}"), REGULAR, 64), i + 1).unwrap();
+        create(&store, &format!("/f{i:02}"), REGULAR, i + 1);
     }
+    // A name whose file lives elsewhere comes without attributes.
+    store
+        .install_entry(
+            "/remote",
+            EntryRef::new(FileId { anchor: 99, serial: 99 }, FileKind::Regular),
+            InstallMode::REPLACE,
+            FileId::default(),
+            false,
+        )
+        .unwrap();
     let mut names = Vec::new();
     let mut after: Option<String> = None;
     loop {
         let page = store.read_dir("/", after.as_deref(), 10);
+        for entry in &page.entries {
+            assert_eq!(entry.attr.is_some(), entry.name != "remote", "{}", entry.name);
+        }
         names.extend(page.entries.iter().map(|entry| entry.name.clone()));
         after = names.last().cloned();
         if !page.more {
             break;
         }
     }
-    assert_eq!(names, (0..25).map(|i| format!("f{i:02}")).collect::<Vec<_>>());
+    let mut expected: Vec<String> = (0..25).map(|i| format!("f{i:02}")).collect();
+    expected.push("remote".into());
+    assert_eq!(names, expected);
     assert!(store.read_dir("/missing", None, 10).entries.is_empty());
 }
 
 #[test]
-fn capacity_limit_gives_enospc_and_frees_on_unlink() {
+fn capacity_limit_gives_enospc_and_frees_on_removal() {
     let store = ChunkStore::open(StoreConfig { capacity_bytes: 10_000, ..StoreConfig::memory() }).unwrap();
     let baseline = store.stats().used_bytes;
-    store.create(&Create::new("/f", REGULAR, 1 << 20), 1).unwrap();
-    let error = store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1).unwrap_err();
+    store.create(&Create::new("/f", REGULAR, 1 << 20), file(1)).unwrap();
+    let error = store.write(chunk(1, 0), 0, &mut &vec![0u8; 20_000][..], template(1 << 20), 1, None).unwrap_err();
     assert_eq!(error.errno(), Errno::ENOSPC);
-    store.write(&chunk("/f", 0, 1), 0, &mut &vec![0u8; 5_000][..], template(1 << 20), 1).unwrap();
-    let used = store.stats().used_bytes;
-    assert!(used >= 5_000);
-    store.unlink("/f", 0).unwrap();
+    store.write(chunk(1, 0), 0, &mut &vec![0u8; 5_000][..], template(1 << 20), 1, None).unwrap();
+    assert!(store.stats().used_bytes >= 5_000);
+    store.unlink("/f", 0, None).unwrap();
+    store.drop_link(file(1), 2).unwrap();
     assert_eq!(store.stats().used_bytes, baseline);
 }
 
 #[test]
-fn rename_steps_move_chunks_and_replace_the_target() {
+fn hard_links_count_names_and_the_file_lives_until_the_last_goes() {
     let store = memory_store();
-    store.create(&Create::new("/a", REGULAR, 8), 1).unwrap();
-    store.create(&Create::new("/b", REGULAR, 8), 2).unwrap();
-    store.write(&chunk("/a", 0, 1), 0, &mut &b"12345678"[..], template(8), 1).unwrap();
-    store.write(&chunk("/a", 1, 1), 0, &mut &b"9"[..], template(8), 1).unwrap();
-    assert_eq!(store.tail_indices("/a", 1), [1]);
-    let moved = store.copy_chunk(&chunk("/a", 1, 1)).unwrap();
-    store.put_chunk(&chunk("/b", 1, 1), moved.attr, &moved.bytes).unwrap();
-    let head = store.copy_chunk(&chunk("/a", 0, 0)).unwrap();
-    let replaced = store.install_entry("/b", head.attr, &head.bytes).unwrap();
-    assert_eq!(replaced.map(|attr| attr.file_id), Some(2));
-    store.unlink("/a", 1).unwrap();
-    assert_eq!(read_all(&store, &chunk("/b", 0, 1)), b"12345678");
-    assert_eq!(read_all(&store, &chunk("/b", 1, 1)), b"9");
-    assert_eq!(store.stats().entries, 1);
+    create(&store, "/a", REGULAR, 1);
+    store.write(chunk(1, 0), 0, &mut &b"shared"[..], template(4096), 1, None).unwrap();
+    let entry = store.lookup("/a", 0, false).unwrap().0;
+    assert_eq!(store.add_link(entry.file, 2).unwrap().nlink, 2);
+    assert_eq!(store.install_entry("/b", entry, InstallMode::NO_REPLACE, FileId::default(), false).unwrap(), None);
+    assert_eq!(store.install_entry("/b", entry, InstallMode::NO_REPLACE, FileId::default(), false).unwrap_err().errno(), Errno::EEXIST);
+    store.unlink("/a", 0, None).unwrap();
+    assert_eq!(store.drop_link(entry.file, 3).unwrap(), None, "one name is left");
+    let (target, attr) = store.lookup("/b", 0, false).unwrap();
+    assert_eq!((target.file, attr.unwrap().nlink), (entry.file, 1));
+    assert_eq!(read_all(&store, chunk(1, 0)), b"shared");
+    // Directories cannot be linked.
+    create_dir(&store, "/d", 2);
+    assert_eq!(store.add_link(file(2), 4).unwrap_err().errno(), Errno::EPERM);
+}
+
+#[test]
+fn an_open_file_outlives_its_last_name_until_the_last_close() {
+    let store = memory_store();
+    let created = store.create(&Create { open_for: 1, ..Create::new("/tmp", REGULAR, 4096) }, file(1)).unwrap();
+    assert!(created.created);
+    store.write(chunk(1, 0), 0, &mut &b"scratch"[..], template(4096), 1, None).unwrap();
+    store.open_file(file(1)).unwrap();
+    store.unlink("/tmp", 0, None).unwrap();
+    assert_eq!(store.drop_link(file(1), 2).unwrap(), None, "still open twice");
+    assert_eq!(store.stats().open_unlinked, 1);
+    assert_eq!(store.lookup("/tmp", 0, false).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(read_all(&store, chunk(1, 0)), b"scratch", "readable through the open");
+    store.write(chunk(1, 0), 7, &mut &b"!"[..], template(4096), 3, None).unwrap();
+    assert_eq!(store.stat(file(1)).unwrap().nlink, 0);
+    assert_eq!(store.close_file(file(1)), None);
+    assert_eq!(store.close_file(file(1)), Some(Deleted { file: file(1), extended: false }));
+    assert_eq!(store.stat(file(1)).unwrap_err().errno(), Errno::ESTALE);
+    assert_eq!(store.stats().open_unlinked, 0);
+}
+
+#[test]
+fn renames_install_and_remove_names_without_touching_files() {
+    let store = memory_store();
+    create(&store, "/a", REGULAR, 1);
+    create(&store, "/b", REGULAR, 2);
+    store.write(chunk(1, 0), 0, &mut &b"12345678"[..], template(8), 1, None).unwrap();
+    let a = store.lookup("/a", 0, false).unwrap().0;
+    let replaced = store.install_entry("/b", a, InstallMode::REPLACE, FileId::default(), false).unwrap();
+    assert_eq!(replaced.map(|entry| entry.file), Some(file(2)));
+    assert!(store.remove_entry("/a", a.file).unwrap());
+    assert!(!store.remove_entry("/a", a.file).unwrap(), "removed once");
+    assert_eq!(read_all(&store, chunk(1, 0)), b"12345678");
+    assert_eq!(store.lookup("/b", 0, false).unwrap().0.file, file(1));
+    // Exchange: the target must hold the expected file.
+    create(&store, "/c", REGULAR, 3);
+    assert_eq!(store.install_entry("/c", a, InstallMode::EXCHANGE, file(9), false).unwrap_err().errno(), Errno::ESTALE);
+    assert_eq!(store.install_entry("/c", a, InstallMode::EXCHANGE, file(3), false).unwrap().map(|entry| entry.file), Some(file(3)));
+    // Type rules of rename targets.
+    create_dir(&store, "/d", 4);
+    assert_eq!(store.install_entry("/d", a, InstallMode::REPLACE, FileId::default(), false).unwrap_err().errno(), Errno::EISDIR);
+    let dir = store.lookup("/d", 0, false).unwrap().0;
+    assert_eq!(store.install_entry("/c", dir, InstallMode::REPLACE, FileId::default(), false).unwrap_err().errno(), Errno::ENOTDIR);
+    create_dir(&store, "/e", 5);
+    assert_eq!(store.install_entry("/e", dir, InstallMode::REPLACE, FileId::default(), false).unwrap_err().errno(), Errno::ENOTEMPTY);
+    assert!(store.install_entry("/e", dir, InstallMode::REPLACE, FileId::default(), true).is_ok());
+}
+
+#[test]
+fn a_subtree_moves_its_names_to_their_new_paths() {
+    let store = memory_store();
+    create_dir(&store, "/from", 1);
+    create_dir(&store, "/from/sub", 2);
+    create(&store, "/from/sub/f", REGULAR, 3);
+    create(&store, "/from/g", REGULAR, 4);
+    create(&store, "/fromage", REGULAR, 5);
+    let mut moved = store.take_subtree("/from", "/to/x").unwrap();
+    moved.sort_by(|a, b| a.path.cmp(&b.path));
+    let paths: Vec<&str> = moved.iter().map(|entry| entry.path.as_str()).collect();
+    assert_eq!(paths, ["/to/x/g", "/to/x/sub", "/to/x/sub/f"], "the directory itself and /fromage stay");
+    assert!(store.lookup("/from/g", 0, false).is_err());
+    assert!(store.lookup("/fromage", 0, false).is_ok());
+    assert!(store.known_dir("/from/sub").is_err(), "known directories below are forgotten");
+    store.put_entries(&moved).unwrap();
+    assert_eq!(store.lookup("/to/x/sub/f", 0, false).unwrap().0.file, file(3));
+    let names: Vec<String> = store.read_dir("/to/x", None, 10).entries.into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["g", "sub"]);
 }
 
 #[test]
 fn shared_reads_are_not_changed_by_later_writes() {
     let store = memory_store();
-    let target = chunk("/s", 1, 3);
-    store.write(&target, 0, &mut &b"before"[..], template(64), 1).unwrap();
-    store.set_chunk_len(&target, 10, template(64), 1).unwrap();
-    let shared = store.read_shared(&target, 2, 100, 0).unwrap();
+    let target = chunk(3, 1);
+    store.write(target, 0, &mut &b"before"[..], template(64), 1, None).unwrap();
+    store.set_chunk_len(target, 10, template(64), 1, None).unwrap();
+    let shared = store.read_shared(target, 2, 100, None).unwrap();
     assert_eq!(shared.len, 8);
     let (bytes, range) = shared.bytes.unwrap();
-    store.write(&target, 0, &mut &b"AFTER!"[..], template(64), 2).unwrap();
+    store.write(target, 0, &mut &b"AFTER!"[..], template(64), 2, None).unwrap();
     assert_eq!(&bytes[range], b"fore");
-    assert_eq!(read_all(&store, &target), b"AFTER!\0\0\0\0");
-    assert!(store.read_shared(&chunk("/s", 2, 3), 0, 1, 0).unwrap().attr.is_none());
+    assert_eq!(read_all(&store, target), b"AFTER!\0\0\0\0");
+    assert!(store.read_shared(chunk(3, 2), 0, 1, None).unwrap().attr.is_none());
 }
 
 #[test]
 fn find_counts_entries_below_a_root_and_defers_spread_files() {
     let store = memory_store();
-    create_dir(&store, "/d");
+    create_dir(&store, "/d", 1);
     for (index, time) in [(1, 10), (2, 30), (10, 30)] {
-        let entry = Create { time_ns: time, ..Create::new(&format!("/d/f{index:02}"), REGULAR, 64) };
-        store.create(&entry, index).unwrap();
-        store.write(&chunk(&format!("/d/f{index:02}"), 0, index), 0, &mut &[7u8; 5][..], template(64), time).unwrap();
+        let path = format!("/d/f{index:02}");
+        let entry = Create { time_ns: time, ..Create::new(&path, REGULAR, 64) };
+        store.create(&entry, file(100 + index)).unwrap();
+        store.write(chunk(100 + index, 0), 0, &mut &[7u8; 5][..], template(64), time, None).unwrap();
     }
-    store.mark_extended("/d/f10", 10).unwrap();
-    store.create(&Create::new("/elsewhere", REGULAR, 64), 99).unwrap();
+    store.mark_extended(file(110)).unwrap();
+    create(&store, "/elsewhere", REGULAR, 99);
     let filter = FindFilter { newer_than_ns: Some(20), size: Some(5), name: Some("*0*".into()) };
     let found = store.find("/d", &filter);
     assert_eq!((found.scanned, found.matched), (3, 1), "f02 matches; f01 is too old");
@@ -223,47 +324,59 @@ fn directory_store_survives_reopening() {
     let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
     {
         let store = ChunkStore::open(config.clone()).unwrap();
-        create_dir(&store, "/d");
-        store.create(&Create::new("/d/f", REGULAR, 16), 9).unwrap();
-        store.write(&chunk("/d/f", 0, 9), 0, &mut &b"0123456789abcdef"[..], template(16), 1).unwrap();
-        store.write(&chunk("/d/f", 2, 9), 4, &mut &b"xyz"[..], template(16), 2).unwrap();
-        store.mark_extended("/d/f", 9).unwrap();
-        store.create(&Create { link_target: Some("/d/f".into()), ..Create::new("/d/l", 0o120777, 16) }, 3).unwrap();
-        store.create(&Create::new("/gone", REGULAR, 16), 4).unwrap();
-        store.unlink("/gone", 0).unwrap();
+        create_dir(&store, "/d", 1);
+        store.create(&Create::new("/d/f", REGULAR, 16), file(9)).unwrap();
+        store.write(chunk(9, 0), 0, &mut &b"0123456789abcdef"[..], template(16), 1, None).unwrap();
+        store.write(chunk(9, 2), 4, &mut &b"xyz"[..], template(16), 2, None).unwrap();
+        store.mark_extended(file(9)).unwrap();
+        store.create(&Create { link_target: Some("/d/f".into()), ..Create::new("/d/l", 0o120777, 16) }, file(3)).unwrap();
+        create(&store, "/gone", REGULAR, 4);
+        store.unlink("/gone", 0, None).unwrap();
+        store.drop_link(file(4), 1).unwrap();
+        // Open when the server stopped, no name: nobody has it open after a restart.
+        store.create(&Create { open_for: 1, ..Create::new("/orphan", REGULAR, 16) }, file(5)).unwrap();
+        store.unlink("/orphan", 0, None).unwrap();
+        store.drop_link(file(5), 1).unwrap();
+        assert_eq!(store.stats().open_unlinked, 1);
+        // A renamed file's name moved.
+        let f = store.lookup("/d/f", 0, false).unwrap().0;
+        store.install_entry("/d/renamed", f, InstallMode::REPLACE, FileId::default(), false).unwrap();
+        store.remove_entry("/d/f", f.file).unwrap();
     }
     let store = ChunkStore::open(config).unwrap();
-    assert_eq!(read_all(&store, &chunk("/d/f", 0, 9)), b"0123456789abcdef");
-    assert_eq!(read_all(&store, &chunk("/d/f", 2, 9)), b"\0\0\0\0xyz");
-    assert!(store.stat(&chunk("/d/f", 0, 0)).unwrap().is_extended());
-    assert_eq!(read_all(&store, &chunk("/d/l", 0, 0)), b"/d/f");
+    assert_eq!(read_all(&store, chunk(9, 0)), b"0123456789abcdef");
+    assert_eq!(read_all(&store, chunk(9, 2)), b"\0\0\0\0xyz");
+    assert!(store.stat(file(9)).unwrap().is_extended());
+    assert_eq!(store.lookup("/d/renamed", 0, false).unwrap().0.file, file(9));
+    assert_eq!(read_all(&store, chunk(3, 0)), b"/d/f");
     let names: Vec<String> = store.read_dir("/d", None, 100).entries.into_iter().map(|e| e.name).collect();
-    assert_eq!(names, ["f", "l"]);
-    assert_eq!(store.stat(&chunk("/gone", 0, 0)).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(names, ["l", "renamed"]);
+    assert_eq!(store.lookup("/gone", 0, false).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(store.stat(file(5)).unwrap_err().errno(), Errno::ESTALE, "the orphan went at the restart");
     assert_eq!(store.stats().entries, 3);
-    assert!(store.stat(&chunk("/", 0, 0)).unwrap().is_dir());
+    assert!(store.stat(FileId::ROOT).unwrap().is_dir());
     std::fs::remove_dir_all(root).unwrap();
 }
 
-proptest! {
+proptest::proptest! {
     /// Random writes and length changes on one chunk, checked against a plain vector.
     #[test]
     fn chunk_matches_reference_model(
-        operations in proptest::collection::vec((0u64..300, proptest::collection::vec(any::<u8>(), 0..80), any::<bool>()), 1..40),
-        use_directory in any::<bool>(),
+        operations in proptest::collection::vec((0u64..300, proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), proptest::prelude::any::<bool>()), 1..40),
+        use_directory in proptest::prelude::any::<bool>(),
     ) {
         let root = temp_dir("model");
         let medium = if use_directory { Medium::Directory(root.clone()) } else { Medium::Memory };
         let store = ChunkStore::open(StoreConfig { medium, capacity_bytes: 0, cache: None }).unwrap();
-        let target = chunk("/m", 1, 42);
+        let target = chunk(42, 1);
         let mut model: Vec<u8> = Vec::new();
         for (offset, bytes, shrink) in operations {
             if shrink {
                 let len = offset.min(model.len() as u64);
-                store.set_chunk_len(&target, len, template(400), 1).unwrap();
+                store.set_chunk_len(target, len, template(400), 1, None).unwrap();
                 model.truncate(len as usize);
             } else {
-                store.write(&target, offset, &mut &bytes[..], template(400), 1).unwrap();
+                store.write(target, offset, &mut &bytes[..], template(400), 1, None).unwrap();
                 let end = offset as usize + bytes.len();
                 if model.len() < end && !bytes.is_empty() {
                     model.resize(end, 0);
@@ -273,7 +386,7 @@ proptest! {
                 }
                 model[offset as usize..end].copy_from_slice(&bytes);
             }
-            prop_assert_eq!(read_all(&store, &target), model.clone());
+            proptest::prop_assert_eq!(read_all(&store, target), model.clone());
         }
         let _ = std::fs::remove_dir_all(root);
     }

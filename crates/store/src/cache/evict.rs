@@ -37,8 +37,8 @@ impl Cache {
             // Recorded before the bytes go: after a crash in between, they are read from the
             // backend again rather than found missing.
             chunk.attr.flags |= EntryFlags::BACKEND_DATA;
-            if let Err(error) = space.persist(&chunk) {
-                log::warn!("evicting a chunk of {}: {error}", candidate.path);
+            if let Err(error) = space.persist(&mut chunk) {
+                log::warn!("evicting a chunk of file {}: {error}", chunk.attr.file_id);
                 chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
                 continue;
             }
@@ -54,14 +54,11 @@ impl Cache {
 
     /// A write that found the store full even after eviction: the chunk's current bytes and
     /// the new ones go to the backend file, and the chunk here keeps only its attributes
-    /// (`BACKEND_DATA`). `handle` is the chunk (index `chunk_index` of the file at `path`).
-    /// Returns the chunk's new length.
-    #[allow(clippy::too_many_arguments)]
+    /// (`BACKEND_DATA`). `handle` is the chunk; `prepare` reaches its inode. Returns the
+    /// chunk's new length.
     pub fn write_through(
         &self,
         space: &Space,
-        path: &str,
-        chunk_index: u64,
         handle: &ChunkHandle,
         offset: u64,
         source: &mut dyn ByteSource,
@@ -72,19 +69,23 @@ impl Cache {
         if chunk.removed || !chunk.attr.is_regular() {
             return Err(Errno::ESTALE.into());
         }
-        let file_id = chunk.attr.file_id;
-        if chunk_index == 0 {
-            self.apply_pending(space, path, &mut chunk)?;
+        let chunk_index = chunk.index;
+        let path = if chunk_index == 0 {
+            self.apply_pending(space, &mut chunk)?;
+            chunk.cache.backend_path.clone()
         } else {
-            match prepare(path, file_id) {
-                Ok(_) => {}
+            match prepare(chunk.attr.file_id) {
+                Ok(path) => path,
                 Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Err(Errno::ESTALE.into()),
                 // A cut of the file is under way (and may need this chunk's lock): the write
                 // finds the store full and cannot go through just now.
                 Err(Errno::EAGAIN) => return Err(Errno::ENOSPC.into()),
                 Err(errno) => return Err(errno.into()),
             }
-        }
+        };
+        // A file without a backend name cannot go through: the store is simply full.
+        let Some(path) = path else { return Err(Errno::ENOSPC.into()) };
+        let path = path.as_str();
         let file = self.backend.open_for_flush(path, chunk.attr.mode).map_err(io_errno)?;
         let chunk_start = chunk_index * chunk.attr.chunk_size as u64;
         // The bytes held here go first, so the backend file holds the whole chunk.
@@ -93,7 +94,7 @@ impl Cache {
             file.write_all_at(&held[..held.len().min(chunk.attr.len as usize)], chunk_start).map_err(io_errno)?;
             // Recorded before the bytes go (see `evict`).
             chunk.attr.flags |= EntryFlags::BACKEND_DATA;
-            space.persist(&chunk)?;
+            space.persist(&mut chunk)?;
             space.truncate(&mut chunk, 0)?;
         }
         let mut bytes = vec![0u8; source.len()];
@@ -110,7 +111,7 @@ impl Cache {
             chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
         chunk.version += 1;
-        space.persist(&chunk)?;
+        space.persist(&mut chunk)?;
         self.counters.written_through_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(len)
     }

@@ -1,23 +1,24 @@
 //! Cache mode: the store as a cache of a backend directory (CHFS/Cache).
 //!
-//! Entries under the mount path carry [`EntryFlags::BACKED`]. Their state relative to the
+//! Files under the mount path carry [`EntryFlags::BACKED`]. Their state relative to the
 //! backend is kept in the chunks themselves ([`crate::chunk::CacheState`] has the table of
 //! states), so that it survives a restart of a `dir` store:
 //!
-//! - **Loading** ([`load`]). An entry missing here is looked up in the backend and stored with
-//!   its attributes but without its bytes ([`EntryFlags::BACKEND_DATA`]); the file's size is
-//!   `backend_len`. A chunk whose bytes are in the backend is loaded under its own lock when it
-//!   is first read or changed, so concurrent readers of a missing chunk cause one backend read.
+//! - **Loading** ([`load`]). A name missing here is looked up in the backend and stored as an
+//!   entry and an inode without bytes ([`EntryFlags::BACKEND_DATA`]); the file's size is
+//!   `backend_len`, and its inode knows its backend path. A chunk whose bytes are in the
+//!   backend is loaded under its own lock when it is first read or changed, so concurrent
+//!   readers of a missing chunk cause one backend read.
 //! - **Dirty tracking** ([`queue`]). Every change of a chunk bumps its version and, under the
 //!   mount path, sets [`EntryFlags::DIRTY`] and queues the chunk once in a deduplicated work
-//!   queue. Changes of an entry that must reach the backend before its data — creating it,
-//!   cutting it — are recorded as its [`PendingOp`]; removals of entries that exist in the
-//!   backend are recorded as *removals* (hiding the backend entry until they are applied).
+//!   queue. Changes of a file that must reach the backend before its data — creating it,
+//!   cutting it — are recorded as its inode's [`PendingOp`]; removals of names in the cached
+//!   tree are recorded as *removals* (hiding the backend entry until they are applied).
 //! - **Flushing** ([`flush`]) writes a chunk's bytes to the backend file at `index × chunk
 //!   size` and clears `DIRTY` only if the chunk's version did not change meanwhile, so a write
-//!   racing a flush is never lost. Before chunk data is written, the entry's pending operation
-//!   is applied by the entry's server (`prepare`), so data never lands in a file that is about
-//!   to be replaced or cut.
+//!   racing a flush is never lost. Before chunk data is written, the inode's server applies
+//!   the inode's pending operation and says where the file lives in the backend (`prepare`),
+//!   so data never lands in a file that is about to be replaced or cut.
 //! - **Eviction** ([`evict`]). When the store is full, clean chunks are dropped (they become
 //!   `BACKEND_DATA` again) in the order they became clean; a write goes through to the backend
 //!   directly when even that does not make room.
@@ -35,7 +36,7 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ringfs_proto::{CacheStats, ChunkRef, EntryFlags, Errno};
+use ringfs_proto::{CacheStats, ChunkKey, EntryFlags, Errno, FileId};
 
 use crate::backend::BackendDir;
 use crate::chunk::{Chunk, ChunkHandle, lock};
@@ -46,8 +47,8 @@ use crate::{CacheConfig, StoreError};
 /// One unit of flushing work.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum WorkItem {
-    /// A dirty chunk, or chunk 0 of an entry with a pending operation.
-    Chunk { path: String, index: u64, file_id: u64 },
+    /// A dirty chunk, or an inode with a pending operation.
+    Chunk(ChunkKey),
     /// A removal to apply to the backend.
     Removal { path: String },
 }
@@ -58,13 +59,12 @@ pub enum FlushOutcome {
     /// Bytes reached the backend; `clean` is false if the chunk changed meanwhile (the change
     /// queued it again; [`crate::ChunkStore::requeue`] keeps its place in syncs).
     Flushed { bytes: u64, clean: bool },
-    /// Nothing to do: clean already, or the entry is gone.
+    /// Nothing to do: clean already, or the file is gone.
     Skipped,
     /// Stopped between two pieces because `keep_going` said so; the chunk stays dirty.
     Interrupted,
-    /// The chunk's file has no entry at its server (yet): a rename is installing it, or the
-    /// file is gone and this chunk's removal has not arrived; or a cut of the file is under
-    /// way. The chunk stays dirty; try again later.
+    /// A cut of the chunk's file is under way, or its inode's server does not know the file
+    /// (the chunk's removal has not arrived). The chunk stays dirty; try again later.
     Deferred,
 }
 
@@ -92,9 +92,19 @@ pub struct QueuedWork {
     pub deferrals: u32,
 }
 
-/// The entry's server, asked to apply the entry's pending operation before chunk data of
-/// `(path, file_id)` is written. ESTALE or ENOENT: the file is gone.
-pub type Prepare<'a> = &'a dyn Fn(&str, u64) -> Result<(), Errno>;
+/// The inode's server, asked before chunk data of a file is written: it applies the inode's
+/// pending operation and answers where the file lives in the backend (`None`: nowhere — the
+/// file lost its last name; its data is not flushed). ESTALE or ENOENT: the file is gone;
+/// EAGAIN: a cut of it is under way.
+pub type Prepare<'a> = &'a dyn Fn(FileId) -> Result<Option<String>, Errno>;
+
+/// Where a file's bytes are in the backend: its backend path and `backend_len` (asked of the
+/// file's inode before a chunk is loaded from there).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendFile {
+    pub path: String,
+    pub len: u64,
+}
 
 /// The flush queue. A chunk is in it at most once (its `queued` flag says so); a removal at
 /// most once per recorded removal.
@@ -106,7 +116,6 @@ struct WorkQueue {
 
 /// A chunk that became clean, in the order chunks became clean (eviction candidates).
 struct CleanChunk {
-    path: String,
     handle: ChunkHandle,
 }
 
@@ -180,10 +189,10 @@ impl Cache {
     }
 
     /// Records a change of a chunk in the cached tree: marks it dirty and queues it.
-    pub fn touched(&self, path: &str, index: u64, chunk: &mut Chunk) {
+    pub fn touched(&self, chunk: &mut Chunk) {
         if chunk.attr.has(EntryFlags::BACKED) {
             chunk.attr.flags |= EntryFlags::DIRTY;
-            self.queue_chunk(path, index, chunk);
+            self.queue_chunk(chunk);
         }
     }
 
@@ -198,10 +207,8 @@ impl Cache {
         for item in self.queued_work() {
             match item {
                 WorkItem::Removal { .. } => stats.pending_entries += 1,
-                WorkItem::Chunk { path, index: chunk_index, file_id } => {
-                    let reference = ChunkRef { path: path.clone(), index: chunk_index, file_id };
-                    let handle = if chunk_index == 0 { index.head(&path) } else { index.find_tail(&reference) };
-                    let Some(handle) = handle else { continue };
+                WorkItem::Chunk(key) => {
+                    let Some(handle) = index.chunk(key) else { continue };
                     let chunk = lock(&handle);
                     if chunk.removed {
                         continue;

@@ -3,8 +3,6 @@
 
 use std::sync::atomic::Ordering;
 
-use ringfs_proto::ChunkRef;
-
 use super::{Cache, CleanChunk, QueuedWork, WorkItem, evictable, io_errno};
 use crate::StoreError;
 use crate::chunk::{Chunk, ChunkHandle, lock};
@@ -22,21 +20,21 @@ impl Cache {
     /// Queues a chunk (held locked by the caller) for flushing, unless it is queued already.
     /// A dirty chunk is always queued or being flushed: the flusher clears the mark when it
     /// takes the chunk's bytes, and queues the chunk again if it changed meanwhile.
-    pub fn queue_chunk(&self, path: &str, index: u64, chunk: &mut Chunk) {
+    pub fn queue_chunk(&self, chunk: &mut Chunk) {
         if !chunk.cache.queued {
             chunk.cache.queued = true;
-            self.push(WorkItem::Chunk { path: path.to_string(), index, file_id: chunk.attr.file_id });
+            self.push(WorkItem::Chunk(chunk.key()));
         }
     }
 
     /// Remembers a chunk that became clean as a candidate for eviction.
-    pub fn note_clean(&self, path: &str, handle: &ChunkHandle, chunk: &mut Chunk, chunk_count: u64) {
+    pub fn note_clean(&self, handle: &ChunkHandle, chunk: &mut Chunk, chunk_count: u64) {
         if chunk.cache.listed_clean || !evictable(chunk) {
             return;
         }
         chunk.cache.listed_clean = true;
         let mut clean = lock(&self.clean);
-        clean.push_back(CleanChunk { path: path.to_string(), handle: handle.clone() });
+        clean.push_back(CleanChunk { handle: handle.clone() });
         // Entries of chunks removed since are skipped when popped; do not let them pile up.
         let limit = 2 * chunk_count as usize + 1024;
         if clean.len() > limit {
@@ -56,16 +54,14 @@ impl Cache {
     pub fn requeue(&self, index: &Index, queued: QueuedWork) {
         match &queued.item {
             WorkItem::Removal { path } => {
-                if !index.files_of(path).removals.contains_key(path) {
+                if !index.names_of(path).removals.contains_key(path) {
                     return;
                 }
             }
-            WorkItem::Chunk { path, index: chunk_index, file_id } => {
-                let reference = ChunkRef { path: path.clone(), index: *chunk_index, file_id: *file_id };
-                let handle = if *chunk_index == 0 { index.head(path) } else { index.find_tail(&reference) };
-                let Some(handle) = handle else { return };
+            WorkItem::Chunk(key) => {
+                let Some(handle) = index.chunk(*key) else { return };
                 let mut chunk = lock(&handle);
-                if chunk.removed || chunk.attr.file_id != *file_id {
+                if chunk.removed {
                     return;
                 }
                 if chunk.cache.queued {

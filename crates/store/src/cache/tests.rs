@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use ringfs_proto::{ChunkRef, ChunkTemplate, Create, EntryFlags, Errno};
+use ringfs_proto::{ChunkKey, ChunkTemplate, Create, EntryFlags, Errno, FileId};
 
 use super::*;
 use crate::ChunkStore;
@@ -56,9 +56,9 @@ fn template(backend_len: u64) -> ChunkTemplate {
     ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: CHUNK, backend_len }
 }
 
-/// Flushes everything queued, preparing entries locally (one server).
+/// Flushes everything queued, preparing inodes locally (one server).
 fn flush_all(store: &ChunkStore) -> Vec<FlushOutcome> {
-    let prepare = |path: &str, file_id: u64| store.prepare_entry(path, file_id).map_err(|error| error.errno());
+    let prepare = |file: FileId| store.prepare(file).map_err(|error| error.errno());
     let mut outcomes = Vec::new();
     let mut deferred = Vec::new();
     while let Some(queued) = store.next_work(u64::MAX) {
@@ -75,13 +75,21 @@ fn flush_all(store: &ChunkStore) -> Vec<FlushOutcome> {
     outcomes
 }
 
+/// The anchor every test file gets (one store: every anchor is local).
+const ANCHOR: u32 = 3;
+
+/// The file a path names.
+fn file_of(store: &ChunkStore, path: &str) -> FileId {
+    store.lookup(path, ANCHOR, false).unwrap().0.file
+}
+
 fn read_file(store: &ChunkStore, path: &str, size: u64) -> Vec<u8> {
-    let head = store.stat(&ChunkRef { path: path.into(), index: 0, file_id: 0 }).unwrap();
+    let file = file_of(store, path);
+    let backend = store.backend_file(file).unwrap();
     let mut bytes = Vec::new();
     for index in 0..size.div_ceil(CHUNK as u64) {
         let mut piece = Vec::new();
-        let reference = ChunkRef { path: path.into(), index, file_id: head.file_id };
-        store.read(&reference, 0, CHUNK as u64, &mut piece, head.backend_len).unwrap();
+        store.read(ChunkKey::new(file, index), 0, CHUNK as u64, &mut piece, backend.as_ref()).unwrap();
         piece.resize(CHUNK as usize, 0);
         bytes.extend(piece);
     }
@@ -89,14 +97,25 @@ fn read_file(store: &ChunkStore, path: &str, size: u64) -> Vec<u8> {
     bytes
 }
 
-fn new_file(store: &ChunkStore, path: &str, bytes: &[u8]) -> u64 {
+/// Creates (or truncates) `path` with `bytes`; its file id.
+fn new_file(store: &ChunkStore, path: &str, bytes: &[u8]) -> FileId {
     let entry = Create { exclusive: false, truncate: true, ..Create::new(path, 0o100644, CHUNK) };
-    let file_id = store.create(&entry, 77).unwrap().attr.file_id;
-    for (index, piece) in bytes.chunks(CHUNK as usize).enumerate() {
-        let reference = ChunkRef { path: path.into(), index: index as u64, file_id };
-        store.write(&reference, 0, &mut &piece[..], template(0), 5).unwrap();
+    let outcome = store.create(&entry, FileId { anchor: ANCHOR, serial: xxhash_rust::xxh3::xxh3_64(path.as_bytes()) | 1 }).unwrap();
+    let file = outcome.entry.file;
+    if outcome.truncated {
+        store.cut_backend_file(file, 0).unwrap();
     }
-    file_id
+    let backend = store.backend_file(file).unwrap();
+    for (index, piece) in bytes.chunks(CHUNK as usize).enumerate() {
+        store.write(ChunkKey::new(file, index as u64), 0, &mut &piece[..], template(0), 5, backend.as_ref()).unwrap();
+    }
+    file
+}
+
+/// Removes the name `path` and the file's last link.
+fn remove(store: &ChunkStore, path: &str) {
+    let entry = store.unlink(path, ANCHOR, None).unwrap();
+    store.drop_link(entry.file, 9).unwrap();
 }
 
 #[test]
@@ -106,17 +125,17 @@ fn backend_files_are_read_through_once_per_chunk() {
     fs::create_dir(setup.backend().join("in")).unwrap();
     fs::write(setup.backend().join("in/data"), &data).unwrap();
     let store = setup.store();
-    let head = store.stat(&ChunkRef { path: "/in/data".into(), index: 0, file_id: 0 }).unwrap();
+    let head = store.stat(file_of(&store, "/in/data")).unwrap();
     assert!(head.has(EntryFlags::BACKED | EntryFlags::BACKEND_DATA | EntryFlags::EXTENDED | EntryFlags::IN_BACKEND));
     assert_eq!(head.backend_len, data.len() as u64);
     assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
     assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
     assert_eq!(store.cache_stats().unwrap().loaded_chunks, 4, "each chunk came from the backend once");
-    assert!(store.lookup_dir("/in").unwrap().is_dir());
+    assert!(store.lookup_dir("/in", ANCHOR).unwrap().is_dir());
     assert!(!store.has_work(), "reading dirties nothing");
-    let page = store.backend_page("/in", None, 10).unwrap();
+    let page = store.backend_page("/in", None, 10, &|_| ANCHOR).unwrap();
     assert_eq!(page.entries.len(), 1);
-    assert_eq!(page.entries[0].attr.file_id, head.file_id);
+    assert_eq!(page.entries[0].entry.file, head.file_id, "the same backend file gets the same id");
 }
 
 #[test]
@@ -133,25 +152,25 @@ fn written_files_reach_the_backend_and_writes_racing_a_flush_are_kept() {
     // not mark it clean.
     const LARGE: u32 = 1 << 20;
     let entry = Create { exclusive: false, truncate: true, ..Create::new("/large", 0o100644, LARGE) };
-    let file_id = store.create(&entry, 78).unwrap().attr.file_id;
+    let file_id = store.create(&entry, FileId { anchor: ANCHOR, serial: 78 }).unwrap().entry.file;
     flush_all(&store);
-    let reference = ChunkRef { path: "/large".into(), index: 0, file_id };
+    let reference = ChunkKey::inode(file_id);
     let big = pattern(LARGE as usize, 3);
     let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
-    store.write(&reference, 0, &mut &big[..], large_template, 6).unwrap();
+    store.write(reference, 0, &mut &big[..], large_template, 6, None).unwrap();
     let queued = store.next_work(u64::MAX).unwrap();
-    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+    let prepare = |file: FileId| store.prepare(file).map_err(|error| error.errno());
     let racing = pattern(10, 4);
     let wrote = std::cell::Cell::new(false);
     let keep_going = || {
         if !wrote.replace(true) {
-            store.write(&reference, 100, &mut &racing[..], large_template, 7).unwrap();
+            store.write(reference, 100, &mut &racing[..], large_template, 7, None).unwrap();
         }
         true
     };
     let outcome = store.flush(&queued.item, &prepare, FlushPace::Yielding(&keep_going)).unwrap();
     assert_eq!(outcome, FlushOutcome::Flushed { bytes: backend::FLUSH_PIECE_BYTES as u64, clean: false }, "stops at the change");
-    assert!(store.stat(&reference).unwrap().has(EntryFlags::DIRTY), "the racing write keeps the chunk dirty");
+    assert!(store.stat(file_id).unwrap().has(EntryFlags::DIRTY), "the racing write keeps the chunk dirty");
     assert_ne!(&fs::read(setup.backend().join("large")).unwrap()[100..110], &racing[..], "the flush wrote the older bytes");
     // The racing write queued the chunk again, behind a sync begun before it; putting the
     // interrupted work back keeps the chunk in that sync.
@@ -163,7 +182,7 @@ fn written_files_reach_the_backend_and_writes_racing_a_flush_are_kept() {
     let mut expected = big.clone();
     expected[100..110].copy_from_slice(&racing);
     assert_eq!(fs::read(setup.backend().join("large")).unwrap(), expected);
-    assert!(!store.stat(&reference).unwrap().has(EntryFlags::DIRTY));
+    assert!(!store.stat(file_id).unwrap().has(EntryFlags::DIRTY));
 }
 
 #[test]
@@ -172,13 +191,13 @@ fn a_complete_flush_ends_clean_under_continuous_writes() {
     let store = setup.store();
     const LARGE: u32 = 1 << 20;
     let entry = Create { exclusive: false, truncate: true, ..Create::new("/hot", 0o100644, LARGE) };
-    let file_id = store.create(&entry, 78).unwrap().attr.file_id;
-    let reference = ChunkRef { path: "/hot".into(), index: 0, file_id };
+    let file_id = store.create(&entry, FileId { anchor: ANCHOR, serial: 78 }).unwrap().entry.file;
+    let reference = ChunkKey::inode(file_id);
     let large_template = ChunkTemplate { chunk_size: LARGE, ..template(0) };
-    store.write(&reference, 0, &mut &pattern(LARGE as usize, 1)[..], large_template, 6).unwrap();
+    store.write(reference, 0, &mut &pattern(LARGE as usize, 1)[..], large_template, 6, None).unwrap();
     flush_all(&store);
     let done = std::sync::atomic::AtomicBool::new(false);
-    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
+    let prepare = |file: FileId| store.prepare(file).map_err(|error| error.errno());
     std::thread::scope(|scope| {
         scope.spawn(|| {
             // Rewrites the whole chunk, with other bytes each time, until the flushes are done.
@@ -188,7 +207,7 @@ fn a_complete_flush_ends_clean_under_continuous_writes() {
                 if done.load(std::sync::atomic::Ordering::Relaxed) || std::time::Instant::now() > deadline {
                     break;
                 }
-                store.write(&reference, 0, &mut &versions[round % 4][..], large_template, 7).unwrap();
+                store.write(reference, 0, &mut &versions[round % 4][..], large_template, 7, None).unwrap();
             }
         });
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
@@ -220,14 +239,14 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
     fs::write(setup.backend().join("old"), pattern(5000, 5)).unwrap();
     fs::write(setup.backend().join("cut"), pattern(3 * CHUNK as usize, 6)).unwrap();
     let store = setup.store();
-    store.unlink("/old", 0).unwrap();
+    remove(&store, "/old");
     assert!(setup.backend().join("old").exists(), "removal waits for the flush");
-    assert_eq!(store.stat(&ChunkRef { path: "/old".into(), index: 0, file_id: 0 }).unwrap_err().errno(), Errno::ENOENT);
+    assert_eq!(store.lookup("/old", ANCHOR, false).unwrap_err().errno(), Errno::ENOENT);
     assert_eq!(store.read_dir("/", None, 10).removed, ["old"]);
-    let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
-    store.truncate_head("/cut", cut.file_id, 1000, 1000, 9).unwrap();
-    store.cut_backend_file("/cut", cut.file_id, 1000).unwrap();
-    assert_eq!(store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap().backend_len, 1000);
+    let cut = store.stat(file_of(&store, "/cut")).unwrap();
+    store.truncate_head(cut.file_id, 1000, 1000, 9).unwrap();
+    store.cut_backend_file(cut.file_id, 1000).unwrap();
+    assert_eq!(store.stat(cut.file_id).unwrap().backend_len, 1000);
     flush_all(&store);
     assert!(!setup.backend().join("old").exists());
     assert_eq!(fs::read(setup.backend().join("cut")).unwrap(), pattern(3 * CHUNK as usize, 6)[..1000]);
@@ -236,14 +255,15 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
     // A write past the cut that lands while the cut is under way (after the chunks past it
     // were removed, before the cut is recorded) is not flushed until the cut is recorded,
     // so the cut cannot take it away in the backend.
-    let cut = store.stat(&ChunkRef { path: "/cut".into(), index: 0, file_id: 0 }).unwrap();
-    store.truncate_head("/cut", cut.file_id, 500, 500, 10).unwrap();
-    let late = ChunkRef { path: "/cut".into(), index: 1, file_id: cut.file_id };
+    let cut = store.stat(file_of(&store, "/cut")).unwrap();
+    store.truncate_head(cut.file_id, 500, 500, 10).unwrap();
+    let late = ChunkKey::new(cut.file_id, 1);
     let late_bytes = pattern(100, 11);
-    store.write(&late, 0, &mut &late_bytes[..], template(0), 11).unwrap();
+    let backend = store.backend_file(cut.file_id).unwrap();
+    store.write(late, 0, &mut &late_bytes[..], template(0), 11, backend.as_ref()).unwrap();
     let outcomes = flush_all(&store);
     assert!(outcomes.contains(&FlushOutcome::Deferred), "{outcomes:?}");
-    store.cut_backend_file("/cut", cut.file_id, 500).unwrap();
+    store.cut_backend_file(cut.file_id, 500).unwrap();
     flush_all(&store);
     let mut expected = pattern(3 * CHUNK as usize, 6)[..500].to_vec();
     expected.resize(CHUNK as usize, 0);
@@ -252,7 +272,7 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
 
     // A new file over a removed one replaces it, even before the removal is flushed.
     fs::write(setup.backend().join("again"), b"old contents").unwrap();
-    store.unlink("/again", 0).unwrap();
+    remove(&store, "/again");
     new_file(&store, "/again", b"new");
     flush_all(&store);
     assert_eq!(fs::read(setup.backend().join("again")).unwrap(), b"new");
@@ -271,17 +291,24 @@ fn a_full_store_evicts_clean_chunks_then_writes_through() {
     // Dirty data cannot be evicted: a writer that runs out of room writes through.
     let file_id = new_file(&store, "/w0", &pattern(CHUNK as usize, 8));
     new_file(&store, "/w1", &pattern(CHUNK as usize, 9));
-    let chunk_of_w0 = |index| ChunkRef { path: "/w0".into(), index, file_id };
+    let chunk_of_w0 = |index| ChunkKey::new(file_id, index);
+    let backend = store.backend_file(file_id).unwrap();
     let second = pattern(CHUNK as usize, 10);
-    store.write(&chunk_of_w0(1), 0, &mut &second[..], template(0), 3).unwrap();
+    store.write(chunk_of_w0(1), 0, &mut &second[..], template(0), 3, backend.as_ref()).unwrap();
     let third = pattern(CHUNK as usize, 12);
-    let full = store.write(&chunk_of_w0(2), 0, &mut &third[..], template(0), 3).unwrap_err();
+    let full = store.write(chunk_of_w0(2), 0, &mut &third[..], template(0), 3, backend.as_ref()).unwrap_err();
     assert_eq!(full.errno(), Errno::ENOSPC, "only dirty chunks are left");
-    let prepare = |path: &str, id: u64| store.prepare_entry(path, id).map_err(|error| error.errno());
-    assert_eq!(store.write_through(&chunk_of_w0(2), 0, &mut &third[..], template(0), 3, &prepare).unwrap(), CHUNK as u64);
+    let prepare = |file: FileId| store.prepare(file).map_err(|error| error.errno());
+    let through = store.write_through(chunk_of_w0(2), 0, &mut &third[..], template(0), 3, backend.as_ref(), &prepare);
+    assert_eq!(through.unwrap(), CHUNK as u64);
     assert_eq!(store.cache_stats().unwrap().written_through_bytes, CHUNK as u64);
     let expected = [pattern(CHUNK as usize, 8), second, third].concat();
-    assert_eq!(read_file(&store, "/w0", 3 * CHUNK as u64), expected, "written-through bytes read from the backend");
+    let read = read_file(&store, "/w0", 3 * CHUNK as u64);
+    let mismatch = read.iter().zip(&expected).position(|(a, b)| a != b);
+    assert!(
+        mismatch.is_none() && read.len() == expected.len(),
+        "written-through bytes read from the backend: first difference at {mismatch:?}"
+    );
     flush_all(&store);
     assert_eq!(fs::read(setup.backend().join("w0")).unwrap(), expected);
 }
@@ -293,7 +320,7 @@ fn dirty_state_and_removals_survive_a_restart() {
     {
         let store = ChunkStore::open(setup.config(0, true)).unwrap();
         new_file(&store, "/kept", &pattern(2 * CHUNK as usize, 11));
-        store.unlink("/gone", 0).unwrap();
+        remove(&store, "/gone");
         assert!(store.has_work());
     }
     let store = ChunkStore::open(setup.config(0, true)).unwrap();
@@ -308,7 +335,7 @@ fn dirty_state_and_removals_survive_a_restart() {
     drop(store);
     {
         let store = ChunkStore::open(setup.config(0, true)).unwrap();
-        store.unlink("/again", 0).unwrap();
+        remove(&store, "/again");
         new_file(&store, "/again", b"new");
         let directory = store.space.directory.as_ref().unwrap();
         directory.record_removal("/again", RemovalKind::File).unwrap();

@@ -1,0 +1,197 @@
+//! Renaming directories (and `RENAME_EXCHANGE` of any two names).
+//!
+//! Names are keyed by full path, so renaming a directory changes the path of every name below
+//! it: those entries move from server to server. Files do not move — names refer to file ids —
+//! so the cost grows with the number of names in the tree, never with its bytes.
+//!
+//! The coordinator (the server of the old name) proceeds as follows:
+//!
+//! 1. It takes the cluster-wide **namespace lock**, held by the first server of the ring, so
+//!    directory renames run one at a time: two renames of overlapping trees can then neither
+//!    lose nor duplicate names, nor make a cycle. (Lustre's DNE takes a global rename lock for
+//!    cross-directory renames for the same reason.) File renames do not take it.
+//! 2. It locks both names (`names::lock_names`) and checks the rename is allowed: no move into
+//!    its own subtree, a target that is an empty directory or absent, an existing parent.
+//! 3. **Freeze**: every server stops operations on names at or below both paths and lets the
+//!    running ones finish (`locks::NamespaceGate`); all servers must answer, or nothing moves.
+//! 4. **Move**: every server takes its names below the old path out of its index and sends
+//!    them, at their new paths, to their new owners (`PutEntries`).
+//! 5. The new name is made to refer to the directory (replacing an empty directory there) and
+//!    the old name goes — both steps carry the rename's token through the freeze.
+//! 6. **Thaw**, then the locks are given back.
+//!
+//! Another client sees the tree either before or after: lookups and listings inside either
+//! subtree wait during the move; the two parent directories' listings may show both names (or,
+//! for an instant, only the old one) while the rename completes.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use ringfs_proto::path;
+use ringfs_proto::{EntryRef, Errno, FileId, InstallMode, MovedEntry, NamespaceLock, PutEntries, RenameFlags, Request, Response, Subtree};
+
+use crate::locks::{LEASE, WAIT_LIMIT};
+use crate::names::new_token;
+use crate::service::{ServerState, store_errno};
+
+impl ServerState {
+    /// On the first server of the ring: takes or gives back the namespace lock for `token`.
+    pub fn namespace_lock_step(&self, token: u64, acquire: bool) -> Result<Response, Errno> {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        loop {
+            let mut held = self.namespace_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let now = Instant::now();
+            match *held {
+                Some((holder, _)) if !acquire => {
+                    if holder == token {
+                        *held = None;
+                    }
+                    return Ok(Response::Done);
+                }
+                None if !acquire => return Ok(Response::Done),
+                Some((holder, until)) if holder != token && until > now => {}
+                _ => {
+                    *held = Some((token, now + LEASE));
+                    return Ok(Response::Done);
+                }
+            }
+            drop(held);
+            if now >= deadline {
+                return Err(Errno::EBUSY);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
+        let first = self.membership().first_in_ring().clone();
+        self.ask(&first, Request::NamespaceLock(NamespaceLock { token, acquire })).map(drop)
+    }
+
+    /// Renames a directory, or exchanges two names (see the module documentation).
+    pub fn rename_tree(&self, from: &str, to: &str, time_ns: i64, flags: u32) -> Result<Response, Errno> {
+        if self.in_cached_tree(from) || self.in_cached_tree(to) {
+            // Renaming a directory of the cached tree does not reach the backend yet
+            // (docs/CONSISTENCY.md); `mv` falls back to copying.
+            return Err(Errno::EXDEV);
+        }
+        let token = new_token();
+        self.namespace_lock_at_first(token, true)?;
+        let outcome = match self.lock_names(&[from, to], token) {
+            Ok(entries) => {
+                let outcome = self.rename_tree_locked(from, to, entries[0], entries[1], time_ns, flags, token);
+                self.unlock_names(&[from, to], token);
+                outcome
+            }
+            Err(errno) => Err(errno),
+        };
+        if let Err(errno) = self.namespace_lock_at_first(token, false) {
+            log::warn!("could not give back the namespace lock: {errno} (it lapses)");
+        }
+        outcome
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn rename_tree_locked(
+        &self,
+        from: &str,
+        to: &str,
+        source: Option<EntryRef>,
+        target: Option<EntryRef>,
+        time_ns: i64,
+        flags: u32,
+        token: u64,
+    ) -> Result<Response, Errno> {
+        let source = source.ok_or(Errno::ENOENT)?;
+        let exchange = flags & RenameFlags::EXCHANGE != 0;
+        let mut replaced_dir = None;
+        match target {
+            None if exchange => return Err(Errno::ENOENT),
+            Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
+            Some(target) if target.file == source.file => return Ok(Response::Done),
+            Some(_) if exchange => {}
+            Some(target) if !target.is_dir() => return Err(Errno::ENOTDIR),
+            Some(target) => {
+                self.check_empty(to)?;
+                replaced_dir = Some(target);
+            }
+            None => {}
+        }
+        if let Some(parent) = path::parent(to)
+            && parent != "/"
+        {
+            self.resolve_parent(parent)?;
+        }
+        let moves_trees = source.is_dir() || target.is_some_and(|target| target.is_dir());
+        let subtree = Subtree { token, from: from.to_string(), to: to.to_string(), exchange };
+        if moves_trees {
+            self.freeze_everywhere(&subtree)?;
+        }
+        let outcome = (|| {
+            if moves_trees {
+                for answer in self.broadcast(&Request::MoveSubtree(subtree.clone())) {
+                    // A server that failed mid-way may keep names below the old path: they
+                    // stay reachable there, and a later rename moves them (docs/CONSISTENCY.md).
+                    answer.inspect_err(|errno| log::error!("rename {from} -> {to}: moving names failed on a server: {errno}"))?;
+                }
+            }
+            if exchange {
+                let target = target.expect("an exchange has a target");
+                self.install_at(to, source, InstallMode::EXCHANGE, target.file, false, token)?;
+                self.install_at(from, target, InstallMode::EXCHANGE, source.file, false, token)?;
+                self.touch_ctime(target.file, time_ns)?;
+            } else {
+                self.install_at(to, source, InstallMode::REPLACE, FileId::default(), true, token)?;
+                if !self.remove_at(from, source.file, token)? {
+                    log::warn!("rename {from} -> {to}: the old name vanished while locked");
+                }
+            }
+            self.touch_ctime(source.file, time_ns)
+        })();
+        if moves_trees {
+            self.thaw_everywhere(&subtree);
+        }
+        outcome?;
+        if let Some(replaced) = replaced_dir {
+            self.drop_link(replaced.file, time_ns)?;
+        }
+        Ok(Response::Done)
+    }
+
+    /// Freezes both subtrees on every server; all must answer, or the freeze is undone.
+    fn freeze_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
+        let answers = self.broadcast(&Request::Freeze(subtree.clone()));
+        if let Some(errno) = answers.into_iter().find_map(Result::err) {
+            self.thaw_everywhere(subtree);
+            return Err(errno);
+        }
+        Ok(())
+    }
+
+    fn thaw_everywhere(&self, subtree: &Subtree) {
+        for answer in self.broadcast(&Request::Thaw(subtree.clone())) {
+            if let Err(errno) = answer {
+                log::warn!("a server did not hear the end of a directory rename: {errno} (its freeze lapses)");
+            }
+        }
+    }
+
+    /// This server's step of a directory rename: its names below the old path (and, for an
+    /// exchange, below the new one) go to their owners under the other path.
+    pub fn move_subtree(&self, subtree: &Subtree) -> Result<Response, Errno> {
+        let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
+        if subtree.exchange {
+            moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
+        }
+        let count = moved.len() as u64;
+        let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
+        for entry in moved {
+            let owner = self.owner_of_path(&entry.path);
+            by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
+        }
+        for (_, (owner, entries)) in by_owner {
+            self.ask(&owner, Request::PutEntries(PutEntries { token: subtree.token, entries }))?;
+        }
+        Ok(Response::Count(count))
+    }
+}

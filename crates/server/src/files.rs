@@ -1,0 +1,169 @@
+//! Operations on files that span servers, run by the server of the file's inode (or the one
+//! asking it): link counts, the removal of a file's chunks everywhere, truncation, and in
+//! cache mode the move of a file to another place in the backend.
+
+use ringfs_proto::{
+    BackendFileReply, ChunkKey, ChunkTemplate, Errno, FileId, FileOnly, LinkCount, LoadChunk, Rebind, RemoveChunks, Request, Response,
+    SetChunkLen,
+};
+
+use crate::service::{ServerState, Session, store_errno};
+
+impl ServerState {
+    /// Sends `request` to every server (this one included) and returns each answer.
+    pub fn broadcast(&self, request: &Request) -> Vec<Result<Response, Errno>> {
+        let members: Vec<_> = self.membership().list().members.clone();
+        let mut connections = Vec::new();
+        let mut results = Vec::new();
+        for member in &members {
+            if self.is_self(member) {
+                continue;
+            }
+            if !member.alive {
+                results.push(Err(Errno::EIO));
+                continue;
+            }
+            match self.peers.connection(member) {
+                Ok(connection) => connections.push(connection),
+                Err(error) => {
+                    log::warn!("cannot reach server {}: {error}", member.name);
+                    results.push(Err(Errno::EIO));
+                }
+            }
+        }
+        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
+        results.push(self.execute(&mut Session::local(), request.clone(), &[], &mut Vec::new()));
+        for call in calls {
+            results.push(match call.and_then(|call| call.wait()) {
+                Ok(reply) => match reply.response {
+                    Response::Error(errno) => Err(errno),
+                    response => Ok(response),
+                },
+                Err(error) => {
+                    log::warn!("broadcast failed: {error}");
+                    Err(error.errno())
+                }
+            });
+        }
+        results
+    }
+
+    /// Removes, on every server, the chunks of a file from `from_index` on. Failures (a dead
+    /// server) leave orphan chunks behind, which are invisible: no inode has their file id any
+    /// more.
+    pub fn remove_chunks_everywhere(&self, file: FileId, from_index: u64) {
+        for result in self.broadcast(&Request::RemoveChunks(RemoveChunks { file, from_index })) {
+            if let Err(errno) = result {
+                log::warn!("could not remove chunks of file {file} on every server: {errno}");
+            }
+        }
+    }
+
+    /// One name fewer of `file`, told to the file's inode server.
+    pub fn drop_link(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
+        match self.ask_home(file, Request::DropLink(LinkCount { file, time_ns })) {
+            // The file is gone already (a concurrent removal of its other name, say).
+            Err(Errno::ESTALE) => Ok(()),
+            other => other.map(drop),
+        }
+    }
+
+    /// At the inode's server: one name fewer; the file goes when it has neither names nor
+    /// opens.
+    pub fn drop_link_here(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
+        if let Some(deleted) = self.store.drop_link(file, time_ns).map_err(store_errno)?
+            && deleted.extended
+        {
+            self.remove_chunks_everywhere(file, 1);
+        }
+        Ok(())
+    }
+
+    /// Truncates a file to `size` at its inode's server: chunk 0 here, the last chunk at its
+    /// owner, and the chunks past the end everywhere.
+    pub fn truncate(&self, file: FileId, size: u64, time_ns: i64) -> Result<Response, Errno> {
+        let attr = self.store.stat(file).map_err(store_errno)?;
+        let chunk_size = attr.chunk_size as u64;
+        let last_index = if size == 0 { 0 } else { (size - 1) / chunk_size };
+        let head_len = size.min(chunk_size);
+        let backend = self.store.backend_file(file).map_err(store_errno)?;
+        let before = self.store.truncate_head(file, head_len, size, time_ns).map_err(store_errno)?;
+        // From here the cut is under way: whatever happens, it is recorded at the end, which
+        // lets the file's chunks be flushed again.
+        let cut_last_chunk = || -> Result<(), Errno> {
+            if last_index == 0 {
+                return Ok(());
+            }
+            let template = ChunkTemplate {
+                mode: attr.mode,
+                uid: attr.uid,
+                gid: attr.gid,
+                chunk_size: attr.chunk_size,
+                backend_len: attr.backend_len.min(size),
+            };
+            let chunk = ChunkKey::new(file, last_index);
+            // The chunk's server takes the backend place as sent: asking this server back
+            // could wait on a server waiting for this answer.
+            let backend = backend.as_ref().map(|backend| BackendFileReply { path: backend.path.clone(), len: backend.len.min(size) });
+            let request = Request::SetChunkLen(SetChunkLen { chunk, len: size - last_index * chunk_size, template, backend });
+            self.ask(&self.owner_of_chunk(chunk), request).map(drop)
+        };
+        let cut = cut_last_chunk();
+        if before.is_extended() {
+            self.remove_chunks_everywhere(file, last_index + 1);
+        }
+        self.store.cut_backend_file(file, size).map_err(store_errno)?;
+        cut?;
+        Ok(Response::Attr(self.store.stat(file).map_err(store_errno)?))
+    }
+
+    /// Asks the inode's server of `file` to apply the inode's pending operation and say where
+    /// the file lives in the backend (see `ChunkStore::prepare`).
+    pub(crate) fn prepare_at_home(&self, file: FileId) -> Result<Option<String>, Errno> {
+        match self.ask_home(file, Request::FlushPrepare(FileOnly { file }))? {
+            Response::BackendTarget(path) => Ok(path),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Cache mode, for a rename: `file` moves to `to` in the backend. Its bytes still in the
+    /// backend are loaded first (its old backend file goes with the old name), then its inode
+    /// takes the new place and all its chunks are flushed there again.
+    pub(crate) fn move_in_backend(&self, file: FileId, to: &str) -> Result<(), Errno> {
+        self.load_backend_data(file)?;
+        let path = self.in_cached_tree(to).then(|| to.to_string());
+        self.ask_home(file, Request::Rebind(Rebind { file, path })).map(drop)
+    }
+
+    /// At the inode's server: the file's new backend place; every server marks its chunks.
+    pub fn rebind_here(&self, file: FileId, path: Option<&str>) -> Result<(), Errno> {
+        self.store.rebind(file, path).map_err(store_errno)?;
+        for answer in self.broadcast(&Request::Redirty(FileOnly { file })) {
+            answer?;
+        }
+        Ok(())
+    }
+
+    /// Cache mode: loads every chunk of `file` whose bytes are still in the backend (a renamed
+    /// file takes its data along).
+    fn load_backend_data(&self, file: FileId) -> Result<(), Errno> {
+        let attr = match self.ask_home(file, Request::Stat(FileOnly { file }))? {
+            Response::Attr(attr) => attr,
+            _ => return Err(Errno::EPROTO),
+        };
+        if attr.backend_len == 0 || !(attr.is_regular() || attr.is_symlink()) {
+            return Ok(());
+        }
+        let backend = match self.ask_home(file, Request::BackendOf(FileOnly { file }))? {
+            Response::BackendFile(backend) => backend,
+            _ => return Err(Errno::EPROTO),
+        };
+        let chunk_size = attr.chunk_size.max(1) as u64;
+        for index in 0..attr.backend_len.div_ceil(chunk_size) {
+            let chunk = ChunkKey::new(file, index);
+            let request = Request::LoadChunk(LoadChunk { chunk, backend_len: attr.backend_len, backend: backend.clone() });
+            self.ask(&self.owner_of_chunk(chunk), request)?;
+        }
+        Ok(())
+    }
+}

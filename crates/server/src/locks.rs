@@ -1,0 +1,236 @@
+//! What keeps concurrent name operations apart: name locks and the namespace gate.
+//!
+//! - **Name locks.** A rename or a link changes two names, held by (possibly) two servers. Its
+//!   coordinator locks both, in path order (so two renames never wait on each other in a
+//!   circle), at the servers that own them; creates, unlinks, rmdirs and other renames of a
+//!   locked name wait until it is released. A lock carries a token (only its holder's steps
+//!   pass it) and a lease: a coordinator that dies leaves locks that expire.
+//! - **The namespace gate.** A directory rename moves every entry below the directory from
+//!   server to server. While it does, the two subtrees (old and new path) are *frozen* on every
+//!   server: operations on names inside them wait (except the rename's own steps, which carry
+//!   its token), and operations already under way finish before the freeze is in place, so no
+//!   name is created, removed or looked up half-way through the move. Freezes have a lease too.
+//!
+//! Waiting is bounded: an operation that waits longer than [`WAIT_LIMIT`] fails with EBUSY.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::Errno;
+use ringfs_proto::path;
+
+/// Longest an operation waits for a name lock or a freeze to end.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(20);
+/// A lock or freeze whose holder neither renews nor releases it lapses after this long.
+pub const LEASE: Duration = Duration::from_secs(30);
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+struct Held {
+    token: u64,
+    until: Instant,
+}
+
+/// The names this server holds that renames and links have locked.
+#[derive(Default)]
+pub struct NameLocks {
+    held: Mutex<HashMap<String, Held>>,
+    released: Condvar,
+}
+
+impl NameLocks {
+    /// Takes the lock of `path` for `token` (again, if the token holds it already), waiting
+    /// while another token holds it.
+    pub fn acquire(&self, path: &str, token: u64) -> Result<(), Errno> {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut held = lock(&self.held);
+        loop {
+            let now = Instant::now();
+            match held.get(path) {
+                Some(other) if other.token != token && other.until > now => {}
+                _ => {
+                    held.insert(path.to_string(), Held { token, until: now + LEASE });
+                    return Ok(());
+                }
+            }
+            if now >= deadline {
+                return Err(Errno::EBUSY);
+            }
+            held = self.released.wait_timeout(held, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+    }
+
+    /// Gives the lock of `path` back, if `token` holds it.
+    pub fn release(&self, path: &str, token: u64) {
+        let mut held = lock(&self.held);
+        if held.get(path).is_some_and(|holder| holder.token == token) {
+            held.remove(path);
+            self.released.notify_all();
+        }
+    }
+
+    /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
+    pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut held = lock(&self.held);
+        loop {
+            let now = Instant::now();
+            match held.get(path) {
+                Some(other) if other.token != token && other.until > now => {}
+                _ => return Ok(()),
+            }
+            if now >= deadline {
+                return Err(Errno::EBUSY);
+            }
+            held = self.released.wait_timeout(held, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+    }
+}
+
+struct Freeze {
+    token: u64,
+    roots: [String; 2],
+    until: Instant,
+}
+
+impl Freeze {
+    fn covers(&self, path: &str) -> bool {
+        self.roots.iter().any(|root| path == root || path::is_inside(path, root))
+    }
+}
+
+/// The subtrees frozen on this server by directory renames (see the module documentation).
+#[derive(Default)]
+pub struct NamespaceGate {
+    frozen: Mutex<Vec<Freeze>>,
+    thawed: Condvar,
+    /// Operations on names hold it shared while they run; a freeze takes it exclusively for a
+    /// moment, so operations under way finish before the freeze is in place.
+    running: RwLock<()>,
+}
+
+/// Held while an operation on names runs (see [`NamespaceGate::pass`]).
+pub struct GatePass<'a> {
+    _running: RwLockReadGuard<'a, ()>,
+}
+
+impl NamespaceGate {
+    /// Waits until none of `paths` lies in a subtree frozen by another rename than `token` (0:
+    /// none), then lets the caller run its local step (keep the pass only for that step: never
+    /// across a request to another server).
+    pub fn pass(&self, paths: &[&str], token: u64) -> Result<GatePass<'_>, Errno> {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        loop {
+            {
+                let mut frozen = lock(&self.frozen);
+                loop {
+                    let now = Instant::now();
+                    frozen.retain(|freeze| freeze.until > now);
+                    let blocked = frozen.iter().any(|freeze| freeze.token != token && paths.iter().any(|path| freeze.covers(path)));
+                    if !blocked {
+                        break;
+                    }
+                    if now >= deadline {
+                        return Err(Errno::EBUSY);
+                    }
+                    frozen =
+                        self.thawed.wait_timeout(frozen, (deadline - now).min(LEASE)).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                }
+            }
+            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            // A freeze may have come in between: check again while holding the pass.
+            let frozen = lock(&self.frozen);
+            let now = Instant::now();
+            let blocked =
+                frozen.iter().any(|freeze| freeze.token != token && freeze.until > now && paths.iter().any(|path| freeze.covers(path)));
+            drop(frozen);
+            if !blocked {
+                return Ok(GatePass { _running: running });
+            }
+        }
+    }
+
+    /// Freezes the subtrees `from` and `to` for `token`; returns once every operation that was
+    /// running has finished.
+    pub fn freeze(&self, token: u64, from: &str, to: &str) {
+        {
+            let mut frozen = lock(&self.frozen);
+            frozen.retain(|freeze| freeze.token != token);
+            frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
+        }
+        drop(self.running.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    }
+
+    /// Ends the freeze of `token`.
+    pub fn thaw(&self, token: u64) {
+        lock(&self.frozen).retain(|freeze| freeze.token != token);
+        self.thawed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_name_lock_excludes_other_tokens_until_released() {
+        let locks = Arc::new(NameLocks::default());
+        locks.acquire("/a", 1).unwrap();
+        locks.acquire("/a", 1).unwrap();
+        assert!(locks.wait_free("/a", 1).is_ok());
+        let waiter = {
+            let locks = locks.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                locks.acquire("/a", 2).unwrap();
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        locks.release("/a", 1);
+        assert!(waiter.join().unwrap() >= Duration::from_millis(40));
+        locks.release("/a", 1);
+        assert!(locks.wait_free("/a", 2).is_ok());
+    }
+
+    #[test]
+    fn a_freeze_holds_off_names_inside_its_subtrees_only() {
+        let gate = Arc::new(NamespaceGate::default());
+        gate.freeze(7, "/from", "/to");
+        assert!(gate.pass(&["/other"], 0).is_ok());
+        assert!(gate.pass(&["/fromage"], 0).is_ok());
+        assert!(gate.pass(&["/from/x"], 7).is_ok(), "the rename's own steps pass");
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                drop(gate.pass(&["/to/y"], 0).unwrap());
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        gate.thaw(7);
+        assert!(waiter.join().unwrap() >= Duration::from_millis(40));
+    }
+
+    #[test]
+    fn a_freeze_waits_for_running_operations() {
+        let gate = Arc::new(NamespaceGate::default());
+        let pass = gate.pass(&["/from/x"], 0).unwrap();
+        let freezer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                gate.freeze(1, "/from", "/to");
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(pass);
+        assert!(freezer.join().unwrap() >= Duration::from_millis(40));
+    }
+}

@@ -1,0 +1,396 @@
+//! Operations on names that may involve other servers, run by the server that owns the name.
+//!
+//! - **Parent checks.** A create succeeds only under an existing directory. The owner of the
+//!   new name asks the owner of the parent once and then remembers the answer in its store's
+//!   known-directories cache; rmdir and directory renames make every server forget.
+//! - **Create, lookup.** A new file's inode is made beside its name (its anchor is the
+//!   placement hash of the path). For an existing name whose file lives elsewhere (renamed or
+//!   linked), the file's server is asked for its attributes.
+//! - **Unlink, rmdir.** The name goes here; the file's server is told it has one name fewer
+//!   (it goes when it has neither names nor opens).
+//! - **Link.** The file gets one more name: its link count first, then the new name.
+//! - **Rename of a file.** Both names are locked (in path order, at their servers); the new
+//!   name is made to refer to the file, replacing what it named (whose file loses a name),
+//!   then the old name goes. From the moment the new name is installed it shows the whole
+//!   file: no data moves. Directories are renamed by `directory_rename`.
+
+use ringfs_proto::path;
+use ringfs_proto::{
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, LinkCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
+    Request, Response,
+};
+use ringfs_rpc::memory::fast_random_u64;
+use ringfs_store::StoreError;
+
+use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
+
+/// A create or install retries after resolving its parent at most this often (each retry
+/// needs an rmdir racing with it).
+const PARENT_ATTEMPTS: usize = 4;
+
+/// Draws the token of a rename or link (its locks and steps carry it).
+pub fn new_token() -> u64 {
+    fast_random_u64() | 1
+}
+
+impl ServerState {
+    /// Makes sure the store knows `dir` exists, asking its owner if needed.
+    pub(crate) fn resolve_parent(&self, dir: &str) -> Result<(), Errno> {
+        let Err(ticket) = self.store.known_dir(dir) else { return Ok(()) };
+        let owner = self.owner_of_path(dir);
+        match self.ask(&owner, Request::LookupDir(PathOnly { path: dir.to_string() }))? {
+            Response::Replaced(Some(entry)) if entry.is_dir() => {}
+            _ => return Err(Errno::ENOTDIR),
+        }
+        self.store.mark_known_dir(dir, ticket);
+        Ok(())
+    }
+
+    /// Runs a store operation that needs a known parent, resolving the parent when asked.
+    pub(crate) fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, Errno> {
+        for _ in 0..PARENT_ATTEMPTS {
+            match operation() {
+                Err(StoreError::ParentUnknown(parent)) => self.resolve_parent(&parent)?,
+                other => return other.map_err(store_errno),
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// The attributes of `file`, from its inode's server.
+    pub(crate) fn stat_file(&self, file: FileId) -> Result<ringfs_proto::Attr, Errno> {
+        let home = self.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
+        match self.ask(&home, Request::Stat(ringfs_proto::FileOnly { file }))? {
+            Response::Attr(attr) => Ok(attr),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    pub fn create(&self, create: Create) -> Result<Response, Errno> {
+        if create.chunk_size == 0 || create.chunk_size > MAX_CHUNK_SIZE {
+            return Err(Errno::EINVAL);
+        }
+        if let Some(target) = &create.link_target
+            && (target.is_empty() || target.len() > path::MAX_PATH_BYTES)
+        {
+            return Err(Errno::EINVAL);
+        }
+        let new_file = FileId { anchor: self.anchor_of(&create.path), serial: fast_random_u64() | 1 };
+        let outcome = self.with_parent(|| {
+            let _pass = self.gate.pass(&[&create.path], 0).map_err(StoreError::Fs)?;
+            self.name_locks.wait_free(&create.path, 0).map_err(StoreError::Fs)?;
+            self.store.create(&create, new_file)
+        })?;
+        let file = outcome.entry.file;
+        let (attr, registered) = match outcome.attr {
+            Some(attr) => {
+                let registered = create.open_for != 0 && attr.is_regular();
+                if registered {
+                    self.opens.opened(create.open_for, file);
+                }
+                if outcome.truncated {
+                    if attr.is_extended() {
+                        self.remove_chunks_everywhere(file, 1);
+                    }
+                    self.store.cut_backend_file(file, 0).map_err(store_errno)?;
+                }
+                (attr, registered)
+            }
+            // An existing file that lives on another server (renamed or linked here).
+            None if create.truncate => {
+                match self.ask_home(file, Request::Truncate(ringfs_proto::Truncate { file, size: 0, time_ns: create.time_ns }))? {
+                    Response::Attr(attr) => (attr, false),
+                    _ => return Err(Errno::EPROTO),
+                }
+            }
+            None => (self.stat_file(file)?, false),
+        };
+        Ok(Response::Opened(Opened { attr, registered }))
+    }
+
+    /// Sends `request` to the server of `file`'s inode.
+    pub(crate) fn ask_home(&self, file: FileId, request: Request) -> Result<Response, Errno> {
+        let home = self.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
+        self.ask(&home, request)
+    }
+
+    pub fn lookup(&self, path: &str, open_for: u64) -> Result<Response, Errno> {
+        let (entry, attr) = {
+            let _pass = self.gate.pass(&[path], 0)?;
+            self.store.lookup(path, self.anchor_of(path), open_for != 0).map_err(store_errno)?
+        };
+        match attr {
+            Some(attr) => {
+                let registered = open_for != 0 && attr.is_regular();
+                if registered {
+                    self.opens.opened(open_for, entry.file);
+                }
+                Ok(Response::Opened(Opened { attr, registered }))
+            }
+            None => Ok(Response::Opened(Opened { attr: self.stat_file(entry.file)?, registered: false })),
+        }
+    }
+
+    pub fn unlink(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
+        let entry = {
+            let _pass = self.gate.pass(&[path], 0)?;
+            self.name_locks.wait_free(path, 0)?;
+            self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
+        };
+        self.drop_link(entry.file, time_ns)?;
+        Ok(Response::Done)
+    }
+
+    pub fn rmdir(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
+        let directory = {
+            let _pass = self.gate.pass(&[path], 0)?;
+            self.name_locks.wait_free(path, 0)?;
+            self.store.begin_rmdir(path, self.anchor_of(path)).map_err(store_errno)?
+        };
+        let outcome = self.check_empty(path);
+        let finished = {
+            let _pass = self.gate.pass(&[path], 0)?;
+            self.store.finish_rmdir(path, outcome.is_ok()).map_err(store_errno)
+        };
+        outcome?;
+        finished?;
+        self.drop_link(directory.file, time_ns)?;
+        Ok(Response::Done)
+    }
+
+    /// Asks every server to forget `dir` and whether it holds a name inside it: `Ok` if none
+    /// does (nor, in cache mode, the backend directory), ENOTEMPTY otherwise, or the error of
+    /// a server that could not answer (it might hold names: refuse rather than orphan them).
+    pub(crate) fn check_empty(&self, dir: &str) -> Result<(), Errno> {
+        let answers = self.broadcast(&Request::PrepareRmdir(PathOnly { path: dir.to_string() }));
+        let mut outcome = Ok(());
+        let mut removed = std::collections::HashSet::new();
+        for answer in answers {
+            match answer {
+                Ok(Response::HasEntries(has)) if !has.any => removed.extend(has.removed),
+                Ok(Response::HasEntries(_)) => outcome = Err(Errno::ENOTEMPTY),
+                Ok(_) => outcome = Err(Errno::EPROTO),
+                Err(errno) => outcome = outcome.and(Err(errno)),
+            }
+        }
+        if outcome.is_ok() {
+            // Cache mode: entries only the backend has count too, unless removed in ringfs.
+            match self.store.backend_names(dir) {
+                Ok(names) if names.iter().any(|name| !removed.contains(name)) => outcome = Err(Errno::ENOTEMPTY),
+                Ok(_) => {}
+                Err(error) => outcome = Err(store_errno(error)),
+            }
+        }
+        outcome
+    }
+
+    /// Takes (or gives back) the lock of a name held here; taking it answers what the name
+    /// refers to now.
+    pub fn name_lock(&self, path: &str, token: u64, acquire: bool) -> Result<Response, Errno> {
+        if !acquire {
+            self.name_locks.release(path, token);
+            return Ok(Response::Done);
+        }
+        self.name_locks.acquire(path, token)?;
+        let _pass = self.gate.pass(&[path], token);
+        let current = match self.store.lookup(path, self.anchor_of(path), false) {
+            Ok((entry, _)) => Some(entry),
+            Err(error) if error.errno() == Errno::ENOENT => None,
+            Err(error) => {
+                self.name_locks.release(path, token);
+                return Err(store_errno(error));
+            }
+        };
+        Ok(Response::Replaced(current))
+    }
+
+    /// Locks the names `paths` for `token`, in path order; answers what each refers to (in
+    /// the order given). On failure the locks taken are given back.
+    pub(crate) fn lock_names(&self, paths: &[&str], token: u64) -> Result<Vec<Option<EntryRef>>, Errno> {
+        let mut order: Vec<usize> = (0..paths.len()).collect();
+        order.sort_by(|a, b| paths[*a].cmp(paths[*b]));
+        order.dedup_by(|a, b| paths[*a] == paths[*b]);
+        let mut current = vec![None; paths.len()];
+        let mut taken = Vec::new();
+        for index in order {
+            let request = Request::NameLock(NameLock { path: paths[index].to_string(), token, acquire: true });
+            match self.ask(&self.owner_of_path(paths[index]), request) {
+                Ok(Response::Replaced(entry)) => {
+                    current[index] = entry;
+                    taken.push(paths[index]);
+                }
+                outcome => {
+                    self.unlock_names(&taken, token);
+                    return Err(outcome.err().unwrap_or(Errno::EPROTO));
+                }
+            }
+        }
+        for (index, path) in paths.iter().enumerate() {
+            if current[index].is_none()
+                && let Some(first) = paths.iter().position(|other| other == path)
+            {
+                current[index] = current[first];
+            }
+        }
+        Ok(current)
+    }
+
+    /// Gives back the name locks of `token` (failures are only logged: locks lapse).
+    pub(crate) fn unlock_names(&self, paths: &[&str], token: u64) {
+        for path in paths {
+            let request = Request::NameLock(NameLock { path: path.to_string(), token, acquire: false });
+            if let Err(errno) = self.ask(&self.owner_of_path(path), request) {
+                log::warn!("could not release the lock of {path}: {errno} (it lapses)");
+            }
+        }
+    }
+
+    /// Makes `path` (held here) refer to a file, for a rename or a link.
+    pub fn install_entry(&self, install: InstallEntry) -> Result<Response, Errno> {
+        let replaced = self.with_parent(|| {
+            let _pass = self.gate.pass(&[&install.path], install.token).map_err(StoreError::Fs)?;
+            self.name_locks.wait_free(&install.path, install.token).map_err(StoreError::Fs)?;
+            self.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
+        })?;
+        Ok(Response::Replaced(replaced))
+    }
+
+    /// Installs `entry` at `path` at the path's server; what was there.
+    pub(crate) fn install_at(
+        &self,
+        path: &str,
+        entry: EntryRef,
+        mode: u8,
+        expect: FileId,
+        replace_empty_dir: bool,
+        token: u64,
+    ) -> Result<Option<EntryRef>, Errno> {
+        let install = InstallEntry { path: path.to_string(), entry, mode, expect, replace_empty_dir, token };
+        match self.ask(&self.owner_of_path(path), Request::InstallEntry(install))? {
+            Response::Replaced(replaced) => Ok(replaced),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Removes `path` at the path's server if it still refers to `expect`; whether it did.
+    pub(crate) fn remove_at(&self, path: &str, expect: FileId, token: u64) -> Result<bool, Errno> {
+        let request = Request::RemoveEntry(RemoveEntry { path: path.to_string(), expect, token });
+        match self.ask(&self.owner_of_path(path), request)? {
+            Response::Count(removed) => Ok(removed > 0),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// A hard link: `to` becomes another name of the file `from` names.
+    pub fn link(&self, from: &str, to: &str, time_ns: i64) -> Result<Response, Errno> {
+        if from == "/" || to == "/" {
+            return Err(Errno::EEXIST);
+        }
+        if self.in_cached_tree(from) || self.in_cached_tree(to) {
+            // Hard links do not reach a cache-mode backend yet (docs/CONSISTENCY.md).
+            return Err(Errno::EXDEV);
+        }
+        let token = new_token();
+        let entries = self.lock_names(&[from, to], token)?;
+        let outcome = (|| {
+            let entry = entries[0].ok_or(Errno::ENOENT)?;
+            if entry.is_dir() {
+                return Err(Errno::EPERM);
+            }
+            if entries[1].is_some() {
+                return Err(Errno::EEXIST);
+            }
+            match self.ask_home(entry.file, Request::AddLink(LinkCount { file: entry.file, time_ns }))? {
+                Response::Attr(_) => {}
+                _ => return Err(Errno::EPROTO),
+            }
+            if let Err(errno) = self.install_at(to, entry, InstallMode::NO_REPLACE, FileId::default(), false, token) {
+                // Undo the count; the name did not appear.
+                if let Err(undo) = self.drop_link(entry.file, time_ns) {
+                    log::warn!("could not undo the link count of {from}: {undo}");
+                }
+                return Err(errno);
+            }
+            Ok(Response::Done)
+        })();
+        self.unlock_names(&[from, to], token);
+        outcome
+    }
+
+    /// Whether `path` lies in the cached tree (cache mode).
+    pub(crate) fn in_cached_tree(&self, path: &str) -> bool {
+        self.store.backend().is_some_and(|backend| backend.covers(path))
+    }
+
+    pub fn rename(&self, rename: Rename) -> Result<Response, Errno> {
+        let Rename { from, to, time_ns, flags } = rename;
+        if flags & !(RenameFlags::NOREPLACE | RenameFlags::EXCHANGE) != 0 || flags == RenameFlags::NOREPLACE | RenameFlags::EXCHANGE {
+            return Err(Errno::EINVAL);
+        }
+        if from == "/" || to == "/" {
+            return Err(Errno::EBUSY);
+        }
+        if path::is_inside(&to, &from) || (flags & RenameFlags::EXCHANGE != 0 && path::is_inside(&from, &to)) {
+            return Err(Errno::EINVAL);
+        }
+        let source = {
+            let _pass = self.gate.pass(&[&from], 0)?;
+            self.store.lookup(&from, self.anchor_of(&from), false).map_err(store_errno)?.0
+        };
+        if from == to {
+            return Ok(Response::Done);
+        }
+        if source.is_dir() || flags & RenameFlags::EXCHANGE != 0 {
+            return self.rename_tree(&from, &to, time_ns, flags);
+        }
+        let token = new_token();
+        let entries = self.lock_names(&[&from, &to], token)?;
+        let outcome = self.rename_file(&from, &to, entries[0], entries[1], time_ns, flags, token);
+        self.unlock_names(&[&from, &to], token);
+        outcome
+    }
+
+    /// Renames a file (or link, or special file) whose names are locked for `token`.
+    #[allow(clippy::too_many_arguments)]
+    fn rename_file(
+        &self,
+        from: &str,
+        to: &str,
+        source: Option<EntryRef>,
+        target: Option<EntryRef>,
+        time_ns: i64,
+        flags: u32,
+        token: u64,
+    ) -> Result<Response, Errno> {
+        let source = source.ok_or(Errno::ENOENT)?;
+        match target {
+            Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
+            Some(target) if target.is_dir() => return Err(Errno::EISDIR),
+            // Two names of the same file: POSIX says do nothing.
+            Some(target) if target.file == source.file => return Ok(Response::Done),
+            _ => {}
+        }
+        let cached = self.in_cached_tree(from) || self.in_cached_tree(to);
+        if cached {
+            self.move_in_backend(source.file, to)?;
+        }
+        let replaced = self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token)?;
+        if !self.remove_at(from, source.file, token)? {
+            log::warn!("rename {from} -> {to}: the old name vanished while locked");
+        }
+        if let Some(replaced) = replaced
+            && replaced.file != source.file
+        {
+            self.drop_link(replaced.file, time_ns)?;
+        }
+        if let Err(errno) = self.touch_ctime(source.file, time_ns) {
+            log::debug!("rename {from} -> {to}: ctime not updated: {errno}");
+        }
+        Ok(Response::Done)
+    }
+
+    /// Sets a file's change time (a rename changes it).
+    pub(crate) fn touch_ctime(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
+        self.ask_home(file, Request::SetAttr(ringfs_proto::SetAttr::new(file, time_ns))).map(drop)
+    }
+}
