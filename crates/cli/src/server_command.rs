@@ -56,6 +56,9 @@ pub struct ServerArgs {
     /// A server silent for this long is declared dead, in milliseconds.
     #[arg(long, default_value_t = 5000)]
     pub failure_timeout_ms: u64,
+    /// Milliseconds the files a client has open stay open after its last connection closed.
+    #[arg(long, default_value_t = 30_000)]
+    pub open_grace_ms: u64,
     /// Microseconds a connection thread polls for the next request before sleeping (0: never).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
@@ -186,6 +189,7 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));
     config.failure_timeout = Duration::from_millis(args.failure_timeout_ms.max(10));
     config.poll = Duration::from_micros(args.poll_us);
+    config.open_grace = Duration::from_millis(args.open_grace_ms);
     if let Some(run_dir) = args.run_dir.clone() {
         let own = args.name.clone();
         config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move || recorded_peers(&run_dir, &own))));

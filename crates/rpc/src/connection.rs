@@ -89,6 +89,9 @@ struct Pending {
     /// Threads blocked on `wakeup`. Notifying costs a system call even when nobody waits,
     /// so it is skipped when this is 0 (the single-threaded case).
     sleepers: usize,
+    /// Requests given up (timed out or dropped) whose responses have not arrived: the server
+    /// is still working on them, so a new request would queue behind them.
+    abandoned: usize,
 }
 
 /// A connection to one server.
@@ -233,6 +236,13 @@ impl Connection {
         lock(&self.pending).broken.is_some()
     }
 
+    /// True when the connection works and the server owes it no response: a new request on
+    /// it is answered without queuing behind an earlier one.
+    pub fn is_idle(&self) -> bool {
+        let pending = lock(&self.pending);
+        pending.broken.is_none() && pending.slots.is_empty() && pending.abandoned == 0
+    }
+
     /// Sends a request and waits for its response.
     pub fn call(&self, request: &Request, data: &[u8]) -> Result<Reply, RpcError> {
         self.start(request, data, None)?.wait()
@@ -326,6 +336,7 @@ impl Connection {
                 },
                 Some(Slot::Waiting(_)) if Instant::now() >= deadline => {
                     pending.slots.remove(&request_id);
+                    pending.abandoned += 1;
                     return Err(RpcError::Timeout { endpoint: self.endpoint.to_string(), timeout_ms: self.timeout.as_millis() as u64 });
                 }
                 Some(_) => {}
@@ -373,7 +384,10 @@ impl Connection {
                     _ => Some(None),
                 },
                 // Nobody waits for this response any more (timed out): drop its data.
-                _ => None,
+                _ => {
+                    pending.abandoned = pending.abandoned.saturating_sub(1);
+                    None
+                }
             }
         };
         let outcome = match destination {
@@ -439,7 +453,9 @@ impl Drop for PendingCall<'_> {
             pending = self.connection.wakeup.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner());
             pending.sleepers -= 1;
         }
-        pending.slots.remove(&self.request_id);
+        if let Some(Slot::Waiting(_)) = pending.slots.remove(&self.request_id) {
+            pending.abandoned += 1;
+        }
     }
 }
 

@@ -15,7 +15,10 @@
 //! 3. **Freeze**: every server stops operations on names at or below both paths and lets the
 //!    running ones finish (`locks::NamespaceGate`); all servers must answer, or nothing moves.
 //! 4. **Move**: every server takes its names below the old path out of its index and sends
-//!    them, at their new paths, to their new owners (`PutEntries`).
+//!    them, at their new paths, to their new owners (`PutEntries`). Names a server receives
+//!    before it has taken its own are held back until it has ([`SubtreeMoves`]): in an
+//!    exchange the received names lie below the other root, and taking them would send them
+//!    back.
 //! 5. The new name is made to refer to the directory (replacing an empty directory there) and
 //!    the old name goes — both steps carry the rename's token through the freeze.
 //! 6. **Thaw**, then the locks are given back.
@@ -25,6 +28,7 @@
 //! for an instant, only the old one) while the rename completes.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
@@ -34,7 +38,57 @@ use crate::locks::{LEASE, WAIT_LIMIT};
 use crate::names::new_token;
 use crate::service::{ServerState, store_errno};
 
+/// This server's part of each directory rename under way, by token: whether it has taken
+/// its own names yet, and the names other servers sent it before that.
+///
+/// Invariant: names received for a move are put into the index only after this server took
+/// its names out for that move (or after the move ended without a take here).
+#[derive(Default)]
+pub struct SubtreeMoves {
+    moves: Mutex<HashMap<u64, SubtreeMove>>,
+}
+
+#[derive(Default)]
+struct SubtreeMove {
+    taken: bool,
+    held_back: Vec<MovedEntry>,
+}
+
+impl SubtreeMoves {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
+        self.moves.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// A rename froze this server: its move has begun.
+    pub fn begin(&self, token: u64) {
+        self.lock().entry(token).or_default();
+    }
+}
+
 impl ServerState {
+    /// Names another server moved here: stored now, or held back until this server has taken
+    /// its own names for the same rename.
+    pub fn put_moved_entries(&self, put: PutEntries) -> Result<Response, Errno> {
+        let mut moves = self.subtree_moves.lock();
+        match moves.get_mut(&put.token) {
+            Some(state) if !state.taken => state.held_back.extend(put.entries),
+            _ => {
+                drop(moves);
+                self.store.put_entries(&put.entries).map_err(store_errno)?;
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    /// The rename `token` ended (thaw): names still held back are stored, so none is lost
+    /// even if this server never got its own move step.
+    pub fn end_subtree_move(&self, token: u64) {
+        let Some(state) = self.subtree_moves.lock().remove(&token) else { return };
+        if let Err(error) = self.store.put_entries(&state.held_back) {
+            log::error!("directory rename: storing names moved here failed: {error}");
+        }
+    }
+
     /// On the first server of the ring: takes or gives back the namespace lock for `token`.
     pub fn namespace_lock_step(&self, token: u64, acquire: bool) -> Result<Response, Errno> {
         let deadline = Instant::now() + WAIT_LIMIT;
@@ -179,10 +233,20 @@ impl ServerState {
     /// This server's step of a directory rename: its names below the old path (and, for an
     /// exchange, below the new one) go to their owners under the other path.
     pub fn move_subtree(&self, subtree: &Subtree) -> Result<Response, Errno> {
-        let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
-        if subtree.exchange {
-            moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
-        }
+        let (moved, held_back) = {
+            let mut moves = self.subtree_moves.lock();
+            let state = moves.entry(subtree.token).or_default();
+            if state.taken {
+                return Ok(Response::Count(0)); // a repeated step
+            }
+            let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
+            if subtree.exchange {
+                moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
+            }
+            state.taken = true;
+            (moved, std::mem::take(&mut state.held_back))
+        };
+        self.store.put_entries(&held_back).map_err(store_errno)?;
         let count = moved.len() as u64;
         let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
         for entry in moved {

@@ -74,6 +74,10 @@ pub struct ServerConfig {
     pub heartbeat_interval: Duration,
     /// A successor that answered no ping for this long is declared dead. Default 5 s.
     pub failure_timeout: Duration,
+    /// How long the files a client has open stay open after its last connection to this
+    /// server closed (it may reconnect; a crashed client's files are freed after it).
+    /// Default 30 s.
+    pub open_grace: Duration,
     /// How long a connection thread polls for the next request before sleeping. Default
     /// 50 µs; zero never polls (see docs/PERFORMANCE.md).
     pub poll: Duration,
@@ -111,6 +115,7 @@ impl ServerConfig {
             peer_timeout: Duration::from_secs(10),
             heartbeat_interval: Duration::from_secs(1),
             failure_timeout: Duration::from_secs(5),
+            open_grace: opens::GRACE,
             poll: ringfs_rpc::DEFAULT_POLL,
             flush: FlushConfig::default(),
             discover: None,
@@ -249,7 +254,8 @@ impl Server {
             let state = state.clone();
             let interval = config.heartbeat_interval;
             let discover = config.discover.clone();
-            move || revive_members(&state, interval, discover.as_ref())
+            let grace = config.open_grace;
+            move || revive_members(&state, interval, discover.as_ref(), grace)
         });
         if let Some(backend) = state.store.backend() {
             log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
@@ -345,7 +351,7 @@ fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Res
 impl ServerState {
     /// Whether `member` (alive or not in our view) answers a ping within `timeout`.
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
-        match self.peers.connection(member) {
+        match self.peers.connection_within(member, Some(timeout)) {
             Ok(connection) => connection.call_within(&Request::Ping, timeout).is_ok(),
             Err(error) => {
                 log::debug!("cannot reach server {}: {error}", member.name);
@@ -381,8 +387,9 @@ fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
 /// gossips its return, so every server and then every client sees it alive again.
 ///
 /// With `discover`, servers it names that our list lacks, believes dead, or knows under
-/// another address (restarted elsewhere) are joined through their current address.
-fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Discover>) {
+/// another address (restarted elsewhere) are joined through their current address. The opens
+/// of clients gone for longer than `open_grace` end here too.
+fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Discover>, open_grace: Duration) {
     while !state.shutdown.wait(interval) {
         let dead: Vec<Member> =
             state.membership().list().members.iter().filter(|member| !member.alive && member.name != state.name).cloned().collect();
@@ -404,7 +411,7 @@ fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Dis
             join_discovered(state, discover, interval.max(Duration::from_millis(100)));
         }
         // Files opened by clients that are gone (crashed, or cut off for too long).
-        state.expire_opens(opens::GRACE);
+        state.expire_opens(open_grace);
     }
 }
 

@@ -103,6 +103,8 @@ pub struct ServerState {
     pub gate: NamespaceGate,
     /// On the first server of the ring: the directory rename that holds the namespace lock.
     pub namespace_lock: Mutex<Option<(u64, std::time::Instant)>>,
+    /// This server's part of the directory renames under way (see `directory_rename`).
+    pub subtree_moves: crate::directory_rename::SubtreeMoves,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -172,6 +174,7 @@ impl ServerState {
             name_locks: NameLocks::default(),
             gate: NamespaceGate::default(),
             namespace_lock: Mutex::new(None),
+            subtree_moves: Default::default(),
         }
     }
 
@@ -338,16 +341,15 @@ impl ServerState {
             Request::NamespaceLock(request) => self.namespace_lock_step(request.token, request.acquire),
             Request::Freeze(subtree) => {
                 self.gate.freeze(subtree.token, &subtree.from, &subtree.to);
+                self.subtree_moves.begin(subtree.token);
                 self.store.forget_dirs_under(&subtree.from);
                 self.store.forget_dirs_under(&subtree.to);
                 Ok(Response::Done)
             }
             Request::MoveSubtree(subtree) => self.move_subtree(&subtree),
-            Request::PutEntries(put) => {
-                self.store.put_entries(&put.entries).map_err(store_errno)?;
-                Ok(Response::Done)
-            }
+            Request::PutEntries(put) => self.put_moved_entries(put),
             Request::Thaw(subtree) => {
+                self.end_subtree_move(subtree.token);
                 self.gate.thaw(subtree.token);
                 Ok(Response::Done)
             }
