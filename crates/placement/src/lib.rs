@@ -172,7 +172,11 @@ impl Placement {
     /// Ring position of the server that owns chunk `index` of the file with this anchor.
     pub fn owner(&self, anchor: u32, index: u64) -> usize {
         match self.scheme {
-            Scheme::Modular => ((anchor as u64 + index) % self.ring.len() as u64) as usize,
+            Scheme::Modular => {
+                // (anchor + index) mod n, without overflow for any index a request may name.
+                let servers = self.ring.len() as u64;
+                ((anchor as u64 % servers + index % servers) % servers) as usize
+            }
             Scheme::Consistent { .. } => {
                 let point = if index == 0 { anchor } else { self.hash.hash(&consistent_key(&anchor.to_le_bytes(), index)) };
                 let slot = self.points.partition_point(|(candidate, _)| *candidate < point);

@@ -707,6 +707,35 @@ impl Request {
         crate::wire::decode_whole(body)
     }
 
+    /// Requests only servers send each other (membership, coordination of names and renames,
+    /// link counts, cache-mode flushing). A server refuses them from client sessions: a
+    /// client that sent one — by a bug — could change the member list or hold a lock.
+    pub fn only_from_servers(&self) -> bool {
+        matches!(
+            self,
+            Request::Join(_)
+                | Request::PushMembers(_)
+                | Request::LookupDir(_)
+                | Request::PrepareRmdir(_)
+                | Request::InstallEntry(_)
+                | Request::RemoveEntry(_)
+                | Request::NameLock(_)
+                | Request::NamespaceLock(_)
+                | Request::Freeze(_)
+                | Request::MoveSubtree(_)
+                | Request::PutEntries(_)
+                | Request::Thaw(_)
+                | Request::AddLink(_)
+                | Request::DropLink(_)
+                | Request::RemoveChunks(_)
+                | Request::SetChunkLen(_)
+                | Request::FlushPrepare(_)
+                | Request::BackendOf(_)
+                | Request::Rebind(_)
+                | Request::Redirty(_)
+        )
+    }
+
     /// Where this request must be executed; a server that does not own the key forwards it.
     pub fn route(&self) -> Route<'_> {
         let file = |file: &FileId| Route::Chunk(ChunkKey::inode(*file));
@@ -960,5 +989,10 @@ impl Response {
     }
 }
 
+pub mod mutate;
+pub mod samples;
+
+#[cfg(test)]
+mod fuzz;
 #[cfg(test)]
 mod tests;

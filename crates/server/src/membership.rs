@@ -99,7 +99,7 @@ impl Membership {
             Some(existing) => *existing = member,
             None => self.list.members.push(member),
         }
-        self.list.epoch += 1;
+        self.list.epoch = self.list.epoch.saturating_add(1);
         self.rebuild();
         true
     }
@@ -110,8 +110,8 @@ impl Membership {
             return false;
         };
         member.alive = false;
-        member.incarnation += 1;
-        self.list.epoch += 1;
+        member.incarnation = member.incarnation.saturating_add(1);
+        self.list.epoch = self.list.epoch.saturating_add(1);
         true
     }
 
@@ -132,7 +132,7 @@ impl Membership {
                 Some(ours) if ours.name == own_name => {
                     if !theirs.alive && theirs.incarnation >= ours.incarnation {
                         // Refute a false report of our death.
-                        ours.incarnation = theirs.incarnation + 1;
+                        ours.incarnation = theirs.incarnation.saturating_add(1);
                         changed = true;
                     }
                 }
@@ -147,7 +147,7 @@ impl Membership {
             incoming.members.iter().find(|theirs| theirs.name == ours.name).is_none_or(|theirs| theirs.incarnation < ours.incarnation)
         });
         if changed || sender_is_behind {
-            self.list.epoch = self.list.epoch.max(incoming.epoch) + 1;
+            self.list.epoch = self.list.epoch.max(incoming.epoch).saturating_add(1);
             if changed {
                 self.rebuild();
             }

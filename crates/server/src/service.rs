@@ -619,6 +619,9 @@ impl ServerState {
 
     /// Executes a request here, or forwards it to the owner of its key.
     fn route(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
+        if request.only_from_servers() && !session.from_server {
+            return Response::Error(Errno::EPERM);
+        }
         let outcome = match self.route_target(&request) {
             Some(_) if session.from_server => {
                 // Another server routed this here, but our list says otherwise: the lists

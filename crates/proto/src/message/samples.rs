@@ -1,0 +1,174 @@
+//! One message of every kind, with every field set to something recognisable: the round-trip
+//! tests check them, and the protocol fuzzers (`message::fuzz` tests, `tests/fuzz_server.rs`)
+//! start their mutations from their encodings.
+
+use super::*;
+use crate::attr::FileKind;
+
+fn file(serial: u64) -> FileId {
+    FileId { anchor: 0xA0 + serial as u32, serial }
+}
+
+fn sample_attr() -> Attr {
+    Attr {
+        mode: FileKind::Regular.mode_bits() | 0o644,
+        uid: 1000,
+        gid: 100,
+        chunk_size: 1 << 20,
+        len: 4096,
+        file_id: file(0xDEADBEEF),
+        nlink: 2,
+        rdev: 0x0801,
+        atime_ns: 1,
+        mtime_ns: 2,
+        ctime_ns: -3,
+        flags: 1,
+        backend_len: 1 << 40,
+    }
+}
+
+/// One request of every kind (every variant, and both arms of every optional part).
+pub fn requests() -> Vec<Request> {
+    let chunk = ChunkKey::new(file(9), 3);
+    let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536, backend_len: 3 << 20 };
+    let entry = EntryRef::new(file(4), FileKind::Directory);
+    let subtree = Subtree { token: 77, from: "/a".into(), to: "/b/c".into(), exchange: true };
+    vec![
+        Request::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            secret: vec![1, 2, 3],
+            client_pid: 42,
+            host_id: 7,
+            from_server: true,
+            memory_probe: Some((0x1000, 0xABCD)),
+            client_id: 99,
+        }),
+        Request::GetMembers,
+        Request::Join(Member {
+            name: "n0".into(),
+            tcp_address: "127.0.0.1:1".into(),
+            unix_path: "/tmp/s".into(),
+            host_id: 5,
+            pid: 77,
+            alive: true,
+            incarnation: 2,
+        }),
+        Request::PushMembers(MemberList { epoch: 4, placement: "modular/koyama".into(), members: vec![] }),
+        Request::Ping,
+        Request::Stats,
+        Request::Shutdown,
+        Request::Create(Create { link_target: Some("/y".into()), rdev: 5, open_for: 99, ..Create::new("/x", 0o100600, 4096) }),
+        Request::Lookup(Lookup { path: "/x".into(), open_for: 99 }),
+        Request::Unlink(Unlink { path: "/f".into(), time_ns: 4 }),
+        Request::Rmdir(Rmdir { path: "/d".into(), time_ns: 5 }),
+        Request::Rename(Rename { from: "/a".into(), to: "/b".into(), time_ns: 3, flags: RenameFlags::EXCHANGE }),
+        Request::Link(Link { from: "/a".into(), to: "/b".into(), time_ns: 3 }),
+        Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
+        Request::Find(Find {
+            root: "/d".into(),
+            filter: FindFilter { newer_than_ns: Some(5), size: Some(3901), name: Some("*01*".into()) },
+        }),
+        Request::Find(Find { root: "/".into(), filter: FindFilter::default() }),
+        Request::LookupDir(PathOnly { path: "/d".into() }),
+        Request::PrepareRmdir(PathOnly { path: "/d".into() }),
+        Request::InstallEntry(InstallEntry {
+            path: "/b".into(),
+            entry,
+            mode: InstallMode::EXCHANGE,
+            expect: file(8),
+            replace_empty_dir: true,
+            token: 3,
+        }),
+        Request::RemoveEntry(RemoveEntry { path: "/b".into(), expect: file(8), token: 0 }),
+        Request::NameLock(NameLock { path: "/b".into(), token: 4, acquire: true }),
+        Request::NamespaceLock(NamespaceLock { token: 7, acquire: true }),
+        Request::Freeze(subtree.clone()),
+        Request::MoveSubtree(subtree.clone()),
+        Request::PutEntries(PutEntries { token: 7, entries: vec![MovedEntry { path: "/b/c/x".into(), entry }] }),
+        Request::Thaw(subtree),
+        Request::Stat(FileOnly { file: file(1) }),
+        Request::Open(OpenFile { file: file(2), client: 99 }),
+        Request::Close(Close { client: 99, files: vec![file(1), file(2)] }),
+        Request::SetAttr(SetAttr { mode: Some(0o600), gid: Some(5), mtime_ns: Some(-1), ..SetAttr::new(file(3), 6) }),
+        Request::Truncate(Truncate { file: file(3), size: 1 << 33, time_ns: 1 }),
+        Request::MarkExtended(FileOnly { file: file(1) }),
+        Request::AddLink(LinkCount { file: file(1), time_ns: 2 }),
+        Request::DropLink(LinkCount { file: file(1), time_ns: 2 }),
+        Request::Fsync(FileOnly { file: file(1) }),
+        Request::LastChunk(FileOnly { file: file(2) }),
+        Request::RemoveChunks(RemoveChunks { file: file(2), from_index: 1 }),
+        Request::Write(Write {
+            chunk,
+            offset: 5,
+            source: WriteSource::Remote(RemoteBytes { address: 99, len: 100 }),
+            template,
+            time_ns: 8,
+        }),
+        Request::Write(Write { chunk, offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
+        Request::Read(Read { chunk, offset: 1, len: 2, lease: true, release: vec![4, 5], backend_len: 7 }),
+        Request::SetChunkLen(SetChunkLen { chunk, len: 10, template, backend: Some(BackendFileReply { path: "/f".into(), len: 5 }) }),
+        Request::Release(Release { leases: vec![1, 2, 3] }),
+        Request::Sync(Sync { ticket: 0 }),
+        Request::Sync(Sync { ticket: 12 }),
+        Request::FlushPrepare(FileOnly { file: file(8) }),
+        Request::ReadBackendDir(ReadDir { path: "/d".into(), after: None, limit: 7 }),
+        Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), 2), backend_len: 9, backend: None }),
+        Request::BackendOf(FileOnly { file: file(3) }),
+        Request::Rebind(Rebind { file: file(3), path: Some("/new".into()) }),
+        Request::Redirty(FileOnly { file: file(3) }),
+    ]
+}
+
+/// One response of every kind.
+pub fn responses() -> Vec<Response> {
+    vec![
+        Response::Error(Errno::ENOENT),
+        Response::Done,
+        Response::Hello(HelloReply { version: 1, server_name: "s".into(), memory_access: true, memory_probe: Some((5, 6)) }),
+        Response::Members(MemberList { epoch: 1, placement: String::new(), members: vec![] }),
+        Response::Attr(sample_attr()),
+        Response::Opened(Opened { attr: sample_attr(), registered: true }),
+        Response::Written(77),
+        Response::Read(ReadReply { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) }),
+        Response::Read(ReadReply { attr: None, len: 0, lease: None }),
+        Response::Count(3),
+        Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
+        Response::Tail(TailSummary::default()),
+        Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
+        Response::DirPage(DirPage {
+            entries: vec![
+                DirEntry { name: "a".into(), entry: EntryRef::new(file(1), FileKind::Regular), attr: Some(sample_attr()) },
+                DirEntry { name: "b".into(), entry: EntryRef::new(file(2), FileKind::Fifo), attr: None },
+            ],
+            more: true,
+            removed: vec!["c".into()],
+        }),
+        Response::HasEntries(HasEntries { any: false, removed: vec!["c".into(), "d".into()] }),
+        Response::SyncProgress(SyncProgress { ticket: 5, remaining: 6 }),
+        Response::Replaced(Some(EntryRef::new(file(5), FileKind::Symlink))),
+        Response::Replaced(None),
+        Response::Stats(ServerStats { name: "s".into(), entries: 1, chunks: 2, bytes: 3, open_unlinked: 4, ..ServerStats::default() }),
+        Response::Stats(ServerStats {
+            name: "s".into(),
+            cache: Some(Box::new(CacheStats {
+                backend: "/lustre/project".into(),
+                mount_path: "/".into(),
+                policy: "io-aware".into(),
+                dirty_chunks: 1,
+                dirty_bytes: 2,
+                pending_entries: 3,
+                flushed_chunks: 4,
+                flushed_bytes: 5,
+                loaded_chunks: 6,
+                evicted_chunks: 7,
+                written_through_bytes: 8,
+                flushing: true,
+                longest_stop_us: 9,
+            })),
+            ..ServerStats::default()
+        }),
+        Response::BackendTarget(Some("/lustre/project/a".into())),
+        Response::BackendTarget(None),
+        Response::BackendFile(Some(BackendFileReply { path: "/a".into(), len: 7 })),
+    ]
+}
