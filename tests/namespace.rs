@@ -390,3 +390,105 @@ fn special_files_are_names_with_a_type_and_a_device_number() {
         ]
     );
 }
+
+/// Random renames (of files and directories), links, unlinks, creates, mkdirs and rmdirs
+/// from several threads over a small tree, so that they collide: afterwards every name is
+/// reachable once, every file's link count equals its names, every name leads to a file
+/// whose contents are the ones it was created with, and no server holds a name the tree
+/// does not show. No operation may fail with anything but the errors POSIX gives for its
+/// collisions (never EIO).
+#[test]
+fn concurrent_mixed_namespace_operations_keep_names_and_link_counts_consistent() {
+    let cluster = TestCluster::start(3);
+    let setup = cluster.client();
+    let dirs = ["/t", "/t/a", "/t/b", "/t/a/c", "/t/b/d"];
+    for dir in dirs {
+        setup.mkdir(dir, 0o755).unwrap();
+    }
+    let seed: u64 = std::env::var("RINGFS_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or(7);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let threads: Vec<_> = (0..3u64)
+        .map(|thread| {
+            let client = cluster.client();
+            std::thread::spawn(move || {
+                let mut random = Random::new(seed * 100 + thread);
+                let places = ["/t", "/t/a", "/t/b", "/t/a/c", "/t/b/d", "/t/a/c/e", "/t/b/e"];
+                let names = ["x", "y", "z", "c", "d", "e"];
+                let mut pick = |random: &mut Random| {
+                    let place = places[random.below(places.len() as u64) as usize];
+                    format!("{place}/{}", names[random.below(names.len() as u64) as usize])
+                };
+                let mut done = 0u64;
+                let mut succeeded = 0u64;
+                while Instant::now() < deadline && done < 2000 {
+                    let (a, b) = (pick(&mut random), pick(&mut random));
+                    let operation = random.below(7);
+                    let outcome = match operation {
+                        0 => client.rename(&a, &b),
+                        1 => client.rename_with_flags(&a, &b, RenameFlags::NOREPLACE),
+                        2 => client.link(&a, &b),
+                        3 => client.unlink(&a),
+                        4 => client.create(&a, 0o644).and_then(|fd| {
+                            // Contents name the file: its first name and creator.
+                            let tag = format!("{thread}:{done}");
+                            client.pwrite(fd, tag.as_bytes(), 0).map(drop)?;
+                            client.close(fd)
+                        }),
+                        5 => client.mkdir(&a, 0o755),
+                        _ => client.rmdir(&a),
+                    };
+                    succeeded += u64::from(outcome.is_ok());
+                    match outcome {
+                        Ok(())
+                        | Err(
+                            Errno::ENOENT
+                            | Errno::EEXIST
+                            | Errno::ENOTEMPTY
+                            | Errno::EINVAL
+                            | Errno::ENOTDIR
+                            | Errno::EISDIR
+                            | Errno::EPERM,
+                        ) => {}
+                        Err(errno) => return Err(format!("operation {operation} on {a} {b} (seed {seed}, thread {thread}): {errno}")),
+                    }
+                    done += 1;
+                }
+                Ok((done, succeeded))
+            })
+        })
+        .collect();
+    let (mut operations, mut succeeded) = (0, 0);
+    for thread in threads {
+        match thread.join().unwrap() {
+            Ok((done, ok)) => (operations, succeeded) = (operations + done, succeeded + ok),
+            Err(failure) => {
+                let logs: String = (0..3).map(|index| cluster.log(index)).collect();
+                panic!("{failure}\n{logs}");
+            }
+        }
+    }
+    assert!(operations > 100 && succeeded > operations / 10, "{succeeded} of {operations} operations succeeded");
+    eprintln!("{succeeded} of {operations} operations succeeded");
+
+    let client = cluster.client();
+    let found = tree(&client, "/");
+    let mut names_of_file: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for (path, (kind, contents)) in &found {
+        let stat = client.lstat(path).unwrap_or_else(|errno| panic!("{path} is listed but does not stat: {errno} (seed {seed})"));
+        if *kind == Some(FileKind::Regular) {
+            names_of_file.entry(stat.ino).or_default().push(path.clone());
+            let text = String::from_utf8_lossy(contents);
+            assert!(text.contains(':'), "{path} holds {text:?} (seed {seed})");
+        }
+    }
+    for (ino, names) in &names_of_file {
+        let stat = client.stat(&names[0]).unwrap();
+        assert_eq!(stat.nlink as usize, names.len(), "file {ino} has names {names:?} but nlink {} (seed {seed})", stat.nlink);
+        let first = read_file(&client, &names[0]).unwrap();
+        for name in &names[1..] {
+            assert_eq!(read_file(&client, name).unwrap(), first, "{name} and {} are one file (seed {seed})", names[0]);
+        }
+    }
+    let entries: u64 = client.server_stats().unwrap().iter().map(|stats| stats.entries).sum();
+    assert_eq!(entries as usize, found.len(), "names not reachable from the root (orphans), seed {seed}");
+}

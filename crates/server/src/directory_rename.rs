@@ -212,14 +212,23 @@ impl ServerState {
         Ok(Response::Done)
     }
 
-    /// Freezes both subtrees on every server; all must answer, or the freeze is undone.
+    /// Freezes both subtrees on every server; all must answer, or the freeze is undone. A
+    /// server where a rename or link of a name inside is under way answers EBUSY: then the
+    /// freeze is undone, so that rename can finish, and tried again (bounded by
+    /// [`WAIT_LIMIT`]).
     fn freeze_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
-        let answers = self.broadcast(&Request::Freeze(subtree.clone()));
-        if let Some(errno) = answers.into_iter().find_map(Result::err) {
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut pause = Duration::from_millis(1);
+        loop {
+            let answers = self.broadcast(&Request::Freeze(subtree.clone()));
+            let Some(errno) = answers.into_iter().find_map(Result::err) else { return Ok(()) };
             self.thaw_everywhere(subtree);
-            return Err(errno);
+            if errno != Errno::EBUSY || Instant::now() + pause >= deadline {
+                return Err(errno);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(50));
         }
-        Ok(())
     }
 
     fn thaw_everywhere(&self, subtree: &Subtree) {

@@ -12,6 +12,13 @@
 //!   name is created, removed or looked up half-way through the move. Freezes have a lease too.
 //!
 //! Waiting is bounded: an operation that waits longer than [`WAIT_LIMIT`] fails with EBUSY.
+//!
+//! **Nothing waits while holding a gate pass.** A freeze waits for the passes held, and the
+//! rename that holds a name may need to pass the gate (here or elsewhere) to finish: an
+//! operation that held a pass while waiting for that name closed a circle (operation → name
+//! lock → rename → gate → freeze → operation) that only a deadline broke. So an operation
+//! first takes its name (a short hold, [`NameLocks::hold`], waiting for any rename of it),
+//! then the pass, and gives both back when its local step is done ([`ServerState::enter_name`]).
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
@@ -32,6 +39,8 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Held {
     token: u64,
     until: Instant,
+    /// Held by a rename or link (not by one operation's short [`NameLocks::hold`]).
+    by_rename: bool,
 }
 
 /// The names this server holds that renames and links have locked.
@@ -45,6 +54,10 @@ impl NameLocks {
     /// Takes the lock of `path` for `token` (again, if the token holds it already), waiting
     /// while another token holds it.
     pub fn acquire(&self, path: &str, token: u64) -> Result<(), Errno> {
+        self.take(path, token, true)
+    }
+
+    fn take(&self, path: &str, token: u64, by_rename: bool) -> Result<(), Errno> {
         let deadline = Instant::now() + WAIT_LIMIT;
         let mut held = lock(&self.held);
         loop {
@@ -52,7 +65,7 @@ impl NameLocks {
             match held.get(path) {
                 Some(other) if other.token != token && other.until > now => {}
                 _ => {
-                    held.insert(path.to_string(), Held { token, until: now + LEASE });
+                    held.insert(path.to_string(), Held { token, until: now + LEASE, by_rename });
                     return Ok(());
                 }
             }
@@ -72,6 +85,27 @@ impl NameLocks {
         }
     }
 
+    /// Holds `path` for the length of one local operation (waiting while a rename or link
+    /// holds it), so that no rename takes the name half-way through the operation.
+    pub fn hold(&self, path: &str) -> Result<NameHold<'_>, Errno> {
+        let token = crate::names::new_token();
+        self.take(path, token, false)?;
+        Ok(NameHold { locks: self, path: path.to_string(), token })
+    }
+
+    /// Whether a rename or link other than `token` holds a name at or below one of `roots`.
+    /// A directory rename must not move such a name: the other rename would then remove or
+    /// install it at a path where it no longer is (two names for one link, or none).
+    pub fn renamed_inside(&self, roots: [&str; 2], token: u64) -> bool {
+        let now = Instant::now();
+        lock(&self.held).iter().any(|(path, held)| {
+            held.by_rename
+                && held.token != token
+                && held.until > now
+                && roots.iter().any(|root| path == root || path::is_inside(path, root))
+        })
+    }
+
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
     pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
         let deadline = Instant::now() + WAIT_LIMIT;
@@ -87,6 +121,19 @@ impl NameLocks {
             }
             held = self.released.wait_timeout(held, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
         }
+    }
+}
+
+/// A name held by one operation; given back when dropped.
+pub struct NameHold<'a> {
+    locks: &'a NameLocks,
+    path: String,
+    token: u64,
+}
+
+impl Drop for NameHold<'_> {
+    fn drop(&mut self) {
+        self.locks.release(&self.path, self.token);
     }
 }
 

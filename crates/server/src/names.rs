@@ -22,11 +22,14 @@ use ringfs_proto::{
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
 
+use crate::locks::{GatePass, NameHold};
 use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
 
-/// A create or install retries after resolving its parent at most this often (each retry
-/// needs an rmdir racing with it).
-const PARENT_ATTEMPTS: usize = 4;
+/// A create or install retries after resolving its parent at most this often. Each retry
+/// needs a directory of the same index shard forgotten meanwhile (an rmdir or a directory
+/// rename anywhere near), so under a storm of those a few tries are not enough: after the
+/// first ones, tries back off by a millisecond more each time (about 2 s in all).
+const PARENT_ATTEMPTS: u64 = 64;
 
 /// Draws the token of a rename or link (its locks and steps carry it).
 pub fn new_token() -> u64 {
@@ -48,13 +51,32 @@ impl ServerState {
 
     /// Runs a store operation that needs a known parent, resolving the parent when asked.
     pub(crate) fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, Errno> {
-        for _ in 0..PARENT_ATTEMPTS {
+        for attempt in 0..PARENT_ATTEMPTS {
             match operation() {
                 Err(StoreError::ParentUnknown(parent)) => self.resolve_parent(&parent)?,
                 other => return other.map_err(store_errno),
             }
+            if attempt >= 4 {
+                std::thread::sleep(std::time::Duration::from_millis(attempt - 3));
+            }
         }
-        Err(Errno::EAGAIN)
+        log::warn!("could not learn a parent directory while directories around it keep changing");
+        Err(Errno::EBUSY)
+    }
+
+    /// Enters the name `path` for one local step: an ordinary operation (`token` 0) holds
+    /// the name, waiting while a rename or link holds it; a rename's own step (its `token`)
+    /// waits for other holders. Then the gate pass. Never waits while holding the pass (see
+    /// `locks`).
+    pub(crate) fn enter_name(&self, path: &str, token: u64) -> Result<(Option<NameHold<'_>>, GatePass<'_>), Errno> {
+        let hold = if token == 0 {
+            Some(self.name_locks.hold(path)?)
+        } else {
+            self.name_locks.wait_free(path, token)?;
+            None
+        };
+        let pass = self.gate.pass(&[path], token)?;
+        Ok((hold, pass))
     }
 
     /// The attributes of `file`, from its inode's server.
@@ -77,8 +99,7 @@ impl ServerState {
         }
         let new_file = FileId { anchor: self.anchor_of(&create.path), serial: fast_random_u64() | 1 };
         let outcome = self.with_parent(|| {
-            let _pass = self.gate.pass(&[&create.path], 0).map_err(StoreError::Fs)?;
-            self.name_locks.wait_free(&create.path, 0).map_err(StoreError::Fs)?;
+            let _entered = self.enter_name(&create.path, 0).map_err(StoreError::Fs)?;
             self.store.create(&create, new_file)
         })?;
         let file = outcome.entry.file;
@@ -133,8 +154,7 @@ impl ServerState {
 
     pub fn unlink(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
         let entry = {
-            let _pass = self.gate.pass(&[path], 0)?;
-            self.name_locks.wait_free(path, 0)?;
+            let _entered = self.enter_name(path, 0)?;
             self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
         };
         self.drop_link(entry.file, time_ns)?;
@@ -143,8 +163,7 @@ impl ServerState {
 
     pub fn rmdir(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
         let directory = {
-            let _pass = self.gate.pass(&[path], 0)?;
-            self.name_locks.wait_free(path, 0)?;
+            let _entered = self.enter_name(path, 0)?;
             self.store.begin_rmdir(path, self.anchor_of(path)).map_err(store_errno)?
         };
         let outcome = self.check_empty(path);
@@ -192,7 +211,7 @@ impl ServerState {
             return Ok(Response::Done);
         }
         self.name_locks.acquire(path, token)?;
-        let _pass = self.gate.pass(&[path], token);
+        let _pass = self.gate.pass(&[path], token).inspect_err(|_| self.name_locks.release(path, token))?;
         let current = match self.store.lookup(path, self.anchor_of(path), false) {
             Ok((entry, _)) => Some(entry),
             Err(error) if error.errno() == Errno::ENOENT => None,
@@ -248,8 +267,7 @@ impl ServerState {
     /// Makes `path` (held here) refer to a file, for a rename or a link.
     pub fn install_entry(&self, install: InstallEntry) -> Result<Response, Errno> {
         let replaced = self.with_parent(|| {
-            let _pass = self.gate.pass(&[&install.path], install.token).map_err(StoreError::Fs)?;
-            self.name_locks.wait_free(&install.path, install.token).map_err(StoreError::Fs)?;
+            let _entered = self.enter_name(&install.path, install.token).map_err(StoreError::Fs)?;
             self.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
         })?;
         Ok(Response::Replaced(replaced))

@@ -332,8 +332,7 @@ impl ServerState {
             }
             Request::InstallEntry(install) => self.install_entry(install),
             Request::RemoveEntry(remove) => {
-                let _pass = self.gate.pass(&[&remove.path], remove.token)?;
-                self.name_locks.wait_free(&remove.path, remove.token)?;
+                let _entered = self.enter_name(&remove.path, remove.token)?;
                 let removed = self.store.remove_entry(&remove.path, remove.expect).map_err(store_errno)?;
                 Ok(Response::Count(removed as u64))
             }
@@ -341,6 +340,11 @@ impl ServerState {
             Request::NamespaceLock(request) => self.namespace_lock_step(request.token, request.acquire),
             Request::Freeze(subtree) => {
                 self.gate.freeze(subtree.token, &subtree.from, &subtree.to);
+                if self.name_locks.renamed_inside([&subtree.from, &subtree.to], subtree.token) {
+                    // A rename of a name inside is under way: the coordinator thaws and
+                    // tries again once it is done.
+                    return Err(Errno::EBUSY);
+                }
                 self.subtree_moves.begin(subtree.token);
                 self.store.forget_dirs_under(&subtree.from);
                 self.store.forget_dirs_under(&subtree.to);

@@ -69,15 +69,16 @@ impl ChunkStore {
         if self.cache.is_some() && !replaces && self.index.entry(&entry.path).is_none() {
             let _ = self.entry_of(&entry.path, new_file.anchor);
         }
-        // A name removed between the lookup and its lock is retried as absent; each retry needs
-        // a concurrent removal to lose again, so a few attempts are plenty.
-        for _ in 0..8 {
+        // A name being removed (an rmdir or unlink under way, which either removes it or gives
+        // it back) is waited for, then the create is tried again; bounded at about 2 s.
+        for attempt in 0..2000 {
             match self.try_create(entry, new_file) {
-                Err(StoreError::Fs(Errno::EAGAIN)) => continue,
+                Err(StoreError::Fs(Errno::EAGAIN)) if attempt < 8 => std::thread::yield_now(),
+                Err(StoreError::Fs(Errno::EAGAIN)) => std::thread::sleep(std::time::Duration::from_millis(1)),
                 outcome => return outcome,
             }
         }
-        Err(Errno::EAGAIN.into())
+        Err(Errno::EBUSY.into())
     }
 
     fn try_create(&self, entry: &Create, new_file: FileId) -> Result<CreateOutcome, StoreError> {
