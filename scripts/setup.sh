@@ -3,10 +3,11 @@
 # rustup on first use; missing system packages are installed with apt-get (as root).
 #   gcc, pkg-config  the C library's example and test program
 #   fuse3            fusermount3, for FUSE mounts by users other than root
-#   rsync, python3   tools the FUSE tests run through the mount
+#   rsync, python3,  tools the FUSE tests run through the mount
+#   git
 
 need_packages=()
-for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3; do
+for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
 if [ ${#need_packages[@]} -gt 0 ]; then

@@ -414,7 +414,7 @@ fn concurrent_mixed_namespace_operations_keep_names_and_link_counts_consistent()
                 let mut random = Random::new(seed * 100 + thread);
                 let places = ["/t", "/t/a", "/t/b", "/t/a/c", "/t/b/d", "/t/a/c/e", "/t/b/e"];
                 let names = ["x", "y", "z", "c", "d", "e"];
-                let mut pick = |random: &mut Random| {
+                let pick = |random: &mut Random| {
                     let place = places[random.below(places.len() as u64) as usize];
                     format!("{place}/{}", names[random.below(names.len() as u64) as usize])
                 };

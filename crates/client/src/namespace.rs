@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Attr, ChunkKey, Create, DirPage, Errno, FileId, FileKind, FileOnly, FindFilter, Link, Opened, ReadDir, Rename, Request, Response,
-    Rmdir, SetAttr, Truncate, Unlink,
+    Attr, ChunkKey, Create, DirPage, Errno, FileId, FileKind, FileOnly, FindFilter, Link, LinkFile, Opened, ReadDir, Rename, Request,
+    Response, Rmdir, SetAttr, Truncate, Unlink,
 };
 use ringfs_rpc::Connection;
 
@@ -195,6 +195,14 @@ impl Client {
         let to = path::canonicalize(to)?;
         let request = Request::Link(Link { from: from.clone(), to, time_ns: now_ns() });
         self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
+    }
+
+    /// A new name `to` for the file `file` (by id: whatever its names are now). ENOENT once
+    /// the file has no name left.
+    pub fn link_file(&self, file: FileId, to: &str) -> Result<()> {
+        let to = path::canonicalize(to)?;
+        let request = Request::LinkFile(LinkFile { file, to: to.clone(), time_ns: now_ns() });
+        self.inner.cluster.call_path_owner(&to, &request).map(|_| ())
     }
 
     pub fn readlink(&self, path: &str) -> Result<String> {

@@ -196,6 +196,18 @@ impl RingfsFilesystem {
         Ok(file_attr(&stat))
     }
 
+    /// The client's open flags for the kernel's. With the writeback cache the kernel also
+    /// reads through descriptors opened write-only (to fill a page a write covers in part)
+    /// and places appends itself: such opens become read-write, without append.
+    fn kernel_open_flags(&self, flags: i32) -> OpenFlags {
+        if !self.options.writeback_cache {
+            return OpenFlags::from_posix(flags);
+        }
+        let flags = (flags & !libc::O_APPEND & !libc::O_ACCMODE)
+            | if flags & libc::O_ACCMODE == libc::O_RDONLY { libc::O_RDONLY } else { libc::O_RDWR };
+        OpenFlags::from_posix(flags)
+    }
+
     fn open_flags(&self) -> FopenFlags {
         if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
@@ -378,15 +390,11 @@ impl Filesystem for RingfsFilesystem {
 
     fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
         let result = (|| {
+            // By id: the file the kernel holds, whatever its names are now (the name this
+            // mount saw last may be gone while others remain).
             let file = self.inodes.file(inode.0)?;
-            let from = self.inodes.path(inode.0)?;
-            // The name the kernel knows the file by must still name it (not a file renamed
-            // over it by another client since).
-            if self.client.lstat(&from)?.file != file {
-                return Err(Errno::ESTALE);
-            }
             let to = self.child_path(new_parent, new_name)?;
-            self.client.link(&from, &to)?;
+            self.client.link_file(file, &to)?;
             self.created_entry(&to)
         })();
         self.reply_entry(reply, result);
@@ -425,7 +433,8 @@ impl Filesystem for RingfsFilesystem {
 
     fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
         // By id: the file the kernel holds, whatever its names are now.
-        let result = self.inodes.file(inode.0).and_then(|file| self.client.open_file(file, OpenFlags::from_posix(flags.0)));
+        let flags = self.kernel_open_flags(flags.0);
+        let result = self.inodes.file(inode.0).and_then(|file| self.client.open_file(file, flags));
         match result {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags()),
             Err(errno) => reply.error(fuse_errno(errno)),
@@ -434,7 +443,7 @@ impl Filesystem for RingfsFilesystem {
 
     fn create(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let result = self.child_path(parent, name).and_then(|path| {
-            let (fd, stat) = self.client.open_with_stat(&path, OpenFlags::from_posix(flags) | OpenFlags::CREATE, mode & !umask)?;
+            let (fd, stat) = self.client.open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
             self.inodes.remember(stat.file, &path, false);
             Ok((fd, file_attr(&stat)))
         });

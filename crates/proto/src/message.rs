@@ -268,6 +268,14 @@ pub struct Link {
 wire_struct!(Link { from, to, time_ns });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinkFile {
+    pub file: FileId,
+    pub to: String,
+    pub time_ns: i64,
+}
+wire_struct!(LinkFile { file, to, time_ns });
+
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReadDir {
     pub path: String,
     pub after: Option<String>,
@@ -682,6 +690,9 @@ wire_enum! {
         /// Server to server (broadcast): mark this server's chunks of a file dirty (its backend
         /// file changed; everything is flushed there again).
         56 => Redirty(FileOnly),
+        /// A new name `to` for a file known by id (FUSE links the inode the kernel holds,
+        /// whatever its names are now); to the owner of `to`.
+        57 => LinkFile(LinkFile),
     }
 }
 
@@ -746,6 +757,7 @@ impl Request {
             Request::Rmdir(rmdir) => Route::Path(&rmdir.path),
             Request::Rename(rename) => Route::Path(&rename.from),
             Request::Link(link) => Route::Path(&link.from),
+            Request::LinkFile(link) => Route::Path(&link.to),
             Request::LookupDir(request) => Route::Path(&request.path),
             Request::InstallEntry(install) => Route::Path(&install.path),
             Request::RemoveEntry(remove) => Route::Path(&remove.path),
@@ -797,6 +809,7 @@ impl Request {
             Request::Rmdir(rmdir) => vec![&rmdir.path],
             Request::Rename(rename) => vec![&rename.from, &rename.to],
             Request::Link(link) => vec![&link.from, &link.to],
+            Request::LinkFile(link) => vec![&link.to],
             Request::ReadDir(request) | Request::ReadBackendDir(request) => vec![&request.path],
             Request::Find(find) => vec![&find.root],
             Request::LookupDir(request) | Request::PrepareRmdir(request) => vec![&request.path],

@@ -38,6 +38,20 @@ use crate::locks::{LEASE, WAIT_LIMIT};
 use crate::names::new_token;
 use crate::service::{ServerState, store_errno};
 
+/// Why an attempt at a directory rename did not complete.
+enum TreeRenameError {
+    /// The freeze could not take hold while other renames inside were under way: nothing
+    /// changed; try again after letting every lock go.
+    Busy,
+    Failed(Errno),
+}
+
+impl From<Errno> for TreeRenameError {
+    fn from(errno: Errno) -> TreeRenameError {
+        TreeRenameError::Failed(errno)
+    }
+}
+
 /// This server's part of each directory rename under way, by token: whether it has taken
 /// its own names yet, and the names other servers sent it before that.
 ///
@@ -91,7 +105,9 @@ impl ServerState {
 
     /// On the first server of the ring: takes or gives back the namespace lock for `token`.
     pub fn namespace_lock_step(&self, token: u64, acquire: bool) -> Result<Response, Errno> {
-        let deadline = Instant::now() + WAIT_LIMIT;
+        let started = Instant::now();
+        let deadline = started + WAIT_LIMIT;
+        let mut warned = false;
         loop {
             let mut held = self.namespace_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let now = Instant::now();
@@ -113,6 +129,10 @@ impl ServerState {
             if now >= deadline {
                 return Err(Errno::EBUSY);
             }
+            if !warned && now - started > Duration::from_secs(1) {
+                warned = true;
+                log::warn!("waiting {:?} for the namespace lock", now - started);
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -130,14 +150,31 @@ impl ServerState {
             return Err(Errno::EXDEV);
         }
         let token = new_token();
+        log::trace!("tree rename {from} -> {to} is {token:x}");
         self.namespace_lock_at_first(token, true)?;
-        let outcome = match self.lock_names(&[from, to], token) {
-            Ok(entries) => {
+        // The parents' names too: neither may be removed (or renamed) while names move below
+        // them. The root cannot be removed.
+        let mut names = vec![from, to];
+        names.extend([path::parent(from), path::parent(to)].into_iter().flatten().filter(|parent| *parent != "/"));
+        // A rename or link inside the trees keeps the freeze from taking hold; it may itself
+        // wait for one of our names. So we let everything go and try again (bounded).
+        let deadline = Instant::now() + WAIT_LIMIT;
+        let mut pause = Duration::from_millis(1);
+        let outcome = loop {
+            let attempt = self.lock_names(&names, token).map_err(TreeRenameError::Failed).and_then(|entries| {
                 let outcome = self.rename_tree_locked(from, to, entries[0], entries[1], time_ns, flags, token);
-                self.unlock_names(&[from, to], token);
+                self.unlock_names(&names, token);
                 outcome
+            });
+            match attempt {
+                Err(TreeRenameError::Busy) if Instant::now() + pause < deadline => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+                Err(TreeRenameError::Busy) => break Err(Errno::EBUSY),
+                Err(TreeRenameError::Failed(errno)) => break Err(errno),
+                Ok(response) => break Ok(response),
             }
-            Err(errno) => Err(errno),
         };
         if let Err(errno) = self.namespace_lock_at_first(token, false) {
             log::warn!("could not give back the namespace lock: {errno} (it lapses)");
@@ -145,6 +182,8 @@ impl ServerState {
         outcome
     }
 
+    /// The rename with its names locked; [`TreeRenameError::Busy`] when the freeze could not
+    /// take hold (nothing changed).
     #[allow(clippy::too_many_arguments)]
     fn rename_tree_locked(
         &self,
@@ -155,16 +194,16 @@ impl ServerState {
         time_ns: i64,
         flags: u32,
         token: u64,
-    ) -> Result<Response, Errno> {
+    ) -> Result<Response, TreeRenameError> {
         let source = source.ok_or(Errno::ENOENT)?;
         let exchange = flags & RenameFlags::EXCHANGE != 0;
         let mut replaced_dir = None;
         match target {
-            None if exchange => return Err(Errno::ENOENT),
-            Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
+            None if exchange => return Err(Errno::ENOENT.into()),
+            Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST.into()),
             Some(target) if target.file == source.file => return Ok(Response::Done),
             Some(_) if exchange => {}
-            Some(target) if !target.is_dir() => return Err(Errno::ENOTDIR),
+            Some(target) if !target.is_dir() => return Err(Errno::ENOTDIR.into()),
             Some(target) => {
                 self.check_empty(to)?;
                 replaced_dir = Some(target);
@@ -181,7 +220,7 @@ impl ServerState {
         if moves_trees {
             self.freeze_everywhere(&subtree)?;
         }
-        let outcome = (|| {
+        let outcome = (|| -> Result<(), Errno> {
             if moves_trees {
                 for answer in self.broadcast(&Request::MoveSubtree(subtree.clone())) {
                     // A server that failed mid-way may keep names below the old path: they
@@ -213,22 +252,14 @@ impl ServerState {
     }
 
     /// Freezes both subtrees on every server; all must answer, or the freeze is undone. A
-    /// server where a rename or link of a name inside is under way answers EBUSY: then the
-    /// freeze is undone, so that rename can finish, and tried again (bounded by
-    /// [`WAIT_LIMIT`]).
-    fn freeze_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
-        let deadline = Instant::now() + WAIT_LIMIT;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            let answers = self.broadcast(&Request::Freeze(subtree.clone()));
-            let Some(errno) = answers.into_iter().find_map(Result::err) else { return Ok(()) };
-            self.thaw_everywhere(subtree);
-            if errno != Errno::EBUSY || Instant::now() + pause >= deadline {
-                return Err(errno);
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
-        }
+    /// server where a rename, link or rmdir of a name inside is under way answers EBUSY: the
+    /// freeze is undone and [`TreeRenameError::Busy`] returned, so that the caller lets its
+    /// own names go (that rename may be waiting for one) and tries again.
+    fn freeze_everywhere(&self, subtree: &Subtree) -> Result<(), TreeRenameError> {
+        let answers = self.broadcast(&Request::Freeze(subtree.clone()));
+        let Some(errno) = answers.into_iter().find_map(Result::err) else { return Ok(()) };
+        self.thaw_everywhere(subtree);
+        Err(if errno == Errno::EBUSY { TreeRenameError::Busy } else { TreeRenameError::Failed(errno) })
     }
 
     fn thaw_everywhere(&self, subtree: &Subtree) {

@@ -29,8 +29,14 @@ use ringfs_proto::path;
 
 /// Longest an operation waits for a name lock or a freeze to end.
 pub const WAIT_LIMIT: Duration = Duration::from_secs(20);
+/// A wait longer than this is logged (it usually means a stall worth understanding).
+const SLOW_WAIT: Duration = Duration::from_secs(1);
 /// A lock or freeze whose holder neither renews nor releases it lapses after this long.
 pub const LEASE: Duration = Duration::from_secs(30);
+
+fn humantime(duration: Duration) -> String {
+    format!("{:.3}s", duration.as_secs_f64())
+}
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -39,8 +45,9 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Held {
     token: u64,
     until: Instant,
-    /// Held by a rename or link (not by one operation's short [`NameLocks::hold`]).
-    by_rename: bool,
+    /// Held across requests to other servers (by a rename, a link or an rmdir), not just for
+    /// one local step ([`NameLocks::hold`]).
+    across_servers: bool,
 }
 
 /// The names this server holds that renames and links have locked.
@@ -57,15 +64,22 @@ impl NameLocks {
         self.take(path, token, true)
     }
 
-    fn take(&self, path: &str, token: u64, by_rename: bool) -> Result<(), Errno> {
-        let deadline = Instant::now() + WAIT_LIMIT;
+    fn take(&self, path: &str, token: u64, across_servers: bool) -> Result<(), Errno> {
+        let started = Instant::now();
+        let deadline = started + WAIT_LIMIT;
+        let mut warned = false;
         let mut held = lock(&self.held);
         loop {
             let now = Instant::now();
             match held.get(path) {
-                Some(other) if other.token != token && other.until > now => {}
+                Some(other) if other.token != token && other.until > now => {
+                    if !warned && now - started > SLOW_WAIT {
+                        warned = true;
+                        log::warn!("waiting {:?} for the name {path}, held by {:x}", now - started, other.token);
+                    }
+                }
                 _ => {
-                    held.insert(path.to_string(), Held { token, until: now + LEASE, by_rename });
+                    held.insert(path.to_string(), Held { token, until: now + LEASE, across_servers });
                     return Ok(());
                 }
             }
@@ -93,17 +107,30 @@ impl NameLocks {
         Ok(NameHold { locks: self, path: path.to_string(), token })
     }
 
-    /// Whether a rename or link other than `token` holds a name at or below one of `roots`.
+    /// Like [`NameLocks::hold`], for an operation that asks other servers while it holds the
+    /// name (an rmdir checking that no server holds a name inside): renames of the name wait
+    /// for it, and directory renames around it back off as they do for renames.
+    pub fn hold_across_servers(&self, path: &str) -> Result<NameHold<'_>, Errno> {
+        let token = crate::names::new_token();
+        self.take(path, token, true)?;
+        Ok(NameHold { locks: self, path: path.to_string(), token })
+    }
+
+    /// Whether a rename, link or rmdir other than `token` holds a name at or below one of
+    /// `roots`.
     /// A directory rename must not move such a name: the other rename would then remove or
     /// install it at a path where it no longer is (two names for one link, or none).
-    pub fn renamed_inside(&self, roots: [&str; 2], token: u64) -> bool {
+    pub fn renamed_inside(&self, roots: [&str; 2], token: u64) -> Option<String> {
         let now = Instant::now();
-        lock(&self.held).iter().any(|(path, held)| {
-            held.by_rename
-                && held.token != token
-                && held.until > now
-                && roots.iter().any(|root| path == root || path::is_inside(path, root))
-        })
+        lock(&self.held)
+            .iter()
+            .find(|(path, held)| {
+                held.across_servers
+                    && held.token != token
+                    && held.until > now
+                    && roots.iter().any(|root| *path == root || path::is_inside(path, root))
+            })
+            .map(|(path, held)| format!("{path} (held by {:x}, {} ago)", held.token, humantime(LEASE.saturating_sub(held.until - now))))
     }
 
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
@@ -169,7 +196,9 @@ impl NamespaceGate {
     /// none), then lets the caller run its local step (keep the pass only for that step: never
     /// across a request to another server).
     pub fn pass(&self, paths: &[&str], token: u64) -> Result<GatePass<'_>, Errno> {
-        let deadline = Instant::now() + WAIT_LIMIT;
+        let started = Instant::now();
+        let deadline = started + WAIT_LIMIT;
+        let mut warned = false;
         loop {
             {
                 let mut frozen = lock(&self.frozen);
@@ -182,6 +211,10 @@ impl NamespaceGate {
                     }
                     if now >= deadline {
                         return Err(Errno::EBUSY);
+                    }
+                    if !warned && now - started > SLOW_WAIT {
+                        warned = true;
+                        log::warn!("waiting {:?} for a thaw of {paths:?}", now - started);
                     }
                     frozen =
                         self.thawed.wait_timeout(frozen, (deadline - now).min(LEASE)).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
@@ -208,7 +241,11 @@ impl NamespaceGate {
             frozen.retain(|freeze| freeze.token != token);
             frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
         }
+        let started = Instant::now();
         drop(self.running.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        if started.elapsed() > SLOW_WAIT {
+            log::warn!("the freeze of {from} and {to} waited {:?} for running operations", started.elapsed());
+        }
     }
 
     /// Ends the freeze of `token`.

@@ -162,8 +162,12 @@ impl ServerState {
     }
 
     pub fn rmdir(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
+        // Held until the end: a directory rename into this directory (which locks its target's
+        // parent) waits, then finds it gone, instead of moving names into it while the other
+        // servers are asked whether it is empty.
+        let _hold = self.name_locks.hold_across_servers(path)?;
         let directory = {
-            let _entered = self.enter_name(path, 0)?;
+            let _pass = self.gate.pass(&[path], 0)?;
             self.store.begin_rmdir(path, self.anchor_of(path)).map_err(store_errno)?
         };
         let outcome = self.check_empty(path);
@@ -309,6 +313,7 @@ impl ServerState {
             return Err(Errno::EXDEV);
         }
         let token = new_token();
+        log::trace!("link {from} -> {to} is {token:x}");
         let entries = self.lock_names(&[from, to], token)?;
         let outcome = (|| {
             let entry = entries[0].ok_or(Errno::ENOENT)?;
@@ -332,6 +337,39 @@ impl ServerState {
             Ok(Response::Done)
         })();
         self.unlock_names(&[from, to], token);
+        outcome
+    }
+
+    /// A new name `to` for `file`, known by id (not by a name, which may be gone: the kernel
+    /// links the inode it holds). Fails like link(2): ENOENT for a file with no name left,
+    /// EPERM for a directory, EEXIST for a taken name.
+    pub fn link_file(&self, file: FileId, to: &str, time_ns: i64) -> Result<Response, Errno> {
+        if to == "/" {
+            return Err(Errno::EEXIST);
+        }
+        if self.in_cached_tree(to) {
+            return Err(Errno::EXDEV);
+        }
+        let token = new_token();
+        let entries = self.lock_names(&[to], token)?;
+        let outcome = (|| {
+            if entries[0].is_some() {
+                return Err(Errno::EEXIST);
+            }
+            let attr = match self.ask_home(file, Request::AddLink(LinkCount { file, time_ns }))? {
+                Response::Attr(attr) => attr,
+                _ => return Err(Errno::EPROTO),
+            };
+            let kind = attr.kind().ok_or(Errno::EPROTO)?;
+            if let Err(errno) = self.install_at(to, EntryRef::new(file, kind), InstallMode::NO_REPLACE, FileId::default(), false, token) {
+                if let Err(undo) = self.drop_link(file, time_ns) {
+                    log::warn!("could not undo the link count of file {file}: {undo}");
+                }
+                return Err(errno);
+            }
+            Ok(Response::Done)
+        })();
+        self.unlock_names(&[to], token);
         outcome
     }
 
@@ -362,7 +400,13 @@ impl ServerState {
             return self.rename_tree(&from, &to, time_ns, flags);
         }
         let token = new_token();
+        log::trace!("rename {from} -> {to} is {token:x}");
         let entries = self.lock_names(&[&from, &to], token)?;
+        if entries[0].is_some_and(|entry| entry.is_dir()) {
+            // Replaced by a directory since the look above: rename it as one.
+            self.unlock_names(&[&from, &to], token);
+            return self.rename_tree(&from, &to, time_ns, flags);
+        }
         let outcome = self.rename_file(&from, &to, entries[0], entries[1], time_ns, flags, token);
         self.unlock_names(&[&from, &to], token);
         outcome

@@ -316,6 +316,7 @@ impl ServerState {
             Request::Rmdir(rmdir) => self.rmdir(&rmdir.path, rmdir.time_ns),
             Request::Rename(rename) => self.rename(rename),
             Request::Link(link) => self.link(&link.from, &link.to, link.time_ns),
+            Request::LinkFile(link) => self.link_file(link.file, &link.to, link.time_ns),
             Request::ReadDir(read) => {
                 let _pass = self.gate.pass(&[&read.path], 0)?;
                 Ok(Response::DirPage(self.store.read_dir(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize)))
@@ -340,7 +341,8 @@ impl ServerState {
             Request::NamespaceLock(request) => self.namespace_lock_step(request.token, request.acquire),
             Request::Freeze(subtree) => {
                 self.gate.freeze(subtree.token, &subtree.from, &subtree.to);
-                if self.name_locks.renamed_inside([&subtree.from, &subtree.to], subtree.token) {
+                if let Some(held) = self.name_locks.renamed_inside([&subtree.from, &subtree.to], subtree.token) {
+                    log::debug!("freeze of {} and {} waits for {held}", subtree.from, subtree.to);
                     // A rename of a name inside is under way: the coordinator thaws and
                     // tries again once it is done.
                     return Err(Errno::EBUSY);

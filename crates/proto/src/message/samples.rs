@@ -63,6 +63,7 @@ pub fn requests() -> Vec<Request> {
         Request::Rmdir(Rmdir { path: "/d".into(), time_ns: 5 }),
         Request::Rename(Rename { from: "/a".into(), to: "/b".into(), time_ns: 3, flags: RenameFlags::EXCHANGE }),
         Request::Link(Link { from: "/a".into(), to: "/b".into(), time_ns: 3 }),
+        Request::LinkFile(LinkFile { file: file(6), to: "/b".into(), time_ns: 3 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
             root: "/d".into(),
