@@ -255,7 +255,8 @@ impl Client {
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         let file = self.file(fd)?;
         let request = Request::Fsync(FileOnly { file: file.file });
-        if file.extended.load(Ordering::Relaxed) || self.stat_file(file.file)?.is_extended() {
+        // Opened by id (FUSE), the name's server is not known: every server syncs.
+        if file.path.is_empty() || file.extended.load(Ordering::Relaxed) || self.stat_file(file.file)?.is_extended() {
             return self.inner.cluster.broadcast(&request).map(drop);
         }
         self.inner.cluster.call_home(file.file, &request)?;
@@ -264,6 +265,12 @@ impl Client {
             self.inner.cluster.call_path_owner(&file.path, &request)?;
         }
         Ok(())
+    }
+
+    /// Makes the names recorded so far durable on every server (and `file`'s chunks): what
+    /// `fsync` of a directory asks — its entries are spread over all servers.
+    pub fn fsync_everywhere(&self, file: FileId) -> Result<()> {
+        self.inner.cluster.broadcast(&Request::Fsync(FileOnly { file })).map(drop)
     }
 
     /// Writes at the current position (at the end with [`OpenFlags::APPEND`]).

@@ -565,8 +565,10 @@ impl Filesystem for RingfsFilesystem {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _request: &Request, _inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.ok();
+    fn fsyncdir(&self, _request: &Request, inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // A directory's names are spread over every server: each makes its journal durable.
+        let result = self.inodes.file(inode.0).and_then(|file| self.client.fsync_everywhere(file));
+        Self::reply_empty(reply, result);
     }
 
     fn statfs(&self, _request: &Request, _inode: INodeNo, reply: ReplyStatfs) {

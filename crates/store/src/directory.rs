@@ -174,8 +174,11 @@ impl ChunkDirectory {
         let live = replay_entries(&bytes);
         let compacted: Vec<u8> = live.iter().flat_map(|(path, entry)| entry_record(path, Some(*entry))).collect();
         let temporary = self.entries_path.with_extension("log.new");
-        fs::write(&temporary, &compacted)?;
+        let mut new = File::create(&temporary)?;
+        new.write_all(&compacted)?;
+        new.sync_all()?;
         fs::rename(&temporary, &self.entries_path)?;
+        sync_directory_of(&self.entries_path)?;
         *journal = OpenOptions::new().append(true).open(&self.entries_path)?;
         Ok(live)
     }
@@ -294,9 +297,12 @@ impl ChunkDirectory {
         Ok(())
     }
 
-    /// Makes a chunk file's bytes and header durable.
+    /// Makes a chunk file's bytes and header durable, and its name: the directory holding it
+    /// is synced too (a new chunk file, or one whose header was rewritten by a rename of a
+    /// new copy, is otherwise not guaranteed to be found after a crash).
     pub fn sync_chunk(&self, chunk: &ChunkFile) -> io::Result<()> {
-        File::open(&chunk.location)?.sync_all()
+        File::open(&chunk.location)?.sync_all()?;
+        sync_directory_of(&chunk.location)
     }
 
     /// Size in bytes of the file system the directory is on.
@@ -384,5 +390,14 @@ mod tests {
         cut.truncate(cut.len() - 3);
         journal.extend(cut);
         assert_eq!(replay_entries(&journal), vec![("/b".to_string(), entry(3))]);
+    }
+}
+
+/// Syncs the directory that holds `path`, making the name (a new file, a rename into it)
+/// durable.
+fn sync_directory_of(path: &std::path::Path) -> io::Result<()> {
+    match path.parent() {
+        Some(directory) => File::open(directory)?.sync_all(),
+        None => Ok(()),
     }
 }
