@@ -366,3 +366,59 @@ fn small_files_on_live_servers_read_while_another_server_is_down() {
     }
     assert_eq!(got, live.len(), "files read by ringfs get");
 }
+
+/// Chunks of a file that no longer exists (here: written for a file id no inode has, as a
+/// write racing a removal or an aborted request leaves them) are found and removed by the
+/// servers after two scans; chunks of live files stay.
+#[test]
+fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
+    use ringfs_proto::{ChunkKey, ChunkTemplate, FileId, Request, Write, WriteSource};
+    use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
+
+    let mut options = ClusterOptions::new(3);
+    options.extra_args = vec!["--reclaim-interval-ms".into(), "200".into()];
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let mut config = cluster.client_config();
+    config.chunk_size = 64 * 1024;
+    let small_chunks = ringfs_client::Client::connect(config).unwrap();
+    let fd = small_chunks.create("/live", 0o644).unwrap();
+    small_chunks.pwrite(fd, &vec![7u8; 300_000], 0).unwrap();
+    small_chunks.close(fd).unwrap();
+    let live_chunks: u64 = client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum();
+
+    let connection = Connection::open(
+        &Endpoint::parse(cluster.address(0)).unwrap(),
+        &ConnectionConfig {
+            secret: cluster.secret.clone().into_bytes(),
+            timeout: Duration::from_secs(5),
+            host_id: 0x0a,
+            from_server: false,
+            poll: Duration::ZERO,
+            client_id: 0x0a,
+        },
+    )
+    .unwrap();
+    let ghost = FileId { anchor: 0x1234_5678, serial: 0x0bad_f11e | 1 };
+    let template = ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: 65536, backend_len: 0 };
+    for index in 1..=6 {
+        let write = Write { chunk: ChunkKey::new(ghost, index), offset: 0, source: WriteSource::Inline, template, time_ns: 1 };
+        connection.call(&Request::Write(write), &[1u8; 1000]).unwrap();
+    }
+    let with_orphans: u64 = client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum();
+    assert_eq!(with_orphans, live_chunks + 6, "the orphan chunks were stored");
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let chunks: u64 = client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum();
+        if chunks == live_chunks {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{chunks} chunks left, {live_chunks} expected");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let fd = small_chunks.open("/live", ringfs_client::OpenFlags::READ, 0).unwrap();
+    let mut back = vec![0u8; 300_000];
+    assert_eq!(small_chunks.pread(fd, &mut back, 0).unwrap(), 300_000);
+    assert!(back.iter().all(|byte| *byte == 7), "the live file keeps its chunks");
+}

@@ -23,6 +23,10 @@ pub struct ServerArgs {
     /// Unix socket for clients on this host (enables the same-host fast path).
     #[arg(long)]
     pub unix_socket: Option<PathBuf>,
+    /// Serve TCP only, even if --unix-socket is given: clients and servers on this host then
+    /// reach this server through its advertised address too (e.g. a fault-injecting proxy).
+    #[arg(long)]
+    pub no_unix_socket: bool,
     /// Chunk store: `mem` (DRAM) or `dir:PATH` (one file per chunk; survives restarts).
     #[arg(long, default_value = "mem")]
     pub store: String,
@@ -59,6 +63,10 @@ pub struct ServerArgs {
     /// Milliseconds the files a client has open stay open after its last connection closed.
     #[arg(long, default_value_t = 30_000)]
     pub open_grace_ms: u64,
+    /// Milliseconds between this server's looks for orphan chunks (of files that no longer
+    /// exist).
+    #[arg(long, default_value_t = 60_000)]
+    pub reclaim_interval_ms: u64,
     /// Microseconds a connection thread polls for the next request before sleeping (0: never).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
@@ -176,7 +184,7 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
     }
     let mut config = ServerConfig::new(&args.name, &args.listen, secret);
     config.advertise = args.advertise;
-    config.unix_socket = args.unix_socket;
+    config.unix_socket = args.unix_socket.filter(|_| !args.no_unix_socket);
     config.store = StoreConfig {
         medium: parse_store(&args.store)?,
         capacity_bytes: parse_bytes(&args.capacity)?,
@@ -190,6 +198,7 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
     config.failure_timeout = Duration::from_millis(args.failure_timeout_ms.max(10));
     config.poll = Duration::from_micros(args.poll_us);
     config.open_grace = Duration::from_millis(args.open_grace_ms);
+    config.reclaim_interval = Duration::from_millis(args.reclaim_interval_ms.max(10));
     if let Some(run_dir) = args.run_dir.clone() {
         let own = args.name.clone();
         config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move || recorded_peers(&run_dir, &own))));

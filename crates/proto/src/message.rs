@@ -423,6 +423,13 @@ pub struct FileOnly {
 }
 wire_struct!(FileOnly { file });
 
+/// A list of files (orphan-chunk reclaiming).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct FileList {
+    pub files: Vec<FileId>,
+}
+wire_struct!(FileList { files });
+
 /// An open of a file by a client (the id from the client's `Hello`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpenFile {
@@ -693,6 +700,10 @@ wire_enum! {
         /// A new name `to` for a file known by id (FUSE links the inode the kernel holds,
         /// whatever its names are now); to the owner of `to`.
         57 => LinkFile(LinkFile),
+        /// Server to server, to the server of these files' inodes: which of them have no
+        /// inode there (their chunks elsewhere are orphans, left by a write that raced a
+        /// removal or by an aborted request). Answered with `Files`.
+        58 => MissingFiles(FileList),
     }
 }
 
@@ -744,6 +755,7 @@ impl Request {
                 | Request::BackendOf(_)
                 | Request::Rebind(_)
                 | Request::Redirty(_)
+                | Request::MissingFiles(_)
         )
     }
 
@@ -796,6 +808,7 @@ impl Request {
             | Request::RemoveChunks(_)
             | Request::Release(_)
             | Request::Redirty(_)
+            | Request::MissingFiles(_)
             | Request::Sync(_) => Route::Here,
         }
     }
@@ -987,6 +1000,8 @@ wire_enum! {
         144 => BackendTarget(Option<String>),
         /// Result of `BackendOf`.
         145 => BackendFile(Option<BackendFileReply>),
+        /// Result of `MissingFiles`.
+        146 => Files(FileList),
     }
 }
 

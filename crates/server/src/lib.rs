@@ -27,6 +27,7 @@ mod membership;
 mod names;
 mod opens;
 mod peers;
+mod reclaim;
 mod service;
 
 pub use flusher::{FlushConfig, FlushPolicy};
@@ -78,6 +79,8 @@ pub struct ServerConfig {
     /// server closed (it may reconnect; a crashed client's files are freed after it).
     /// Default 30 s.
     pub open_grace: Duration,
+    /// How often this server looks for orphan chunks (`reclaim`). Default 60 s.
+    pub reclaim_interval: Duration,
     /// How long a connection thread polls for the next request before sleeping. Default
     /// 50 µs; zero never polls (see docs/PERFORMANCE.md).
     pub poll: Duration,
@@ -116,6 +119,7 @@ impl ServerConfig {
             heartbeat_interval: Duration::from_secs(1),
             failure_timeout: Duration::from_secs(5),
             open_grace: opens::GRACE,
+            reclaim_interval: Duration::from_secs(60),
             poll: ringfs_rpc::DEFAULT_POLL,
             flush: FlushConfig::default(),
             discover: None,
@@ -255,7 +259,8 @@ impl Server {
             let interval = config.heartbeat_interval;
             let discover = config.discover.clone();
             let grace = config.open_grace;
-            move || revive_members(&state, interval, discover.as_ref(), grace)
+            let reclaimer = reclaim::Reclaimer::new(config.reclaim_interval);
+            move || revive_members(&state, interval, discover.as_ref(), grace, reclaimer)
         });
         if let Some(backend) = state.store.backend() {
             log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
@@ -388,8 +393,14 @@ fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
 ///
 /// With `discover`, servers it names that our list lacks, believes dead, or knows under
 /// another address (restarted elsewhere) are joined through their current address. The opens
-/// of clients gone for longer than `open_grace` end here too.
-fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Discover>, open_grace: Duration) {
+/// of clients gone for longer than `open_grace` end here too, and orphan chunks are reclaimed.
+fn revive_members(
+    state: &ServerState,
+    interval: Duration,
+    discover: Option<&Discover>,
+    open_grace: Duration,
+    mut reclaimer: reclaim::Reclaimer,
+) {
     while !state.shutdown.wait(interval) {
         let dead: Vec<Member> =
             state.membership().list().members.iter().filter(|member| !member.alive && member.name != state.name).cloned().collect();
@@ -412,6 +423,8 @@ fn revive_members(state: &ServerState, interval: Duration, discover: Option<&Dis
         }
         // Files opened by clients that are gone (crashed, or cut off for too long).
         state.expire_opens(open_grace);
+        // Chunks of files that no longer exist.
+        reclaimer.step(state);
     }
 }
 

@@ -390,6 +390,7 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
+            Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
             Request::RemoveChunks(remove) => Ok(Response::Count(self.store.remove_chunks(remove.file, remove.from_index))),
             Request::Write(write) => self.write(session, write, data),
             Request::Read(read) => self.read(session, read, reply_data),

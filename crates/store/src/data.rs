@@ -345,6 +345,22 @@ impl ChunkStore {
         Ok(chunk.attr)
     }
 
+    /// Files of which this store holds data chunks but no inode: their inodes are on other
+    /// servers — or gone, and these chunks are orphans (see the server's reclaiming).
+    pub fn files_without_inode(&self) -> Vec<FileId> {
+        let mut files = Vec::new();
+        for shard in &self.index.files {
+            let shard = lock(shard);
+            files.extend(shard.files.iter().filter(|(_, chunks)| chunks.inode.is_none() && !chunks.tail.is_empty()).map(|(file, _)| *file));
+        }
+        files
+    }
+
+    /// Of `files`, those whose inode is not here (or is going away).
+    pub fn missing_inodes(&self, files: &[FileId]) -> Vec<FileId> {
+        files.iter().copied().filter(|file| self.index.inode(*file).is_none_or(|handle| lock(&handle).is_gone())).collect()
+    }
+
     /// Removes this store's chunks of `file` with index >= `from_index` (at least 1). Returns
     /// how many were removed.
     pub fn remove_chunks(&self, file: FileId, from_index: u64) -> u64 {

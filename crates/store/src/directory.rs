@@ -374,6 +374,15 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
     })
 }
 
+/// Syncs the directory that holds `path`, making the name (a new file, a rename into it)
+/// durable.
+fn sync_directory_of(path: &std::path::Path) -> io::Result<()> {
+    match path.parent() {
+        Some(directory) => File::open(directory)?.sync_all(),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -393,11 +402,3 @@ mod tests {
     }
 }
 
-/// Syncs the directory that holds `path`, making the name (a new file, a rename into it)
-/// durable.
-fn sync_directory_of(path: &std::path::Path) -> io::Result<()> {
-    match path.parent() {
-        Some(directory) => File::open(directory)?.sync_all(),
-        None => Ok(()),
-    }
-}

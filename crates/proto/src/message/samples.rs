@@ -64,6 +64,7 @@ pub fn requests() -> Vec<Request> {
         Request::Rename(Rename { from: "/a".into(), to: "/b".into(), time_ns: 3, flags: RenameFlags::EXCHANGE }),
         Request::Link(Link { from: "/a".into(), to: "/b".into(), time_ns: 3 }),
         Request::LinkFile(LinkFile { file: file(6), to: "/b".into(), time_ns: 3 }),
+        Request::MissingFiles(FileList { files: vec![file(1), file(2)] }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
             root: "/d".into(),
@@ -171,5 +172,6 @@ pub fn responses() -> Vec<Response> {
         Response::BackendTarget(Some("/lustre/project/a".into())),
         Response::BackendTarget(None),
         Response::BackendFile(Some(BackendFileReply { path: "/a".into(), len: 7 })),
+        Response::Files(FileList { files: vec![file(3)] }),
     ]
 }
