@@ -401,4 +401,3 @@ mod tests {
         assert_eq!(replay_entries(&journal), vec![("/b".to_string(), entry(3))]);
     }
 }
-
