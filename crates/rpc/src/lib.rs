@@ -25,6 +25,7 @@ pub mod frame_io;
 pub mod log_limit;
 pub mod memory;
 mod server;
+pub mod sim;
 pub mod transport;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection};

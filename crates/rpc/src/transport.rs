@@ -22,11 +22,19 @@ pub enum Endpoint {
     Tcp(String),
     /// `unix:/path/to/socket`.
     Unix(PathBuf),
+    /// `sim:NAME`: the simulated in-process network of tests ([`crate::sim`]).
+    Sim(String),
 }
 
 impl Endpoint {
-    /// Parses `host:port`, `tcp://host:port` or `unix:/path`.
+    /// Parses `host:port`, `tcp://host:port`, `unix:/path` or `sim:NAME`.
     pub fn parse(text: &str) -> Result<Endpoint, String> {
+        if let Some(name) = text.strip_prefix("sim:") {
+            if name.is_empty() {
+                return Err(format!("empty simulated endpoint name in {text:?}"));
+            }
+            return Ok(Endpoint::Sim(name.to_string()));
+        }
         if let Some(path) = text.strip_prefix("unix:") {
             let path = path.trim_start_matches("//");
             if path.is_empty() {
@@ -47,6 +55,7 @@ impl fmt::Display for Endpoint {
         match self {
             Endpoint::Tcp(address) => f.write_str(address),
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+            Endpoint::Sim(name) => write!(f, "sim:{name}"),
         }
     }
 }
@@ -155,6 +164,7 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
             Err(last_error)
         }
         Endpoint::Unix(path) => unix_link(UnixStream::connect(path)?),
+        Endpoint::Sim(name) => crate::sim::network().connect(name, timeout),
     }
 }
 
@@ -162,6 +172,7 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+    Sim(crate::sim::SimListener),
 }
 
 impl Listener {
@@ -176,6 +187,7 @@ impl Listener {
                 }
                 Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
             }
+            Endpoint::Sim(name) => Ok(Listener::Sim(crate::sim::network().bind(name)?)),
         }
     }
 
@@ -184,6 +196,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => Ok(Endpoint::Tcp(listener.local_addr()?.to_string())),
             Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+            Listener::Sim(listener) => Ok(Endpoint::Sim(listener.name().to_string())),
         }
     }
 
@@ -191,6 +204,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => tcp_link(listener.accept()?.0),
             Listener::Unix(listener, _) => unix_link(listener.accept()?.0),
+            Listener::Sim(listener) => listener.accept(),
         }
     }
 
@@ -199,6 +213,7 @@ impl Listener {
         let fd = match self {
             Listener::Tcp(listener) => listener.as_raw_fd(),
             Listener::Unix(listener, _) => listener.as_raw_fd(),
+            Listener::Sim(listener) => return listener.shutdown(),
         };
         // SAFETY: shutting down a listening socket we own; accept() then returns EINVAL.
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };

@@ -173,7 +173,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     let good = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
     let address = match &endpoint {
         Endpoint::Tcp(address) => address.clone(),
-        Endpoint::Unix(_) => unreachable!(),
+        Endpoint::Unix(_) | Endpoint::Sim(_) => unreachable!("a TCP endpoint was asked for"),
     };
     let garbage_frames: Vec<Vec<u8>> = vec![
         // Body length beyond the limit.
@@ -224,4 +224,38 @@ fn a_vanished_server_fails_requests_quickly() {
     // is refused because nobody accepts any more.
     assert_eq!(call.wait().unwrap().response, Response::Count(2_000));
     assert!(Connection::open(&endpoint, &config(SECRET, 1000)).is_err());
+}
+
+/// The simulated network carries requests like a socket, delays frames so that answers
+/// overtake each other, and loses and duplicates exactly what its seeded plan says.
+#[test]
+fn a_simulated_link_carries_requests_and_loses_or_repeats_what_the_plan_says() {
+    use ringfs_rpc::sim::{FaultPlan, network};
+    let name = format!("rpc-test-{}", std::process::id());
+    let (server, endpoint, service) = start_server(Endpoint::Sim(name.clone()));
+    let connection = Connection::open(&endpoint, &config(SECRET, 300)).unwrap();
+    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    // Delays: every answer still arrives, to the right caller.
+    network().set_plan(FaultPlan { max_delay: Duration::from_millis(5), ..FaultPlan::default() }, 3);
+    let calls: Vec<_> = (0..20).map(|index| connection.start(&stat(index % 3), &[], None).unwrap()).collect();
+    for (index, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.wait().unwrap().response, Response::Count(index as u64 % 3));
+    }
+    // Everything lost: the call times out; the link stays usable afterwards.
+    network().set_plan(FaultPlan { drop_per_million: 1_000_000, ..FaultPlan::default() }, 3);
+    assert!(connection.call(&Request::Ping, &[]).unwrap_err().is_timeout());
+    // Everything duplicated: the server handles each request twice.
+    network().set_plan(FaultPlan { duplicate_per_million: 1_000_000, ..FaultPlan::default() }, 3);
+    let before = service.handled.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(connection.call(&stat(1), &[]).unwrap().response, Response::Count(1));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(service.handled.load(std::sync::atomic::Ordering::Relaxed) - before, 2);
+    network().set_plan(FaultPlan::default(), 0);
+    // A paused server answers after it is resumed; nothing is lost.
+    network().pause(&name, true);
+    let call = connection.start(&Request::Ping, &[], None).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    network().pause(&name, false);
+    assert_eq!(call.wait().unwrap().response, Response::Done);
+    server.shutdown();
 }

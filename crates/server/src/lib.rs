@@ -425,6 +425,8 @@ fn revive_members(
         state.expire_opens(open_grace);
         // Chunks of files that no longer exist.
         reclaimer.step(state);
+        // Name locks whose release was lost in a fault.
+        state.retry_releases();
     }
 }
 

@@ -31,6 +31,13 @@ use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
 /// first ones, tries back off by a millisecond more each time (about 2 s in all).
 const PARENT_ATTEMPTS: u64 = 64;
 
+/// A name lock whose release failed, to be tried again until its lease ends.
+pub struct LaterRelease {
+    path: String,
+    token: u64,
+    until: std::time::Instant,
+}
+
 /// Draws the token of a rename or link (its locks and steps carry it).
 pub fn new_token() -> u64 {
     fast_random_u64() | 1
@@ -243,6 +250,9 @@ impl ServerState {
                     taken.push(paths[index]);
                 }
                 outcome => {
+                    // The lock may have been taken even so (only its answer was lost): give it
+                    // back too.
+                    taken.push(paths[index]);
                     self.unlock_names(&taken, token);
                     return Err(outcome.err().unwrap_or(Errno::EPROTO));
                 }
@@ -258,14 +268,34 @@ impl ServerState {
         Ok(current)
     }
 
-    /// Gives back the name locks of `token` (failures are only logged: locks lapse).
+    /// Gives back the name locks of `token`. A release that fails (its server is cut off or
+    /// stopped) is tried again in the background until it succeeds or the lock's lease ends,
+    /// so a name is not kept locked for a whole lease after a short fault.
     pub(crate) fn unlock_names(&self, paths: &[&str], token: u64) {
         for path in paths {
-            let request = Request::NameLock(NameLock { path: path.to_string(), token, acquire: false });
-            if let Err(errno) = self.ask(&self.owner_of_path(path), request) {
-                log::warn!("could not release the lock of {path}: {errno} (it lapses)");
+            if let Err(errno) = self.release_name(path, token) {
+                log::info!("could not release the lock of {path} yet: {errno} (trying again)");
+                self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease {
+                    path: path.to_string(),
+                    token,
+                    until: std::time::Instant::now() + crate::locks::LEASE,
+                });
             }
         }
+    }
+
+    fn release_name(&self, path: &str, token: u64) -> Result<(), Errno> {
+        let request = Request::NameLock(NameLock { path: path.to_string(), token, acquire: false });
+        self.ask(&self.owner_of_path(path), request).map(drop)
+    }
+
+    /// Tries again the releases that failed (see [`ServerState::unlock_names`]).
+    pub(crate) fn retry_releases(&self) {
+        let waiting = std::mem::take(&mut *self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let now = std::time::Instant::now();
+        let still: Vec<LaterRelease> =
+            waiting.into_iter().filter(|release| release.until > now && self.release_name(&release.path, release.token).is_err()).collect();
+        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(still);
     }
 
     /// Makes `path` (held here) refer to a file, for a rename or a link.

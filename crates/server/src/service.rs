@@ -103,6 +103,8 @@ pub struct ServerState {
     pub gate: NamespaceGate,
     /// On the first server of the ring: the directory rename that holds the namespace lock.
     pub namespace_lock: Mutex<Option<(u64, std::time::Instant)>>,
+    /// Name-lock releases that failed and are tried again (see `names`).
+    pub later_releases: Mutex<Vec<crate::names::LaterRelease>>,
     /// This server's part of the directory renames under way (see `directory_rename`).
     pub subtree_moves: crate::directory_rename::SubtreeMoves,
 }
@@ -175,6 +177,7 @@ impl ServerState {
             gate: NamespaceGate::default(),
             namespace_lock: Mutex::new(None),
             subtree_moves: Default::default(),
+            later_releases: Mutex::new(Vec::new()),
         }
     }
 
