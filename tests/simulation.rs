@@ -196,6 +196,24 @@ fn run_workload(client_of: &dyn Fn() -> Client, model: &Arc<Mutex<Model>>, until
             (done, failed)
         }));
     }
+    // A directory moved back and forth between two names: its file must stay whole, under
+    // exactly one of them.
+    {
+        let client = client_of();
+        threads.push(std::thread::spawn(move || {
+            let (mut done, mut failed) = (0u64, 0u64);
+            while Instant::now() < until && done < 2_000 {
+                let (from, to) = if client.stat("/tree/a").is_ok() { ("/tree/a", "/tree/b") } else { ("/tree/b", "/tree/a") };
+                let started = Instant::now();
+                if client.rename(from, to).is_err() {
+                    failed += 1;
+                }
+                assert!(started.elapsed() < Duration::from_secs(20), "a directory rename took {:?} (seed {seed})", started.elapsed());
+                done += 1;
+            }
+            (done, failed)
+        }));
+    }
     let (mut operations, mut failures) = (0, 0);
     for thread in threads {
         let (done, failed) = thread.join().expect("workload threads do not panic");
@@ -225,6 +243,12 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
     eprintln!("simulation seed {seed}");
     let cluster = SimCluster::start(&format!("sim{seed}"), 3);
     let model = Arc::new(Mutex::new(Model::default()));
+    let setup = cluster.client();
+    setup.mkdir("/tree", 0o755).unwrap();
+    setup.mkdir("/tree/a", 0o755).unwrap();
+    let fd = setup.create("/tree/a/kept", 0o644).unwrap();
+    setup.pwrite(fd, &contents(99, 1), 0).unwrap();
+    setup.close(fd).unwrap();
 
     // Phase 1: frames delayed (up to 3 ms) and so reordered, nothing lost: no operation may
     // fail and every read is whole.
@@ -278,6 +302,14 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
     }
     let model = model.lock().unwrap();
     check_converged(&client, &model, seed);
+    let names: Vec<String> = client.readdir("/tree").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert!(names == ["a"] || names == ["b"], "the moved directory has names {names:?} (seed {seed})");
+    let kept = format!("/tree/{}/kept", names[0]);
+    let fd = client.open(&kept, OpenFlags::READ, 0).unwrap();
+    let mut bytes = vec![0u8; 70_000];
+    let count = client.pread(fd, &mut bytes, 0).unwrap();
+    client.close(fd).unwrap();
+    assert!(bytes[..count] == contents(99, 1)[..], "{kept} changed (seed {seed})");
     let healing = Instant::now();
     for file in 0..FILES {
         // A few tries while the last retries and member updates settle (a lock whose release

@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod relay;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -64,7 +64,16 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 fn fetch_members(connection: &Connection) -> Result<MemberList, String> {
-    match connection.call(&Request::GetMembers, &[]).map_err(|error| error.to_string())?.response {
+    members_of(connection.call(&Request::GetMembers, &[]))
+}
+
+/// [`fetch_members`], waiting at most `timeout` (less than the connection's deadline).
+fn fetch_members_within(connection: &Connection, timeout: Duration) -> Result<MemberList, String> {
+    members_of(connection.call_within(&Request::GetMembers, timeout))
+}
+
+fn members_of(reply: Result<Reply, ringfs_rpc::RpcError>) -> Result<MemberList, String> {
+    match reply.map_err(|error| error.to_string())?.response {
         Response::Members(list) => Ok(list),
         other => Err(format!("unexpected answer {other:?}")),
     }
@@ -311,19 +320,46 @@ impl Cluster {
             return;
         }
         *last = Some(Instant::now());
-        let others: Vec<Member> =
-            self.view().list.members.iter().filter(|member| member.alive && member.name != failed_server).cloned().collect();
+        // The caller's operation has failed already: the refresh must not make it slower by
+        // more than one deadline, whatever number of servers is silent. Each server gets what
+        // is left of that budget, suspects none, and one that does not answer becomes one.
+        let budget_end = Instant::now() + self.config.timeout;
+        let others: Vec<Member> = self
+            .view()
+            .list
+            .members
+            .iter()
+            .filter(|member| member.alive && member.name != failed_server && !self.is_suspect(&member.name))
+            .cloned()
+            .collect();
         for member in others {
+            let left = budget_end.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
             let connection = lock(&self.connections).get(&member.name).filter(|connection| !connection.is_broken()).cloned();
             let connection = match connection {
                 Some(connection) => connection,
-                None => match Connection::open_member(&member, &self.config) {
+                None => match Connection::open_member(&member, &ConnectionConfig { timeout: left, ..self.config.clone() }) {
                     Ok(connection) => Arc::new(connection),
-                    Err(_) => continue,
+                    Err(error) => {
+                        if error.is_timeout() {
+                            lock(&self.suspects).insert(member.name.clone(), Instant::now() + self.config.timeout);
+                        }
+                        continue;
+                    }
                 },
             };
-            if self.adopt_members_from(&connection) {
-                return;
+            let left = budget_end.saturating_duration_since(Instant::now());
+            match fetch_members_within(&connection, left).map(View::new) {
+                Ok(Ok(view)) => {
+                    self.adopt_view(view, false);
+                    return;
+                }
+                Ok(Err(reason)) | Err(reason) => {
+                    log::debug!("cannot refresh the member list from {}: {reason}", member.name);
+                    lock(&self.suspects).insert(member.name.clone(), Instant::now() + self.config.timeout);
+                }
             }
         }
         // No known server answers: the run directory knows where the servers are now (they
@@ -339,6 +375,19 @@ impl Cluster {
         }
     }
 
+    /// Adopts `view` if it is newer than ours (or in any case with `always`).
+    fn adopt_view(&self, view: View, always: bool) {
+        let epoch = view.list.epoch;
+        if always || epoch > self.epoch.load(Ordering::Relaxed) {
+            *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
+            self.epoch.store(epoch, Ordering::Relaxed);
+            for connection in lock(&self.connections).values() {
+                connection.set_local_epoch(epoch);
+            }
+            log::debug!("member list updated to epoch {epoch}");
+        }
+    }
+
     /// Fetches the member list from `connection`'s server and adopts it if it is newer.
     fn adopt_members_from(&self, connection: &Connection) -> bool {
         self.adopt_members(connection, false)
@@ -349,15 +398,7 @@ impl Cluster {
     fn adopt_members(&self, connection: &Connection, always: bool) -> bool {
         match fetch_members(connection).map(View::new) {
             Ok(Ok(view)) => {
-                let epoch = view.list.epoch;
-                if always || epoch > self.epoch.load(Ordering::Relaxed) {
-                    *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
-                    self.epoch.store(epoch, Ordering::Relaxed);
-                    for connection in lock(&self.connections).values() {
-                        connection.set_local_epoch(epoch);
-                    }
-                    log::debug!("member list updated to epoch {epoch}");
-                }
+                self.adopt_view(view, always);
                 true
             }
             // The server may be shutting down; another answer will trigger a retry.

@@ -137,7 +137,7 @@ impl ServerState {
         }
     }
 
-    fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
+    pub(crate) fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
         let first = self.membership().first_in_ring().clone();
         self.ask(&first, Request::NamespaceLock(NamespaceLock { token, acquire })).map(drop)
     }
@@ -161,9 +161,12 @@ impl ServerState {
         let deadline = Instant::now() + WAIT_LIMIT;
         let mut pause = Duration::from_millis(1);
         let outcome = loop {
-            let attempt = self.lock_names(&names, token).map_err(TreeRenameError::Failed).and_then(|entries| {
-                let outcome = self.rename_tree_locked(from, to, entries[0], entries[1], time_ns, flags, token);
-                self.unlock_names(&names, token);
+            // Each attempt has a token of its own: a release or thaw of an earlier attempt
+            // that is tried again late must not end this one's locks or freeze.
+            let attempt_token = new_token();
+            let attempt = self.lock_names(&names, attempt_token).map_err(TreeRenameError::Failed).and_then(|entries| {
+                let outcome = self.rename_tree_locked(from, to, entries[0], entries[1], time_ns, flags, attempt_token);
+                self.unlock_names(&names, attempt_token);
                 outcome
             });
             match attempt {
@@ -177,7 +180,8 @@ impl ServerState {
             }
         };
         if let Err(errno) = self.namespace_lock_at_first(token, false) {
-            log::warn!("could not give back the namespace lock: {errno} (it lapses)");
+            log::info!("could not give back the namespace lock yet: {errno} (trying again)");
+            self.release_later(crate::names::Release::NamespaceLock { token });
         }
         outcome
     }
@@ -263,10 +267,9 @@ impl ServerState {
     }
 
     fn thaw_everywhere(&self, subtree: &Subtree) {
-        for answer in self.broadcast(&Request::Thaw(subtree.clone())) {
-            if let Err(errno) = answer {
-                log::warn!("a server did not hear the end of a directory rename: {errno} (its freeze lapses)");
-            }
+        if let Some(errno) = self.broadcast(&Request::Thaw(subtree.clone())).into_iter().find_map(Result::err) {
+            log::info!("a server did not hear the end of a directory rename yet: {errno} (trying again)");
+            self.release_later(crate::names::Release::Thaw(subtree.clone()));
         }
     }
 

@@ -31,11 +31,37 @@ use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
 /// first ones, tries back off by a millisecond more each time (about 2 s in all).
 const PARENT_ATTEMPTS: u64 = 64;
 
-/// A name lock whose release failed, to be tried again until its lease ends.
+/// Runs an idempotent step again while it fails with EIO (its answer may have been lost, or
+/// its server cut off for a moment), for about two seconds.
+fn retry_uncertain<T>(mut step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut pause = std::time::Duration::from_millis(20);
+    loop {
+        match step() {
+            Err(Errno::EIO) if std::time::Instant::now() + pause < deadline => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            outcome => return outcome,
+        }
+    }
+}
+
+/// A release that failed (its server was cut off or stopped), to be tried again until the
+/// lease of what it releases ends.
 pub struct LaterRelease {
-    path: String,
-    token: u64,
+    what: Release,
     until: std::time::Instant,
+}
+
+/// What a [`LaterRelease`] gives back; each is harmless to repeat.
+pub enum Release {
+    /// A name lock, at the name's server.
+    Name { path: String, token: u64 },
+    /// The namespace lock, at the first server of the ring.
+    NamespaceLock { token: u64 },
+    /// A directory rename's freeze, on every server.
+    Thaw(ringfs_proto::Subtree),
 }
 
 /// Draws the token of a rename or link (its locks and steps carry it).
@@ -275,11 +301,7 @@ impl ServerState {
         for path in paths {
             if let Err(errno) = self.release_name(path, token) {
                 log::info!("could not release the lock of {path} yet: {errno} (trying again)");
-                self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease {
-                    path: path.to_string(),
-                    token,
-                    until: std::time::Instant::now() + crate::locks::LEASE,
-                });
+                self.release_later(Release::Name { path: path.to_string(), token });
             }
         }
     }
@@ -289,12 +311,27 @@ impl ServerState {
         self.ask(&self.owner_of_path(path), request).map(drop)
     }
 
-    /// Tries again the releases that failed (see [`ServerState::unlock_names`]).
+    /// Queues a release that failed, to be tried again by [`ServerState::retry_releases`].
+    pub(crate) fn release_later(&self, what: Release) {
+        let until = std::time::Instant::now() + crate::locks::LEASE;
+        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease { what, until });
+    }
+
+    /// Tries again the releases that failed (called every heartbeat interval).
     pub(crate) fn retry_releases(&self) {
         let waiting = std::mem::take(&mut *self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         let now = std::time::Instant::now();
-        let still: Vec<LaterRelease> =
-            waiting.into_iter().filter(|release| release.until > now && self.release_name(&release.path, release.token).is_err()).collect();
+        let still: Vec<LaterRelease> = waiting
+            .into_iter()
+            .filter(|release| {
+                release.until > now
+                    && match &release.what {
+                        Release::Name { path, token } => self.release_name(path, *token).is_err(),
+                        Release::NamespaceLock { token } => self.namespace_lock_at_first(*token, false).is_err(),
+                        Release::Thaw(subtree) => self.broadcast(&Request::Thaw(subtree.clone())).iter().any(Result::is_err),
+                    }
+            })
+            .collect();
         self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(still);
     }
 
@@ -466,8 +503,11 @@ impl ServerState {
         if cached {
             self.move_in_backend(source.file, to)?;
         }
-        let replaced = self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token)?;
-        if !self.remove_at(from, source.file, token)? {
+        // Both steps may have happened though their answer was lost (EIO): repeating them is
+        // harmless (installing the same file again replaces it with itself; removing checks
+        // the file), and giving up half-way would leave the file two names and one link.
+        let replaced = retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))?;
+        if !retry_uncertain(|| self.remove_at(from, source.file, token))? {
             log::warn!("rename {from} -> {to}: the old name vanished while locked");
         }
         if let Some(replaced) = replaced
