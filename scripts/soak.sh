@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Soak: runs the fault-searching tests again and again with new seeds until the time is up,
+# and stops at the first failure (its seed and log are kept). Usage:
+#   scripts/soak.sh [minutes]        (default 60)
+# Each round: the in-process simulation (network faults), the relay fault test (partitions,
+# pauses, SIGSTOP, kill+restart, 30 faults) and the randomized concurrent namespace test.
+# The summary line at the end is what docs/TESTING.md records.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+minutes=${1:-60}
+end=$(( $(date +%s) + minutes * 60 ))
+log_dir=$(mktemp -d /tmp/ringfs-soak-XXXXXX)
+cargo build -p ringfs-cli --tests --quiet
+rounds=0
+seed=$(( $(date +%s) % 100000 ))
+while [ "$(date +%s)" -lt "$end" ]; do
+    seed=$((seed + 1))
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed"; do
+        name=${test%% *}
+        filter=${test#"$name"}
+        if ! RINGFS_SIM_SEED=$seed RINGFS_FAULT_SEED=$seed RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
+            cargo test -p ringfs-cli --quiet --test "$name" -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
+            echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
+            exit 1
+        fi
+    done
+    rounds=$((rounds + 1))
+done
+echo "soak: $rounds rounds in $minutes minutes, seeds $((seed - rounds + 1))..$seed, no failure (logs: $log_dir)"
