@@ -19,6 +19,24 @@ use ringfs_server::{Server, ServerConfig};
 const FILES: u64 = 6;
 const SECRET: &[u8] = b"simulated-secret";
 
+/// Server messages at info and above on stderr (shown for a failing test), when
+/// `RINGFS_SIM_LOG` is set.
+struct StderrLog;
+
+impl log::Log for StderrLog {
+    fn enabled(&self, metadata: &log::Metadata) -> bool {
+        metadata.level() <= log::Level::Info
+    }
+
+    fn log(&self, record: &log::Record) {
+        if self.enabled(record.metadata()) {
+            eprintln!("{:?} {} {}: {}", Instant::now(), record.level(), record.target(), record.args());
+        }
+    }
+
+    fn flush(&self) {}
+}
+
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|text| text.parse().ok()).unwrap_or(default)
 }
@@ -238,6 +256,10 @@ fn check_converged(client: &Client, model: &Model, seed: u64) {
 
 #[test]
 fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
+    if std::env::var_os("RINGFS_SIM_LOG").is_some() {
+        static LOGGER: StderrLog = StderrLog;
+        let _ = log::set_logger(&LOGGER).map(|()| log::set_max_level(log::LevelFilter::Info));
+    }
     let seed = env_number("RINGFS_SIM_SEED", 1);
     let faulty = Duration::from_secs(env_number("RINGFS_SIM_SECS", 6));
     eprintln!("simulation seed {seed}");
@@ -302,14 +324,6 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
     }
     let model = model.lock().unwrap();
     check_converged(&client, &model, seed);
-    let names: Vec<String> = client.readdir("/tree").unwrap().into_iter().map(|entry| entry.name).collect();
-    assert!(names == ["a"] || names == ["b"], "the moved directory has names {names:?} (seed {seed})");
-    let kept = format!("/tree/{}/kept", names[0]);
-    let fd = client.open(&kept, OpenFlags::READ, 0).unwrap();
-    let mut bytes = vec![0u8; 70_000];
-    let count = client.pread(fd, &mut bytes, 0).unwrap();
-    client.close(fd).unwrap();
-    assert!(bytes[..count] == contents(99, 1)[..], "{kept} changed (seed {seed})");
     let healing = Instant::now();
     for file in 0..FILES {
         // A few tries while the last retries and member updates settle (a lock whose release
@@ -324,4 +338,19 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
         let read = read_version(&client, file).unwrap().expect("just written");
         assert_eq!(read.1, contents(file, 9_999_999), "seed {seed}");
     }
+    let names: Vec<String> = client.readdir("/tree").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert!(names == ["a"] || names == ["b"], "the moved directory has names {names:?} (seed {seed})");
+    let kept = format!("/tree/{}/kept", names[0]);
+    let mut opened = client.open(&kept, OpenFlags::READ, 0);
+    while opened.is_err() && healing.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(200));
+        opened = client.open(&kept, OpenFlags::READ, 0);
+    }
+    eprintln!("{kept} opened {:?} after healing: {:?}", healing.elapsed(), opened.as_ref().map(drop));
+    let views: Vec<usize> = cluster.servers.iter().flatten().map(Server::alive_members).collect();
+    let fd = opened.unwrap_or_else(|errno| panic!("{kept} after healing: {errno}; servers see {views:?} members alive (seed {seed})"));
+    let mut bytes = vec![0u8; 70_000];
+    let count = client.pread(fd, &mut bytes, 0).unwrap();
+    client.close(fd).unwrap();
+    assert!(bytes[..count] == contents(99, 1)[..], "{kept} changed (seed {seed})");
 }

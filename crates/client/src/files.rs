@@ -178,8 +178,14 @@ impl Client {
             return Err(Errno::EISDIR);
         }
         let fd = self.insert_open(String::new(), &attr, flags);
-        if flags.contains(OpenFlags::TRUNCATE) && flags.contains(OpenFlags::WRITE) && attr.is_regular() {
-            self.truncate_file(file, 0)?;
+        if flags.contains(OpenFlags::TRUNCATE)
+            && flags.contains(OpenFlags::WRITE)
+            && attr.is_regular()
+            && let Err(errno) = self.truncate_file(file, 0)
+        {
+            // The open fails: its descriptor and its registration go.
+            let _ = self.close(fd);
+            return Err(errno);
         }
         Ok(fd)
     }

@@ -56,6 +56,8 @@ pub struct SimStats {
     pub dropped: u64,
     pub duplicated: u64,
     pub delayed: u64,
+    /// Frames handed to a reader.
+    pub delivered: u64,
 }
 
 /// The process's simulated network (one per process: endpoints are global names).
@@ -271,6 +273,7 @@ impl SimReader {
                 Some(at) if at <= now && !paused => {
                     let std::cmp::Reverse((_, _, frame)) = state.in_flight.pop().expect("peeked");
                     state.current.extend(frame);
+                    lock(&network().state).stats.delivered += 1;
                     continue;
                 }
                 None if state.closed => return Ok(0),

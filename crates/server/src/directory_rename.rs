@@ -66,6 +66,9 @@ pub struct SubtreeMoves {
 struct SubtreeMove {
     taken: bool,
     held_back: Vec<MovedEntry>,
+    /// Names taken out here whose new server has not confirmed them yet: a repeated
+    /// `MoveSubtree` sends them again (they must never be dropped: they exist nowhere else).
+    unsent: Vec<MovedEntry>,
 }
 
 impl SubtreeMoves {
@@ -101,6 +104,30 @@ impl ServerState {
         if let Err(error) = self.store.put_entries(&state.held_back) {
             log::error!("directory rename: storing names moved here failed: {error}");
         }
+        if !state.unsent.is_empty() && self.send_moved(token, state.unsent).is_err() {
+            log::error!("directory rename: names moved from here could not reach their new servers and are lost");
+        }
+    }
+
+    /// Sends names taken out for a directory rename to their new servers; those that could
+    /// not be sent are returned (the caller keeps them to try again).
+    fn send_moved(&self, token: u64, moved: Vec<MovedEntry>) -> Result<(), Vec<MovedEntry>> {
+        let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
+        for entry in moved {
+            let owner = self.owner_of_path(&entry.path);
+            by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
+        }
+        let mut unsent = Vec::new();
+        for (_, (owner, entries)) in by_owner {
+            // Storing the same names twice is harmless: a lost answer is simply asked again.
+            let request = Request::PutEntries(PutEntries { token, entries });
+            if let Err(errno) = self.ask(&owner, request.clone()).or_else(|_| self.ask(&owner, request.clone())) {
+                log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
+                let Request::PutEntries(put) = request else { unreachable!("built above") };
+                unsent.extend(put.entries);
+            }
+        }
+        if unsent.is_empty() { Ok(()) } else { Err(unsent) }
     }
 
     /// On the first server of the ring: takes or gives back the namespace lock for `token`.
@@ -225,23 +252,27 @@ impl ServerState {
             self.freeze_everywhere(&subtree)?;
         }
         let outcome = (|| -> Result<(), Errno> {
+            // From the first move on there is no way back: names may have left some servers.
+            // So every step is repeated until it is done (each is safe to repeat), for up to
+            // half the freeze's lease.
             if moves_trees {
-                for answer in self.broadcast(&Request::MoveSubtree(subtree.clone())) {
-                    // A server that failed mid-way may keep names below the old path: they
-                    // stay reachable there, and a later rename moves them (docs/CONSISTENCY.md).
-                    answer.inspect_err(|errno| log::error!("rename {from} -> {to}: moving names failed on a server: {errno}"))?;
-                }
+                self.move_everywhere(&subtree)
+                    .inspect_err(|errno| log::error!("rename {from} -> {to}: moving names failed on a server: {errno}"))?;
             }
+            let retry = |step: &dyn Fn() -> Result<(), Errno>| crate::names::retry_uncertain_for(LEASE / 2, step);
             if exchange {
                 let target = target.expect("an exchange has a target");
-                self.install_at(to, source, InstallMode::EXCHANGE, target.file, false, token)?;
-                self.install_at(from, target, InstallMode::EXCHANGE, source.file, false, token)?;
+                retry(&|| self.install_at(to, source, InstallMode::EXCHANGE, target.file, false, token).map(drop))?;
+                retry(&|| self.install_at(from, target, InstallMode::EXCHANGE, source.file, false, token).map(drop))?;
                 self.touch_ctime(target.file, time_ns)?;
             } else {
-                self.install_at(to, source, InstallMode::REPLACE, FileId::default(), true, token)?;
-                if !self.remove_at(from, source.file, token)? {
-                    log::warn!("rename {from} -> {to}: the old name vanished while locked");
-                }
+                retry(&|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), true, token).map(drop))?;
+                retry(&|| {
+                    if !self.remove_at(from, source.file, token)? {
+                        log::debug!("rename {from} -> {to}: the old name was gone already (a repeated step)");
+                    }
+                    Ok(())
+                })?;
             }
             self.touch_ctime(source.file, time_ns)
         })();
@@ -266,6 +297,43 @@ impl ServerState {
         Err(if errno == Errno::EBUSY { TreeRenameError::Busy } else { TreeRenameError::Failed(errno) })
     }
 
+    /// Asks every server to move its names (`MoveSubtree`), again and again to those that
+    /// did not confirm, until all have or half the freeze's lease has passed.
+    fn move_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
+        let deadline = Instant::now() + LEASE / 2;
+        let mut pending: Vec<String> = self.membership().list().members.iter().map(|member| member.name.clone()).collect();
+        let mut pause = Duration::from_millis(20);
+        loop {
+            // Each round takes the members as they are now: one declared dead for a moment
+            // and back again must be asked again, not skipped as dead.
+            let members: Vec<ringfs_proto::Member> = pending.iter().filter_map(|name| self.membership().member(name).cloned()).collect();
+            let request = Request::MoveSubtree(subtree.clone());
+            let answers: Vec<Result<Response, Errno>> = std::thread::scope(|scope| {
+                let calls: Vec<_> = members.iter().map(|member| scope.spawn(|| self.ask(member, request.clone()))).collect();
+                calls.into_iter().map(|call| call.join().unwrap_or(Err(Errno::EIO))).collect()
+            });
+            let mut last_error = Errno::EIO;
+            pending = members
+                .into_iter()
+                .zip(answers)
+                .filter_map(|(member, answer)| {
+                    answer.err().map(|errno| {
+                        last_error = errno;
+                        member.name
+                    })
+                })
+                .collect();
+            if pending.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() + pause >= deadline {
+                return Err(last_error);
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
     fn thaw_everywhere(&self, subtree: &Subtree) {
         if let Some(errno) = self.broadcast(&Request::Thaw(subtree.clone())).into_iter().find_map(Result::err) {
             log::info!("a server did not hear the end of a directory rename yet: {errno} (trying again)");
@@ -280,24 +348,25 @@ impl ServerState {
             let mut moves = self.subtree_moves.lock();
             let state = moves.entry(subtree.token).or_default();
             if state.taken {
-                return Ok(Response::Count(0)); // a repeated step
+                // A repeated step (its answer was lost, or names did not reach their server):
+                // send again what is still unsent.
+                (std::mem::take(&mut state.unsent), Vec::new())
+            } else {
+                let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
+                if subtree.exchange {
+                    moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
+                }
+                state.taken = true;
+                (moved, std::mem::take(&mut state.held_back))
             }
-            let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
-            if subtree.exchange {
-                moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
-            }
-            state.taken = true;
-            (moved, std::mem::take(&mut state.held_back))
         };
         self.store.put_entries(&held_back).map_err(store_errno)?;
         let count = moved.len() as u64;
-        let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
-        for entry in moved {
-            let owner = self.owner_of_path(&entry.path);
-            by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
-        }
-        for (_, (owner, entries)) in by_owner {
-            self.ask(&owner, Request::PutEntries(PutEntries { token: subtree.token, entries }))?;
+        if let Err(unsent) = self.send_moved(subtree.token, moved) {
+            if let Some(state) = self.subtree_moves.lock().get_mut(&subtree.token) {
+                state.unsent.extend(unsent);
+            }
+            return Err(Errno::EIO);
         }
         Ok(Response::Count(count))
     }

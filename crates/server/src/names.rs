@@ -33,14 +33,19 @@ const PARENT_ATTEMPTS: u64 = 64;
 
 /// Runs an idempotent step again while it fails with EIO (its answer may have been lost, or
 /// its server cut off for a moment), for about two seconds.
-fn retry_uncertain<T>(mut step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+fn retry_uncertain<T>(step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    retry_uncertain_for(std::time::Duration::from_secs(2), step)
+}
+
+/// [`retry_uncertain`] for up to `limit`.
+pub(crate) fn retry_uncertain_for<T>(limit: std::time::Duration, mut step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
+    let deadline = std::time::Instant::now() + limit;
     let mut pause = std::time::Duration::from_millis(20);
     loop {
         match step() {
             Err(Errno::EIO) if std::time::Instant::now() + pause < deadline => {
                 std::thread::sleep(pause);
-                pause *= 2;
+                pause = (pause * 2).min(std::time::Duration::from_millis(500));
             }
             outcome => return outcome,
         }
