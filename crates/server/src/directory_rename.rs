@@ -138,6 +138,13 @@ impl ServerState {
         loop {
             let mut held = self.namespace_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             let now = Instant::now();
+            if acquire && self.namespace_lock_ended.has_ended(token) {
+                // Overtaken by its release: that rename is over.
+                return Err(Errno::ETIMEDOUT);
+            }
+            if !acquire {
+                self.namespace_lock_ended.end(token);
+            }
             match *held {
                 Some((holder, _)) if !acquire => {
                     if holder == token {

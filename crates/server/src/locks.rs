@@ -55,12 +55,40 @@ struct Held {
 pub struct NameLocks {
     held: Mutex<HashMap<String, Held>>,
     released: Condvar,
+    /// Renames whose locks were given back: an acquisition of theirs that arrives late (it
+    /// was overtaken by the release, or its server was paused) must not take a lock nobody
+    /// will release.
+    ended: EndedTokens,
+}
+
+/// Tokens (of renames, directory-rename attempts) that have ended, remembered for a lease.
+#[derive(Default)]
+pub struct EndedTokens {
+    ended: Mutex<HashMap<u64, Instant>>,
+}
+
+impl EndedTokens {
+    pub fn end(&self, token: u64) {
+        let now = Instant::now();
+        let mut ended = lock(&self.ended);
+        if ended.len() >= 4096 {
+            ended.retain(|_, until| *until > now);
+        }
+        ended.insert(token, now + LEASE);
+    }
+
+    pub fn has_ended(&self, token: u64) -> bool {
+        lock(&self.ended).get(&token).is_some_and(|until| *until > Instant::now())
+    }
 }
 
 impl NameLocks {
     /// Takes the lock of `path` for `token` (again, if the token holds it already), waiting
     /// while another token holds it.
     pub fn acquire(&self, path: &str, token: u64) -> Result<(), Errno> {
+        if self.ended.has_ended(token) {
+            return Err(Errno::ETIMEDOUT);
+        }
         self.take(path, token, true)
     }
 
@@ -92,6 +120,12 @@ impl NameLocks {
 
     /// Gives the lock of `path` back, if `token` holds it.
     pub fn release(&self, path: &str, token: u64) {
+        self.ended.end(token);
+        self.give_back(path, token);
+    }
+
+    /// [`NameLocks::release`] of a lock only this server knows (an operation's hold).
+    fn give_back(&self, path: &str, token: u64) {
         let mut held = lock(&self.held);
         if held.get(path).is_some_and(|holder| holder.token == token) {
             held.remove(path);
@@ -160,7 +194,7 @@ pub struct NameHold<'a> {
 
 impl Drop for NameHold<'_> {
     fn drop(&mut self) {
-        self.locks.release(&self.path, self.token);
+        self.locks.give_back(&self.path, self.token);
     }
 }
 
@@ -179,6 +213,8 @@ impl Freeze {
 /// The subtrees frozen on this server by directory renames (see the module documentation).
 #[derive(Default)]
 pub struct NamespaceGate {
+    /// Directory-rename attempts thawed: a freeze of theirs arriving late is ignored.
+    thawed_tokens: EndedTokens,
     frozen: Mutex<Vec<Freeze>>,
     thawed: Condvar,
     /// Operations on names hold it shared while they run; a freeze takes it exclusively for a
@@ -236,6 +272,9 @@ impl NamespaceGate {
     /// Freezes the subtrees `from` and `to` for `token`; returns once every operation that was
     /// running has finished.
     pub fn freeze(&self, token: u64, from: &str, to: &str) {
+        if self.thawed_tokens.has_ended(token) {
+            return; // overtaken by its thaw: that attempt is over
+        }
         {
             let mut frozen = lock(&self.frozen);
             frozen.retain(|freeze| freeze.token != token);
@@ -250,6 +289,7 @@ impl NamespaceGate {
 
     /// Ends the freeze of `token`.
     pub fn thaw(&self, token: u64) {
+        self.thawed_tokens.end(token);
         lock(&self.frozen).retain(|freeze| freeze.token != token);
         self.thawed.notify_all();
     }
@@ -279,6 +319,18 @@ mod tests {
         assert!(waiter.join().unwrap() >= Duration::from_millis(40));
         locks.release("/a", 1);
         assert!(locks.wait_free("/a", 2).is_ok());
+    }
+
+    #[test]
+    fn an_acquisition_overtaken_by_its_release_takes_no_lock() {
+        let locks = NameLocks::default();
+        locks.release("/a", 5);
+        assert_eq!(locks.acquire("/a", 5), Err(Errno::ETIMEDOUT));
+        assert!(locks.wait_free("/a", 0).is_ok(), "nobody holds /a");
+        let gate = NamespaceGate::default();
+        gate.thaw(9);
+        gate.freeze(9, "/x", "/y");
+        assert!(gate.pass(&["/x/z"], 0).is_ok(), "a freeze overtaken by its thaw freezes nothing");
     }
 
     #[test]

@@ -103,6 +103,8 @@ pub struct ServerState {
     pub gate: NamespaceGate,
     /// On the first server of the ring: the directory rename that holds the namespace lock.
     pub namespace_lock: Mutex<Option<(u64, std::time::Instant)>>,
+    /// Renames that gave the namespace lock back (a late acquisition of theirs is refused).
+    pub namespace_lock_ended: crate::locks::EndedTokens,
     /// Name-lock releases that failed and are tried again (see `names`).
     pub later_releases: Mutex<Vec<crate::names::LaterRelease>>,
     /// This server's part of the directory renames under way (see `directory_rename`).
@@ -176,6 +178,7 @@ impl ServerState {
             name_locks: NameLocks::default(),
             gate: NamespaceGate::default(),
             namespace_lock: Mutex::new(None),
+            namespace_lock_ended: Default::default(),
             subtree_moves: Default::default(),
             later_releases: Mutex::new(Vec::new()),
         }
