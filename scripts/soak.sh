@@ -18,7 +18,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
     for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed"; do
         name=${test%% *}
         filter=${test#"$name"}
-        if ! RINGFS_SIM_SEED=$seed RINGFS_FAULT_SEED=$seed RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
+        if ! RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=5 RINGFS_FAULT_SEED=$seed RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
             cargo test -p ringfs-cli --quiet --test "$name" -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
             echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
             exit 1
