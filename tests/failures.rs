@@ -6,25 +6,9 @@ mod common;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use common::{ClusterOptions, Random, TestCluster};
+use common::{ClusterOptions, Random, TestCluster, read_file, write_file};
 use ringfs_client::{Client, ConnectError, Errno, OpenFlags};
 use ringfs_proto::{FrameHeader, Hello, PROTOCOL_VERSION, Request, Response};
-
-fn write_file(client: &Client, path: &str, bytes: &[u8]) {
-    let fd = client.create(path, 0o644).unwrap();
-    assert_eq!(client.pwrite(fd, bytes, 0).unwrap(), bytes.len());
-    client.close(fd).unwrap();
-}
-
-fn read_file(client: &Client, path: &str) -> Result<Vec<u8>, Errno> {
-    let size = client.stat(path)?.size as usize;
-    let fd = client.open(path, OpenFlags::READ, 0)?;
-    let mut bytes = vec![0u8; size];
-    let count = client.pread(fd, &mut bytes, 0)?;
-    client.close(fd)?;
-    bytes.truncate(count);
-    Ok(bytes)
-}
 
 /// Paths whose chunk 0 lives on `server` (by the client's view of placement).
 fn paths_owned_by(client: &Client, server: &str, count: usize) -> Vec<String> {

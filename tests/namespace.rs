@@ -8,24 +8,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{ClusterOptions, Random, TestCluster};
+use common::{ClusterOptions, Random, TestCluster, read_file, write_file};
 use ringfs_client::{Client, ClientConfig, Errno, FileKind, OpenFlags, RenameFlags};
-
-fn write_file(client: &Client, path: &str, bytes: &[u8]) {
-    let fd = client.create(path, 0o644).unwrap();
-    assert_eq!(client.pwrite(fd, bytes, 0).unwrap(), bytes.len());
-    client.close(fd).unwrap();
-}
-
-fn read_file(client: &Client, path: &str) -> Result<Vec<u8>, Errno> {
-    let size = client.stat(path)?.size as usize;
-    let fd = client.open(path, OpenFlags::READ, 0)?;
-    let mut bytes = vec![0u8; size];
-    let count = client.pread(fd, &mut bytes, 0);
-    client.close(fd)?;
-    bytes.truncate(count?);
-    Ok(bytes)
-}
 
 fn small_chunks(cluster: &TestCluster) -> Client {
     let mut config: ClientConfig = cluster.client_config();

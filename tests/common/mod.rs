@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ringfs_client::{Client, ClientConfig};
+use ringfs_client::{Client, ClientConfig, Errno, OpenFlags};
 
 /// The `ringfs` binary under test.
 pub fn ringfs_binary() -> &'static str {
@@ -404,4 +404,22 @@ impl Drop for Mount {
     fn drop(&mut self) {
         self.unmount();
     }
+}
+
+/// Creates `path` holding `bytes` (panics on failure).
+pub fn write_file(client: &Client, path: &str, bytes: &[u8]) {
+    let fd = client.create(path, 0o644).unwrap();
+    assert_eq!(client.pwrite(fd, bytes, 0).unwrap(), bytes.len());
+    client.close(fd).unwrap();
+}
+
+/// The whole contents of `path` (its size from a stat, then one read).
+pub fn read_file(client: &Client, path: &str) -> Result<Vec<u8>, Errno> {
+    let size = client.stat(path)?.size as usize;
+    let fd = client.open(path, OpenFlags::READ, 0)?;
+    let mut bytes = vec![0u8; size];
+    let count = client.pread(fd, &mut bytes, 0);
+    client.close(fd)?;
+    bytes.truncate(count?);
+    Ok(bytes)
 }

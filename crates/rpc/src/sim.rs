@@ -21,6 +21,7 @@ use std::io::{self, Read, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
+use ringfs_proto::message::mutate::Rng;
 use ringfs_proto::{FrameHeader, HEADER_LEN};
 
 use crate::transport::{Link, PeerIdentity, ReadHalf, WriteHalf};
@@ -30,7 +31,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// What the network does to frames; all off by default.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct FaultPlan {
     /// Each frame is held back by a random time up to this (so frames reorder).
     pub max_delay: Duration,
@@ -43,7 +44,7 @@ pub struct FaultPlan {
 struct NetworkState {
     listeners: HashMap<String, mpsc::Sender<Link>>,
     plan: FaultPlan,
-    rng: u64,
+    rng: Rng,
     isolated: HashSet<String>,
     paused: HashSet<String>,
     stats: SimStats,
@@ -74,7 +75,7 @@ pub fn network() -> &'static SimNetwork {
         state: Mutex::new(NetworkState {
             listeners: HashMap::new(),
             plan: FaultPlan::default(),
-            rng: 1,
+            rng: Rng::new(1),
             isolated: HashSet::new(),
             paused: HashSet::new(),
             stats: SimStats::default(),
@@ -88,7 +89,7 @@ impl SimNetwork {
     pub fn set_plan(&self, plan: FaultPlan, seed: u64) {
         let mut state = lock(&self.state);
         state.plan = plan;
-        state.rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        state.rng = Rng::new(seed);
     }
 
     /// Cuts `server` off: its frames (both ways) are lost and new links to it time out.
@@ -130,18 +131,10 @@ impl SimNetwork {
             state.stats.dropped += 1;
             return (0, Duration::ZERO);
         }
-        let plan = state.plan.clone();
-        let mut rng = state.rng;
-        let mut roll = |bound: u64| {
-            rng ^= rng >> 12;
-            rng ^= rng << 25;
-            rng ^= rng >> 27;
-            rng.wrapping_mul(0x2545_F491_4F6C_DD1D) % bound.max(1)
-        };
-        let lost = roll(1_000_000) < u64::from(plan.drop_per_million);
-        let doubled = roll(1_000_000) < u64::from(plan.duplicate_per_million);
-        let delay_us = roll(plan.max_delay.as_micros() as u64 + 1);
-        state.rng = rng;
+        let plan = state.plan;
+        let lost = state.rng.below(1_000_000) < u64::from(plan.drop_per_million);
+        let doubled = state.rng.below(1_000_000) < u64::from(plan.duplicate_per_million);
+        let delay_us = state.rng.below(plan.max_delay.as_micros() as u64 + 1);
         if lost {
             state.stats.dropped += 1;
             return (0, Duration::ZERO);

@@ -120,11 +120,10 @@ impl ServerState {
         let mut unsent = Vec::new();
         for (_, (owner, entries)) in by_owner {
             // Storing the same names twice is harmless: a lost answer is simply asked again.
-            let request = Request::PutEntries(PutEntries { token, entries });
-            if let Err(errno) = self.ask(&owner, request.clone()).or_else(|_| self.ask(&owner, request.clone())) {
+            let put = |entries: &Vec<MovedEntry>| self.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
+            if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
                 log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
-                let Request::PutEntries(put) = request else { unreachable!("built above") };
-                unsent.extend(put.entries);
+                unsent.extend(entries);
             }
         }
         if unsent.is_empty() { Ok(()) } else { Err(unsent) }

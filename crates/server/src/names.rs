@@ -136,10 +136,23 @@ impl ServerState {
             return Err(Errno::EINVAL);
         }
         let new_file = FileId { anchor: self.anchor_of(&create.path), serial: fast_random_u64() | 1 };
-        let outcome = self.with_parent(|| {
-            let _entered = self.enter_name(&create.path, 0).map_err(StoreError::Fs)?;
-            self.store.create(&create, new_file)
-        })?;
+        // A name still being removed (EAGAIN from the store) is waited for here, with the name
+        // and the gate pass given back, then the create tried again; about 2 s at most.
+        let mut attempts = 0;
+        let outcome = loop {
+            let attempt = self.with_parent(|| {
+                let _entered = self.enter_name(&create.path, 0).map_err(StoreError::Fs)?;
+                self.store.create(&create, new_file)
+            });
+            match attempt {
+                Err(Errno::EAGAIN) if attempts < 2000 => {
+                    attempts += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                Err(Errno::EAGAIN) => return Err(Errno::EBUSY),
+                other => break other?,
+            }
+        };
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
             Some(attr) => {

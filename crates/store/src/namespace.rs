@@ -69,16 +69,16 @@ impl ChunkStore {
         if self.cache.is_some() && !replaces && self.index.entry(&entry.path).is_none() {
             let _ = self.entry_of(&entry.path, new_file.anchor);
         }
-        // A name being removed (an rmdir or unlink under way, which either removes it or gives
-        // it back) is waited for, then the create is tried again; bounded at about 2 s.
-        for attempt in 0..2000 {
+        // A name removed between the lookup and its lock is retried as absent at once. A name
+        // still being removed (an rmdir or unlink under way) fails with EAGAIN: the caller waits
+        // for the removal — outside its gate pass — and tries again.
+        for _ in 0..8 {
             match self.try_create(entry, new_file) {
-                Err(StoreError::Fs(Errno::EAGAIN)) if attempt < 8 => std::thread::yield_now(),
-                Err(StoreError::Fs(Errno::EAGAIN)) => std::thread::sleep(std::time::Duration::from_millis(1)),
+                Err(StoreError::Fs(Errno::EAGAIN)) => std::thread::yield_now(),
                 outcome => return outcome,
             }
         }
-        Err(Errno::EBUSY.into())
+        Err(Errno::EAGAIN.into())
     }
 
     fn try_create(&self, entry: &Create, new_file: FileId) -> Result<CreateOutcome, StoreError> {
