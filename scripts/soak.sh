@@ -16,13 +16,15 @@ log_dir=$(mktemp -d /tmp/ringfs-soak-XXXXXX)
 cargo build -p ringfs-cli --tests --quiet
 rounds=0
 heal=${RINGFS_SOAK_HEAL_SECS:-35}
+# Time bounds of the relay test doubled: a soak usually runs niced beside other work.
+slack=${RINGFS_FAULT_SLACK:-2}
 seed=$(( $(date +%s) % 100000 ))
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
     for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed"; do
         name=${test%% *}
         filter=${test#"$name"}
-        if ! RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
+        if ! RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
             cargo test -p ringfs-cli --quiet --test "$name" -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
             echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
             exit 1

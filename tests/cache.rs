@@ -696,3 +696,249 @@ fn concurrent_renames_and_truncations_of_backend_files_do_not_wait_on_each_other
         }
     }
 }
+
+/// What a tree holds, by path below its root: directories and files with their bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Node {
+    Dir,
+    File(Vec<u8>),
+}
+
+/// The backend directory's tree, as ringfs paths ("/x/y").
+fn backend_tree(backend: &Backend) -> BTreeMap<String, Node> {
+    fn walk(dir: &Path, prefix: &str, tree: &mut BTreeMap<String, Node>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = format!("{prefix}/{}", entry.file_name().to_string_lossy());
+            if entry.file_type().unwrap().is_dir() {
+                tree.insert(path.clone(), Node::Dir);
+                walk(&entry.path(), &path, tree);
+            } else {
+                tree.insert(path, Node::File(std::fs::read(entry.path()).unwrap()));
+            }
+        }
+    }
+    let mut tree = BTreeMap::new();
+    walk(&backend.0, "", &mut tree);
+    tree
+}
+
+/// The tree ringfs shows below `/`.
+fn ringfs_tree(client: &Client) -> BTreeMap<String, Node> {
+    fn walk(client: &Client, dir: &str, tree: &mut BTreeMap<String, Node>) {
+        for entry in client.readdir(dir).unwrap_or_else(|errno| panic!("readdir {dir}: {errno}")) {
+            let path = if dir == "/" { format!("/{}", entry.name) } else { format!("{dir}/{}", entry.name) };
+            if entry.stat.kind() == Some(ringfs_client::FileKind::Directory) {
+                tree.insert(path.clone(), Node::Dir);
+                walk(client, &path, tree);
+            } else {
+                tree.insert(path.clone(), Node::File(read_whole(client, &path)));
+            }
+        }
+    }
+    let mut tree = BTreeMap::new();
+    walk(client, "/", &mut tree);
+    tree
+}
+
+/// Reports the first path where two trees differ.
+#[track_caller]
+fn assert_same_tree(what: &str, got: &BTreeMap<String, Node>, want: &BTreeMap<String, Node>) {
+    let describe = |node: Option<&Node>| match node {
+        None => "nothing".to_string(),
+        Some(Node::Dir) => "a directory".to_string(),
+        Some(Node::File(bytes)) => format!("a file of {} bytes", bytes.len()),
+    };
+    for path in got.keys().chain(want.keys()) {
+        if got.get(path) != want.get(path) {
+            panic!("{what}: {path} is {}, expected {}", describe(got.get(path)), describe(want.get(path)));
+        }
+    }
+}
+
+fn is_at_or_below(path: &str, dir: &str) -> bool {
+    path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Renames (or exchanges) `from` and `to` in a model tree, moving everything below.
+fn model_rename(tree: &mut BTreeMap<String, Node>, from: &str, to: &str, exchange: bool) {
+    let take = |tree: &mut BTreeMap<String, Node>, root: &str| -> Vec<(String, Node)> {
+        let paths: Vec<String> = tree.keys().filter(|path| is_at_or_below(path, root)).cloned().collect();
+        paths.into_iter().map(|path| (path[root.len()..].to_string(), tree.remove(&path).unwrap())).collect()
+    };
+    let moved = take(tree, from);
+    let displaced = take(tree, to);
+    for (rest, node) in moved {
+        tree.insert(format!("{to}{rest}"), node);
+    }
+    if exchange {
+        for (rest, node) in displaced {
+            tree.insert(format!("{from}{rest}"), node);
+        }
+    }
+}
+
+/// Random namespace changes in the cached tree — directory renames, exchanges, renames over
+/// empty directories, file renames, writes, removals — on a backend tree ringfs has partly
+/// loaded, with flushes running all the while; after every sync the backend must hold
+/// exactly what ringfs shows.
+#[test]
+fn directory_renames_and_exchanges_reach_the_backend() {
+    let backend = Backend::new("tree-renames");
+    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(20);
+    let mut random = Random::new(seed);
+    let mut model = BTreeMap::new();
+    for dir in ["/a", "/a/sub", "/b", "/c", "/c/deep", "/c/deep/er"] {
+        std::fs::create_dir_all(backend.path(dir)).unwrap();
+        model.insert(dir.to_string(), Node::Dir);
+    }
+    for (index, file) in ["/a/one", "/a/sub/two", "/b/three", "/c/deep/er/four", "/top"].into_iter().enumerate() {
+        let bytes = random_bytes(&mut random, [10, 300_000, 70_000, 600_000, 5][index]);
+        backend.write(file, &bytes);
+        model.insert(file.to_string(), Node::File(bytes));
+    }
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    // ringfs knows part of the tree: one file read, one directory listed.
+    assert_same(
+        "/a/sub/two",
+        &read_whole(&client, "/a/sub/two"),
+        match &model["/a/sub/two"] {
+            Node::File(bytes) => bytes,
+            Node::Dir => unreachable!(),
+        },
+    );
+    client.readdir("/b").unwrap();
+
+    let mut names = 0;
+    let (mut tree_renames, mut exchanges, mut syncs) = (0, 0, 0);
+    for step in 0..300 {
+        let dirs: Vec<String> = std::iter::once("/".to_string())
+            .chain(model.iter().filter(|(_, node)| **node == Node::Dir).map(|(path, _)| path.clone()))
+            .collect();
+        let files: Vec<String> = model.iter().filter(|(_, node)| matches!(node, Node::File(_))).map(|(path, _)| path.clone()).collect();
+        let pick = |random: &mut Random, list: &[String]| list[random.below(list.len() as u64) as usize].clone();
+        let new_name = |random: &mut Random, names: &mut u32| {
+            *names += 1;
+            let dir = pick(random, &dirs);
+            if dir == "/" { format!("/n{names}") } else { format!("{dir}/n{names}") }
+        };
+        let empty = |dir: &str| !model.keys().any(|path| path != dir && is_at_or_below(path, dir));
+        match random.below(100) {
+            0..=19 => {
+                let path =
+                    if !files.is_empty() && random.below(2) == 0 { pick(&mut random, &files) } else { new_name(&mut random, &mut names) };
+                let len = random.below(600_000) as usize;
+                let bytes = random_bytes(&mut random, len);
+                write_whole(&client, &path, &bytes);
+                model.insert(path, Node::File(bytes));
+            }
+            20..=29 => {
+                let path = new_name(&mut random, &mut names);
+                client.mkdir(&path, 0o755).unwrap_or_else(|errno| panic!("step {step}: mkdir {path}: {errno}"));
+                model.insert(path, Node::Dir);
+            }
+            30..=37 if !files.is_empty() => {
+                let path = pick(&mut random, &files);
+                client.unlink(&path).unwrap_or_else(|errno| panic!("step {step}: unlink {path}: {errno}"));
+                model.remove(&path);
+            }
+            38..=42 => {
+                let Some(dir) = dirs.iter().skip(1).find(|dir| empty(dir)).cloned() else { continue };
+                client.rmdir(&dir).unwrap_or_else(|errno| panic!("step {step}: rmdir {dir}: {errno}"));
+                model.remove(&dir);
+            }
+            43..=52 if !files.is_empty() => {
+                let from = pick(&mut random, &files);
+                let to = if random.below(2) == 0 { pick(&mut random, &files) } else { new_name(&mut random, &mut names) };
+                client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                if from != to {
+                    model_rename(&mut model, &from, &to, false);
+                }
+            }
+            53..=79 if dirs.len() > 1 => {
+                let from = pick(&mut random, &dirs[1..]);
+                // Over an empty directory sometimes, else to a new name; never into itself.
+                let to = match dirs.iter().skip(1).find(|dir| empty(dir) && !is_at_or_below(dir, &from) && !is_at_or_below(&from, dir)) {
+                    Some(empty_dir) if random.below(3) == 0 => empty_dir.clone(),
+                    _ => new_name(&mut random, &mut names),
+                };
+                if is_at_or_below(&to, &from) {
+                    continue;
+                }
+                client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                model_rename(&mut model, &from, &to, false);
+                tree_renames += 1;
+            }
+            80..=89 => {
+                let all: Vec<String> = model.keys().cloned().collect();
+                let (first, second) = (pick(&mut random, &all), pick(&mut random, &all));
+                if is_at_or_below(&first, &second) || is_at_or_below(&second, &first) {
+                    continue;
+                }
+                client
+                    .rename_with_flags(&first, &second, ringfs_client::RenameFlags::EXCHANGE)
+                    .unwrap_or_else(|errno| panic!("step {step}: exchange {first} {second}: {errno}"));
+                model_rename(&mut model, &first, &second, true);
+                exchanges += 1;
+            }
+            90..=94 if !files.is_empty() => {
+                let path = pick(&mut random, &files);
+                let Node::File(bytes) = &model[&path] else { unreachable!() };
+                assert_same(&format!("step {step}: {path}"), &read_whole(&client, &path), bytes);
+            }
+            95..=99 => {
+                client.sync().unwrap();
+                assert_same_tree(&format!("step {step}: the backend after a sync"), &backend_tree(&backend), &model);
+                syncs += 1;
+            }
+            _ => {}
+        }
+    }
+    eprintln!("{tree_renames} directory renames, {exchanges} exchanges, {syncs} syncs; {} names at the end", model.len());
+    assert!(tree_renames > 10 && exchanges > 3 && syncs > 3, "the random steps did what they are for");
+    client.sync().unwrap();
+    assert_same_tree("ringfs at the end", &ringfs_tree(&client), &model);
+    assert_same_tree("the backend at the end", &backend_tree(&backend), &model);
+}
+
+/// A file read through an open descriptor while its directory is renamed back and forth:
+/// its chunks are loaded from wherever the backend has it at that moment, never an error.
+#[test]
+fn reads_of_backend_files_continue_while_their_directory_is_renamed() {
+    let backend = Backend::new("read-across-renames");
+    let mut random = Random::new(21);
+    let original = random_bytes(&mut random, 16 << 20);
+    backend.write("/d/big", &original);
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    let fd = client.open("/d/big", OpenFlags::READ, 0).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let renamer = scope.spawn(|| {
+            let mut renames = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && renames < 400 {
+                let (from, to) = if renames % 2 == 0 { ("/d", "/e") } else { ("/e", "/d") };
+                client.rename(from, to).unwrap_or_else(|errno| panic!("rename {from} {to}: {errno}"));
+                renames += 1;
+            }
+            renames
+        });
+        // 64 chunks of 256 KiB, each loaded on its first read, in pieces of 64 KiB.
+        let mut buffer = vec![0u8; 64 << 10];
+        for offset in (0..original.len()).step_by(buffer.len()) {
+            let count = client.pread(fd, &mut buffer, offset as u64).unwrap_or_else(|errno| panic!("read at {offset}: {errno}"));
+            assert_same(&format!("bytes at {offset}"), &buffer[..count], &original[offset..offset + count]);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let renames = renamer.join().unwrap();
+        eprintln!("{renames} renames during the read");
+        assert!(renames > 10, "the directory was renamed while the file was read");
+    });
+    client.close(fd).unwrap();
+    client.sync().unwrap();
+    let place = if backend.path("/d/big").exists() { "/d/big" } else { "/e/big" };
+    assert_same("the file in the backend", &backend.read(place), &original);
+    let tree = backend_tree(&backend);
+    assert_eq!(tree.len(), 2, "one directory with one file: {:?}", tree.keys().collect::<Vec<_>>());
+}

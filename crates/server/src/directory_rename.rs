@@ -177,9 +177,9 @@ impl ServerState {
 
     /// Renames a directory, or exchanges two names (see the module documentation).
     pub fn rename_tree(&self, from: &str, to: &str, time_ns: i64, flags: u32) -> Result<Response, Errno> {
-        if self.in_cached_tree(from) || self.in_cached_tree(to) {
-            // Renaming a directory of the cached tree does not reach the backend yet
-            // (docs/CONSISTENCY.md); `mv` falls back to copying.
+        if self.in_cached_tree(from) != self.in_cached_tree(to) {
+            // A tree moving into or out of the cached tree would have to be made anew or
+            // taken out of the backend file by file; `mv` falls back to copying.
             return Err(Errno::EXDEV);
         }
         let token = new_token();
@@ -252,10 +252,22 @@ impl ServerState {
         {
             self.resolve_parent(parent)?;
         }
-        let moves_trees = source.is_dir() || target.is_some_and(|target| target.is_dir());
+        // In the cached tree, an exchange of two files moves backend files like a directory
+        // rename does (the backend paths of both inodes change), so it takes the same path.
+        let cached = self.in_cached_tree(from);
+        let moves_trees = cached || source.is_dir() || target.is_some_and(|target| target.is_dir());
         let subtree = Subtree { token, from: from.to_string(), to: to.to_string(), exchange };
         if moves_trees {
             self.freeze_everywhere(&subtree)?;
+        }
+        if cached {
+            // The backend moves first, while every server holds both paths: if it fails,
+            // nothing has changed anywhere.
+            if let Err(error) = self.store.move_in_backend(from, to, exchange) {
+                log::warn!("rename {from} -> {to}: moving the backend entry failed: {error}");
+                self.thaw_everywhere(&subtree);
+                return Err(store_errno(error).into());
+            }
         }
         let outcome = (|| -> Result<(), Errno> {
             // From the first move on there is no way back: names may have left some servers.
@@ -363,6 +375,11 @@ impl ServerState {
                     moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
                 }
                 state.taken = true;
+                // Cache mode: the backend tree has moved (the coordinator did it under the
+                // hold); the inodes here now live at the new paths.
+                if let Err(error) = self.store.rebase_backend_paths(&subtree.from, &subtree.to, subtree.exchange) {
+                    log::error!("directory rename: recording the new backend paths failed: {error}");
+                }
                 (moved, std::mem::take(&mut state.held_back))
             }
         };

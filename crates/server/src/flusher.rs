@@ -186,6 +186,12 @@ impl ServerState {
         self.flush_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Waits until the flush step under way here (if any) has ended: steps after it see the
+    /// backend holds taken before this call.
+    pub(crate) fn wait_for_flush_step(&self) {
+        drop(self.flush_lock());
+    }
+
     /// Flushes the next unit of work queued at or before `up_to`; `None` if there is none.
     /// Work not done goes back to the queue; the outcome comes with the work's failed
     /// attempts so far.
@@ -196,7 +202,7 @@ impl ServerState {
         let outcome = self.store.flush(&queued.item, &prepare, pace);
         match &outcome {
             Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.failures)),
-            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. }) => {}
+            Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. } | FlushOutcome::Held) => {}
             Ok(FlushOutcome::Deferred) => queued.deferrals += 1,
             Err(error) => {
                 log::warn!("flushing {:?} failed: {error}", queued.item);
@@ -228,7 +234,7 @@ impl ServerState {
                     log::error!("sync gives up after {failures} failed attempts: {error}");
                     return Err(Errno::EIO);
                 }
-                Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => std::thread::sleep(RETRY_PAUSE / 4),
+                Some((Err(_) | Ok(FlushOutcome::Deferred | FlushOutcome::Held), _)) => std::thread::sleep(RETRY_PAUSE / 4),
                 Some((Ok(_), _)) => {}
             }
         }
@@ -289,7 +295,7 @@ impl ServerState {
             while keep_going() {
                 match self.flush_one(u64::MAX, FlushPace::Yielding(&keep_going)) {
                     None => break,
-                    Some((Err(_) | Ok(FlushOutcome::Deferred), _)) => {
+                    Some((Err(_) | Ok(FlushOutcome::Deferred | FlushOutcome::Held), _)) => {
                         pause = true;
                         break;
                     }

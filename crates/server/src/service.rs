@@ -353,6 +353,12 @@ impl ServerState {
                     // tries again once it is done.
                     return Err(Errno::EBUSY);
                 }
+                if self.in_cached_tree(&subtree.from) {
+                    // The rename moves the tree in the backend too: no flush may change it
+                    // meanwhile (the one under way ends first).
+                    self.store.hold_backend(subtree.token, &[&subtree.from, &subtree.to], crate::locks::LEASE).map_err(store_errno)?;
+                    self.wait_for_flush_step();
+                }
                 self.subtree_moves.begin(subtree.token);
                 self.store.forget_dirs_under(&subtree.from);
                 self.store.forget_dirs_under(&subtree.to);
@@ -362,6 +368,7 @@ impl ServerState {
             Request::PutEntries(put) => self.put_moved_entries(put),
             Request::Thaw(subtree) => {
                 self.end_subtree_move(subtree.token);
+                self.store.release_backend(subtree.token);
                 self.gate.thaw(subtree.token);
                 Ok(Response::Done)
             }
@@ -381,7 +388,7 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::SetAttr(set) => Ok(Response::Attr(self.store.set_attr(&set).map_err(store_errno)?)),
-            Request::Truncate(truncate) => self.truncate(truncate.file, truncate.size, truncate.time_ns),
+            Request::Truncate(truncate) => self.across_backend_moves(|_| self.truncate(truncate.file, truncate.size, truncate.time_ns)),
             Request::MarkExtended(request) => {
                 self.store.mark_extended(request.file).map_err(store_errno)?;
                 Ok(Response::Done)
@@ -398,16 +405,25 @@ impl ServerState {
             Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
             Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
             Request::RemoveChunks(remove) => Ok(Response::Count(self.store.remove_chunks(remove.file, remove.from_index))),
-            Request::Write(write) => self.write(session, write, data),
-            Request::Read(read) => self.read(session, read, reply_data),
-            Request::SetChunkLen(set) => {
+            Request::Write(write) => self.across_backend_moves(|_| self.write(session, &write, data)),
+            Request::Read(read) => {
+                for lease in &read.release {
+                    session.leases.remove(lease);
+                }
+                let kept = reply_data.len();
+                self.across_backend_moves(|_| {
+                    reply_data.truncate(kept);
+                    self.read(session, &read, reply_data)
+                })
+            }
+            Request::SetChunkLen(set) => self.across_backend_moves(|attempt| {
                 let backend = match &set.backend {
-                    Some(sent) if session.from_server => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
+                    Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                     _ => self.backend_for(set.chunk, set.template.backend_len)?,
                 };
                 let attr = self.store.set_chunk_len(set.chunk, set.len, set.template, 0, backend.as_ref()).map_err(store_errno)?;
                 Ok(Response::Attr(attr))
-            }
+            }),
             Request::Release(release) => {
                 for lease in release.leases {
                     session.leases.remove(&lease);
@@ -425,13 +441,13 @@ impl ServerState {
                     .map_err(store_errno)?;
                 Ok(Response::DirPage(page))
             }
-            Request::LoadChunk(load) => {
+            Request::LoadChunk(load) => self.across_backend_moves(|attempt| {
                 let backend = match &load.backend {
-                    Some(sent) if session.from_server => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
+                    Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                     _ => self.backend_for(load.chunk, load.backend_len)?,
                 };
                 Ok(Response::Count(self.store.load_chunk(load.chunk, backend.as_ref()).map_err(store_errno)?))
-            }
+            }),
             Request::BackendOf(request) => {
                 let backend = self.store.backend_file(request.file).map_err(store_errno)?;
                 Ok(Response::BackendFile(backend.map(|backend| BackendFileReply { path: backend.path, len: backend.len })))
@@ -465,7 +481,34 @@ impl ServerState {
         }
     }
 
-    fn write(&self, session: &Session, write: Write, data: &[u8]) -> Result<Response, Errno> {
+    /// Runs a data operation that may read or write the backend (`op` gets the attempt
+    /// number). A directory rename in the cached tree moves backend files under running
+    /// operations: one that found its backend file missing (ENOENT) or held (EBUSY) while a
+    /// rename held backend paths here, or took or released them since it began, is tried
+    /// again once no hold is left, asking the file's backend path anew. Bounded by the
+    /// holds' lease.
+    fn across_backend_moves<T>(&self, mut op: impl FnMut(u32) -> Result<T, Errno>) -> Result<T, Errno> {
+        let deadline = std::time::Instant::now() + crate::locks::LEASE;
+        let mut attempt = 0;
+        loop {
+            let (_, seen) = self.store.backend_moves();
+            match op(attempt) {
+                Err(errno @ (Errno::ENOENT | Errno::EBUSY)) => {
+                    let (held, now) = self.store.backend_moves();
+                    if !(held || now != seen) || std::time::Instant::now() >= deadline {
+                        return Err(errno);
+                    }
+                    while self.store.backend_moves().0 && std::time::Instant::now() < deadline {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn write(&self, session: &Session, write: &Write, data: &[u8]) -> Result<Response, Errno> {
         let backend = self.backend_for(write.chunk, write.template.backend_len)?;
         let source = |write: &Write| -> Result<Box<dyn ByteSource + '_>, Errno> {
             match write.source {
@@ -479,7 +522,7 @@ impl ServerState {
                 }
             }
         };
-        let written = self.store.write(write.chunk, write.offset, &mut *source(&write)?, write.template, write.time_ns, backend.as_ref());
+        let written = self.store.write(write.chunk, write.offset, &mut *source(write)?, write.template, write.time_ns, backend.as_ref());
         let chunk_len = match written {
             Err(StoreError::Fs(Errno::ENOSPC)) if self.store.backend().is_some() => {
                 // Cache mode, and the store is full of dirty data: write to the backend.
@@ -487,7 +530,7 @@ impl ServerState {
                 self.store.write_through(
                     write.chunk,
                     write.offset,
-                    &mut *source(&write)?,
+                    &mut *source(write)?,
                     write.template,
                     write.time_ns,
                     backend.as_ref(),
@@ -500,10 +543,7 @@ impl ServerState {
         Ok(Response::Written(chunk_len))
     }
 
-    fn read(&self, session: &mut Session, read: Read, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        for lease in &read.release {
-            session.leases.remove(lease);
-        }
+    fn read(&self, session: &mut Session, read: &Read, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
         let len = read.len.min(MAX_CHUNK_SIZE as u64);
         let backend = self.backend_for(read.chunk, read.backend_len)?;
         if read.lease && session.client_memory.is_some() {

@@ -331,6 +331,39 @@ impl BackendDir {
         }
     }
 
+    /// Moves the backend entry at `from` (a whole tree for a directory) to `to`, for a
+    /// directory rename in ringfs. What is at `to` goes first: ringfs allowed the rename only
+    /// over an absent name or an empty directory, so anything the backend still holds there
+    /// was removed in ringfs. Parents of `to` are made as needed. Nothing at `from` is fine:
+    /// the tree was not flushed yet. With `exchange`, the two entries swap places (either may
+    /// be missing in the backend).
+    pub fn move_entry(&self, from: &str, to: &str, exchange: bool) -> io::Result<()> {
+        if from == self.mount || to == self.mount {
+            return Err(io::Error::from_raw_os_error(libc::EBUSY));
+        }
+        let (source, target) = (self.location(from)?, self.location(to)?);
+        let present = |location: &Path| fs::symlink_metadata(location).is_ok();
+        with_write_permission(parent_of(&source), || {
+            with_write_permission(parent_of(&target), || {
+                if !exchange {
+                    Self::remove_location(&target)?;
+                }
+                match (present(&source), present(&target)) {
+                    (false, false) => Ok(()),
+                    (true, false) => {
+                        Self::make_parents(&target)?;
+                        fs::rename(&source, &target)
+                    }
+                    (false, true) => {
+                        Self::make_parents(&source)?;
+                        fs::rename(&target, &source)
+                    }
+                    (true, true) => exchange_locations(&source, &target),
+                }
+            })
+        })
+    }
+
     /// Removes the backend entry at `path`: a file or link, or a directory with everything in
     /// it (ringfs removed the directory only once it was empty in the merged view, so what is
     /// left inside was removed in ringfs too).
@@ -341,6 +374,29 @@ impl BackendDir {
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || Self::remove_location(&location))
     }
+}
+
+/// Swaps two existing entries: atomically where the file system can (`renameat2` with
+/// `RENAME_EXCHANGE`), otherwise by three renames through a temporary name beside `first`.
+fn exchange_locations(first: &Path, second: &Path) -> io::Result<()> {
+    let c_path = |location: &Path| CString::new(location.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (first_c, second_c) = (c_path(first)?, c_path(second)?);
+    // SAFETY: two valid NUL-terminated paths, resolved from the working directory (they are
+    // absolute).
+    let exchanged = unsafe { libc::renameat2(libc::AT_FDCWD, first_c.as_ptr(), libc::AT_FDCWD, second_c.as_ptr(), libc::RENAME_EXCHANGE) };
+    if exchanged == 0 {
+        return Ok(());
+    }
+    let error = io::Error::last_os_error();
+    if !matches!(error.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP)) {
+        return Err(error);
+    }
+    let mut aside = first.as_os_str().to_os_string();
+    aside.push(format!(".ringfs-exchange-{}", std::process::id()));
+    let aside = PathBuf::from(aside);
+    fs::rename(first, &aside)?;
+    fs::rename(second, first)?;
+    fs::rename(&aside, second)
 }
 
 /// The directory holding `location`.

@@ -129,6 +129,46 @@ impl ChunkStore {
         }
     }
 
+    /// A directory rename in the cached tree begins: holds both paths in the backend (see
+    /// `cache::holds`) for at most `lease`, and applies the removals recorded here below them
+    /// (the entries removed in ringfs must not move with the backend tree). No-op without a
+    /// backend.
+    pub fn hold_backend(&self, token: u64, paths: &[&str], lease: std::time::Duration) -> Result<(), StoreError> {
+        let Some(cache) = &self.cache else { return Ok(()) };
+        cache.holds.hold(token, paths, lease);
+        for path in paths {
+            cache.apply_removals_under(&self.index, &self.space, path)?;
+        }
+        Ok(())
+    }
+
+    /// The rename `token` ended: its backend paths may change again.
+    pub fn release_backend(&self, token: u64) {
+        if let Some(cache) = &self.cache {
+            cache.holds.release(token);
+        }
+    }
+
+    /// Whether a directory rename holds backend paths now, and a number that changes each
+    /// time one takes or releases them (a backend read that failed meanwhile is tried again).
+    pub fn backend_moves(&self) -> (bool, u64) {
+        self.cache.as_ref().map_or((false, 0), |cache| (cache.holds.any(), cache.holds.generation()))
+    }
+
+    /// Moves a directory (or exchanges two entries) in the backend for a directory rename.
+    pub fn move_in_backend(&self, from: &str, to: &str, exchange: bool) -> Result<(), StoreError> {
+        self.cache_or_eio()?.move_in_backend(from, to, exchange)
+    }
+
+    /// Points this store's inodes at their backend paths after a directory rename (see
+    /// `Cache::rebase_backend_paths`). No-op without a backend.
+    pub fn rebase_backend_paths(&self, from: &str, to: &str, exchange: bool) -> Result<(), StoreError> {
+        match &self.cache {
+            Some(cache) => cache.rebase_backend_paths(&self.index, &self.space, from, to, exchange),
+            None => Ok(()),
+        }
+    }
+
     /// Does one unit of flushing work. `prepare` reaches the entry's server (see [`Prepare`]);
     /// `pace` says whether the flush steps aside for writers.
     pub fn flush(&self, item: &WorkItem, prepare: Prepare<'_>, pace: FlushPace<'_>) -> Result<FlushOutcome, StoreError> {

@@ -231,6 +231,15 @@ impl Index {
         }
     }
 
+    /// Every inode held here (a pass over all files).
+    pub fn inodes(&self) -> Vec<ChunkHandle> {
+        let mut found = Vec::new();
+        for shard in &self.files {
+            found.extend(lock(shard).files.values().filter_map(|chunks| chunks.inode.clone()));
+        }
+        found
+    }
+
     /// The directories below (or at) `dir` that have entries held here, with those entries'
     /// names (a pass over the directory listings, not over every entry).
     pub fn listed_dirs_under(&self, dir: &str) -> Vec<(String, Vec<String>)> {

@@ -75,11 +75,71 @@ impl Cache {
         if !names.removals.contains_key(path) {
             return Ok(FlushOutcome::Skipped);
         }
+        if self.holds.covers(path) {
+            return Ok(FlushOutcome::Held);
+        }
         self.backend.remove(path).map_err(io_errno)?;
         names.backend_removals += 1;
         self.backend_changed();
         self.forget_removal(space, &mut dirs, &mut names, path);
         Ok(FlushOutcome::Flushed { bytes: 0, clean: true })
+    }
+
+    /// Applies every removal recorded here below `dir` to the backend now (a directory
+    /// rename moves the backend tree, and the entries removed in ringfs must not move with
+    /// it). Applied even under a hold: the rename that holds `dir` calls this.
+    pub fn apply_removals_under(&self, index: &Index, space: &Space, dir: &str) -> Result<(), StoreError> {
+        for (parent, removed) in index.removals_under(dir) {
+            for name in removed {
+                let path = path::join(&parent, &name);
+                let mut dirs = index.dirs_of(&parent);
+                let mut names = index.names_of(&path);
+                if names.removals.contains_key(&path) {
+                    self.backend.remove(&path).map_err(io_errno)?;
+                    names.backend_removals += 1;
+                    self.backend_changed();
+                    self.forget_removal(space, &mut dirs, &mut names, &path);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves a directory (or exchanges two entries) in the backend for a directory rename in
+    /// ringfs (see [`crate::BackendDir::move_entry`]).
+    pub fn move_in_backend(&self, from: &str, to: &str, exchange: bool) -> Result<(), StoreError> {
+        self.backend.move_entry(from, to, exchange).map_err(io_errno)?;
+        self.backend_changed();
+        Ok(())
+    }
+
+    /// Points the inodes held here whose backend paths lie at or below `from` at the same
+    /// place below `to` (and, with `exchange`, those below `to` at `from`). Without
+    /// `exchange`, inodes below `to` lose their backend path: that was the empty directory
+    /// the rename replaces, whose backend tree is gone.
+    pub fn rebase_backend_paths(&self, index: &Index, space: &Space, from: &str, to: &str, exchange: bool) -> Result<(), StoreError> {
+        let moved =
+            |path: &str, old: &str, new: &str| (path == old || path::is_inside(path, old)).then(|| format!("{new}{}", &path[old.len()..]));
+        for handle in index.inodes() {
+            let mut chunk = lock(&handle);
+            let Some(current) = chunk.cache.backend_path.clone() else { continue };
+            let rebased = match moved(&current, from, to) {
+                Some(path) => Some(path),
+                None if exchange => match moved(&current, to, from) {
+                    Some(path) => Some(path),
+                    None => continue,
+                },
+                None if current == to || path::is_inside(&current, to) => None,
+                None => continue,
+            };
+            if rebased.is_none() {
+                chunk.cache.pending = None;
+                chunk.attr.flags &= !(EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
+            }
+            chunk.cache.backend_path = rebased;
+            space.persist(&mut chunk)?;
+        }
+        Ok(())
     }
 
     // ----- inodes ---------------------------------------------------------------------------
@@ -94,6 +154,9 @@ impl Cache {
         }
         if chunk.cache.cutting {
             return Err(Errno::EAGAIN.into());
+        }
+        if chunk.cache.backend_path.as_deref().is_some_and(|path| self.holds.covers(path)) {
+            return Err(Errno::EBUSY.into());
         }
         self.apply_pending(space, &mut chunk)?;
         Ok(chunk.cache.backend_path.clone())
@@ -193,12 +256,19 @@ impl Cache {
             Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(Self::inode_missing(&handle)),
             // A cut of the file is under way.
             Err(Errno::EAGAIN) => return Ok(FlushOutcome::Deferred),
+            // A directory rename is moving the file's backend path.
+            Err(Errno::EBUSY) => return Ok(FlushOutcome::Held),
             Err(errno) => return Err(errno.into()),
         };
+        if self.holds.covers(&backend_path) {
+            return Ok(FlushOutcome::Held);
+        }
         let file = match kind_is_regular {
-            true => match self.open_flushed_file(&backend_path, key.file, mode, prepare)? {
-                Some(file) => Some(file),
-                None => return Ok(Self::inode_missing(&handle)),
+            true => match self.open_flushed_file(&backend_path, key.file, mode, prepare) {
+                Ok(Some(file)) => Some(file),
+                Ok(None) => return Ok(Self::inode_missing(&handle)),
+                Err(error) if error.errno() == Errno::EBUSY => return Ok(FlushOutcome::Held),
+                Err(error) => return Err(error),
             },
             false => None,
         };

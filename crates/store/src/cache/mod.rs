@@ -29,6 +29,7 @@
 
 mod evict;
 mod flush;
+mod holds;
 mod load;
 mod queue;
 
@@ -66,6 +67,9 @@ pub enum FlushOutcome {
     /// A cut of the chunk's file is under way, or its inode's server does not know the file
     /// (the chunk's removal has not arrived). The chunk stays dirty; try again later.
     Deferred,
+    /// The backend path is held for a directory rename under way ([`holds`]); try again
+    /// after it (this does not count as a deferral).
+    Held,
 }
 
 /// How a flush treats writers of the chunk it writes.
@@ -136,6 +140,8 @@ pub(crate) struct Cache {
     clean: Mutex<VecDeque<CleanChunk>>,
     /// The backend changed since a sync last forced it to stable storage.
     changed_since_sync: AtomicBool,
+    /// Backend paths held for directory renames under way.
+    pub holds: holds::BackendHolds,
     counters: Counters,
 }
 
@@ -162,6 +168,7 @@ impl Cache {
             work: Mutex::default(),
             clean: Mutex::default(),
             changed_since_sync: AtomicBool::new(false),
+            holds: holds::BackendHolds::default(),
             counters: Counters::default(),
         })
     }
