@@ -5,9 +5,10 @@
 #   fuse3            fusermount3, for FUSE mounts by users other than root
 #   rsync, python3,  tools the FUSE tests run through the mount
 #   git
+#   iproute2         `ip`, for the fault tests with servers in network namespaces
 
 need_packages=()
-for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git; do
+for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
 if [ ${#need_packages[@]} -gt 0 ]; then

@@ -3,7 +3,9 @@
 # and stops at the first failure (its seed and log are kept). Usage:
 #   scripts/soak.sh [minutes]        (default 60)
 # Each round: the in-process simulation (network faults), the relay fault test (partitions,
-# pauses, SIGSTOP, kill+restart, 30 faults) and the randomized concurrent namespace test.
+# pauses, SIGSTOP, kill+restart, 30 faults), the same workload with servers in network
+# namespaces (30 cuts of veth links, SIGSTOP, kill+restart) and the randomized concurrent
+# namespace test.
 # The summary line at the end is what docs/TESTING.md records.
 # RINGFS_SOAK_HEAL_SECS (default 35, the documented bound: locks of a lost operation lapse
 # after 30 s) is how soon the simulated cluster must work again after the faults; 5 finds
@@ -22,6 +24,7 @@ seed=$(( $(date +%s) % 100000 ))
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
     for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed"; do
+        # ("faults reads_stay_whole" runs both the relay test and the network-namespace one.)
         name=${test%% *}
         filter=${test#"$name"}
         if ! RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \

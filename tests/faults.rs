@@ -654,6 +654,91 @@ fn reads_stay_whole_and_failures_stay_bounded_while_links_and_servers_fail() {
     assert!(succeeded >= 30 || count > 10, "seed {seed}: only {succeeded} operations succeeded: the workload hardly ran");
 }
 
+/// What happens during the run in network namespaces, at its time.
+#[derive(Debug)]
+enum NetnsEvent {
+    Cut(usize),
+    Reconnect(usize),
+    Process(ProcessEvent),
+}
+
+/// Servers in network namespaces of their own (real processes, real TCP over veth links
+/// and a bridge) are cut off from everyone by taking their switch port down — some for
+/// longer than the failure timeout, so they are declared dead and must rejoin — while one is
+/// paused (SIGSTOP) and another killed and restarted on a new port; the self-checking
+/// workload verifies every read, every call's time bound, and every file once the faults
+/// end. `RINGFS_FAULTS` sets how many cuts (default 4).
+#[test]
+fn reads_stay_whole_while_servers_in_network_namespaces_are_cut_off_paused_and_killed() {
+    let _serial = one_at_a_time();
+    let Some(network) = common::netns::Network::create(3) else { return };
+    let seed = fault_seed("reads_stay_whole_while_servers_in_network_namespaces_are_cut_off_paused_and_killed");
+    let mut random = Random::new(seed);
+    let cuts = std::env::var("RINGFS_FAULTS").ok().and_then(|text| text.parse().ok()).unwrap_or(4);
+    let mut events: Vec<(Duration, NetnsEvent)> = Vec::new();
+    for _ in 0..cuts {
+        let server = random.below(3) as usize;
+        let at = Duration::from_millis(300 + random.below(3500));
+        // 0.2 to 2.2 s: shorter and longer than the failure timeout (1 s).
+        let until = (at + Duration::from_millis(200 + random.below(2000))).min(NETWORK_FAULTS);
+        events.push((at, NetnsEvent::Cut(server)));
+        events.push((until, NetnsEvent::Reconnect(server)));
+    }
+    events.extend(process_schedule(&mut random, 3).into_iter().map(|(at, event)| (at, NetnsEvent::Process(event))));
+    events.sort_by_key(|(at, _)| *at);
+    eprintln!("events: {events:?}");
+
+    network.in_client_namespace(|| {
+        let options = ClusterOptions { dir_store: true, hosts: network.server_hosts(), ..ClusterOptions::new(3) };
+        let mut cluster = TestCluster::with_options(options);
+        for member in cluster.client().members().members {
+            assert!(member.tcp_address.starts_with("10.201.0."), "{} is reached through the network: {}", member.name, member.tcp_address);
+            assert!(member.unix_path.is_empty(), "no Unix socket bypasses the network");
+        }
+        let first = relayed_client(&cluster, CLIENT_TIMEOUT, SMALL_CHUNKS);
+        let clients = [first.clone(), first, relayed_client(&cluster, CLIENT_TIMEOUT, SMALL_CHUNKS)];
+        let workload = Workload::new(clients.len(), CLIENT_TIMEOUT, false, WORKLOAD_TIME, seed);
+        let reports = run_workload(&clients, &workload, || {
+            // Cuts overlapping on one server are counted, so it comes back only after the last.
+            let mut cut_count = [0usize; 3];
+            for (at, event) in &events {
+                std::thread::sleep((workload.started + *at).saturating_duration_since(Instant::now()));
+                match event {
+                    NetnsEvent::Cut(server) => {
+                        cut_count[*server] += 1;
+                        network.cut(*server);
+                    }
+                    NetnsEvent::Reconnect(server) => {
+                        cut_count[*server] -= 1;
+                        if cut_count[*server] == 0 {
+                            network.reconnect(*server);
+                        }
+                    }
+                    NetnsEvent::Process(ProcessEvent::Stop(server)) => cluster.signal(*server, libc::SIGSTOP),
+                    NetnsEvent::Process(ProcessEvent::Continue(server)) => cluster.signal(*server, libc::SIGCONT),
+                    NetnsEvent::Process(ProcessEvent::Kill(server)) => cluster.kill(*server),
+                    NetnsEvent::Process(ProcessEvent::Restart(server)) => cluster.restart(*server),
+                }
+            }
+        });
+        for server in 0..3 {
+            network.reconnect(server);
+        }
+        let (succeeded, violations) = summarize(&reports);
+        let wrong = check_after_faults(&relayed_client(&cluster, CLIENT_TIMEOUT, SMALL_CHUNKS), &reports, Duration::from_secs(6));
+        assert!(
+            violations.is_empty() && wrong.is_empty(),
+            "seed {seed} ({cuts} cuts): {} violations under faults:\n{}\n\n{} files wrong once the faults ended (6 s to heal):\n{}\n\n{}",
+            violations.len(),
+            violations.join("\n"),
+            wrong.len(),
+            wrong.join("\n"),
+            log_tails(&cluster, 3)
+        );
+        assert!(succeeded >= 30 || cuts > 10, "seed {seed}: only {succeeded} operations succeeded: the workload hardly ran");
+    });
+}
+
 /// The last lines of every server's log, for failure messages.
 fn log_tails(cluster: &TestCluster, servers: usize) -> String {
     (0..servers)

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod netns;
 pub mod relay;
 
 use std::path::{Path, PathBuf};
@@ -38,11 +39,14 @@ pub struct ClusterOptions {
     /// a cluster, where servers run as the user), owning the cluster directory.
     pub unprivileged: bool,
     pub extra_args: Vec<String>,
+    /// Network namespaces the servers run in, one per server ([`netns::Network`]); empty:
+    /// all on loopback. Servers in namespaces have no Unix socket.
+    pub hosts: Vec<netns::NetHost>,
 }
 
 impl ClusterOptions {
     pub fn new(servers: usize) -> ClusterOptions {
-        ClusterOptions { servers, dir_store: false, capacity: None, unprivileged: false, extra_args: Vec::new() }
+        ClusterOptions { servers, dir_store: false, capacity: None, unprivileged: false, extra_args: Vec::new(), hosts: Vec::new() }
     }
 }
 
@@ -131,12 +135,26 @@ impl TestCluster {
         let address_file = self.dir.join(format!("{name}.addr"));
         let _ = std::fs::remove_file(&address_file);
         let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let mut command = Command::new(ringfs_binary());
+        let index: usize = name.rsplit('-').next().and_then(|index| index.parse().ok()).expect("servers are named server-N");
+        let mut command = match self.options.hosts.get(index) {
+            None => {
+                let mut command = Command::new(ringfs_binary());
+                command
+                    .arg("server")
+                    .args(["--name", name, "--listen", "127.0.0.1:0"])
+                    .arg("--unix-socket")
+                    .arg(self.dir.join(format!("{name}.sock")));
+                command
+            }
+            Some(host) => {
+                // `ip netns exec` enters the namespace and executes the server in place.
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", &host.netns, ringfs_binary(), "server", "--name", name]);
+                command.args(["--listen", &format!("{}:0", host.ip), "--no-unix-socket"]);
+                command
+            }
+        };
         command
-            .arg("server")
-            .args(["--name", name, "--listen", "127.0.0.1:0"])
-            .arg("--unix-socket")
-            .arg(self.dir.join(format!("{name}.sock")))
             .arg("--secret-file")
             .arg(self.dir.join("secret"))
             .arg("--address-file")
