@@ -942,3 +942,56 @@ fn reads_of_backend_files_continue_while_their_directory_is_renamed() {
     let tree = backend_tree(&backend);
     assert_eq!(tree.len(), 2, "one directory with one file: {:?}", tree.keys().collect::<Vec<_>>());
 }
+
+/// Files unlinked (or replaced by a rename) while open in the cached tree: every descriptor
+/// keeps reading and writing them — bytes still in the backend included — and the backend
+/// loses the name at the next sync and never gets it back from later writes.
+#[test]
+fn files_unlinked_while_open_stay_usable_and_leave_the_backend() {
+    let backend = Backend::new("open-unlinked");
+    let mut random = Random::new(22);
+    let old = random_bytes(&mut random, 1 << 20);
+    backend.write("/data/old", &old);
+    backend.write("/data/replaced", &old);
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+
+    // A backend file ringfs has not loaded, open while its name goes.
+    let reader = client.open("/data/old", OpenFlags::READ, 0).unwrap();
+    client.unlink("/data/old").unwrap();
+    let replaced = client.open("/data/replaced", OpenFlags::READ, 0).unwrap();
+    write_whole(&client, "/data/new", b"new");
+    client.rename("/data/new", "/data/replaced").unwrap();
+    // A file written in ringfs, unlinked while open, written again through its descriptor.
+    let written = random_bytes(&mut random, 600_000);
+    write_whole(&client, "/data/written", &written);
+    let writer = client.open("/data/written", OpenFlags::READ | OpenFlags::WRITE, 0).unwrap();
+    client.unlink("/data/written").unwrap();
+    client.sync().unwrap();
+    client.pwrite(writer, b"after the unlink", 10).unwrap();
+    client.sync().unwrap();
+
+    let read_fd = |fd, len: usize| {
+        let mut bytes = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let count = client.pread(fd, &mut bytes[done..], done as u64).unwrap_or_else(|errno| panic!("read at {done}: {errno}"));
+            assert!(count > 0, "end of file at {done} of {len}");
+            done += count;
+        }
+        bytes
+    };
+    assert_same("the unlinked backend file through its descriptor", &read_fd(reader, old.len()), &old);
+    assert_same("the replaced backend file through its descriptor", &read_fd(replaced, old.len()), &old);
+    let mut expected = written.clone();
+    expected[10..26].copy_from_slice(b"after the unlink");
+    assert_same("the unlinked written file through its descriptor", &read_fd(writer, expected.len()), &expected);
+    for fd in [reader, replaced, writer] {
+        client.close(fd).unwrap();
+    }
+    client.sync().unwrap();
+    let tree = backend_tree(&backend);
+    let names: Vec<&String> = tree.keys().collect();
+    assert_eq!(names, ["/data", "/data/replaced"], "only the directory and the new file are left");
+    assert_eq!(backend.read("/data/replaced"), b"new");
+}

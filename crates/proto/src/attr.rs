@@ -53,6 +53,8 @@ impl EntryFlags {
     /// Chunk 0: the entry exists in the backend (it came from there, or its creation was
     /// flushed), so removing it must reach the backend too.
     pub const IN_BACKEND: u32 = 16;
+    /// Stat answers only (never stored): the file is open somewhere.
+    pub const OPEN: u32 = 32;
 }
 
 /// The file types ringfs stores.

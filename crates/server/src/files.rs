@@ -3,8 +3,8 @@
 //! cache mode the move of a file to another place in the backend.
 
 use ringfs_proto::{
-    BackendFileReply, ChunkKey, ChunkTemplate, Errno, FileId, FileOnly, LinkCount, LoadChunk, Rebind, RemoveChunks, Request, Response,
-    SetChunkLen,
+    BackendFileReply, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LinkCount, LoadChunk, Rebind, RemoveChunks, Request,
+    Response, SetChunkLen,
 };
 
 use crate::service::{ServerState, Session, store_errno};
@@ -71,10 +71,37 @@ impl ServerState {
     /// At the inode's server: one name fewer; the file goes when it has neither names nor
     /// opens.
     pub fn drop_link_here(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
-        if let Some(deleted) = self.store.drop_link(file, time_ns).map_err(store_errno)?
-            && deleted.extended
-        {
-            self.remove_chunks_everywhere(file, 1);
+        match self.store.drop_link(file, time_ns).map_err(store_errno)? {
+            Some(deleted) if deleted.extended => self.remove_chunks_everywhere(file, 1),
+            Some(_) => {}
+            None => {
+                // Cache mode: a file that lost its last name while open leaves the cached
+                // tree on every server, so that its chunks — whose bytes exist only here now —
+                // are never evicted.
+                if let Ok(attr) = self.store.stat(file)
+                    && attr.nlink == 0
+                    && attr.has(EntryFlags::BACKED)
+                {
+                    self.rebind_here(file, None)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Cache mode: before a name of `file` goes from the backend (an unlink, or a rename over
+    /// it), the bytes it still has there are loaded if the file is open: its readers keep
+    /// reading it after the backend file is gone. (A file opened between this check and the
+    /// name's removal may find its backend bytes gone: EIO.)
+    pub(crate) fn keep_backend_bytes_if_open(&self, file: FileId) -> Result<(), Errno> {
+        let attr = match self.ask_home(file, Request::Stat(FileOnly { file })) {
+            Ok(Response::Attr(attr)) => attr,
+            Ok(_) => return Err(Errno::EPROTO),
+            Err(Errno::ESTALE) => return Ok(()),
+            Err(errno) => return Err(errno),
+        };
+        if attr.has(EntryFlags::OPEN) && attr.has(EntryFlags::BACKED) && attr.backend_len > 0 {
+            self.load_backend_data(file)?;
         }
         Ok(())
     }

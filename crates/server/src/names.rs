@@ -204,6 +204,15 @@ impl ServerState {
     }
 
     pub fn unlink(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
+        if self.in_cached_tree(path) {
+            let found = {
+                let _pass = self.gate.pass(&[path], 0)?;
+                self.store.lookup(path, self.anchor_of(path), false).map_err(store_errno)?.0
+            };
+            if !found.is_dir() {
+                self.keep_backend_bytes_if_open(found.file)?;
+            }
+        }
         let entry = {
             let _entered = self.enter_name(path, 0)?;
             self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
@@ -520,6 +529,11 @@ impl ServerState {
         let cached = self.in_cached_tree(from) || self.in_cached_tree(to);
         if cached {
             self.move_in_backend(source.file, to)?;
+            if let Some(target) = target
+                && self.in_cached_tree(to)
+            {
+                self.keep_backend_bytes_if_open(target.file)?;
+            }
         }
         // Both steps may have happened though their answer was lost (EIO): repeating them is
         // harmless (installing the same file again replaces it with itself; removing checks

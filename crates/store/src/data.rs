@@ -40,7 +40,12 @@ impl ChunkStore {
     /// The attributes of a file (its inode).
     pub fn stat(&self, file: FileId) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
-        Ok(lock(&handle).attr)
+        let chunk = lock(&handle);
+        let mut attr = chunk.attr;
+        if chunk.opens > 0 {
+            attr.flags |= EntryFlags::OPEN;
+        }
+        Ok(attr)
     }
 
     /// Registers an open of a file; its attributes.
