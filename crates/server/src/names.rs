@@ -528,12 +528,14 @@ impl ServerState {
         }
         let cached = self.in_cached_tree(from) || self.in_cached_tree(to);
         if cached {
-            self.move_in_backend(source.file, to)?;
+            // The replaced file's backend bytes are loaded before the renamed file is bound
+            // to its backend path, whose flushed creation replaces them.
             if let Some(target) = target
                 && self.in_cached_tree(to)
             {
                 self.keep_backend_bytes_if_open(target.file)?;
             }
+            self.move_in_backend(source.file, to)?;
         }
         // Both steps may have happened though their answer was lost (EIO): repeating them is
         // harmless (installing the same file again replaces it with itself; removing checks

@@ -85,6 +85,7 @@ impl ChunkStore {
     pub fn rebind(&self, file: FileId, path: Option<&str>) -> Result<(), StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
+        chunk.cache.moves += 1;
         match path {
             Some(path) if self.cache.as_ref().is_some_and(|cache| cache.backend.covers(path)) => {
                 chunk.cache.backend_path = Some(path.to_string());
@@ -94,8 +95,12 @@ impl ChunkStore {
                 self.touched(&mut chunk);
             }
             _ => {
-                chunk.cache =
-                    crate::chunk::CacheState { queued: chunk.cache.queued, listed_clean: chunk.cache.listed_clean, ..Default::default() };
+                chunk.cache = crate::chunk::CacheState {
+                    queued: chunk.cache.queued,
+                    listed_clean: chunk.cache.listed_clean,
+                    moves: chunk.cache.moves,
+                    ..Default::default()
+                };
                 chunk.attr.flags &= !(EntryFlags::BACKED | EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
             }
         }
@@ -117,6 +122,7 @@ impl ChunkStore {
             if chunk.removed {
                 continue;
             }
+            chunk.cache.moves += 1;
             if backed {
                 chunk.attr.flags |= EntryFlags::BACKED;
                 self.touched(&mut chunk);

@@ -67,6 +67,10 @@ pub(crate) struct CacheState {
     pub cutting: bool,
     /// Chunk 0: where the file lives in the backend (see above).
     pub backend_path: Option<String>,
+    /// Bumped when the file's place in the backend changes (a file rename's `rebind` and
+    /// `redirty`): a flush under way, which learnt the old place, must not mark the chunk
+    /// clean. (Not kept across a restart: no flush survives one.)
+    pub moves: u64,
 }
 
 impl CacheState {

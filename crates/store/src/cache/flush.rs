@@ -232,7 +232,7 @@ impl Cache {
         pace: FlushPace<'_>,
     ) -> Result<FlushOutcome, StoreError> {
         let Some(handle) = index.chunk(key) else { return Ok(FlushOutcome::Skipped) };
-        let (kind_is_regular, mode) = {
+        let (kind_is_regular, mode, moves) = {
             let mut chunk = lock(&handle);
             if chunk.removed {
                 return Ok(FlushOutcome::Skipped);
@@ -242,7 +242,7 @@ impl Cache {
             if !chunk.attr.has(EntryFlags::DIRTY) && chunk.cache.pending.is_none() {
                 return Ok(FlushOutcome::Skipped);
             }
-            (chunk.attr.is_regular(), chunk.attr.mode)
+            (chunk.attr.is_regular(), chunk.attr.mode, chunk.cache.moves)
         };
         let local_prepare = |file: FileId| self.prepare(index, space, file).map_err(|error| error.errno());
         let prepare: Prepare<'_> = if key.index == 0 { &local_prepare } else { prepare };
@@ -279,6 +279,11 @@ impl Cache {
         let mut chunk = lock(&handle);
         if chunk.removed {
             return Ok(FlushOutcome::Skipped);
+        }
+        if chunk.cache.moves != moves {
+            // The file was renamed since `prepare` said where it lives: this place is stale.
+            // The rename queued the chunk again for the new one.
+            return Ok(FlushOutcome::Flushed { bytes: 0, clean: false });
         }
         let (version, attr) = (chunk.version, chunk.attr);
         let mut written = 0;

@@ -345,3 +345,27 @@ fn dirty_state_and_removals_survive_a_restart() {
     assert_eq!(fs::read(setup.backend().join("again")).unwrap(), b"new");
     assert!(store.read_dir("/", None, 10).removed.is_empty());
 }
+
+#[test]
+fn a_flush_that_learnt_a_place_before_a_rename_leaves_the_chunk_dirty() {
+    let setup = Setup::new("moved-under-flush");
+    let store = setup.store();
+    let bytes = pattern(2 * CHUNK as usize, 7);
+    let file = new_file(&store, "/work", &bytes);
+    // Chunk 1's flush asks the inode where the file lives and learns "/work"; the file is
+    // renamed right then (the rename binds it to "/result" and marks its chunks dirty).
+    let renamed = std::cell::Cell::new(false);
+    let prepare = |asked: FileId| {
+        let place = store.prepare(asked).map_err(|error| error.errno());
+        if !renamed.replace(true) {
+            store.rebind(file, Some("/result")).unwrap();
+        }
+        place
+    };
+    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(file, 1)), &prepare, FlushPace::Complete).unwrap();
+    assert_eq!(outcome, FlushOutcome::Flushed { bytes: 0, clean: false }, "the old place is not written, the chunk stays dirty");
+    flush_all(&store);
+    let backend = fs::read(setup.backend().join("result")).unwrap();
+    assert_eq!(backend.len(), bytes.len(), "every chunk reached the new place");
+    assert!(backend == bytes);
+}
