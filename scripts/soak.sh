@@ -4,8 +4,9 @@
 #   scripts/soak.sh [minutes]        (default 60)
 # Each round: the in-process simulation (network faults), the relay fault test (partitions,
 # pauses, SIGSTOP, kill+restart, 30 faults), the same workload with servers in network
-# namespaces (30 cuts of veth links, SIGSTOP, kill+restart) and the randomized concurrent
-# namespace test.
+# namespaces (30 cuts of veth links, SIGSTOP, kill+restart), the randomized concurrent
+# namespace test and the cache-mode suite (its random renames with a new seed; running beside
+# other work, it found flushes racing renames that a quiet machine never shows).
 # The summary line at the end is what docs/TESTING.md records.
 # RINGFS_SOAK_HEAL_SECS (default 35, the documented bound: locks of a lost operation lapse
 # after 30 s) is how soon the simulated cluster must work again after the faults; 5 finds
@@ -23,7 +24,7 @@ slack=${RINGFS_FAULT_SLACK:-2}
 seed=$(( $(date +%s) % 100000 ))
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed"; do
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache"; do
         # ("faults reads_stay_whole" runs both the relay test and the network-namespace one.)
         name=${test%% *}
         filter=${test#"$name"}
