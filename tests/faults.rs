@@ -515,8 +515,18 @@ impl<'a> Worker<'a> {
 /// returns each thread's model and report.
 fn run_workload(clients: &[Client], workload: &Workload, meanwhile: impl FnOnce()) -> Vec<(BTreeMap<String, FileModel>, Report)> {
     let setup = &clients[0];
+    // Faults may have begun already: a failed mkdir is tried again (and may have succeeded
+    // although its answer was lost).
+    let deadline = Instant::now() + Duration::from_secs(15);
     for thread in 0..clients.len() {
-        setup.mkdir(&format!("/t{thread}"), 0o755).expect("make the workload directories");
+        loop {
+            match setup.mkdir(&format!("/t{thread}"), 0o755) {
+                Ok(()) | Err(Errno::EEXIST) => break,
+                Err(errno) if Instant::now() < deadline => eprintln!("making /t{thread} failed ({errno:?}); trying again"),
+                Err(errno) => panic!("make the workload directories: {errno:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
     std::thread::scope(|scope| {
         let threads: Vec<_> = clients
