@@ -870,7 +870,7 @@ fn directory_renames_and_exchanges_reach_the_backend() {
                 model_rename(&mut model, &from, &to, false);
                 tree_renames += 1;
             }
-            80..=89 => {
+            80..=89 if model.len() >= 2 => {
                 let all: Vec<String> = model.keys().cloned().collect();
                 let (first, second) = (pick(&mut random, &all), pick(&mut random, &all));
                 if is_at_or_below(&first, &second) || is_at_or_below(&second, &first) {

@@ -273,11 +273,9 @@ impl Cluster {
         self.call_at(&self.owner_of_chunk(ChunkKey::inode(file)), file.is_root(), request)
     }
 
-    /// Sends a request that gets no answer to the server of `file`'s inode (best effort: a
-    /// lost message only delays what it announces).
-    pub fn send_home(&self, file: FileId, request: &Request) {
-        let home = self.owner_of_chunk(ChunkKey::inode(file));
-        match self.connection(&home) {
+    /// Sends `request` to `home` without waiting for an answer (lost if it cannot be sent).
+    pub fn send_to(&self, home: &Member, request: &Request) {
+        match self.connection(home) {
             Ok(connection) => {
                 if let Err(error) = connection.send_one_way(request) {
                     log::debug!("could not send to server {}: {error}", home.name);

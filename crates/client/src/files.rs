@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ringfs_proto::{
-    Attr, ChunkKey, ChunkTemplate, Close, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read, RemoteBytes,
-    Request, Response, Write, WriteSource,
+    Attr, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read, RemoteBytes, Request,
+    Response, Write, WriteSource,
 };
 use ringfs_rpc::{Connection, Reply};
 
@@ -238,7 +238,7 @@ impl Client {
 
     /// Ends an open of `file` at its inode's server (one-way: no round trip).
     fn unregister_open(&self, file: FileId) {
-        self.inner.cluster.send_home(file, &Request::Close(Close { client: self.inner.client_id, files: vec![file] }));
+        self.inner.closes.close(&self.inner.cluster, self.inner.client_id, file);
     }
 
     /// Creates (or truncates) a regular file for writing, like `creat(2)`.
@@ -246,7 +246,8 @@ impl Client {
         self.open(path, OpenFlags::WRITE | OpenFlags::CREATE | OpenFlags::TRUNCATE, mode)
     }
 
-    /// Closes a file. The file's inode server hears of it without the caller waiting.
+    /// Closes a file. The file's inode server hears of it without the caller waiting, within
+    /// a few milliseconds (closes go out in batches: see `closes.rs`).
     pub fn close(&self, fd: Fd) -> Result<()> {
         let file = self.inner.files.remove(fd)?;
         if !file.file.is_root() {

@@ -25,6 +25,7 @@
 
 mod cache;
 mod chunking;
+mod closes;
 mod cluster;
 mod files;
 mod namespace;
@@ -315,13 +316,22 @@ pub struct Client {
 }
 
 struct Inner {
-    cluster: Cluster,
+    cluster: Arc<Cluster>,
+    /// Closes on their way to the inode servers (see [`closes`]).
+    closes: Arc<closes::CloseQueue>,
     files: FileTable,
     chunk_size: u32,
     uid: u32,
     gid: u32,
     /// Identifies this client to the servers, which keep the files it opens alive.
     client_id: u64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.closes.flush(&self.cluster, self.client_id);
+        self.closes.end();
+    }
 }
 
 pub(crate) fn now_ns() -> i64 {
@@ -347,7 +357,11 @@ impl Client {
         let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Ok(Client { inner: Arc::new(Inner { cluster, files: FileTable::default(), chunk_size: config.chunk_size, uid, gid, client_id }) })
+        let cluster = Arc::new(cluster);
+        let closes = Arc::new(closes::CloseQueue::default());
+        closes.start(Arc::downgrade(&cluster), client_id);
+        let files = FileTable::default();
+        Ok(Client { inner: Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, uid, gid, client_id }) })
     }
 
     /// Connects with the configuration in the environment (see [`ClientConfig::from_env`]).

@@ -165,6 +165,8 @@ impl Client {
     /// file itself goes with its last name — or, if it is open, with its last close.
     pub fn unlink(&self, path: &str) -> Result<()> {
         let path = path::canonicalize(path)?;
+        // This client's closes first: a file it closed goes with its name, not a moment later.
+        self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
         self.inner.cluster.call_path_owner(&path, &Request::Unlink(Unlink { path: path.clone(), time_ns: now_ns() })).map(|_| ())
     }
 
@@ -249,6 +251,7 @@ impl Client {
         if from == "/" || to == "/" {
             return Err(Errno::EBUSY);
         }
+        self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
         let request = Request::Rename(Rename { from: from.clone(), to, time_ns: now_ns(), flags });
         self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }

@@ -21,6 +21,7 @@
 //! then the pass, and gives both back when its local step is done ([`ServerState::enter_name`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
@@ -55,6 +56,9 @@ struct Held {
 pub struct NameLocks {
     held: Mutex<HashMap<String, Held>>,
     released: Condvar,
+    /// Threads waiting on `released` (changed under `held`'s lock): a give-back wakes
+    /// nobody when there is nobody to wake, as for nearly every create.
+    waiting: AtomicUsize,
     /// Renames whose locks were given back: an acquisition of theirs that arrives late (it
     /// was overtaken by the release, or its server was paused) must not take a lock nobody
     /// will release.
@@ -114,8 +118,15 @@ impl NameLocks {
             if now >= deadline {
                 return Err(Errno::EBUSY);
             }
-            held = self.released.wait_timeout(held, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            held = self.wait(held, deadline - now);
         }
+    }
+
+    fn wait<'a>(&self, held: MutexGuard<'a, HashMap<String, Held>>, limit: Duration) -> MutexGuard<'a, HashMap<String, Held>> {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        let held = self.released.wait_timeout(held, limit).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        held
     }
 
     /// Gives the lock of `path` back, if `token` holds it.
@@ -129,7 +140,9 @@ impl NameLocks {
         let mut held = lock(&self.held);
         if held.get(path).is_some_and(|holder| holder.token == token) {
             held.remove(path);
-            self.released.notify_all();
+            if self.waiting.load(Ordering::Relaxed) > 0 {
+                self.released.notify_all();
+            }
         }
     }
 
@@ -180,7 +193,7 @@ impl NameLocks {
             if now >= deadline {
                 return Err(Errno::EBUSY);
             }
-            held = self.released.wait_timeout(held, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            held = self.wait(held, deadline - now);
         }
     }
 }
@@ -216,6 +229,8 @@ pub struct NamespaceGate {
     /// Directory-rename attempts thawed: a freeze of theirs arriving late is ignored.
     thawed_tokens: EndedTokens,
     frozen: Mutex<Vec<Freeze>>,
+    /// `frozen.len()`, readable without the lock (the pass's fast path when nothing is frozen).
+    frozen_count: AtomicUsize,
     thawed: Condvar,
     /// Operations on names hold it shared while they run; a freeze takes it exclusively for a
     /// moment, so operations under way finish before the freeze is in place.
@@ -232,6 +247,14 @@ impl NamespaceGate {
     /// none), then lets the caller run its local step (keep the pass only for that step: never
     /// across a request to another server).
     pub fn pass(&self, paths: &[&str], token: u64) -> Result<GatePass<'_>, Errno> {
+        // Nothing frozen (nearly always): the pass is a read lock. A freeze counts itself
+        // before it waits for the passes, so a pass taken after that sees the count.
+        if self.frozen_count.load(Ordering::SeqCst) == 0 {
+            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if self.frozen_count.load(Ordering::SeqCst) == 0 {
+                return Ok(GatePass { _running: running });
+            }
+        }
         let started = Instant::now();
         let deadline = started + WAIT_LIMIT;
         let mut warned = false;
@@ -241,6 +264,7 @@ impl NamespaceGate {
                 loop {
                     let now = Instant::now();
                     frozen.retain(|freeze| freeze.until > now);
+                    self.frozen_count.store(frozen.len(), Ordering::SeqCst);
                     let blocked = frozen.iter().any(|freeze| freeze.token != token && paths.iter().any(|path| freeze.covers(path)));
                     if !blocked {
                         break;
@@ -279,6 +303,7 @@ impl NamespaceGate {
             let mut frozen = lock(&self.frozen);
             frozen.retain(|freeze| freeze.token != token);
             frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
+            self.frozen_count.store(frozen.len(), Ordering::SeqCst);
         }
         let started = Instant::now();
         drop(self.running.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
@@ -290,7 +315,10 @@ impl NamespaceGate {
     /// Ends the freeze of `token`.
     pub fn thaw(&self, token: u64) {
         self.thawed_tokens.end(token);
-        lock(&self.frozen).retain(|freeze| freeze.token != token);
+        let mut frozen = lock(&self.frozen);
+        frozen.retain(|freeze| freeze.token != token);
+        self.frozen_count.store(frozen.len(), Ordering::SeqCst);
+        drop(frozen);
         self.thawed.notify_all();
     }
 }

@@ -299,31 +299,33 @@ impl ChunkStore {
     /// `filter` (see [`FindResult`]). Costs a pass over all names held here.
     pub fn find(&self, root: &str, filter: &FindFilter) -> FindResult {
         let mut result = FindResult::default();
-        let mut candidates = Vec::new();
+        let needs_attributes = filter.size.is_some() || filter.newer_than_ns.is_some();
+        // Judged under the name shard's lock (names before files is the lock order), so
+        // that no path is copied unless it must be judged elsewhere.
         for shard in &self.index.names {
             let names = lock(shard);
             for (path, entry) in &names.entries {
-                if path::is_inside(path, root) {
-                    candidates.push((path.clone(), entry.target));
+                if !path::is_inside(path, root) {
+                    continue;
                 }
-            }
-        }
-        for (path, target) in candidates {
-            result.scanned += 1;
-            if filter.name.as_deref().is_some_and(|pattern| !path::glob_match(pattern, path::file_name(&path))) {
-                continue;
-            }
-            let attr = self.index.inode(target.file).map(|handle| lock(&handle).attr);
-            let judged_here = attr.is_some_and(|attr| !(attr.is_regular() && attr.is_extended()));
-            let needs_attributes = filter.size.is_some() || filter.newer_than_ns.is_some();
-            match (attr, judged_here || !needs_attributes) {
-                (Some(attr), true) => {
-                    let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);
-                    let sized = filter.size.is_none_or(|size| attr.len == size);
-                    result.matched += u64::from(newer && sized);
+                result.scanned += 1;
+                if filter.name.as_deref().is_some_and(|pattern| !path::glob_match(pattern, path::file_name(path))) {
+                    continue;
                 }
-                (None, true) => result.matched += 1,
-                (_, false) => result.undecided.push(path),
+                if !needs_attributes {
+                    result.matched += 1;
+                    continue;
+                }
+                let attr = self.index.inode(entry.target.file).map(|handle| lock(&handle).attr);
+                match attr {
+                    Some(attr) if !(attr.is_regular() && attr.is_extended()) => {
+                        let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);
+                        let sized = filter.size.is_none_or(|size| attr.len == size);
+                        result.matched += u64::from(newer && sized);
+                    }
+                    // An inode elsewhere, or a file whose size its last chunk knows.
+                    _ => result.undecided.push(path.clone()),
+                }
             }
         }
         result
