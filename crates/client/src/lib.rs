@@ -313,6 +313,37 @@ pub struct FsUsage {
 #[derive(Clone)]
 pub struct Client {
     inner: Arc<Inner>,
+    /// Whom this handle acts for (see [`Client::as_user`]).
+    credentials: Arc<Credentials>,
+}
+
+/// A user and their groups: the owner of what a client creates, and whose permissions
+/// [`Client::access`] checks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+impl Credentials {
+    /// This process's effective user, group and supplementary groups.
+    pub fn of_process() -> Credentials {
+        // SAFETY: geteuid/getegid cannot fail; getgroups writes at most `count` ids.
+        unsafe {
+            let count = libc::getgroups(0, std::ptr::null_mut()).max(0);
+            let mut groups = vec![0 as libc::gid_t; count as usize];
+            let written = libc::getgroups(count, groups.as_mut_ptr()).max(0);
+            groups.truncate(written as usize);
+            Credentials { uid: libc::geteuid(), gid: libc::getegid(), groups }
+        }
+    }
+
+    /// Whether the user is in group `gid` (primary or supplementary).
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
 }
 
 struct Inner {
@@ -321,8 +352,6 @@ struct Inner {
     closes: Arc<closes::CloseQueue>,
     files: FileTable,
     chunk_size: u32,
-    uid: u32,
-    gid: u32,
     /// Identifies this client to the servers, which keep the files it opens alive.
     client_id: u64,
 }
@@ -355,18 +384,28 @@ impl Client {
             client_id,
         };
         let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let cluster = Arc::new(cluster);
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);
         let files = FileTable::default();
-        Ok(Client { inner: Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, uid, gid, client_id }) })
+        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id });
+        Ok(Client { inner, credentials: Arc::new(Credentials::of_process()) })
     }
 
     /// Connects with the configuration in the environment (see [`ClientConfig::from_env`]).
     pub fn from_env() -> std::result::Result<Client, ConnectError> {
         Client::connect(ClientConfig::from_env()?)
+    }
+
+    /// A handle on the same connections and descriptors that acts for `credentials`: what it
+    /// creates belongs to that user (the FUSE mount acts for each caller this way).
+    pub fn as_user(&self, credentials: Credentials) -> Client {
+        Client { inner: Arc::clone(&self.inner), credentials: Arc::new(credentials) }
+    }
+
+    /// Whom this handle acts for.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     /// The member list this client currently follows.

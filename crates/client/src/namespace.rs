@@ -47,8 +47,8 @@ impl Client {
         let request = Request::Create(Create {
             path: path.to_string(),
             mode,
-            uid: self.inner.uid,
-            gid: self.inner.gid,
+            uid: self.credentials.uid,
+            gid: self.credentials.gid,
             rdev,
             chunk_size: self.inner.chunk_size,
             time_ns: now_ns(),
@@ -118,14 +118,14 @@ impl Client {
     /// Checks permissions like `access(2)` (`mode` 0 checks existence; see [`READ_OK`] etc.).
     pub fn access(&self, path: &str, mode: u32) -> Result<()> {
         let stat = self.stat(path)?;
-        let uid = self.inner.uid;
+        let uid = self.credentials.uid;
         let permissions = stat.mode & 0o777;
         let granted = if uid == 0 {
             // root may read and write anything, and execute what anyone may execute.
             READ_OK | WRITE_OK | if permissions & 0o111 != 0 || stat.is_dir() { EXECUTE_OK } else { 0 }
         } else if uid == stat.uid {
             (permissions >> 6) & 7
-        } else if self.inner.gid == stat.gid {
+        } else if self.credentials.in_group(stat.gid) {
             (permissions >> 3) & 7
         } else {
             permissions & 7

@@ -36,7 +36,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
     WriteFlags,
 };
-use ringfs_client::{Client, Errno, Fd, FileId, FileKind, OpenFlags, Stat};
+use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, OpenFlags, Stat};
 use thiserror::Error;
 
 use crate::inodes::{InodeTable, ROOT_INODE};
@@ -190,6 +190,16 @@ impl RingfsFilesystem {
     /// Attributes of `path` just created here, for a reply that hands the kernel its inode (no
     /// reference is taken: the creator holds the file, and a later open of an inode whose file
     /// went fails with ESTALE, on which the kernel looks the name up again).
+    /// The client acting for the caller of `request`: what it creates belongs to the caller
+    /// (the kernel has checked the caller may create there: `default_permissions`).
+    fn caller(&self, request: &Request) -> Client {
+        let own = self.client.credentials();
+        if own.uid == request.uid() && own.gid == request.gid() {
+            return self.client.clone();
+        }
+        self.client.as_user(Credentials { uid: request.uid(), gid: request.gid(), groups: Vec::new() })
+    }
+
     fn created_entry(&self, path: &str) -> Result<FileAttr, Errno> {
         let stat = self.client.lstat(path)?;
         self.inodes.remember(stat.file, path, false);
@@ -355,9 +365,9 @@ impl Filesystem for RingfsFilesystem {
         }
     }
 
-    fn mkdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+    fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let result = self.child_path(parent, name).and_then(|path| {
-            self.client.mkdir(&path, mode & !umask)?;
+            self.caller(request).mkdir(&path, mode & !umask)?;
             self.created_entry(&path)
         });
         self.reply_entry(reply, result);
@@ -371,18 +381,18 @@ impl Filesystem for RingfsFilesystem {
         Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.rmdir(&path)));
     }
 
-    fn symlink(&self, _request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+    fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let result = self.child_path(parent, link_name).and_then(|path| {
-            self.client.symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
+            self.caller(request).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
             self.created_entry(&path)
         });
         self.reply_entry(reply, result);
     }
 
-    fn mknod(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+    fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         let result = self.child_path(parent, name).and_then(|path| {
             let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
-            self.client.mknod(&path, mode, rdev as u64)?;
+            self.caller(request).mknod(&path, mode, rdev as u64)?;
             self.created_entry(&path)
         });
         self.reply_entry(reply, result);
@@ -441,9 +451,10 @@ impl Filesystem for RingfsFilesystem {
         }
     }
 
-    fn create(&self, _request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+    fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
         let result = self.child_path(parent, name).and_then(|path| {
-            let (fd, stat) = self.client.open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
+            let (fd, stat) =
+                self.caller(request).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
             self.inodes.remember(stat.file, &path, false);
             Ok((fd, file_attr(&stat)))
         });
