@@ -95,8 +95,23 @@ int ringfs_symlink(const char *target, const char *link_path);
  * `size`) and returns its length, like readlink(2). */
 ssize_t ringfs_readlink(const char *path, char *buffer, size_t size);
 
-/* Renames a file or symbolic link, replacing `to` if it is a file. Directories: EXDEV. */
+/* Renames a file, symbolic link or directory like rename(2): a file replaces a file, a
+ * directory an empty directory. */
 int ringfs_rename(const char *from, const char *to);
+
+/* Extended attributes, like getxattr(2) and its siblings (a symbolic link in the last
+ * component is followed). Namespaces: "user." (read and write permission of the file,
+ * regular files and directories only), "trusted." (root only), "security." (root writes);
+ * others, POSIX ACLs among them, fail with EOPNOTSUPP. Values up to 64 KiB (E2BIG), names
+ * up to 255 bytes (ERANGE).
+ * ringfs_getxattr copies the value of `name` into `value` and returns its length; `size` 0
+ * returns the length only; a longer value fails with ERANGE; no such attribute: ENODATA. */
+ssize_t ringfs_getxattr(const char *path, const char *name, void *value, size_t size);
+/* `flags`: 0, XATTR_CREATE (EEXIST if it exists) or XATTR_REPLACE (ENODATA if it does not). */
+int ringfs_setxattr(const char *path, const char *name, const void *value, size_t size, int flags);
+/* The names, each followed by a NUL, in `list`; the same `size` rules as ringfs_getxattr. */
+ssize_t ringfs_listxattr(const char *path, char *list, size_t size);
+int ringfs_removexattr(const char *path, const char *name);
 
 /* Cache mode: returns when everything dirty at the call has reached the backend directory
  * (writes made meanwhile are not waited for). Without a backend it returns 0 at once. */

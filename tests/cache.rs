@@ -995,3 +995,32 @@ fn files_unlinked_while_open_stay_usable_and_leave_the_backend() {
     assert_eq!(names, ["/data", "/data/replaced"], "only the directory and the new file are left");
     assert_eq!(backend.read("/data/replaced"), b"new");
 }
+
+/// Extended attributes in the cached tree: those of backend files are seen in ringfs, and
+/// what ringfs sets or removes reaches the backend file at the next sync.
+#[test]
+fn extended_attributes_reach_the_backend() {
+    let backend = Backend::new("xattrs");
+    backend.write("/in/file", b"bytes");
+    let path = std::ffi::CString::new(backend.path("/in/file").into_os_string().into_encoded_bytes()).unwrap();
+    // SAFETY: valid NUL-terminated path and name; the value's length is passed.
+    assert_eq!(unsafe { libc::setxattr(path.as_ptr(), c"user.origin".as_ptr(), b"pfs".as_ptr().cast(), 3, 0) }, 0);
+    let cluster = TestCluster::with_options(caching(&backend, 2, "none", 1000));
+    let client = cluster.client();
+    assert_eq!(client.get_xattr("/in/file", "user.origin").unwrap(), b"pfs", "read through from the backend");
+    client.set_xattr("/in/file", "user.added", b"ringfs", 0).unwrap();
+    client.remove_xattr("/in/file", "user.origin").unwrap();
+    write_whole(&client, "/in/new", b"new");
+    client.set_xattr("/in/new", "user.fresh", b"1", 0).unwrap();
+    client.sync().unwrap();
+    let backend_xattrs = |relative: &str| {
+        let output = Command::new("python3")
+            .args(["-c", "import os,sys; print(sorted((n, os.getxattr(sys.argv[1], n)) for n in os.listxattr(sys.argv[1])))"])
+            .arg(backend.path(relative))
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    assert_eq!(backend_xattrs("/in/file"), "[('user.added', b'ringfs')]");
+    assert_eq!(backend_xattrs("/in/new"), "[('user.fresh', b'1')]");
+}

@@ -20,7 +20,7 @@ const BOB: u32 = 60001;
 /// Runs `script` with `sh` as `uid` (and group `uid`, no supplementary groups).
 fn as_user(uid: u32, script: &str) -> Output {
     let mut command = Command::new("sh");
-    command.arg("-c").arg(script).current_dir("/").env_clear().env("PATH", "/usr/bin:/bin");
+    command.arg("-c").arg(script).current_dir("/").env_clear().env("PATH", "/usr/bin:/bin").env("XATTR", XATTR);
     // (std drops the supplementary groups when root sets the uid.)
     command.uid(uid).gid(uid).output().unwrap()
 }
@@ -39,6 +39,27 @@ fn shared_mount(cluster: &TestCluster) -> Option<common::Mount> {
     let mount = cluster.mount(&["--allow-other"]);
     Some(mount)
 }
+
+/// `python3 -c XATTR 'op path name [value] [flags]'`: one extended-attribute call, printing
+/// its result or the errno's name (the same script on the mount and on tmpfs).
+const XATTR: &str = r#"
+import errno, os, sys
+op, path, name = sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else ''
+try:
+    if op == 'set':
+        value = sys.argv[4].encode() if sys.argv[4] != 'BIG' else b'x' * 70000
+        os.setxattr(path, name, value, int(sys.argv[5]), follow_symlinks=False)
+        print('ok')
+    elif op == 'get':
+        print(os.getxattr(path, name, follow_symlinks=False))
+    elif op == 'list':
+        print(sorted(os.listxattr(path, follow_symlinks=False)))
+    elif op == 'remove':
+        os.removexattr(path, name, follow_symlinks=False)
+        print('ok')
+except OSError as error:
+    print(errno.errorcode[error.errno])
+"#;
 
 /// What a step did: its exit status and its error output (paths made relative).
 fn outcome(uid: u32, script: &str, root: &str) -> (bool, String, String) {
@@ -118,6 +139,31 @@ fn users_own_what_they_create_and_modes_keep_others_out_as_on_tmpfs() {
         (ALICE, "cat {root}/shared/a/public"),
         // Setting the group of one's own file to a group one is not in is refused.
         (ALICE, "chgrp 60001 {root}/shared/a/private"),
+        // Extended attributes: user.* by permission, trusted.* for root only, Linux's errors.
+        (
+            ALICE,
+            "x() { python3 -c \"$XATTR\" \"$@\"; }; f={root}/shared/a/public; x set $f user.color blue 0; x get $f user.color; \
+                 x set $f user.color red 1; x set $f user.size big 2; x set $f user.color red 2; x get $f user.color; x list $f; \
+                 x remove $f user.nothing; x get $f user.nothing; x set $f user.big BIG 0; x set $f trusted.t 1 0; \
+                 x set $f other.name v 0; x set {root}/shared/a/fifo user.a 1 0; x get {root}/shared/a/fifo user.a; \
+                 x set {root}/shared/a user.dir yes 0; x list {root}/shared/a",
+        ),
+        (
+            BOB,
+            "x() { python3 -c \"$XATTR\" \"$@\"; }; f={root}/shared/a/public; x get $f user.color; x set $f user.color green 0; \
+               x remove $f user.color; x list $f; x get {root}/shared/a/private user.any",
+        ),
+        (
+            0,
+            "x() { python3 -c \"$XATTR\" \"$@\"; }; f={root}/shared/a/public; x set $f trusted.t root-only 0; x get $f trusted.t; \
+             x list $f; x set $f security.s label 0; x get $f security.s",
+        ),
+        (
+            BOB,
+            "x() { python3 -c \"$XATTR\" \"$@\"; }; f={root}/shared/a/public; x list $f; x get $f trusted.t; x get $f security.s; \
+               x set $f security.s other 0",
+        ),
+        (ALICE, "x() { python3 -c \"$XATTR\" \"$@\"; }; x remove {root}/shared/a/public user.color; x list {root}/shared/a/public"),
         // Directories' search permission.
         (ALICE, "chmod 700 {root}/shared/a"),
         (BOB, "cat {root}/shared/a/public"),
@@ -130,4 +176,129 @@ fn users_own_what_they_create_and_modes_keep_others_out_as_on_tmpfs() {
     }
     assert_eq!(ownership(&mount.dir), ownership(&tmpfs), "owners and modes (left: the mount, right: tmpfs)");
     let _ = std::fs::remove_dir_all(&tmpfs);
+}
+
+/// Extended attributes through the native client: Linux's semantics and errors, the checks
+/// by namespace for another user, the root directory (held by every server), and a restart
+/// of every server (`dir` store).
+#[test]
+fn extended_attributes_keep_linux_semantics_and_survive_a_restart() {
+    use ringfs_client::{Errno, XattrFlags};
+    let mut cluster = TestCluster::with_options(common::ClusterOptions { dir_store: true, ..common::ClusterOptions::new(2) });
+    let client = cluster.client();
+    common::write_file(&client, "/f", b"data");
+    let binary: Vec<u8> = (0..=255).collect();
+    client.set_xattr("/f", "user.a", b"1", 0).unwrap();
+    client.set_xattr("/f", "user.binary", &binary, 0).unwrap();
+    client.set_xattr("/f", "user.empty", b"", 0).unwrap();
+    assert_eq!(client.get_xattr("/f", "user.binary").unwrap(), binary);
+    assert_eq!(client.get_xattr("/f", "user.empty").unwrap(), b"");
+    assert_eq!(client.list_xattrs("/f").unwrap(), ["user.a", "user.binary", "user.empty"]);
+    assert_eq!(client.set_xattr("/f", "user.a", b"2", XattrFlags::CREATE), Err(Errno::EEXIST));
+    assert_eq!(client.set_xattr("/f", "user.new", b"2", XattrFlags::REPLACE), Err(Errno::ENODATA));
+    client.set_xattr("/f", "user.a", b"2", XattrFlags::REPLACE).unwrap();
+    assert_eq!(client.get_xattr("/f", "user.a").unwrap(), b"2");
+    assert_eq!(client.get_xattr("/f", "user.missing"), Err(Errno::ENODATA));
+    assert_eq!(client.remove_xattr("/f", "user.missing"), Err(Errno::ENODATA));
+    assert_eq!(client.set_xattr("/f", "user.big", &vec![0; 65537], 0), Err(Errno::E2BIG));
+    assert_eq!(client.set_xattr("/f", &format!("user.{}", "n".repeat(251)), b"", 0), Err(Errno::ERANGE));
+    assert_eq!(client.set_xattr("/f", "system.posix_acl_access", b"", 0), Err(Errno::EOPNOTSUPP), "no ACLs (documented)");
+    assert_eq!(client.set_xattr("/f", "unknown.name", b"", 0), Err(Errno::EOPNOTSUPP));
+    let before = client.stat("/f").unwrap().ctime_ns;
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    client.remove_xattr("/f", "user.empty").unwrap();
+    assert!(client.stat("/f").unwrap().ctime_ns > before, "a change of extended attributes changes ctime");
+    // Another (unprivileged) user: trusted.* is root's, user.* needs permissions.
+    client.set_xattr("/f", "trusted.t", b"root", 0).unwrap();
+    client.chmod("/f", 0o644).unwrap();
+    let other = client.as_user(ringfs_client::Credentials { uid: BOB, gid: BOB, groups: Vec::new() });
+    assert_eq!(other.list_xattrs("/f").unwrap(), ["user.a", "user.binary"], "trusted.* is hidden");
+    assert_eq!(other.get_xattr("/f", "trusted.t"), Err(Errno::EPERM));
+    assert_eq!(other.get_xattr("/f", "user.a").unwrap(), b"2");
+    assert_eq!(other.set_xattr("/f", "user.a", b"3", 0), Err(Errno::EACCES));
+    // The root directory and a directory.
+    client.mkdir("/d", 0o755).unwrap();
+    client.set_xattr("/", "user.root", b"r", 0).unwrap();
+    client.set_xattr("/d", "user.dir", b"d", 0).unwrap();
+    client.symlink("/f", "/link").unwrap();
+    assert_eq!(client.get_xattr("/link", "user.a").unwrap(), b"2", "followed");
+    assert_eq!(client.lset_xattr("/link", "user.a", b"x", 0), Err(Errno::EPERM), "no user.* on a link itself");
+
+    for server in 0..2 {
+        cluster.stop(server);
+        cluster.restart(server);
+    }
+    cluster.wait_for_alive(2);
+    let client = cluster.client();
+    assert_eq!(client.list_xattrs("/f").unwrap(), ["trusted.t", "user.a", "user.binary"]);
+    assert_eq!(client.get_xattr("/f", "user.binary").unwrap(), binary);
+    assert_eq!(client.get_xattr("/", "user.root").unwrap(), b"r");
+    assert_eq!(client.get_xattr("/d", "user.dir").unwrap(), b"d");
+    // A removed file takes its attributes along (nothing is left beside its chunk files).
+    client.unlink("/f").unwrap();
+    client.unlink("/link").unwrap();
+    let leftovers = std::process::Command::new("find").arg(&cluster.dir).args(["-name", "*.xattr"]).output().unwrap();
+    let leftovers = String::from_utf8_lossy(&leftovers.stdout);
+    assert_eq!(leftovers.lines().count(), 3, "only / (on each of the 2 servers) and /d keep attributes: {leftovers}");
+}
+
+/// Describes a tree, one line per entry: path, type, mode, owner, group, mtime, size, a
+/// digest of the contents and the `user.` extended attributes.
+const DESCRIBE: &str = r#"
+import hashlib, os, stat, sys
+root = sys.argv[1]
+for dirpath, dirnames, filenames in os.walk(root):
+    for name in sorted(dirnames + filenames):
+        path = os.path.join(dirpath, name)
+        info = os.lstat(path)
+        kind = stat.S_IFMT(info.st_mode)
+        digest = hashlib.sha1(open(path, 'rb').read()).hexdigest()[:12] if stat.S_ISREG(info.st_mode) else ''
+        if stat.S_ISLNK(info.st_mode):
+            digest = os.readlink(path)
+        xattrs = sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in os.listxattr(path, follow_symlinks=False) if n.startswith('user.'))
+        mode = '' if stat.S_ISLNK(info.st_mode) else oct(stat.S_IMODE(info.st_mode))
+        print(os.path.relpath(path, root), kind, mode, info.st_uid, info.st_gid, info.st_mtime_ns // 10**9, info.st_size if not stat.S_ISDIR(info.st_mode) else '', digest, xattrs)
+"#;
+
+fn describe(root: &std::path::Path) -> String {
+    let output = Command::new("python3").arg("-c").arg(DESCRIBE).arg(root).output().unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let mut lines: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_string).collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+fn run(script: &str) {
+    let output = Command::new("sh").arg("-c").arg(script).output().unwrap();
+    assert!(output.status.success(), "{script}: {}", String::from_utf8_lossy(&output.stderr));
+}
+
+/// `cp -a`, `rsync -aX` and `tar --xattrs` copy a tree of several owners, modes, times and
+/// extended attributes into the mount and back out, keeping all of them.
+#[test]
+fn cp_rsync_and_tar_keep_modes_owners_times_and_xattrs() {
+    let cluster = TestCluster::start(2);
+    let Some(mount) = shared_mount(&cluster) else { return };
+    let m = mount.dir.display().to_string();
+    let shm = format!("/dev/shm/ringfs-roundtrip-{}", std::process::id());
+    let _ = std::fs::remove_dir_all(&shm);
+    run(&format!(
+        "set -e; mkdir -p {shm}/src/sub && cd {shm}/src && echo alice > alice && echo bob > bob && echo x > sub/x \
+         && head -c 300000 /dev/urandom > big && ln -s alice link && mkfifo fifo \
+         && chown {ALICE}:{ALICE} alice link fifo && chown -h {ALICE}:{ALICE} link && chown {BOB}:{BOB} bob sub \
+         && chmod 640 alice && chmod 600 bob && chmod 700 sub && chmod 444 sub/x && chmod 2755 big \
+         && python3 -c \"import os; os.setxattr('alice', 'user.tag', b'a'); os.setxattr('sub', 'user.dir', b'd'); os.setxattr('big', 'user.bin', bytes(range(256)))\" \
+         && touch -d @1000000000 alice bob sub/x big fifo && touch -h -d @1000000000 link && touch -d @1100000000 sub"
+    ));
+    let source = describe(std::path::Path::new(&format!("{shm}/src")));
+    run(&format!("cp -a {shm}/src {m}/cp"));
+    assert_eq!(describe(std::path::Path::new(&format!("{m}/cp"))), source, "cp -a into the mount");
+    run(&format!("rsync -aX {shm}/src/ {m}/rsync/"));
+    assert_eq!(describe(std::path::Path::new(&format!("{m}/rsync"))), source, "rsync -aX into the mount");
+    run(&format!("mkdir {m}/tar && tar --xattrs -C {shm}/src -cf - . | tar --xattrs --xattrs-include='*' -C {m}/tar -xpf -"));
+    assert_eq!(describe(std::path::Path::new(&format!("{m}/tar"))), source, "tar --xattrs into the mount");
+    run(&format!("cp -a {m}/cp {shm}/back && rsync -aX {m}/rsync/ {shm}/back-rsync/"));
+    assert_eq!(describe(std::path::Path::new(&format!("{shm}/back"))), source, "cp -a out of the mount");
+    assert_eq!(describe(std::path::Path::new(&format!("{shm}/back-rsync"))), source, "rsync -aX out of the mount");
+    let _ = std::fs::remove_dir_all(&shm);
 }

@@ -128,6 +128,19 @@ int main(void) {
     CHECK_ERRNO(ringfs_stat("/c/log", &st), ENOENT);
     CHECK(ringfs_stat("/c/renamed", &st) == 0 && st.st_size == 6);
 
+    /* Extended attributes. */
+    CHECK(ringfs_setxattr("/c/renamed", "user.k", "value", 5, 0) == 0);
+    CHECK_ERRNO(ringfs_setxattr("/c/renamed", "user.k", "v", 1, 1 /* XATTR_CREATE */), EEXIST);
+    CHECK(ringfs_getxattr("/c/renamed", "user.k", NULL, 0) == 5);
+    char value[8] = {0};
+    CHECK_ERRNO(ringfs_getxattr("/c/renamed", "user.k", value, 2), ERANGE);
+    CHECK(ringfs_getxattr("/c/renamed", "user.k", value, sizeof value) == 5 && memcmp(value, "value", 5) == 0);
+    char names[32] = {0};
+    CHECK(ringfs_listxattr("/c/renamed", names, sizeof names) == 7 && strcmp(names, "user.k") == 0);
+    CHECK(ringfs_removexattr("/c/renamed", "user.k") == 0);
+    CHECK_ERRNO(ringfs_getxattr("/c/renamed", "user.k", value, sizeof value), ENODATA);
+    CHECK_ERRNO(ringfs_setxattr("/c/renamed", "system.posix_acl_access", "", 0, 0), EOPNOTSUPP);
+
     /* Threads share the library. */
     pthread_t threads[4];
     for (long i = 0; i < 4; i++) pthread_create(&threads[i], NULL, writer_thread, (void *)i);

@@ -30,10 +30,11 @@ mod cluster;
 mod files;
 mod namespace;
 pub mod run_dir;
+mod xattr;
 
 pub use cache::StageInSummary;
 pub use namespace::RenameFlags;
-pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, MemberList, ServerStats};
+pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, MemberList, ServerStats, XattrFlags};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -394,6 +394,85 @@ pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -
     })
 }
 
+/// Copies `value` into `buffer` like `getxattr(2)`: `size` 0 asks for the length only; a
+/// value longer than `size` is ERANGE.
+///
+/// # Safety
+/// `buffer` must be NULL with `size` 0, or point to `size` writable bytes.
+unsafe fn copy_out(value: &[u8], buffer: *mut c_void, size: usize) -> Result<isize, Errno> {
+    if size == 0 {
+        return Ok(value.len() as isize);
+    }
+    if value.len() > size {
+        return Err(Errno::ERANGE);
+    }
+    // SAFETY: `size` writable bytes by contract.
+    let buffer = unsafe { mutable_bytes(buffer, size) }?;
+    buffer[..value.len()].copy_from_slice(value);
+    Ok(value.len() as isize)
+}
+
+/// # Safety
+/// `path` and `name` must be NUL-terminated strings; `value` NULL with `size` 0, or `size`
+/// writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_getxattr(path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) -> isize {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let (path, name) = unsafe { (string(path)?, string(name)?) };
+        let found = client()?.get_xattr(path, name)?;
+        // SAFETY: forwarded contract.
+        unsafe { copy_out(&found, value, size) }
+    })
+}
+
+/// # Safety
+/// `path` and `name` must be NUL-terminated strings; `value` NULL with `size` 0, or `size`
+/// readable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_setxattr(
+    path: *const c_char,
+    name: *const c_char,
+    value: *const c_void,
+    size: usize,
+    flags: c_int,
+) -> c_int {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let (path, name, value) = unsafe { (string(path)?, string(name)?, bytes(value, size)?) };
+        client()?.set_xattr(path, name, value, u32::try_from(flags).map_err(|_| Errno::EINVAL)?).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `path` must be a NUL-terminated string; `list` NULL with `size` 0, or `size` writable
+/// bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_listxattr(path: *const c_char, list: *mut c_char, size: usize) -> isize {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let path = unsafe { string(path) }?;
+        let mut names = Vec::new();
+        for name in client()?.list_xattrs(path)? {
+            names.extend_from_slice(name.as_bytes());
+            names.push(0);
+        }
+        // SAFETY: forwarded contract.
+        unsafe { copy_out(&names, list.cast(), size) }
+    })
+}
+
+/// # Safety
+/// `path` and `name` must be NUL-terminated strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_removexattr(path: *const c_char, name: *const c_char) -> c_int {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let (path, name) = unsafe { (string(path)?, string(name)?) };
+        client()?.remove_xattr(path, name).map(|()| 0)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_sync() -> c_int {
     guard(-1, || client()?.sync().map(|()| 0))

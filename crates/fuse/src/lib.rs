@@ -33,8 +33,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{
     AccessFlags, BackgroundSession, Config, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, InitFlags, KernelConfig, LockOwner, MountOption, OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, SessionACL, TimeOrNow,
-    WriteFlags,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
+    TimeOrNow, WriteFlags,
 };
 use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, OpenFlags, Stat};
 use thiserror::Error;
@@ -225,6 +225,16 @@ impl RingfsFilesystem {
     fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
         match result {
             Ok(attr) => reply.entry(&self.options.attr_timeout, &attr, Generation(0)),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    /// `size` 0 asks how large the value is; a value larger than `size` is ERANGE.
+    fn reply_xattr(reply: ReplyXattr, size: u32, result: Result<Vec<u8>, Errno>) {
+        match result {
+            Ok(value) if size == 0 => reply.size(value.len() as u32),
+            Ok(value) if value.len() > size as usize => reply.error(fuse_errno(Errno::ERANGE)),
+            Ok(value) => reply.data(&value),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -593,6 +603,48 @@ impl Filesystem for RingfsFilesystem {
             }
             Err(errno) => reply.error(fuse_errno(errno)),
         }
+    }
+
+    // Extended attributes: the kernel has checked namespaces and permissions (the VFS's
+    // `xattr_permission`, with `default_permissions`); ACLs are not enabled, so the kernel
+    // answers `system.posix_acl_*` itself (EOPNOTSUPP).
+
+    fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        let result = (|| {
+            let name = name.to_str().ok_or(Errno::EINVAL)?;
+            self.client.set_xattr_id(self.inodes.file(inode.0)?, name, value, flags as u32)
+        })();
+        Self::reply_empty(reply, result);
+    }
+
+    fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let result = (|| {
+            let name = name.to_str().ok_or(Errno::ENODATA)?;
+            self.client.get_xattr_id(self.inodes.file(inode.0)?, name)
+        })();
+        Self::reply_xattr(reply, size, result);
+    }
+
+    fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        let result = self.inodes.file(inode.0).and_then(|file| self.client.list_xattrs_id(file)).map(|names| {
+            let mut list = Vec::new();
+            // `trusted.` names are listed to root only (as file systems do; the kernel leaves
+            // the filtering to them).
+            for name in names.into_iter().filter(|name| request.uid() == 0 || !name.starts_with("trusted.")) {
+                list.extend_from_slice(name.as_bytes());
+                list.push(0);
+            }
+            list
+        });
+        Self::reply_xattr(reply, size, result);
+    }
+
+    fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let result = (|| {
+            let name = name.to_str().ok_or(Errno::ENODATA)?;
+            self.client.remove_xattr_id(self.inodes.file(inode.0)?, name)
+        })();
+        Self::reply_empty(reply, result);
     }
 
     fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {

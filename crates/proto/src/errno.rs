@@ -14,6 +14,7 @@ impl Errno {
     pub const EPERM: Errno = Errno(1);
     pub const ENOENT: Errno = Errno(2);
     pub const EIO: Errno = Errno(5);
+    pub const E2BIG: Errno = Errno(7);
     pub const EBADF: Errno = Errno(9);
     pub const EAGAIN: Errno = Errno(11);
     pub const ENOMEM: Errno = Errno(12);
@@ -36,6 +37,8 @@ impl Errno {
     pub const ENOSYS: Errno = Errno(38);
     pub const ENOTEMPTY: Errno = Errno(39);
     pub const ELOOP: Errno = Errno(40);
+    /// No such extended attribute (ENOATTR).
+    pub const ENODATA: Errno = Errno(61);
     pub const EPROTO: Errno = Errno(71);
     pub const EOVERFLOW: Errno = Errno(75);
     pub const EMSGSIZE: Errno = Errno(90);

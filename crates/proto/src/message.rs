@@ -14,7 +14,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -423,6 +423,43 @@ pub struct FileOnly {
 }
 wire_struct!(FileOnly { file });
 
+/// An extended attribute of a file (`GetXattr`, `RemoveXattr`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct XattrName {
+    pub file: FileId,
+    pub name: String,
+    /// When the file changed (`RemoveXattr`: its ctime); 0 for `GetXattr`.
+    pub time_ns: i64,
+}
+wire_struct!(XattrName { file, name, time_ns });
+
+/// Sets an extended attribute; `flags` as `setxattr(2)`'s ([`XattrFlags`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SetXattr {
+    pub file: FileId,
+    pub name: String,
+    pub value: Bytes,
+    pub flags: u32,
+    pub time_ns: i64,
+}
+wire_struct!(SetXattr { file, name, value, flags, time_ns });
+
+/// `setxattr(2)` flags.
+pub struct XattrFlags;
+
+impl XattrFlags {
+    /// Fail with EEXIST if the attribute exists.
+    pub const CREATE: u32 = 1;
+    /// Fail with ENODATA if the attribute does not exist.
+    pub const REPLACE: u32 = 2;
+}
+
+/// Limits of extended attributes (Linux's): name bytes, value bytes, and all names of a
+/// file together (as `listxattr` returns them, NUL-terminated).
+pub const XATTR_NAME_MAX: usize = 255;
+pub const XATTR_VALUE_MAX: usize = 65536;
+pub const XATTR_LIST_MAX: usize = 65536;
+
 /// A list of files (orphan-chunk reclaiming).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FileList {
@@ -704,6 +741,14 @@ wire_enum! {
         /// inode there (their chunks elsewhere are orphans, left by a write that raced a
         /// removal or by an aborted request). Answered with `Files`.
         58 => MissingFiles(FileList),
+        /// An extended attribute's value (answered with `Value`). To the inode's server.
+        59 => GetXattr(XattrName),
+        /// Set an extended attribute (answered with the file's `Attr`). To the inode's server.
+        60 => SetXattr(SetXattr),
+        /// The names of a file's extended attributes (answered with `Names`).
+        61 => ListXattrs(FileOnly),
+        /// Remove an extended attribute. To the inode's server.
+        62 => RemoveXattr(XattrName),
     }
 }
 
@@ -776,9 +821,13 @@ impl Request {
             Request::ReadBackendDir(request) => Route::Path(&request.path),
             Request::NameLock(lock) => Route::Path(&lock.path),
             Request::Open(open) => file(&open.file),
-            Request::Stat(request) | Request::MarkExtended(request) | Request::FlushPrepare(request) | Request::BackendOf(request) => {
-                file(&request.file)
-            }
+            Request::Stat(request)
+            | Request::MarkExtended(request)
+            | Request::FlushPrepare(request)
+            | Request::BackendOf(request)
+            | Request::ListXattrs(request) => file(&request.file),
+            Request::GetXattr(request) | Request::RemoveXattr(request) => file(&request.file),
+            Request::SetXattr(request) => file(&request.file),
             Request::Rebind(rebind) => file(&rebind.file),
             Request::SetAttr(set) => file(&set.file),
             Request::Truncate(truncate) => file(&truncate.file),
@@ -1002,6 +1051,10 @@ wire_enum! {
         145 => BackendFile(Option<BackendFileReply>),
         /// Result of `MissingFiles`.
         146 => Files(FileList),
+        /// Result of `GetXattr`.
+        147 => Value(Bytes),
+        /// Result of `ListXattrs`.
+        148 => Names(Vec<String>),
     }
 }
 

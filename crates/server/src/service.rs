@@ -404,6 +404,17 @@ impl ServerState {
             }
             Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
             Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
+            // Extended attributes, at the inode's server.
+            Request::GetXattr(get) => {
+                Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))
+            }
+            Request::SetXattr(set) => {
+                Ok(Response::Attr(self.store.set_xattr(set.file, &set.name, &set.value.0, set.flags, set.time_ns).map_err(store_errno)?))
+            }
+            Request::ListXattrs(list) => Ok(Response::Names(self.store.list_xattrs(list.file).map_err(store_errno)?)),
+            Request::RemoveXattr(remove) => {
+                Ok(Response::Attr(self.store.remove_xattr(remove.file, &remove.name, remove.time_ns).map_err(store_errno)?))
+            }
             Request::RemoveChunks(remove) => Ok(Response::Count(self.store.remove_chunks(remove.file, remove.from_index))),
             Request::Write(write) => self.across_backend_moves(|_| self.write(session, &write, data)),
             Request::Read(read) => {

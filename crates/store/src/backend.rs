@@ -364,6 +364,68 @@ impl BackendDir {
         })
     }
 
+    /// The extended attributes of the backend entry at `path` that ringfs mirrors (`user.`
+    /// and `trusted.`); none where the backend keeps none.
+    pub fn read_xattrs(&self, path: &str) -> io::Result<std::collections::BTreeMap<String, Vec<u8>>> {
+        let location = self.location(path)?;
+        let c_path = c_location(&location)?;
+        let mut xattrs = std::collections::BTreeMap::new();
+        for name in xattr_names(&location)? {
+            if !MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) {
+                continue;
+            }
+            let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+            let mut value = vec![0u8; ringfs_proto::XATTR_VALUE_MAX];
+            // SAFETY: valid path and name; the buffer's length is passed.
+            let count = unsafe { libc::lgetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+            if count < 0 {
+                continue; // removed meanwhile, or not ours to read
+            }
+            value.truncate(count as usize);
+            xattrs.insert(name, value);
+        }
+        Ok(xattrs)
+    }
+
+    /// Makes the mirrored extended attributes of the backend entry at `path` exactly
+    /// `xattrs` (those of other namespaces are left alone). A backend without extended
+    /// attributes, or one that refuses `trusted.` to a server that is not root, is left as
+    /// it is (logged).
+    pub fn write_xattrs(&self, path: &str, xattrs: Option<&std::collections::BTreeMap<String, Vec<u8>>>) -> io::Result<()> {
+        let location = self.location(path)?;
+        let c_path = c_location(&location)?;
+        let empty = std::collections::BTreeMap::new();
+        let xattrs = xattrs.unwrap_or(&empty);
+        let refused = |error: &io::Error| matches!(error.raw_os_error(), Some(libc::ENOTSUP | libc::EPERM));
+        for name in xattr_names(&location)? {
+            if MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) && !xattrs.contains_key(&name) {
+                let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+                // SAFETY: valid path and name.
+                if unsafe { libc::lremovexattr(c_path.as_ptr(), c_name.as_ptr()) } != 0 {
+                    let error = io::Error::last_os_error();
+                    if !refused(&error) && error.raw_os_error() != Some(libc::ENODATA) {
+                        return Err(error);
+                    }
+                }
+            }
+        }
+        for (name, value) in xattrs {
+            if !MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) {
+                continue;
+            }
+            let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+            // SAFETY: valid path and name; the value's length is passed.
+            if unsafe { libc::lsetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), 0) } != 0 {
+                let error = io::Error::last_os_error();
+                if !refused(&error) {
+                    return Err(error);
+                }
+                log::info!("the backend keeps no extended attribute {name} of {path}: {error}");
+            }
+        }
+        Ok(())
+    }
+
     /// Removes the backend entry at `path`: a file or link, or a directory with everything in
     /// it (ringfs removed the directory only once it was empty in the merged view, so what is
     /// left inside was removed in ringfs too).
@@ -374,6 +436,35 @@ impl BackendDir {
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || Self::remove_location(&location))
     }
+}
+
+/// The namespaces of extended attributes ringfs keeps in step with the backend (`security.`
+/// and `system.` belong to the backend's own security modules and ACLs).
+const MIRRORED_XATTRS: [&str; 2] = ["user.", "trusted."];
+
+fn c_location(location: &Path) -> io::Result<CString> {
+    CString::new(location.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// The names of the extended attributes of the entry at `location` (not following a link).
+fn xattr_names(location: &Path) -> io::Result<Vec<String>> {
+    let path = c_location(location)?;
+    let mut buffer = vec![0u8; 4096];
+    loop {
+        // SAFETY: a valid path; the buffer's length is passed.
+        let count = unsafe { libc::llistxattr(path.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
+        if count >= 0 {
+            buffer.truncate(count as usize);
+            break;
+        }
+        let error = io::Error::last_os_error();
+        match error.raw_os_error() {
+            Some(libc::ERANGE) if buffer.len() < (1 << 20) => buffer.resize(buffer.len() * 4, 0),
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            _ => return Err(error),
+        }
+    }
+    Ok(buffer.split(|byte| *byte == 0).filter(|name| !name.is_empty()).map(|name| String::from_utf8_lossy(name).into_owned()).collect())
 }
 
 /// Swaps two existing entries: atomically where the file system can (`renameat2` with

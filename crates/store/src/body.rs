@@ -160,6 +160,8 @@ impl Body {
                 if let Err(error) = std::fs::remove_file(&file.location) {
                     log::warn!("could not remove chunk file {}: {error}", file.location.display());
                 }
+                // An inode's extended attributes, if it had any.
+                let _ = std::fs::remove_file(crate::directory::xattr_location(&file.location));
             }
             Body::Memory(shared) => {
                 if let Ok(bytes) = Arc::try_unwrap(shared) {

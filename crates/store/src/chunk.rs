@@ -5,6 +5,7 @@
 //! behind its own mutex ([`ChunkHandle`]), which guards all of it: copying a chunk's bytes
 //! never blocks other chunks.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use ringfs_proto::{Attr, ChunkKey, EntryFlags};
@@ -83,6 +84,14 @@ impl CacheState {
     }
 }
 
+/// A file's extended attributes, by name (kept on its inode).
+pub(crate) type Xattrs = BTreeMap<String, Vec<u8>>;
+
+/// Bytes the extended attributes take, charged against the store's capacity.
+pub(crate) fn xattr_bytes(xattrs: &Xattrs) -> u64 {
+    xattrs.iter().map(|(name, value)| (name.len() + value.len()) as u64).sum()
+}
+
 pub(crate) struct Chunk {
     /// The chunk's index in its file (0: the inode); its file is `attr.file_id`.
     pub index: u64,
@@ -101,11 +110,13 @@ pub(crate) struct Chunk {
     pub version: u64,
     /// Cache mode: see [`CacheState`].
     pub cache: CacheState,
+    /// Chunk 0: the file's extended attributes (none: `None`).
+    pub xattrs: Option<Box<Xattrs>>,
 }
 
 impl Chunk {
     pub fn new(index: u64, attr: Attr, body: Body, cache: CacheState) -> Chunk {
-        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache }
+        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache, xattrs: None }
     }
 
     pub fn key(&self) -> ChunkKey {

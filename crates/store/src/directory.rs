@@ -41,7 +41,7 @@ use ringfs_proto::{ATTR_BYTES, Attr, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::body::ChunkFile;
-use crate::chunk::{PendingOp, lock};
+use crate::chunk::{PendingOp, Xattrs, lock};
 
 const MAGIC: &[u8; 4] = b"RFSC";
 const FORMAT_VERSION: u16 = 3;
@@ -59,6 +59,46 @@ pub(crate) struct RecoveredChunk {
     pub pending: Option<PendingOp>,
     pub backend_path: Option<String>,
     pub file: ChunkFile,
+    /// Chunk 0: the extended attributes kept beside the chunk file.
+    pub xattrs: Option<Xattrs>,
+}
+
+/// The file beside an inode's chunk file that holds the file's extended attributes.
+pub(crate) fn xattr_location(chunk_location: &Path) -> PathBuf {
+    let mut location = chunk_location.as_os_str().to_os_string();
+    location.push(XATTR_SUFFIX);
+    PathBuf::from(location)
+}
+
+const XATTR_SUFFIX: &str = ".xattr";
+
+/// Encodes extended attributes: for each, the name's length (`u16`) and bytes, the value's
+/// length (`u32`) and bytes.
+fn encode_xattrs(xattrs: &Xattrs) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for (name, value) in xattrs {
+        bytes.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(name.as_bytes());
+        bytes.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(value);
+    }
+    bytes
+}
+
+fn decode_xattrs(mut bytes: &[u8]) -> Option<Xattrs> {
+    let mut xattrs = Xattrs::new();
+    let mut take = |count: usize| -> Option<&[u8]> {
+        let (taken, rest) = (bytes.get(..count)?, bytes.get(count..)?);
+        bytes = rest;
+        Some(taken)
+    };
+    loop {
+        let Some(length) = take(2) else { return Some(xattrs) };
+        let name = String::from_utf8(take(u16::from_le_bytes([length[0], length[1]]) as usize)?.to_vec()).ok()?;
+        let length = take(4)?;
+        let value = take(u32::from_le_bytes([length[0], length[1], length[2], length[3]]) as usize)?.to_vec();
+        xattrs.insert(name, value);
+    }
 }
 
 /// The directory a `dir` store keeps its chunk files in.
@@ -314,6 +354,21 @@ impl ChunkDirectory {
         (unsafe { libc::statvfs(path.as_ptr(), &mut info) } == 0).then(|| info.f_blocks * info.f_frsize)
     }
 
+    /// Writes a file's extended attributes beside its inode's chunk file (replacing them
+    /// whole: a new file renamed over the old one), or removes them when there are none.
+    pub fn write_xattrs(&self, inode: &ChunkFile, xattrs: &Xattrs) -> io::Result<()> {
+        let location = xattr_location(&inode.location);
+        if xattrs.is_empty() {
+            return match fs::remove_file(&location) {
+                Err(error) if error.kind() != io::ErrorKind::NotFound => Err(error),
+                _ => Ok(()),
+            };
+        }
+        let temporary = location.with_extension("xattr-new");
+        fs::write(&temporary, encode_xattrs(xattrs))?;
+        fs::rename(&temporary, &location)
+    }
+
     /// Reads every chunk file under the directory. Files that are not chunk files, or whose
     /// header is damaged, are skipped with a warning.
     pub fn recover(&self) -> io::Result<Vec<RecoveredChunk>> {
@@ -325,6 +380,10 @@ impl ChunkDirectory {
             }
             for entry in fs::read_dir(subdirectory.path())? {
                 let location = entry?.path();
+                let name = location.file_name().map(|name| name.to_string_lossy().into_owned()).unwrap_or_default();
+                if name.ends_with(XATTR_SUFFIX) || name.ends_with(".xattr-new") {
+                    continue;
+                }
                 match read_header(&location) {
                     Ok(chunk) => recovered.push(chunk),
                     Err(error) => log::warn!("skipping {}: {error}", location.display()),
@@ -365,12 +424,19 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
         return Err(invalid("damaged header"));
     }
     let attr = Attr::from_bytes(&attr_bytes);
+    let index = u64::from_le_bytes(index_bytes);
+    let xattrs = match (index, fs::read(xattr_location(location))) {
+        (0, Ok(bytes)) => Some(decode_xattrs(&bytes).ok_or_else(|| invalid("damaged extended attributes"))?),
+        (_, Err(error)) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+        _ => None,
+    };
     Ok(RecoveredChunk {
-        key: ChunkKey { file: attr.file_id, index: u64::from_le_bytes(index_bytes) },
+        key: ChunkKey { file: attr.file_id, index },
         attr,
         pending: pending_from(&fixed[PENDING_OFFSET..]),
         backend_path,
         file: ChunkFile { location: location.to_path_buf(), data_offset, stored_len: file_len.saturating_sub(data_offset) },
+        xattrs,
     })
 }
 

@@ -57,6 +57,7 @@ mod namespace;
 mod pool;
 mod space;
 mod store;
+mod xattr;
 
 pub use backend::{BackendDir, RemovalKind};
 pub use cache::{BackendFile, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};

@@ -133,7 +133,8 @@ impl Space {
             return;
         }
         chunk.removed = true;
-        self.refund(CHUNK_OVERHEAD_BYTES + chunk.body.stored_len());
+        let xattr_bytes = chunk.xattrs.take().map_or(0, |xattrs| crate::chunk::xattr_bytes(&xattrs));
+        self.refund(CHUNK_OVERHEAD_BYTES + chunk.body.stored_len() + xattr_bytes);
         std::mem::replace(&mut chunk.body, Body::Memory(Arc::default())).remove(&self.pool);
         self.chunk_count.fetch_sub(1, Ordering::Relaxed);
     }

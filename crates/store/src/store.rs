@@ -97,9 +97,12 @@ impl ChunkStore {
         let count = recovered.len();
         let mut unreferenced = Vec::new();
         for chunk in recovered {
-            self.space.count_recovered(chunk.file.stored_len);
+            let xattr_bytes = chunk.xattrs.as_ref().map_or(0, crate::chunk::xattr_bytes);
+            self.space.count_recovered(chunk.file.stored_len + xattr_bytes);
             let cache = CacheState { pending: chunk.pending, backend_path: chunk.backend_path, ..CacheState::default() };
-            let handle = Arc::new(std::sync::Mutex::new(Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache)));
+            let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
+            recovered.xattrs = chunk.xattrs.filter(|xattrs| !xattrs.is_empty()).map(Box::new);
+            let handle = Arc::new(std::sync::Mutex::new(recovered));
             {
                 let mut recovered_chunk = lock(&handle);
                 if chunk.key.index == 0 && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {

@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::attr::FileKind;
+use crate::wire::Bytes;
 
 fn file(serial: u64) -> FileId {
     FileId { anchor: 0xA0 + serial as u32, serial }
@@ -65,6 +66,16 @@ pub fn requests() -> Vec<Request> {
         Request::Link(Link { from: "/a".into(), to: "/b".into(), time_ns: 3 }),
         Request::LinkFile(LinkFile { file: file(6), to: "/b".into(), time_ns: 3 }),
         Request::MissingFiles(FileList { files: vec![file(1), file(2)] }),
+        Request::GetXattr(XattrName { file: file(7), name: "user.a".into(), time_ns: 0 }),
+        Request::SetXattr(SetXattr {
+            file: file(7),
+            name: "user.b".into(),
+            value: Bytes(vec![0, 1, 2]),
+            flags: XattrFlags::CREATE,
+            time_ns: 8,
+        }),
+        Request::ListXattrs(FileOnly { file: file(7) }),
+        Request::RemoveXattr(XattrName { file: file(7), name: "trusted.c".into(), time_ns: 9 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
             root: "/d".into(),
@@ -173,5 +184,7 @@ pub fn responses() -> Vec<Response> {
         Response::BackendTarget(None),
         Response::BackendFile(Some(BackendFileReply { path: "/a".into(), len: 7 })),
         Response::Files(FileList { files: vec![file(3)] }),
+        Response::Value(Bytes(b"v".to_vec())),
+        Response::Names(vec!["user.a".into(), "user.b".into()]),
     ]
 }

@@ -312,6 +312,7 @@ impl Cache {
         }
         if attr.has(EntryFlags::DIRTY) && key.index == 0 && (attr.is_dir() || attr.is_regular()) {
             self.backend.set_mode(&backend_path, attr.mode).map_err(io_errno)?;
+            self.backend.write_xattrs(&backend_path, chunk.xattrs.as_deref()).map_err(io_errno)?;
         }
         // Still under the lock taken (or retaken) after the chunk's last check: unchanged.
         chunk.attr.flags &= !EntryFlags::DIRTY;

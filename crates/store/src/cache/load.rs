@@ -81,6 +81,27 @@ impl Cache {
         self.charge(space, CHUNK_OVERHEAD_BYTES)?;
         let cache = CacheState { backend_path: Some(path.to_string()), ..CacheState::default() };
         let handle = space.new_chunk_charged(ChunkKey::inode(file), attr, cache)?;
+        // Extended attributes come along (a failure to read them is not a failure to load).
+        if attr.is_regular() || attr.is_dir() {
+            match self.backend.read_xattrs(path) {
+                Ok(xattrs) if !xattrs.is_empty() => {
+                    let mut chunk = lock(&handle);
+                    let kept = match (&space.directory, &chunk.body) {
+                        (Some(directory), crate::body::Body::File(body)) => directory.write_xattrs(body, &xattrs),
+                        _ => Ok(()),
+                    };
+                    match kept {
+                        Ok(()) => {
+                            space.charge_anyway(crate::chunk::xattr_bytes(&xattrs));
+                            chunk.xattrs = Some(Box::new(xattrs));
+                        }
+                        Err(error) => log::warn!("cannot keep the extended attributes of {path}: {error}"),
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => log::info!("extended attributes of {path} in the backend: {error}"),
+            }
+        }
         if let Some(target) = link_target {
             let mut chunk = lock(&handle);
             chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
