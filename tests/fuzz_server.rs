@@ -27,6 +27,8 @@ struct Tally {
     sent: u64,
     answered: u64,
     timed_out: u64,
+    /// The first requests that timed out (for the failure message).
+    slow: Vec<String>,
 }
 
 /// Sends `count` mutated requests to server `index`, as a server (every request is handled)
@@ -74,6 +76,9 @@ fn fuzz(cluster: &TestCluster, index: usize, seed: u64, count: u64, as_server: b
             Ok(_) => tally.answered += 1,
             Err(RpcError::Timeout { .. }) => {
                 tally.timed_out += 1;
+                if tally.slow.len() < 5 {
+                    tally.slow.push(format!("{request:?}").chars().take(300).collect());
+                }
                 // The handler waits (a lock a forged request took): go on beside it.
                 connection = Connection::open(&endpoint, &config).unwrap();
             }

@@ -428,6 +428,10 @@ impl ServerState {
                 })
             }
             Request::SetChunkLen(set) => self.across_backend_moves(|attempt| {
+                check_template(&set.template)?;
+                if set.len > MAX_CHUNK_SIZE as u64 {
+                    return Err(Errno::EINVAL);
+                }
                 let backend = match &set.backend {
                     Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                     _ => self.backend_for(set.chunk, set.template.backend_len)?,
@@ -520,6 +524,7 @@ impl ServerState {
     }
 
     fn write(&self, session: &Session, write: &Write, data: &[u8]) -> Result<Response, Errno> {
+        check_template(&write.template)?;
         let backend = self.backend_for(write.chunk, write.template.backend_len)?;
         let source = |write: &Write| -> Result<Box<dyn ByteSource + '_>, Errno> {
             match write.source {
@@ -611,6 +616,12 @@ impl ServerState {
             }
         }
     }
+}
+
+/// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
+/// (a forged size would let one write fill gigabytes with zeros).
+fn check_template(template: &ringfs_proto::ChunkTemplate) -> Result<(), Errno> {
+    if template.chunk_size == 0 || template.chunk_size > MAX_CHUNK_SIZE { Err(Errno::EINVAL) } else { Ok(()) }
 }
 
 impl Service for ServerState {
