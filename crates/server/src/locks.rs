@@ -103,6 +103,11 @@ impl NameLocks {
         let mut held = lock(&self.held);
         loop {
             let now = Instant::now();
+            if across_servers && self.ended.has_ended(token) {
+                // Released while it waited: its coordinator gave up on it. Taking the lock
+                // now would hold it for a token nobody will release.
+                return Err(Errno::ETIMEDOUT);
+            }
             match held.get(path) {
                 Some(other) if other.token != token && other.until > now => {
                     if !warned && now - started > SLOW_WAIT {
@@ -133,6 +138,11 @@ impl NameLocks {
     pub fn release(&self, path: &str, token: u64) {
         self.ended.end(token);
         self.give_back(path, token);
+        // An acquisition of this token still waiting gives up now.
+        let _held = lock(&self.held);
+        if self.waiting.load(Ordering::Relaxed) > 0 {
+            self.released.notify_all();
+        }
     }
 
     /// [`NameLocks::release`] of a lock only this server knows (an operation's hold).
@@ -347,6 +357,25 @@ mod tests {
         assert!(waiter.join().unwrap() >= Duration::from_millis(40));
         locks.release("/a", 1);
         assert!(locks.wait_free("/a", 2).is_ok());
+    }
+
+    #[test]
+    fn an_acquisition_whose_release_comes_while_it_waits_takes_no_lock() {
+        // Found by the simulation under CPU load: a coordinator that gave up on a slow
+        // acquisition releases it; the acquisition, still waiting at the name's server, then
+        // took the lock for a token nobody would release — for a whole lease, and the next
+        // waiters did the same.
+        let locks = Arc::new(NameLocks::default());
+        locks.acquire("/a", 1).unwrap();
+        let waiter = {
+            let locks = locks.clone();
+            std::thread::spawn(move || locks.acquire("/a", 2))
+        };
+        std::thread::sleep(Duration::from_millis(30));
+        locks.release("/a", 2);
+        locks.release("/a", 1);
+        assert_eq!(waiter.join().unwrap(), Err(Errno::ETIMEDOUT));
+        assert!(locks.wait_free("/a", 0).is_ok(), "nobody holds /a");
     }
 
     #[test]
