@@ -302,3 +302,134 @@ fn cp_rsync_and_tar_keep_modes_owners_times_and_xattrs() {
     assert_eq!(describe(std::path::Path::new(&format!("{shm}/back-rsync"))), source, "rsync -aX out of the mount");
     let _ = std::fs::remove_dir_all(&shm);
 }
+
+/// Which times change (m: mtime, c: ctime) on which operation — the file's, and its
+/// directory's on every change of names in it —, `utimensat`, limits and open flags, errno
+/// of the common mistakes, `statvfs`, `fallocate` and locks, printed one per line.
+const POSIX_RULES: &str = r#"
+import errno, os, sys, time
+root = sys.argv[1]
+def err(f):
+    try:
+        f(); return 'ok'
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def times(p):
+    s = os.stat(p, follow_symlinks=False)
+    return (s.st_mtime_ns, s.st_ctime_ns)
+def changed(p, action):
+    before = times(p); time.sleep(0.02); action(); after = times(p)
+    return ('m' if after[0] != before[0] else '-') + ('c' if after[1] != before[1] else '-')
+d = os.path.join(root, 'rules'); os.mkdir(d)
+f = os.path.join(d, 'f')
+out = []
+out.append(('dir on create', changed(d, lambda: open(f, 'w').close())))
+out.append(('file on write', changed(f, lambda: open(f, 'a').write('x'))))
+out.append(('file on truncate', changed(f, lambda: os.truncate(f, 0))))
+out.append(('file on chmod', changed(f, lambda: os.chmod(f, 0o600))))
+out.append(('file on chown', changed(f, lambda: os.chown(f, 0, 0))))
+out.append(('file on link', changed(f, lambda: os.link(f, f + '2'))))
+out.append(('dir on link', changed(d, lambda: os.link(f, f + '3'))))
+out.append(('file on rename', changed(f, lambda: os.rename(f + '3', f + '4'))))
+out.append(('dir on rename', changed(d, lambda: os.rename(f + '4', f + '5'))))
+out.append(('dir on unlink', changed(d, lambda: os.unlink(f + '5'))))
+out.append(('file on unlink of another name', changed(f, lambda: os.unlink(f + '2'))))
+out.append(('dir on mkdir', changed(d, lambda: os.mkdir(os.path.join(d, 'sub')))))
+out.append(('dir on rmdir', changed(d, lambda: os.rmdir(os.path.join(d, 'sub')))))
+out.append(('dir on symlink', changed(d, lambda: os.symlink('f', os.path.join(d, 'l')))))
+out.append(('file on utime', changed(f, lambda: os.utime(f, (1, 2)))))
+out.append(('utime value', os.stat(f).st_mtime_ns))
+out.append(('file on setxattr', changed(f, lambda: os.setxattr(f, 'user.a', b'1'))))
+out.append(('name of 255', err(lambda: open(os.path.join(d, 'n' * 255), 'w').close())))
+out.append(('name of 256', err(lambda: open(os.path.join(d, 'n' * 256), 'w').close())))
+out.append(('mkdir name of 256', err(lambda: os.mkdir(os.path.join(d, 'n' * 256)))))
+out.append(('O_EXCL existing', err(lambda: os.open(f, os.O_CREAT | os.O_EXCL | os.O_WRONLY))))
+out.append(('O_NOFOLLOW link', err(lambda: os.open(os.path.join(d, 'l'), os.O_RDONLY | os.O_NOFOLLOW))))
+out.append(('O_DIRECTORY file', err(lambda: os.open(f, os.O_RDONLY | os.O_DIRECTORY))))
+os.symlink('loop2', os.path.join(d, 'loop1')); os.symlink('loop1', os.path.join(d, 'loop2'))
+out.append(('ELOOP', err(lambda: open(os.path.join(d, 'loop1')))))
+out.append(('open dir for write', err(lambda: os.open(d, os.O_WRONLY))))
+out.append(('rmdir non-empty', err(lambda: os.rmdir(d))))
+out.append(('unlink dir', err(lambda: os.unlink(d))))
+out.append(('mkdir existing', err(lambda: os.mkdir(d))))
+out.append(('rename dir into itself', err(lambda: os.rename(d, os.path.join(d, 'x')))))
+out.append(('link to dir', err(lambda: os.link(d, os.path.join(root, 'dlink')))))
+fd = os.open(f, os.O_WRONLY | os.O_APPEND); os.write(fd, b'abc'); os.lseek(fd, 0, 0); os.write(fd, b'de'); os.close(fd)
+out.append(('O_APPEND', open(f, 'rb').read()))
+out.append(('O_TRUNC', (os.close(os.open(f, os.O_WRONLY | os.O_TRUNC)), os.stat(f).st_size)[1]))
+s = os.statvfs(root)
+out.append(('statvfs namemax', s.f_namemax))
+out.append(('statvfs has blocks and files', s.f_blocks > 0 and s.f_files > 0))
+out.append(('fallocate', err(lambda: os.posix_fallocate(os.open(f, os.O_RDWR), 0, 1 << 20))))
+out.append(('size after fallocate', os.stat(f).st_size))
+import fcntl
+fd = os.open(f, os.O_RDWR)
+out.append(('flock', err(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))))
+out.append(('fcntl lock', err(lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))))
+for name, value in out:
+    print(name, value)
+"#;
+
+/// The same POSIX rules checked on tmpfs and through the mount print the same lines.
+#[test]
+fn times_limits_flags_and_errors_through_the_mount_match_tmpfs() {
+    let cluster = TestCluster::start(2);
+    let Some(mount) = shared_mount(&cluster) else { return };
+    let rules = |root: &std::path::Path| {
+        let output = Command::new("python3").arg("-c").arg(POSIX_RULES).arg(root).output().unwrap();
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let tmpfs = std::path::PathBuf::from(format!("/dev/shm/ringfs-rules-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmpfs);
+    std::fs::create_dir(&tmpfs).unwrap();
+    let expected = rules(&tmpfs);
+    let _ = std::fs::remove_dir_all(&tmpfs);
+    let got = rules(&mount.dir);
+    for (line, (got, expected)) in got.lines().zip(expected.lines()).enumerate() {
+        assert_eq!(got, expected, "line {line} (left: the mount, right: tmpfs)");
+    }
+    assert_eq!(got.lines().count(), expected.lines().count());
+}
+
+/// Through the native client too: a directory's mtime and ctime move with every change of
+/// the names in it (at once for a single change).
+#[test]
+fn directories_times_follow_their_names_through_the_native_client() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/d", 0o755).unwrap();
+    client.mkdir("/e", 0o755).unwrap();
+    let times = |path: &str| {
+        let stat = client.stat(path).unwrap();
+        (stat.mtime_ns, stat.ctime_ns)
+    };
+    type Change<'a> = (&'static str, Box<dyn Fn() + 'a>);
+    let mut changes: Vec<Change> = vec![
+        ("create", Box::new(|| common::write_file(&client, "/d/f", b"x"))),
+        ("link", Box::new(|| client.link("/d/f", "/d/g").unwrap())),
+        ("rename", Box::new(|| client.rename("/d/g", "/d/h").unwrap())),
+        ("unlink", Box::new(|| client.unlink("/d/h").unwrap())),
+        ("mkdir", Box::new(|| client.mkdir("/d/sub", 0o700).unwrap())),
+        ("directory rename", Box::new(|| client.rename("/d/sub", "/d/sub2").unwrap())),
+        ("rmdir", Box::new(|| client.rmdir("/d/sub2").unwrap())),
+        ("symlink", Box::new(|| client.symlink("f", "/d/l").unwrap())),
+    ];
+    for (what, change) in changes.drain(..) {
+        let before = times("/d");
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        change();
+        let after = times("/d");
+        assert!(after.0 > before.0 && after.1 > before.1, "{what}: {before:?} -> {after:?}");
+    }
+    // A rename between directories changes both.
+    let (d, e) = (times("/d"), times("/e"));
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    client.rename("/d/f", "/e/f").unwrap();
+    assert!(times("/d").0 > d.0 && times("/e").0 > e.0);
+    // The root directory (held by every server) too.
+    let root = times("/");
+    std::thread::sleep(std::time::Duration::from_millis(3));
+    client.mkdir("/new", 0o755).unwrap();
+    assert!(times("/").0 > root.0);
+}

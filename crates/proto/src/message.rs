@@ -460,6 +460,17 @@ pub const XATTR_NAME_MAX: usize = 255;
 pub const XATTR_VALUE_MAX: usize = 65536;
 pub const XATTR_LIST_MAX: usize = 65536;
 
+/// Entries of a directory changed (server to server): its mtime and ctime become `time_ns`
+/// unless they are later already. By `path` to the directory's name server, which sends it
+/// on by `file` (with an empty path) to the directory's inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirTouch {
+    pub path: String,
+    pub file: FileId,
+    pub time_ns: i64,
+}
+wire_struct!(DirTouch { path, file, time_ns });
+
 /// A list of files (orphan-chunk reclaiming).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct FileList {
@@ -749,6 +760,8 @@ wire_enum! {
         61 => ListXattrs(FileOnly),
         /// Remove an extended attribute. To the inode's server.
         62 => RemoveXattr(XattrName),
+        /// Server to server: a directory's entries changed (its times follow).
+        63 => TouchDir(DirTouch),
     }
 }
 
@@ -801,6 +814,7 @@ impl Request {
                 | Request::Rebind(_)
                 | Request::Redirty(_)
                 | Request::MissingFiles(_)
+                | Request::TouchDir(_)
         )
     }
 
@@ -828,6 +842,8 @@ impl Request {
             | Request::ListXattrs(request) => file(&request.file),
             Request::GetXattr(request) | Request::RemoveXattr(request) => file(&request.file),
             Request::SetXattr(request) => file(&request.file),
+            Request::TouchDir(touch) if touch.path.is_empty() => file(&touch.file),
+            Request::TouchDir(touch) => Route::Path(&touch.path),
             Request::Rebind(rebind) => file(&rebind.file),
             Request::SetAttr(set) => file(&set.file),
             Request::Truncate(truncate) => file(&truncate.file),
@@ -878,6 +894,7 @@ impl Request {
             Request::InstallEntry(install) => vec![&install.path],
             Request::RemoveEntry(remove) => vec![&remove.path],
             Request::NameLock(lock) => vec![&lock.path],
+            Request::TouchDir(touch) if !touch.path.is_empty() => vec![&touch.path],
             Request::Rebind(rebind) => rebind.path.iter().map(String::as_str).collect(),
             Request::Freeze(subtree) | Request::MoveSubtree(subtree) | Request::Thaw(subtree) => vec![&subtree.from, &subtree.to],
             Request::PutEntries(put) => put.entries.iter().map(|entry| entry.path.as_str()).collect(),

@@ -216,6 +216,10 @@ impl ServerState {
             log::info!("could not give back the namespace lock yet: {errno} (trying again)");
             self.release_later(crate::names::Release::NamespaceLock { token });
         }
+        if outcome.is_ok() {
+            self.touch_parent(from, time_ns);
+            self.touch_parent(to, time_ns);
+        }
         outcome
     }
 

@@ -19,6 +19,7 @@
 //! server.stop();
 //! ```
 
+mod dir_times;
 mod directory_rename;
 mod files;
 mod flusher;
@@ -247,6 +248,10 @@ impl Server {
         spawn_named("ringfs-gossip", {
             let state = state.clone();
             move || gossip_loop(&state, gossip_receiver)
+        });
+        spawn_named("ringfs-dirtimes", {
+            let state = state.clone();
+            move || state.dir_times_loop()
         });
         spawn_named("ringfs-detector", {
             let state = state.clone();

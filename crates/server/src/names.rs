@@ -153,6 +153,9 @@ impl ServerState {
                 other => break other?,
             }
         };
+        if outcome.created {
+            self.touch_parent(&create.path, create.time_ns);
+        }
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
             Some(attr) => {
@@ -217,6 +220,7 @@ impl ServerState {
             let _entered = self.enter_name(path, 0)?;
             self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
         };
+        self.touch_parent(path, time_ns);
         self.drop_link(entry.file, time_ns)?;
         Ok(Response::Done)
     }
@@ -237,6 +241,7 @@ impl ServerState {
         };
         outcome?;
         finished?;
+        self.touch_parent(path, time_ns);
         self.drop_link(directory.file, time_ns)?;
         Ok(Response::Done)
     }
@@ -431,6 +436,9 @@ impl ServerState {
             Ok(Response::Done)
         })();
         self.unlock_names(&[from, to], token);
+        if outcome.is_ok() {
+            self.touch_parent(to, time_ns);
+        }
         outcome
     }
 
@@ -464,6 +472,9 @@ impl ServerState {
             Ok(Response::Done)
         })();
         self.unlock_names(&[to], token);
+        if outcome.is_ok() {
+            self.touch_parent(to, time_ns);
+        }
         outcome
     }
 
@@ -503,6 +514,10 @@ impl ServerState {
         }
         let outcome = self.rename_file(&from, &to, entries[0], entries[1], time_ns, flags, token);
         self.unlock_names(&[&from, &to], token);
+        if outcome.is_ok() {
+            self.touch_parent(&from, time_ns);
+            self.touch_parent(&to, time_ns);
+        }
         outcome
     }
 

@@ -109,6 +109,8 @@ pub struct ServerState {
     pub later_releases: Mutex<Vec<crate::names::LaterRelease>>,
     /// This server's part of the directory renames under way (see `directory_rename`).
     pub subtree_moves: crate::directory_rename::SubtreeMoves,
+    /// Touches of directories whose entries changed here (see `dir_times`).
+    pub dir_times: crate::dir_times::DirTimes,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -180,6 +182,7 @@ impl ServerState {
             namespace_lock: Mutex::new(None),
             namespace_lock_ended: Default::default(),
             subtree_moves: Default::default(),
+            dir_times: Default::default(),
             later_releases: Mutex::new(Vec::new()),
         }
     }
@@ -404,6 +407,7 @@ impl ServerState {
             }
             Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
             Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
+            Request::TouchDir(touch) => self.touch_dir(touch),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))

@@ -350,6 +350,24 @@ impl ChunkStore {
         Ok(chunk.attr)
     }
 
+    /// A directory's entries changed at `time_ns`: its mtime and ctime become `time_ns`,
+    /// unless the directory changed later already (its ctime is later: another touch, or an
+    /// explicit `utimensat` — `rsync` and `cp -a` set a directory's times after filling it,
+    /// and a touch arriving late must not undo that).
+    pub fn touch_dir(&self, file: FileId, time_ns: i64) -> Result<(), StoreError> {
+        let handle = self.inode_checked(file)?;
+        let mut chunk = lock(&handle);
+        if !chunk.attr.is_dir() {
+            return Err(Errno::ENOTDIR.into());
+        }
+        if chunk.attr.ctime_ns >= time_ns {
+            return Ok(());
+        }
+        chunk.attr.mtime_ns = time_ns;
+        chunk.attr.ctime_ns = time_ns;
+        self.persist(&mut chunk)
+    }
+
     /// Files of which this store holds data chunks but no inode: their inodes are on other
     /// servers — or gone, and these chunks are orphans (see the server's reclaiming).
     pub fn files_without_inode(&self) -> Vec<FileId> {

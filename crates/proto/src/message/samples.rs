@@ -76,6 +76,8 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::ListXattrs(FileOnly { file: file(7) }),
         Request::RemoveXattr(XattrName { file: file(7), name: "trusted.c".into(), time_ns: 9 }),
+        Request::TouchDir(DirTouch { path: "/d".into(), file: file(0), time_ns: 10 }),
+        Request::TouchDir(DirTouch { path: String::new(), file: file(8), time_ns: 11 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
             root: "/d".into(),

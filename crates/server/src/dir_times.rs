@@ -1,0 +1,147 @@
+//! Directory times: a directory's mtime and ctime change whenever a name in it is created,
+//! removed or renamed (POSIX).
+//!
+//! The name lives on one server and the directory's inode, usually, on another, so the
+//! name's server tells the directory (`TouchDir`, to the directory's name server, which
+//! sends it on to the inode). It does so at once when it has not touched that directory in
+//! the last [`COALESCE`] — a single create or rename is seen by the next `stat` — and
+//! otherwise queues the touch: a burst of creates in one directory costs one message per
+//! directory per [`COALESCE`], sent by the `ringfs-dirtimes` thread, not one per create
+//! (docs/CONSISTENCY.md says how stale that lets a directory's times be). A touch that
+//! cannot be delivered is dropped and logged: an operation that succeeded does not fail
+//! for a time stamp. Touches never move times back, so their order does not matter.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::path;
+use ringfs_proto::{DirTouch, Errno, FileId, Request, Response};
+
+use crate::service::{ServerState, store_errno};
+
+/// Touches of one directory closer together than this are sent together.
+const COALESCE: Duration = Duration::from_millis(1);
+
+#[derive(Default)]
+pub struct DirTimes {
+    state: Mutex<State>,
+    wake: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// When each directory was last touched from here.
+    recent: HashMap<String, Instant>,
+    /// Touches waiting to be sent: the latest time for each directory.
+    pending: HashMap<String, i64>,
+}
+
+impl DirTimes {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Notes a touch of `dir`: true if it should be sent now, false if it was queued.
+    fn note(&self, dir: &str, time_ns: i64) -> bool {
+        let mut state = self.lock();
+        let now = Instant::now();
+        if state.recent.len() > 4096 {
+            state.recent.retain(|_, at| now.duration_since(*at) < COALESCE);
+        }
+        match state.recent.get(dir) {
+            Some(at) if now.duration_since(*at) < COALESCE => {
+                // (No allocation and no wake-up for a directory queued already: that is the
+                // common case of a burst.)
+                match state.pending.get_mut(dir) {
+                    Some(latest) => *latest = (*latest).max(time_ns),
+                    None => {
+                        let was_empty = state.pending.is_empty();
+                        state.pending.insert(dir.to_string(), time_ns);
+                        if was_empty {
+                            self.wake.notify_one();
+                        }
+                    }
+                }
+                false
+            }
+            _ => {
+                state.recent.insert(dir.to_string(), now);
+                true
+            }
+        }
+    }
+
+    /// The queued touches, once some are queued (after [`COALESCE`], so that a burst goes
+    /// as one); empty after `limit` without any.
+    fn take(&self, limit: Duration) -> Vec<(String, i64)> {
+        let mut state = self.lock();
+        if state.pending.is_empty() {
+            state = self.wake.wait_timeout(state, limit).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            if state.pending.is_empty() {
+                return Vec::new();
+            }
+        }
+        drop(state);
+        std::thread::sleep(COALESCE);
+        let mut state = self.lock();
+        let now = Instant::now();
+        let taken: Vec<(String, i64)> = state.pending.drain().collect();
+        for (dir, _) in &taken {
+            state.recent.insert(dir.clone(), now);
+        }
+        taken
+    }
+}
+
+impl ServerState {
+    /// A name in `child`'s parent directory was created, removed or renamed at `time_ns`.
+    pub(crate) fn touch_parent(&self, child: &str, time_ns: i64) {
+        let Some(parent) = path::parent(child) else { return };
+        if self.dir_times.note(parent, time_ns) {
+            self.send_touch(parent, time_ns);
+        }
+    }
+
+    fn send_touch(&self, dir: &str, time_ns: i64) {
+        let outcome = if dir == "/" {
+            // Every server holds the root directory.
+            let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns };
+            self.broadcast(&Request::TouchDir(touch)).into_iter().find_map(Result::err).map_or(Ok(()), Err)
+        } else {
+            let touch = DirTouch { path: dir.to_string(), file: FileId::default(), time_ns };
+            self.ask(&self.owner_of_path(dir), Request::TouchDir(touch)).map(drop)
+        };
+        if let Err(errno) = outcome {
+            log::debug!("the times of {dir} were not updated: {errno}");
+        }
+    }
+
+    /// Sends queued touches until the server stops.
+    pub(crate) fn dir_times_loop(&self) {
+        while !self.shutdown.is_requested() {
+            for (dir, time_ns) in self.dir_times.take(Duration::from_millis(200)) {
+                self.send_touch(&dir, time_ns);
+            }
+        }
+    }
+
+    /// `TouchDir`: by path at the directory's name server (sent on to its inode), or by file
+    /// at the inode.
+    pub fn touch_dir(&self, touch: DirTouch) -> Result<Response, Errno> {
+        if touch.path.is_empty() {
+            self.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
+            return Ok(Response::Done);
+        }
+        let entry = {
+            let _pass = self.gate.pass(&[&touch.path], 0)?;
+            self.store.lookup(&touch.path, self.anchor_of(&touch.path), false).map_err(store_errno)?.0
+        };
+        if !entry.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        let onward = DirTouch { path: String::new(), file: entry.file, time_ns: touch.time_ns };
+        self.ask_home(entry.file, Request::TouchDir(onward)).map(drop)?;
+        Ok(Response::Done)
+    }
+}
