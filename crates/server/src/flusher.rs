@@ -212,7 +212,7 @@ impl ServerState {
         let failures = queued.failures;
         if queued.deferrals >= ORPHAN_AFTER {
             log::warn!(
-                "{:?} is dropped from the flush queue: its file has had no entry for long (a chunk a failed removal left)",
+                "{:?} is dropped from the flush queue: for long its file had no entry, or no backend file (a chunk a failed removal left, or a backend file deleted behind ringfs's back)",
                 queued.item
             );
         } else {

@@ -348,9 +348,11 @@ impl Cache {
         }
     }
 
-    /// Opens the backend file at `path` for writing data of `file`. A missing file was either
-    /// removed with the file's name (then `None`) or deleted behind ringfs's back (then it is
-    /// created again, since the inode still names it).
+    /// Opens the backend file at `path` for writing data of `file`. A missing file was
+    /// removed with the file's name (then `None`: the chunk waits until the inode knows), or
+    /// the file was renamed meanwhile (then it is opened, or made, at its new place). (A
+    /// file deleted behind ringfs's back is not made again: its chunks wait, and are dropped
+    /// from the queue after a while.)
     fn open_flushed_file(&self, path: &str, file: FileId, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
         match self.backend.open_existing(path) {
             Ok(file) => return Ok(Some(file)),
@@ -360,6 +362,11 @@ impl Cache {
         match prepare(file) {
             Err(Errno::ESTALE) | Err(Errno::ENOENT) | Err(Errno::EAGAIN) | Ok(None) => Ok(None),
             Err(errno) => Err(errno.into()),
+            // Still the same place, and nothing there: the name was removed and the inode has
+            // not heard of it yet (an unlink removes the name first, then the link). Making
+            // the file again would leave a file in the backend that no name in ringfs has;
+            // the chunk waits instead (the inode soon says "nowhere").
+            Ok(Some(current)) if current == path => Ok(None),
             Ok(Some(current)) => self.backend.open_for_flush(&current, mode).map(Some).map_err(io_errno),
         }
     }

@@ -369,3 +369,22 @@ fn a_flush_that_learnt_a_place_before_a_rename_leaves_the_chunk_dirty() {
     assert_eq!(backend.len(), bytes.len(), "every chunk reached the new place");
     assert!(backend == bytes);
 }
+
+#[test]
+fn a_chunk_flushed_between_a_names_removal_and_its_last_link_makes_no_file() {
+    let setup = Setup::new("unlink-race");
+    let store = setup.store();
+    let file = new_file(&store, "/p", &pattern(2 * CHUNK as usize, 3));
+    flush_all(&store);
+    assert!(setup.backend().join("p").exists());
+    // The name goes (its removal is queued); the inode has not heard yet, and a write lands.
+    store.unlink("/p", ANCHOR, None).unwrap();
+    let backend = store.backend_file(file).unwrap();
+    store.write(ChunkKey::new(file, 1), 0, &mut &b"late"[..], template(0), 7, backend.as_ref()).unwrap();
+    let outcomes = flush_all(&store);
+    assert!(!setup.backend().join("p").exists(), "no file is made again at a removed name: {outcomes:?}");
+    assert!(outcomes.contains(&FlushOutcome::Deferred), "the chunk waits for the inode: {outcomes:?}");
+    store.drop_link(file, 9).unwrap();
+    flush_all(&store);
+    assert!(!setup.backend().join("p").exists());
+}
