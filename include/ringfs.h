@@ -99,6 +99,11 @@ ssize_t ringfs_readlink(const char *path, char *buffer, size_t size);
  * directory an empty directory. */
 int ringfs_rename(const char *from, const char *to);
 
+/* fallocate(2) on an open descriptor: `mode` 0 (the file grows to cover the range) or
+ * FALLOC_FL_KEEP_SIZE (1). ENOSPC at once when a server that would hold part of the range
+ * lacks the room for it now (the room is checked, not held). Other modes: EOPNOTSUPP. */
+int ringfs_fallocate(int fd, int mode, off_t offset, off_t len);
+
 /* Extended attributes, like getxattr(2) and its siblings (a symbolic link in the last
  * component is followed). Namespaces: "user." (read and write permission of the file,
  * regular files and directories only), "trusted." (root only), "security." (root writes);

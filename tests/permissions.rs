@@ -433,3 +433,43 @@ fn directories_times_follow_their_names_through_the_native_client() {
     client.mkdir("/new", 0o755).unwrap();
     assert!(times("/").0 > root.0);
 }
+
+/// `fallocate`: the file grows to cover the range (reading zeros), `KEEP_SIZE` leaves the
+/// size, a range the servers have no room for fails at once with ENOSPC and changes nothing,
+/// other modes are not supported — through the native client and through the mount.
+#[test]
+fn fallocate_grows_files_and_refuses_what_does_not_fit() {
+    use ringfs_client::{Errno, FALLOC_FL_KEEP_SIZE, OpenFlags};
+    let options = common::ClusterOptions { capacity: Some("8M".into()), ..common::ClusterOptions::new(2) };
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let fd = client.open("/f", OpenFlags::READ | OpenFlags::WRITE | OpenFlags::CREATE, 0o644).unwrap();
+    client.pwrite(fd, b"head", 0).unwrap();
+    client.fallocate(fd, 0, 0, 3 << 20).unwrap();
+    assert_eq!(client.fstat(fd).unwrap().size, 3 << 20);
+    let mut bytes = vec![1u8; 8];
+    assert_eq!(client.pread(fd, &mut bytes, 0).unwrap(), 8);
+    assert_eq!(&bytes, b"head\0\0\0\0", "existing bytes stay, the rest reads as zeros");
+    client.fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 5 << 20).unwrap();
+    assert_eq!(client.fstat(fd).unwrap().size, 3 << 20, "KEEP_SIZE");
+    assert_eq!(client.fallocate(fd, 0, 0, 64 << 20), Err(Errno::ENOSPC), "16 MiB of room for 64");
+    assert_eq!(client.fstat(fd).unwrap().size, 3 << 20, "a refused fallocate changes nothing");
+    assert_eq!(client.fallocate(fd, 2 /* PUNCH_HOLE */ | FALLOC_FL_KEEP_SIZE, 0, 4096), Err(Errno::EOPNOTSUPP));
+    assert_eq!(client.fallocate(fd, 0, 0, 0), Err(Errno::EINVAL));
+    client.close(fd).unwrap();
+
+    if !fuse_available() {
+        return;
+    }
+    let mount = cluster.mount(&[]);
+    let m = mount.dir.display().to_string();
+    run(&format!("fallocate -l 2M {m}/g && fallocate -n -o 0 -l 3M {m}/g"));
+    assert_eq!(std::fs::metadata(mount.path("g")).unwrap().len(), 2 << 20);
+    let refused = Command::new("fallocate").args(["-l", "64M"]).arg(mount.path("h")).output().unwrap();
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("No space left on device"), "{refused:?}");
+    assert_eq!(std::fs::metadata(mount.path("h")).unwrap().len(), 0);
+    let punched = Command::new("fallocate").args(["-p", "-o", "0", "-l", "4096"]).arg(mount.path("g")).output().unwrap();
+    // (EOPNOTSUPP; util-linux words it after the mode it tried.)
+    let said = String::from_utf8_lossy(&punched.stderr);
+    assert!(!punched.status.success() && (said.contains("unsupported") || said.contains("not supported")), "{punched:?}");
+}

@@ -18,7 +18,7 @@ use ringfs_proto::{
 use ringfs_rpc::{Connection, Reply};
 
 use crate::chunking::{Piece, pieces};
-use crate::{Client, Fd, OpenFlags, Result, Stat, now_ns};
+use crate::{Client, FALLOC_FL_KEEP_SIZE, Fd, OpenFlags, Result, Stat, now_ns};
 
 /// Pieces at least this large move by cross-memory attach on same-host connections; smaller
 /// ones are cheaper inline (fewer system calls).
@@ -334,6 +334,58 @@ impl Client {
             return Err(Errno::EINVAL);
         }
         self.truncate_file(file.file, size)
+    }
+
+    /// `fallocate(2)` of `len` bytes at `offset` (`mode` 0 or [`FALLOC_FL_KEEP_SIZE`]): fails
+    /// with ENOSPC at once when a server that would hold part of the range lacks the room
+    /// for it now; otherwise the file grows to cover the range (not with `KEEP_SIZE`), reading
+    /// as zeros where nothing was written. The room is checked, not held: a later write may
+    /// still find it taken (docs/CONSISTENCY.md). Other modes (punching holes, zeroing,
+    /// collapsing ranges): EOPNOTSUPP.
+    pub fn fallocate(&self, fd: Fd, mode: u32, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        if mode & !FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        let end = offset.checked_add(len).filter(|end| *end <= i64::MAX as u64).ok_or(Errno::EFBIG)?;
+        let file = self.file(fd)?;
+        if !file.writable {
+            return Err(Errno::EBADF);
+        }
+        let stat = self.fstat(fd)?;
+        self.check_room(file.file, stat.chunk_size as u64, offset, end)?;
+        if mode & FALLOC_FL_KEEP_SIZE == 0 && end > stat.size {
+            self.truncate_file(file.file, end)?;
+        }
+        Ok(())
+    }
+
+    /// ENOSPC if a server that holds chunks of `file` in `offset..end` has less room than
+    /// its part of the range (a server that does not know its capacity is not asked).
+    fn check_room(&self, file: FileId, chunk_size: u64, offset: u64, end: u64) -> Result<()> {
+        let chunk_size = chunk_size.max(1);
+        let (first, last) = (offset / chunk_size, (end - 1) / chunk_size);
+        let stats = self.server_stats()?;
+        let mut needed: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        if last - first < 100_000 {
+            for index in first..=last {
+                let part = ((index + 1) * chunk_size).min(end) - (index * chunk_size).max(offset);
+                *needed.entry(self.inner.cluster.owner_of_chunk(ringfs_proto::ChunkKey::new(file, index)).name).or_default() += part;
+            }
+        } else {
+            // Placement spreads a file's chunks evenly: each server's share.
+            let share = (end - offset).div_ceil(stats.len().max(1) as u64);
+            needed.extend(stats.iter().map(|stats| (stats.name.clone(), share)));
+        }
+        for stats in &stats {
+            let free = stats.capacity_bytes.saturating_sub(stats.bytes);
+            if stats.capacity_bytes > 0 && needed.get(&stats.name).is_some_and(|bytes| *bytes > free) {
+                return Err(Errno::ENOSPC);
+            }
+        }
+        Ok(())
     }
 
     fn write_at(&self, file: &OpenFile, bytes: &[u8], offset: u64) -> Result<usize> {

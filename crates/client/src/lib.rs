@@ -318,6 +318,9 @@ pub struct Client {
     credentials: Arc<Credentials>,
 }
 
+/// `fallocate(2)` mode: reserve without changing the file's size.
+pub const FALLOC_FL_KEEP_SIZE: u32 = 1;
+
 /// A user and their groups: the owner of what a client creates, and whose permissions
 /// [`Client::access`] checks.
 #[derive(Clone, Debug, PartialEq, Eq)]

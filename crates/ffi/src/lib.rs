@@ -394,6 +394,15 @@ pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -
     })
 }
 
+/// `fallocate(2)` on an open descriptor: `mode` 0 or `FALLOC_FL_KEEP_SIZE` (1).
+#[unsafe(no_mangle)]
+pub extern "C" fn ringfs_fallocate(fd: c_int, mode: c_int, offset: libc::off_t, len: libc::off_t) -> c_int {
+    guard(-1, || {
+        let (offset, len) = (u64::try_from(offset).map_err(|_| Errno::EINVAL)?, u64::try_from(len).map_err(|_| Errno::EINVAL)?);
+        client()?.fallocate(descriptor(fd)?, u32::try_from(mode).map_err(|_| Errno::EOPNOTSUPP)?, offset, len).map(|()| 0)
+    })
+}
+
 /// Copies `value` into `buffer` like `getxattr(2)`: `size` 0 asks for the length only; a
 /// value longer than `size` is ERANGE.
 ///

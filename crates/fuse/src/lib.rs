@@ -536,6 +536,10 @@ impl Filesystem for RingfsFilesystem {
         Self::reply_empty(reply, self.client.fsync(fd_of(handle)));
     }
 
+    fn fallocate(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        Self::reply_empty(reply, self.client.fallocate(fd_of(handle), mode as u32, offset, length));
+    }
+
     fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
         match self.list(inode) {
             Ok(listing) => {
