@@ -123,6 +123,7 @@ fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
         from_server: false,
         memory_probe: None,
         client_id: 0,
+        timeout_ms: 0,
     })
     .encode(&mut body);
     assert!(matches!(exchange(socket, &body), Response::Hello(_)));

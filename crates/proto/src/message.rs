@@ -60,16 +60,20 @@ pub struct Hello {
     /// files it opens stay open while it has a connection to the server, and for a grace
     /// period after its last one closes.
     pub client_id: u64,
+    /// How long the peer waits for an answer, in milliseconds (0: not said). A server does
+    /// not begin a change of names for it once that time is nearly up: a request the client
+    /// gave up on must not take effect after the client's later requests.
+    pub timeout_ms: u32,
 }
 
 impl Wire for Hello {
-    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8;
+    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8 + 4;
 
     fn write(&self, w: &mut Writer) {
         w.u32(HELLO_MAGIC).u16(self.version).bytes(&self.secret);
         w.u32(self.client_pid).u64(self.host_id).bool(self.from_server);
         self.memory_probe.write(w);
-        w.u64(self.client_id);
+        w.u64(self.client_id).u32(self.timeout_ms);
     }
 
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -85,6 +89,7 @@ impl Wire for Hello {
             from_server: r.bool()?,
             memory_probe: Wire::read(r)?,
             client_id: r.u64()?,
+            timeout_ms: r.u32()?,
         })
     }
 }

@@ -143,6 +143,7 @@ impl Connection {
             from_server: config.from_server,
             memory_probe: same_host.then(memory_probe),
             client_id: config.client_id,
+            timeout_ms: u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX),
         });
         let mut body = Vec::new();
         hello.encode(&mut body);

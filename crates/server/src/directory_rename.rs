@@ -191,7 +191,7 @@ impl ServerState {
         names.extend([path::parent(from), path::parent(to)].into_iter().flatten().filter(|parent| *parent != "/"));
         // A rename or link inside the trees keeps the freeze from taking hold; it may itself
         // wait for one of our names. So we let everything go and try again (bounded).
-        let deadline = Instant::now() + WAIT_LIMIT;
+        let deadline = crate::locks::wait_end(Instant::now());
         let mut pause = Duration::from_millis(1);
         let outcome = loop {
             // Each attempt has a token of its own: a release or thaw of an earlier attempt
@@ -207,7 +207,7 @@ impl ServerState {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                Err(TreeRenameError::Busy) => break Err(Errno::EBUSY),
+                Err(TreeRenameError::Busy) => break Err(crate::locks::wait_failure()),
                 Err(TreeRenameError::Failed(errno)) => break Err(errno),
                 Ok(response) => break Ok(response),
             }
@@ -237,6 +237,9 @@ impl ServerState {
         token: u64,
     ) -> Result<Response, TreeRenameError> {
         let source = source.ok_or(Errno::ENOENT)?;
+        if crate::locks::past_request_deadline() {
+            return Err(Errno::ETIMEDOUT.into());
+        }
         let exchange = flags & RenameFlags::EXCHANGE != 0;
         let mut replaced_dir = None;
         match target {

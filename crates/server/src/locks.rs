@@ -35,6 +35,39 @@ const SLOW_WAIT: Duration = Duration::from_secs(1);
 /// A lock or freeze whose holder neither renews nor releases it lapses after this long.
 pub const LEASE: Duration = Duration::from_secs(30);
 
+thread_local! {
+    /// When the caller of the request this thread serves stops waiting for the answer.
+    static REQUEST_DEADLINE: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `body` (the handling of one request) with waits for names and freezes ending at
+/// `deadline` too, and [`past_request_deadline`] telling whether it has passed: a request
+/// whose caller has given up must not begin a change after the caller's next requests.
+pub fn with_request_deadline<T>(deadline: Option<Instant>, body: impl FnOnce() -> T) -> T {
+    let outer = REQUEST_DEADLINE.with(|cell| cell.replace(deadline));
+    let result = body();
+    REQUEST_DEADLINE.with(|cell| cell.set(outer));
+    result
+}
+
+/// Whether the caller of the request being handled has stopped waiting (or nearly): a
+/// change of names not begun yet is not begun then (ETIMEDOUT).
+pub fn past_request_deadline() -> bool {
+    REQUEST_DEADLINE.with(|cell| cell.get()).is_some_and(|deadline| Instant::now() >= deadline)
+}
+
+/// The end of a wait begun at `started`: [`WAIT_LIMIT`] later, or the request's deadline.
+pub(crate) fn wait_end(started: Instant) -> Instant {
+    let limit = started + WAIT_LIMIT;
+    REQUEST_DEADLINE.with(|cell| cell.get()).map_or(limit, |deadline| deadline.min(limit))
+}
+
+/// How a wait that ran out fails: ETIMEDOUT when the caller has given up (the request's
+/// deadline), EBUSY after [`WAIT_LIMIT`].
+pub(crate) fn wait_failure() -> Errno {
+    if past_request_deadline() { Errno::ETIMEDOUT } else { Errno::EBUSY }
+}
+
 fn humantime(duration: Duration) -> String {
     format!("{:.3}s", duration.as_secs_f64())
 }
@@ -98,7 +131,7 @@ impl NameLocks {
 
     fn take(&self, path: &str, token: u64, across_servers: bool) -> Result<(), Errno> {
         let started = Instant::now();
-        let deadline = started + WAIT_LIMIT;
+        let deadline = wait_end(started);
         let mut warned = false;
         let mut held = lock(&self.held);
         loop {
@@ -121,7 +154,7 @@ impl NameLocks {
                 }
             }
             if now >= deadline {
-                return Err(Errno::EBUSY);
+                return Err(wait_failure());
             }
             held = self.wait(held, deadline - now);
         }
@@ -192,7 +225,7 @@ impl NameLocks {
 
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
     pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
-        let deadline = Instant::now() + WAIT_LIMIT;
+        let deadline = wait_end(Instant::now());
         let mut held = lock(&self.held);
         loop {
             let now = Instant::now();
@@ -201,7 +234,7 @@ impl NameLocks {
                 _ => return Ok(()),
             }
             if now >= deadline {
-                return Err(Errno::EBUSY);
+                return Err(wait_failure());
             }
             held = self.wait(held, deadline - now);
         }
@@ -266,7 +299,7 @@ impl NamespaceGate {
             }
         }
         let started = Instant::now();
-        let deadline = started + WAIT_LIMIT;
+        let deadline = wait_end(started);
         let mut warned = false;
         loop {
             {
@@ -280,7 +313,7 @@ impl NamespaceGate {
                         break;
                     }
                     if now >= deadline {
-                        return Err(Errno::EBUSY);
+                        return Err(wait_failure());
                     }
                     if !warned && now - started > SLOW_WAIT {
                         warned = true;

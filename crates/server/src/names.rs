@@ -22,6 +22,7 @@ use ringfs_proto::{
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
 
+use crate::locks::past_request_deadline;
 use crate::locks::{GatePass, NameHold};
 use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
 
@@ -142,6 +143,9 @@ impl ServerState {
         let outcome = loop {
             let attempt = self.with_parent(|| {
                 let _entered = self.enter_name(&create.path, 0).map_err(StoreError::Fs)?;
+                if past_request_deadline() {
+                    return Err(StoreError::Fs(Errno::ETIMEDOUT));
+                }
                 self.store.create(&create, new_file)
             });
             match attempt {
@@ -218,6 +222,9 @@ impl ServerState {
         }
         let entry = {
             let _entered = self.enter_name(path, 0)?;
+            if past_request_deadline() {
+                return Err(Errno::ETIMEDOUT);
+            }
             self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
         };
         self.touch_parent(path, time_ns);
@@ -230,6 +237,9 @@ impl ServerState {
         // parent) waits, then finds it gone, instead of moving names into it while the other
         // servers are asked whether it is empty.
         let _hold = self.name_locks.hold_across_servers(path)?;
+        if past_request_deadline() {
+            return Err(Errno::ETIMEDOUT);
+        }
         let directory = {
             let _pass = self.gate.pass(&[path], 0)?;
             self.store.begin_rmdir(path, self.anchor_of(path)).map_err(store_errno)?
@@ -415,6 +425,9 @@ impl ServerState {
         log::trace!("link {from} -> {to} is {token:x}");
         let entries = self.lock_names(&[from, to], token)?;
         let outcome = (|| {
+            if past_request_deadline() {
+                return Err(Errno::ETIMEDOUT);
+            }
             let entry = entries[0].ok_or(Errno::ENOENT)?;
             if entry.is_dir() {
                 return Err(Errno::EPERM);
@@ -455,6 +468,9 @@ impl ServerState {
         let token = new_token();
         let entries = self.lock_names(&[to], token)?;
         let outcome = (|| {
+            if past_request_deadline() {
+                return Err(Errno::ETIMEDOUT);
+            }
             if entries[0].is_some() {
                 return Err(Errno::EEXIST);
             }
@@ -534,6 +550,9 @@ impl ServerState {
         token: u64,
     ) -> Result<Response, Errno> {
         let source = source.ok_or(Errno::ENOENT)?;
+        if past_request_deadline() {
+            return Err(Errno::ETIMEDOUT);
+        }
         match target {
             Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
             Some(target) if target.is_dir() => return Err(Errno::EISDIR),

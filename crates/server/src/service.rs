@@ -43,6 +43,9 @@ pub struct Session {
     /// Buffers lent to the client by leased reads, until it releases them.
     leases: HashMap<u64, Arc<Vec<u8>>>,
     next_lease_id: u64,
+    /// How long a client waits for an answer, less a margin (from its `Hello`): requests are
+    /// handled with that deadline (`locks::with_request_deadline`).
+    patience: Option<std::time::Duration>,
 }
 
 impl Session {
@@ -641,6 +644,9 @@ impl Service for ServerState {
             return Err(Errno::EACCES);
         }
         session.from_server = hello.from_server;
+        // Three quarters of the client's timeout: what is left covers the answer's way back.
+        session.patience =
+            (!hello.from_server && hello.timeout_ms > 0).then(|| std::time::Duration::from_millis(u64::from(hello.timeout_ms)) * 3 / 4);
         if !hello.from_server && hello.client_id != 0 {
             session.client_id = Some(hello.client_id);
             self.opens.connected(hello.client_id);
@@ -663,7 +669,8 @@ impl Service for ServerState {
         if io {
             self.io_monitor.begin();
         }
-        let response = self.route(session, request, data, reply_data);
+        let deadline = session.patience.map(|patience| std::time::Instant::now() + patience);
+        let response = crate::locks::with_request_deadline(deadline, || self.route(session, request, data, reply_data));
         if io {
             self.io_monitor.end();
         }

@@ -43,6 +43,7 @@ pub fn requests() -> Vec<Request> {
             from_server: true,
             memory_probe: Some((0x1000, 0xABCD)),
             client_id: 99,
+            timeout_ms: 1500,
         }),
         Request::GetMembers,
         Request::Join(Member {
