@@ -104,6 +104,19 @@ fn commands_without_a_cluster_explain_what_is_missing() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("invalid store"));
 }
 
+/// A port `p` such that `p` and `p + 1` are free on every address now (a fixed choice
+/// collided with servers other tests had on ephemeral ports).
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = first.local_addr().unwrap().port();
+        if port < u16::MAX && std::net::TcpListener::bind(("0.0.0.0", port + 1)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no two free ports in a row");
+}
+
 /// `start --hostfile` launches one server per host through the launcher; a launcher that
 /// runs the command locally stands in for ssh.
 #[test]
@@ -115,7 +128,7 @@ fn start_with_a_hostfile_uses_the_launcher() {
     std::fs::set_permissions(&launcher, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let hostfile = scratch.join("hosts");
     std::fs::write(&hostfile, "# compute nodes\n127.0.0.1 slots=4\n127.0.0.1\n").unwrap();
-    let port = 20_000 + (std::process::id() % 20_000) as u16;
+    let port = free_port_pair();
     let run_dir = scratch.join("run");
     let started = Started(exports(&succeed(
         &HashMap::new(),
