@@ -124,6 +124,7 @@ fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
         memory_probe: None,
         client_id: 0,
         timeout_ms: 0,
+        clock_ns: 0,
     })
     .encode(&mut body);
     assert!(matches!(exchange(socket, &body), Response::Hello(_)));

@@ -64,16 +64,19 @@ pub struct Hello {
     /// not begin a change of names for it once that time is nearly up: a request the client
     /// gave up on must not take effect after the client's later requests.
     pub timeout_ms: u32,
+    /// The peer's wall clock when it sent the `Hello` (ns since the epoch): with it a server
+    /// tells how long ago, by its own clock, a request stamped `time_ns` was sent.
+    pub clock_ns: i64,
 }
 
 impl Wire for Hello {
-    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8 + 4;
+    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8 + 4 + 8;
 
     fn write(&self, w: &mut Writer) {
         w.u32(HELLO_MAGIC).u16(self.version).bytes(&self.secret);
         w.u32(self.client_pid).u64(self.host_id).bool(self.from_server);
         self.memory_probe.write(w);
-        w.u64(self.client_id).u32(self.timeout_ms);
+        w.u64(self.client_id).u32(self.timeout_ms).i64(self.clock_ns);
     }
 
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -90,6 +93,7 @@ impl Wire for Hello {
             memory_probe: Wire::read(r)?,
             client_id: r.u64()?,
             timeout_ms: r.u32()?,
+            clock_ns: r.i64()?,
         })
     }
 }
@@ -821,6 +825,20 @@ impl Request {
                 | Request::MissingFiles(_)
                 | Request::TouchDir(_)
         )
+    }
+
+    /// When the client sent this change of names, by its clock (the `time_ns` it stamps
+    /// on it); `None` for other requests.
+    pub fn client_time_ns(&self) -> Option<i64> {
+        match self {
+            Request::Create(create) => Some(create.time_ns),
+            Request::Unlink(unlink) => Some(unlink.time_ns),
+            Request::Rmdir(rmdir) => Some(rmdir.time_ns),
+            Request::Rename(rename) => Some(rename.time_ns),
+            Request::Link(link) => Some(link.time_ns),
+            Request::LinkFile(link) => Some(link.time_ns),
+            _ => None,
+        }
     }
 
     /// Where this request must be executed; a server that does not own the key forwards it.

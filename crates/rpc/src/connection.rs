@@ -144,6 +144,7 @@ impl Connection {
             memory_probe: same_host.then(memory_probe),
             client_id: config.client_id,
             timeout_ms: u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX),
+            clock_ns: wall_clock_ns(),
         });
         let mut body = Vec::new();
         hello.encode(&mut body);
@@ -462,3 +463,8 @@ impl Drop for PendingCall<'_> {
 
 /// Shared handle to a connection.
 pub type SharedConnection = Arc<Connection>;
+
+/// This machine's wall clock, in nanoseconds since the epoch.
+pub fn wall_clock_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|elapsed| elapsed.as_nanos() as i64).unwrap_or(0)
+}

@@ -28,7 +28,7 @@ mod server;
 pub mod sim;
 pub mod transport;
 
-pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection};
+pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection, wall_clock_ns};
 pub use server::{MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RpcServer, ServerLimits, Service};
 pub use transport::{Endpoint, Link, Listener, PeerIdentity};
 

@@ -195,6 +195,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
             memory_probe: None,
             client_id: 0,
             timeout_ms: 0,
+            clock_ns: 0,
         })
         .encode(&mut hello);
         let header = ringfs_proto::FrameHeader { body_len: hello.len() as u32, data_len: 0, request_id: 1, epoch: 0 };

@@ -46,6 +46,9 @@ pub struct Session {
     /// How long a client waits for an answer, less a margin (from its `Hello`): requests are
     /// handled with that deadline (`locks::with_request_deadline`).
     patience: Option<std::time::Duration>,
+    /// This server's clock less the client's (from its `Hello`), to tell how long ago the
+    /// client sent a request it stamped with its time.
+    clock_offset_ns: Option<i64>,
 }
 
 impl Session {
@@ -625,6 +628,24 @@ impl ServerState {
     }
 }
 
+/// When the client of `session` stops waiting for `request`: `patience` after it sent it
+/// (by the time the client stamped on it, on this server's clock), or after it arrived when
+/// the request carries no time or the clocks disagree beyond reason (a clock was set). A
+/// request that waited in the network or in a socket — a link down, this server paused —
+/// counts from when it was sent.
+fn request_deadline(session: &Session, request: &Request, patience: std::time::Duration) -> std::time::Instant {
+    const BEYOND_REASON_NS: i64 = 60_000_000_000;
+    let now = std::time::Instant::now();
+    let age_ns = match (request.client_time_ns(), session.clock_offset_ns) {
+        (Some(sent), Some(offset)) => ringfs_rpc::wall_clock_ns() - sent.saturating_add(offset),
+        _ => 0,
+    };
+    if !(0..BEYOND_REASON_NS).contains(&age_ns) {
+        return now + patience;
+    }
+    now + patience.saturating_sub(std::time::Duration::from_nanos(age_ns as u64))
+}
+
 /// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
 /// (a forged size would let one write fill gigabytes with zeros).
 fn check_template(template: &ringfs_proto::ChunkTemplate) -> Result<(), Errno> {
@@ -647,6 +668,7 @@ impl Service for ServerState {
         // Three quarters of the client's timeout: what is left covers the answer's way back.
         session.patience =
             (!hello.from_server && hello.timeout_ms > 0).then(|| std::time::Duration::from_millis(u64::from(hello.timeout_ms)) * 3 / 4);
+        session.clock_offset_ns = (hello.clock_ns != 0).then(|| ringfs_rpc::wall_clock_ns() - hello.clock_ns);
         if !hello.from_server && hello.client_id != 0 {
             session.client_id = Some(hello.client_id);
             self.opens.connected(hello.client_id);
@@ -669,7 +691,7 @@ impl Service for ServerState {
         if io {
             self.io_monitor.begin();
         }
-        let deadline = session.patience.map(|patience| std::time::Instant::now() + patience);
+        let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
         let response = crate::locks::with_request_deadline(deadline, || self.route(session, request, data, reply_data));
         if io {
             self.io_monitor.end();

@@ -44,6 +44,7 @@ pub fn requests() -> Vec<Request> {
             memory_probe: Some((0x1000, 0xABCD)),
             client_id: 99,
             timeout_ms: 1500,
+            clock_ns: -5,
         }),
         Request::GetMembers,
         Request::Join(Member {
