@@ -38,7 +38,9 @@ impl Network {
     /// the reason printed) if namespaces cannot be made here; a failure then is a test
     /// failure only under `RINGFS_REQUIRE_NETNS=1`.
     pub fn create(servers: usize) -> Option<Network> {
-        let mut network = Network { tag: format!("rf{}", std::process::id() % 100_000), servers, created: Vec::new() };
+        // Unique among concurrent test processes (interface names allow 15 bytes).
+        let tag = format!("rf{}", (u64::from(std::process::id()) ^ ringfs_rpc::memory::random_u64()) % 100_000);
+        let mut network = Network { tag, servers, created: Vec::new() };
         match network.build() {
             Ok(()) => Some(network),
             Err(reason) => {

@@ -637,7 +637,7 @@ fn request_deadline(session: &Session, request: &Request, patience: std::time::D
     const BEYOND_REASON_NS: i64 = 60_000_000_000;
     let now = std::time::Instant::now();
     let age_ns = match (request.client_time_ns(), session.clock_offset_ns) {
-        (Some(sent), Some(offset)) => ringfs_rpc::wall_clock_ns() - sent.saturating_add(offset),
+        (Some(sent), Some(offset)) => ringfs_rpc::wall_clock_ns().saturating_sub(sent.saturating_add(offset)),
         _ => 0,
     };
     if !(0..BEYOND_REASON_NS).contains(&age_ns) {
@@ -668,7 +668,7 @@ impl Service for ServerState {
         // Three quarters of the client's timeout: what is left covers the answer's way back.
         session.patience =
             (!hello.from_server && hello.timeout_ms > 0).then(|| std::time::Duration::from_millis(u64::from(hello.timeout_ms)) * 3 / 4);
-        session.clock_offset_ns = (hello.clock_ns != 0).then(|| ringfs_rpc::wall_clock_ns() - hello.clock_ns);
+        session.clock_offset_ns = (hello.clock_ns != 0).then(|| ringfs_rpc::wall_clock_ns().saturating_sub(hello.clock_ns));
         if !hello.from_server && hello.client_id != 0 {
             session.client_id = Some(hello.client_id);
             self.opens.connected(hello.client_id);
