@@ -237,9 +237,6 @@ impl ServerState {
         token: u64,
     ) -> Result<Response, TreeRenameError> {
         let source = source.ok_or(Errno::ENOENT)?;
-        if crate::locks::past_request_deadline() {
-            return Err(Errno::ETIMEDOUT.into());
-        }
         let exchange = flags & RenameFlags::EXCHANGE != 0;
         let mut replaced_dir = None;
         match target {

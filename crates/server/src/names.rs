@@ -326,6 +326,11 @@ impl ServerState {
                 }
             }
         }
+        if past_request_deadline() {
+            // The client has given up: the change these locks are for must not begin now.
+            self.unlock_names(&taken, token);
+            return Err(Errno::ETIMEDOUT);
+        }
         for (index, path) in paths.iter().enumerate() {
             if current[index].is_none()
                 && let Some(first) = paths.iter().position(|other| other == path)
@@ -425,9 +430,6 @@ impl ServerState {
         log::trace!("link {from} -> {to} is {token:x}");
         let entries = self.lock_names(&[from, to], token)?;
         let outcome = (|| {
-            if past_request_deadline() {
-                return Err(Errno::ETIMEDOUT);
-            }
             let entry = entries[0].ok_or(Errno::ENOENT)?;
             if entry.is_dir() {
                 return Err(Errno::EPERM);
@@ -468,9 +470,6 @@ impl ServerState {
         let token = new_token();
         let entries = self.lock_names(&[to], token)?;
         let outcome = (|| {
-            if past_request_deadline() {
-                return Err(Errno::ETIMEDOUT);
-            }
             if entries[0].is_some() {
                 return Err(Errno::EEXIST);
             }
@@ -550,9 +549,6 @@ impl ServerState {
         token: u64,
     ) -> Result<Response, Errno> {
         let source = source.ok_or(Errno::ENOENT)?;
-        if past_request_deadline() {
-            return Err(Errno::ETIMEDOUT);
-        }
         match target {
             Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
             Some(target) if target.is_dir() => return Err(Errno::EISDIR),
