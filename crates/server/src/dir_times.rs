@@ -3,17 +3,19 @@
 //!
 //! The name lives on one server and the directory's inode, usually, on another, so the
 //! name's server tells the directory (`TouchDir`, to the directory's name server, which
-//! sends it on to the inode). It does so at once when it has not touched that directory in
-//! the last [`COALESCE`] — a single create or rename is seen by the next `stat` — and
-//! otherwise queues the touch: a burst of creates in one directory costs one message per
-//! directory per [`COALESCE`], sent by the `ringfs-dirtimes` thread, not one per create
-//! (docs/CONSISTENCY.md says how stale that lets a directory's times be). A touch that
-//! cannot be delivered is dropped and logged: an operation that succeeded does not fail
-//! for a time stamp. Touches never move times back, so their order does not matter.
+//! sends it on to the inode). The touches are queued and sent by the `ringfs-dirtimes`
+//! thread — never by the request that changed the name: a touch of a directory whose server
+//! is cut off must not hold up the reply (it did, and a client retrying its `mkdir` in the
+//! root directory, which every server holds, kept timing out). Touches of one directory
+//! gathered within [`COALESCE`] go as one message, so a burst of creates costs one message
+//! per directory and millisecond. A directory's times thus follow its names within a few
+//! milliseconds (docs/CONSISTENCY.md). A touch that cannot be delivered is dropped and
+//! logged: an operation that succeeded does not fail for a time stamp. Touches never undo a
+//! later change of the directory, so their order does not matter.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ringfs_proto::path;
 use ringfs_proto::{DirTouch, Errno, FileId, Request, Response};
@@ -31,8 +33,6 @@ pub struct DirTimes {
 
 #[derive(Default)]
 struct State {
-    /// When each directory was last touched from here.
-    recent: HashMap<String, Instant>,
     /// Touches waiting to be sent: the latest time for each directory.
     pending: HashMap<String, i64>,
 }
@@ -42,32 +42,18 @@ impl DirTimes {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Notes a touch of `dir`: true if it should be sent now, false if it was queued.
-    fn note(&self, dir: &str, time_ns: i64) -> bool {
+    /// Queues a touch of `dir` (no allocation and no wake-up for a directory queued
+    /// already: the common case of a burst).
+    fn note(&self, dir: &str, time_ns: i64) {
         let mut state = self.lock();
-        let now = Instant::now();
-        if state.recent.len() > 4096 {
-            state.recent.retain(|_, at| now.duration_since(*at) < COALESCE);
-        }
-        match state.recent.get(dir) {
-            Some(at) if now.duration_since(*at) < COALESCE => {
-                // (No allocation and no wake-up for a directory queued already: that is the
-                // common case of a burst.)
-                match state.pending.get_mut(dir) {
-                    Some(latest) => *latest = (*latest).max(time_ns),
-                    None => {
-                        let was_empty = state.pending.is_empty();
-                        state.pending.insert(dir.to_string(), time_ns);
-                        if was_empty {
-                            self.wake.notify_one();
-                        }
-                    }
+        match state.pending.get_mut(dir) {
+            Some(latest) => *latest = (*latest).max(time_ns),
+            None => {
+                let was_empty = state.pending.is_empty();
+                state.pending.insert(dir.to_string(), time_ns);
+                if was_empty {
+                    self.wake.notify_one();
                 }
-                false
-            }
-            _ => {
-                state.recent.insert(dir.to_string(), now);
-                true
             }
         }
     }
@@ -84,13 +70,7 @@ impl DirTimes {
         }
         drop(state);
         std::thread::sleep(COALESCE);
-        let mut state = self.lock();
-        let now = Instant::now();
-        let taken: Vec<(String, i64)> = state.pending.drain().collect();
-        for (dir, _) in &taken {
-            state.recent.insert(dir.clone(), now);
-        }
-        taken
+        self.lock().pending.drain().collect()
     }
 }
 
@@ -98,9 +78,7 @@ impl ServerState {
     /// A name in `child`'s parent directory was created, removed or renamed at `time_ns`.
     pub(crate) fn touch_parent(&self, child: &str, time_ns: i64) {
         let Some(parent) = path::parent(child) else { return };
-        if self.dir_times.note(parent, time_ns) {
-            self.send_touch(parent, time_ns);
-        }
+        self.dir_times.note(parent, time_ns);
     }
 
     fn send_touch(&self, dir: &str, time_ns: i64) {

@@ -46,10 +46,15 @@ pub struct Session {
     /// How long a client waits for an answer, less a margin (from its `Hello`): requests are
     /// handled with that deadline (`locks::with_request_deadline`).
     patience: Option<std::time::Duration>,
-    /// This server's clock less the client's (from its `Hello`), to tell how long ago the
-    /// client sent a request it stamped with its time.
-    clock_offset_ns: Option<i64>,
+    /// Recent samples of this server's clock less the client's stamp on a request (the
+    /// `Hello` first): each is the clocks' offset plus that message's delay on the way, so
+    /// their minimum is the best estimate of the offset, and a request's sample above it is
+    /// its delay. A few dozen are kept, so that a clock set back is forgotten soon.
+    clock_samples: std::collections::VecDeque<i64>,
 }
+
+/// Clock samples kept per session (see `Session::clock_samples`).
+const CLOCK_SAMPLES: usize = 32;
 
 impl Session {
     /// A session for a request this server makes of itself (a coordination step it owns).
@@ -628,22 +633,27 @@ impl ServerState {
     }
 }
 
-/// When the client of `session` stops waiting for `request`: `patience` after it sent it
-/// (by the time the client stamped on it, on this server's clock), or after it arrived when
-/// the request carries no time or the clocks disagree beyond reason (a clock was set). A
-/// request that waited in the network or in a socket — a link down, this server paused —
-/// counts from when it was sent.
-fn request_deadline(session: &Session, request: &Request, patience: std::time::Duration) -> std::time::Instant {
+/// When the client of `session` stops waiting for `request`: `patience` after it sent it,
+/// or after it arrived when the request carries no time stamp or the client's clock is not
+/// known. How long ago it was sent is its clock sample less the smallest recent one (see
+/// `Session::clock_samples`): the delay a request spent in the network or in a socket — a
+/// link down, TCP retransmitting, this server paused — counts, and a `Hello` that was itself
+/// delayed makes no request look late.
+fn request_deadline(session: &mut Session, request: &Request, patience: std::time::Duration) -> std::time::Instant {
     const BEYOND_REASON_NS: i64 = 60_000_000_000;
     let now = std::time::Instant::now();
-    let age_ns = match (request.client_time_ns(), session.clock_offset_ns) {
-        (Some(sent), Some(offset)) => ringfs_rpc::wall_clock_ns().saturating_sub(sent.saturating_add(offset)),
-        _ => 0,
-    };
-    if !(0..BEYOND_REASON_NS).contains(&age_ns) {
+    let (Some(sent), false) = (request.client_time_ns(), session.clock_samples.is_empty()) else { return now + patience };
+    let sample = ringfs_rpc::wall_clock_ns().saturating_sub(sent);
+    if session.clock_samples.len() == CLOCK_SAMPLES {
+        session.clock_samples.pop_front();
+    }
+    session.clock_samples.push_back(sample);
+    let offset = session.clock_samples.iter().copied().min().unwrap_or(sample);
+    let delay_ns = sample.saturating_sub(offset);
+    if !(0..BEYOND_REASON_NS).contains(&delay_ns) {
         return now + patience;
     }
-    now + patience.saturating_sub(std::time::Duration::from_nanos(age_ns as u64))
+    now + patience.saturating_sub(std::time::Duration::from_nanos(delay_ns as u64))
 }
 
 /// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
@@ -668,7 +678,9 @@ impl Service for ServerState {
         // Three quarters of the client's timeout: what is left covers the answer's way back.
         session.patience =
             (!hello.from_server && hello.timeout_ms > 0).then(|| std::time::Duration::from_millis(u64::from(hello.timeout_ms)) * 3 / 4);
-        session.clock_offset_ns = (hello.clock_ns != 0).then(|| ringfs_rpc::wall_clock_ns().saturating_sub(hello.clock_ns));
+        if hello.clock_ns != 0 {
+            session.clock_samples.push_back(ringfs_rpc::wall_clock_ns().saturating_sub(hello.clock_ns));
+        }
         if !hello.from_server && hello.client_id != 0 {
             session.client_id = Some(hello.client_id);
             self.opens.connected(hello.client_id);
@@ -692,6 +704,7 @@ impl Service for ServerState {
             self.io_monitor.begin();
         }
         let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
+
         let response = crate::locks::with_request_deadline(deadline, || self.route(session, request, data, reply_data));
         if io {
             self.io_monitor.end();
