@@ -213,7 +213,10 @@ impl Server {
             client_id: 0,
         };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
-        let joined = match join_cluster(&config.join, &own, &peer_config) {
+        // With a run directory to discover the others by, a server that cannot join starts
+        // alone at once (and joins them later); without one, it keeps trying a while.
+        let patience = if config.discover.is_some() { Duration::ZERO } else { JOIN_PATIENCE };
+        let joined = match join_cluster(&config.join, &own, &peer_config, patience) {
             Ok(list) => list,
             Err(error) if config.discover.is_some() => {
                 log::warn!("{error}; starting alone until the others are found");
@@ -337,25 +340,43 @@ fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
     }
 }
 
+/// How long a starting server keeps trying to join before it gives up: a cluster busy
+/// healing from a fault may not answer a `Join` at once (the soak restarted a server just
+/// after a partition healed, and the one try it had timed out).
+const JOIN_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Sends `Join` to the first reachable server of `join` and returns its member list; `None`
-/// for an empty `join` (a new cluster).
-fn join_cluster(join: &[String], own: &Member, config: &ConnectionConfig) -> Result<Option<ringfs_proto::MemberList>, ServerError> {
+/// for an empty `join` (a new cluster). Tries them all again and again for `patience`.
+fn join_cluster(
+    join: &[String],
+    own: &Member,
+    config: &ConnectionConfig,
+    patience: Duration,
+) -> Result<Option<ringfs_proto::MemberList>, ServerError> {
     if join.is_empty() {
         return Ok(None);
     }
-    let mut failures = Vec::new();
-    for address in join {
-        let endpoint = Endpoint::parse(address).map_err(ServerError::Config)?;
-        let reply = Connection::open(&endpoint, config).and_then(|connection| connection.call(&Request::Join(own.clone()), &[]));
-        match reply {
-            Ok(reply) => match reply.response {
-                Response::Members(list) => return Ok(Some(list)),
-                other => failures.push(format!("{address}: unexpected answer {other:?}")),
-            },
-            Err(error) => failures.push(error.to_string()),
+    let endpoints = join.iter().map(|address| Endpoint::parse(address).map_err(ServerError::Config)).collect::<Result<Vec<_>, _>>()?;
+    let deadline = Instant::now() + patience;
+    loop {
+        let mut failures = Vec::new();
+        for (address, endpoint) in join.iter().zip(&endpoints) {
+            let reply = Connection::open(endpoint, config).and_then(|connection| connection.call(&Request::Join(own.clone()), &[]));
+            match reply {
+                Ok(reply) => match reply.response {
+                    Response::Members(list) => return Ok(Some(list)),
+                    // A refusal (another placement, a wrong secret) will not change.
+                    other => return Err(ServerError::Join(format!("{address}: unexpected answer {other:?}"))),
+                },
+                Err(error) => failures.push(format!("{address}: {error}")),
+            }
         }
+        if Instant::now() >= deadline {
+            return Err(ServerError::Join(failures.join("; ")));
+        }
+        log::info!("cannot join yet ({}); trying again", failures.join("; "));
+        std::thread::sleep(Duration::from_millis(200));
     }
-    Err(ServerError::Join(failures.join("; ")))
 }
 
 impl ServerState {
