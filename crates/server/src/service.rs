@@ -518,17 +518,19 @@ impl ServerState {
     /// again once no hold is left, asking the file's backend path anew. Bounded by the
     /// holds' lease.
     fn across_backend_moves<T>(&self, mut op: impl FnMut(u32) -> Result<T, Errno>) -> Result<T, Errno> {
-        let deadline = std::time::Instant::now() + crate::locks::LEASE;
+        // (Nothing but one atomic load on the way of a request that succeeds.)
+        let mut deadline = None;
         let mut attempt = 0;
         loop {
-            let (_, seen) = self.store.backend_moves();
+            let seen = self.store.backend_moves();
             match op(attempt) {
                 Err(errno @ (Errno::ENOENT | Errno::EBUSY)) => {
-                    let (held, now) = self.store.backend_moves();
-                    if !(held || now != seen) || std::time::Instant::now() >= deadline {
+                    let deadline = *deadline.get_or_insert_with(|| std::time::Instant::now() + crate::locks::LEASE);
+                    let moved = self.store.backend_held() || self.store.backend_moves() != seen;
+                    if !moved || std::time::Instant::now() >= deadline {
                         return Err(errno);
                     }
-                    while self.store.backend_moves().0 && std::time::Instant::now() < deadline {
+                    while self.store.backend_held() && std::time::Instant::now() < deadline {
                         std::thread::sleep(std::time::Duration::from_millis(1));
                     }
                     attempt += 1;

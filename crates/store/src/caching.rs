@@ -155,10 +155,16 @@ impl ChunkStore {
         }
     }
 
-    /// Whether a directory rename holds backend paths now, and a number that changes each
-    /// time one takes or releases them (a backend read that failed meanwhile is tried again).
-    pub fn backend_moves(&self) -> (bool, u64) {
-        self.cache.as_ref().map_or((false, 0), |cache| (cache.holds.any(), cache.holds.generation()))
+    /// A number that changes each time a directory rename takes or releases backend paths
+    /// (a backend read that failed meanwhile is tried again). Lock-free: asked before every
+    /// data request.
+    pub fn backend_moves(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |cache| cache.holds.generation())
+    }
+
+    /// Whether a directory rename holds backend paths now.
+    pub fn backend_held(&self) -> bool {
+        self.cache.as_ref().is_some_and(|cache| cache.holds.any())
     }
 
     /// Moves a directory (or exchanges two entries) in the backend for a directory rename.

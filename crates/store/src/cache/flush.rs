@@ -66,7 +66,9 @@ impl Cache {
         self.backend.remove(path).map_err(io_errno)
     }
 
-    fn apply_removal(&self, index: &Index, space: &Space, path: &str) -> Result<FlushOutcome, StoreError> {
+    /// Applies the removal recorded for `path`, unless a directory rename holds the path
+    /// (`respect_holds`; the rename that holds it applies removals below its paths itself).
+    fn apply_removal(&self, index: &Index, space: &Space, path: &str, respect_holds: bool) -> Result<FlushOutcome, StoreError> {
         let parent = path::parent(path).unwrap_or("/");
         // Hold both locks while the backend changes: a new entry at this path waits, and
         // cannot be overtaken by the removal of its predecessor.
@@ -75,7 +77,7 @@ impl Cache {
         if !names.removals.contains_key(path) {
             return Ok(FlushOutcome::Skipped);
         }
-        if self.holds.covers(path) {
+        if respect_holds && self.holds.covers(path) {
             return Ok(FlushOutcome::Held);
         }
         self.backend.remove(path).map_err(io_errno)?;
@@ -91,15 +93,7 @@ impl Cache {
     pub fn apply_removals_under(&self, index: &Index, space: &Space, dir: &str) -> Result<(), StoreError> {
         for (parent, removed) in index.removals_under(dir) {
             for name in removed {
-                let path = path::join(&parent, &name);
-                let mut dirs = index.dirs_of(&parent);
-                let mut names = index.names_of(&path);
-                if names.removals.contains_key(&path) {
-                    self.backend.remove(&path).map_err(io_errno)?;
-                    names.backend_removals += 1;
-                    self.backend_changed();
-                    self.forget_removal(space, &mut dirs, &mut names, &path);
-                }
+                self.apply_removal(index, space, &path::join(&parent, &name), false)?;
             }
         }
         Ok(())
@@ -218,7 +212,7 @@ impl Cache {
         pace: FlushPace<'_>,
     ) -> Result<FlushOutcome, StoreError> {
         match item {
-            WorkItem::Removal { path } => self.apply_removal(index, space, path),
+            WorkItem::Removal { path } => self.apply_removal(index, space, path, true),
             WorkItem::Chunk(key) => self.flush_chunk(index, space, *key, prepare, pace),
         }
     }
