@@ -312,6 +312,49 @@ fn a_paused_server_declared_dead_rejoins_by_itself() {
     }
 }
 
+/// A client whose member list says a server is dead, and which then asks only that server,
+/// sees it come back as well: a request for a member its list calls dead makes it ask the
+/// others for a newer list (at most every half second) rather than failing with EIO forever
+/// (found by the fault soak, relay seed 26013: a workload's setup client stuck for 15 s).
+#[test]
+fn a_client_asking_only_a_revived_server_sees_it_back() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let victim = cluster.name(1).to_string();
+    let paths = paths_owned_by(&client, &victim, 3);
+    for path in &paths {
+        write_file(&client, path, path.as_bytes());
+    }
+    cluster.signal(1, libc::SIGSTOP);
+    // Until this client's own list calls the victim dead (its failed reads make it ask).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while client.members().members.iter().any(|member| member.name == victim && member.alive) {
+        assert!(Instant::now() < deadline, "the client never heard that the paused server was declared dead");
+        let _ = read_file(&client, &paths[0]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    cluster.signal(1, libc::SIGCONT);
+    let resumed = Instant::now();
+    while cluster.client().members().members.iter().any(|member| member.name == victim && !member.alive) {
+        assert!(resumed.elapsed() < Duration::from_secs(10), "the servers never saw the resumed server again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Only the victim's files from now on: nothing else would tell this client the news.
+    loop {
+        let readable = paths.iter().filter(|path| read_file(&client, path).is_ok_and(|bytes| bytes == path.as_bytes())).count();
+        if readable == paths.len() {
+            break;
+        }
+        assert!(
+            resumed.elapsed() < Duration::from_secs(10),
+            "{readable} of {} files of the resumed server readable {:?} after it resumed",
+            paths.len(),
+            resumed.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Small files whose only chunk lives on a live server stay readable, whole, while another
 /// server is down — through the library with a large buffer and through `ringfs get`.
 #[test]

@@ -164,7 +164,7 @@ impl TestCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
-            .env("RINGFS_LOG", "info");
+            .env("RINGFS_LOG", std::env::var("RINGFS_TEST_SERVER_LOG").unwrap_or_else(|_| "info".into()));
         if self.options.dir_store {
             command.args(["--store", &format!("dir:{}", self.dir.join(format!("{name}.store")).display())]);
         }
@@ -308,6 +308,14 @@ impl Drop for TestCluster {
                 unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGCONT) };
                 let _ = child.kill();
                 let _ = child.wait();
+            }
+        }
+        if std::thread::panicking() && std::env::var_os("RINGFS_TEST_LOGS").is_some() {
+            // A failed test's server logs, for whoever replays it (they go with the directory).
+            for server in 0..self.servers.len() {
+                let log = self.log(server);
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("--- {} (last 40 lines)\n{}", self.servers[server].name, lines[lines.len().saturating_sub(40)..].join("\n"));
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);

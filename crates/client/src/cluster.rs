@@ -178,8 +178,20 @@ impl Cluster {
 
     /// A connection to `member`; EIO if it is known to be dead, let a request time out
     /// moments ago, or cannot be reached.
+    ///
+    /// A member our list calls dead may have come back since: nothing else tells a client
+    /// that only asks that member, so the others are asked for a newer list first (at most
+    /// every [`REFRESH_AFTER_FAILURE_INTERVAL`]).
     pub fn connection(&self, member: &Member) -> Result<Arc<Connection>, Errno> {
-        if !member.alive || self.is_suspect(&member.name) {
+        let revived;
+        let member = if member.alive {
+            member
+        } else {
+            self.refresh_after_failure(&member.name);
+            revived = self.view().list.members.iter().find(|known| known.name == member.name && known.alive).cloned();
+            revived.as_ref().ok_or(Errno::EIO)?
+        };
+        if self.is_suspect(&member.name) {
             return Err(Errno::EIO);
         }
         if let Some(connection) = lock(&self.connections).get(&member.name)
