@@ -73,6 +73,14 @@ int ringfs_fstat(int fd, struct stat *st);
 /* Checks permission bits like access(2): mode is F_OK or a combination of R_OK, W_OK, X_OK. */
 int ringfs_access(const char *path, int mode);
 
+/* chmod(2), chown(2) ((uid_t)-1 or (gid_t)-1 leaves one unchanged) and utimensat(2) (times
+ * NULL: both now; UTIME_NOW and UTIME_OMIT as there). Symbolic links are followed. The
+ * servers check them as Linux does for the calling process's user: EPERM for a chmod or
+ * chown of another user's file, EACCES for a touch of a file one may not write. */
+int ringfs_chmod(const char *path, mode_t mode);
+int ringfs_chown(const char *path, uid_t uid, gid_t gid);
+int ringfs_utimens(const char *path, const struct timespec times[2]);
+
 int ringfs_unlink(const char *path);
 int ringfs_mkdir(const char *path, mode_t mode);
 

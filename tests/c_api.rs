@@ -91,3 +91,47 @@ fn the_c_example_runs() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("ringfs_init"));
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// An unprivileged user holding the job's secret (a process of its own, through the C
+/// library) is refused what the modes refuse: the servers check every call for the user the
+/// client states, not only the FUSE mount's kernel.
+#[test]
+fn another_user_is_refused_what_modes_refuse_through_the_c_library() {
+    if !common::running_as_root() {
+        eprintln!("SKIPPED: this test runs a program as another user and needs root");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    const OTHER: u32 = 60002;
+    let scratch = scratch_dir("c-other-user");
+    std::fs::set_permissions(&scratch, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = scratch.join("another_user");
+    compile("tests/c/another_user.c", &program);
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    common::write_file(&client, "/private", b"secret");
+    client.chmod("/private", 0o600).unwrap();
+    common::write_file(&client, "/public", b"p");
+    client.chmod("/public", 0o644).unwrap();
+    client.mkdir("/closed", 0o700).unwrap();
+    client.mkdir("/open", 0o777).unwrap();
+    client.chmod("/open", 0o777).unwrap();
+    client.chmod("/", 0o755).unwrap();
+    let output = Command::new(&program)
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .env("RINGFS_TIMEOUT_MS", "5000")
+        .uid(OTHER)
+        .gid(OTHER)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success() && String::from_utf8_lossy(&output.stdout).contains("another user's checks passed"),
+        "another user through the C library:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(common::read_file(&client, "/private").unwrap(), b"secret");
+    let _ = std::fs::remove_dir_all(scratch);
+}

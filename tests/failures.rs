@@ -125,6 +125,7 @@ fn handshake(socket: &mut std::net::TcpStream, secret: &str) {
         client_id: 0,
         timeout_ms: 0,
         clock_ns: 0,
+        credentials: Default::default(),
     })
     .encode(&mut body);
     assert!(matches!(exchange(socket, &body), Response::Hello(_)));
@@ -149,7 +150,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     write_file(&client, "/before", b"still here");
     let invalid_path_request = {
         let mut body = Vec::new();
-        Request::Lookup(ringfs_proto::Lookup { path: "relative/not/canonical".into(), open_for: 0 }).encode(&mut body);
+        Request::Lookup(ringfs_proto::Lookup { path: "relative/not/canonical".into(), open_for: 0, access: 0 }).encode(&mut body);
         body
     };
     let garbage: Vec<Vec<u8>> = vec![
@@ -171,6 +172,20 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     let mut socket = std::net::TcpStream::connect(cluster.address(0)).unwrap();
     handshake(&mut socket, &cluster.secret);
     assert_eq!(exchange(&mut socket, &invalid_path_request), Response::Error(Errno::EINVAL));
+    // An `AsUser` inside an `AsUser` (decoding never recurses) and one around garbage.
+    let lookup = Request::Lookup(ringfs_proto::Lookup { path: "/before".into(), open_for: 0, access: 0 });
+    let user = ringfs_proto::Credentials { uid: 1, gid: 1, groups: Vec::new() };
+    let inner = Request::AsUser(ringfs_proto::AsUser::new(user.clone(), &lookup));
+    let mut nested = Vec::new();
+    Request::AsUser(ringfs_proto::AsUser::new(user.clone(), &inner)).encode(&mut nested);
+    assert_eq!(exchange(&mut socket, &nested), Response::Error(Errno::EPROTO));
+    let mut around_garbage = Vec::new();
+    Request::AsUser(ringfs_proto::AsUser { credentials: user, body: ringfs_proto::wire::Bytes(vec![0xFF, 1, 2]) })
+        .encode(&mut around_garbage);
+    assert_eq!(exchange(&mut socket, &around_garbage), Response::Error(Errno::EPROTO));
+    let mut wrapped = Vec::new();
+    inner.encode(&mut wrapped);
+    assert!(matches!(exchange(&mut socket, &wrapped), Response::Opened(_)), "a plain AsUser works on the same connection");
     // Everybody else is unaffected.
     assert_eq!(read_file(&client, "/before").unwrap(), b"still here");
     assert_eq!(cluster.client().members().members.iter().filter(|member| member.alive).count(), 2);
@@ -425,6 +440,7 @@ fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
             from_server: false,
             poll: Duration::ZERO,
             client_id: 0x0a,
+            credentials: Default::default(),
         },
     )
     .unwrap();

@@ -42,6 +42,7 @@ fn connection_config(cluster: &TestCluster, as_server: bool) -> ConnectionConfig
         from_server: as_server,
         poll: Duration::ZERO,
         client_id: if as_server { 0 } else { 0xF022 },
+        credentials: Default::default(),
     }
 }
 

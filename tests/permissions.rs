@@ -524,3 +524,121 @@ for p in procs: p.join()
 db = sqlite3.connect(path)
 print(db.execute('SELECT COUNT(*), COUNT(DISTINCT writer) FROM t').fetchone(), db.execute('PRAGMA integrity_check').fetchone()[0], [p.exitcode for p in procs])
 "#;
+
+/// The servers check every call of the native client for the user it acts for (here through
+/// `Client::as_user`, which states another user with each request, as the FUSE mount does):
+/// search permission along the path, write permission on the parent, the sticky bit, opens
+/// for reading and writing, `chmod`/`chown`/`utimensat` rules, set-ID bits dropped, and a
+/// set-group-ID directory passing its group on. A change of a directory's mode (or its
+/// removal) holds at once on every server, whatever they remembered of it.
+#[test]
+fn servers_enforce_permissions_for_every_native_call() {
+    use ringfs_client::{Credentials, Errno, OpenFlags};
+    const TEAM: u32 = 5000;
+    let cluster = TestCluster::start(3);
+    let root = cluster.client();
+    let alice = root.as_user(Credentials { uid: ALICE, gid: ALICE, groups: vec![TEAM] });
+    let bob = root.as_user(Credentials { uid: BOB, gid: BOB, groups: Vec::new() });
+    root.chmod("/", 0o755).unwrap();
+
+    // Search and write permission on directories.
+    root.mkdir("/closed", 0o700).unwrap();
+    common::write_file(&root, "/closed/f", b"x");
+    assert_eq!(alice.stat("/closed/f").map(drop), Err(Errno::EACCES), "no search permission on /closed");
+    assert_eq!(alice.mkdir("/closed/d", 0o755), Err(Errno::EACCES));
+    assert_eq!(alice.readdir("/closed").map(drop), Err(Errno::EACCES), "no read permission");
+    assert_eq!(alice.mkdir("/mine", 0o755), Err(Errno::EACCES), "/ is root's 0755");
+    assert_eq!(alice.unlink("/closed/f"), Err(Errno::EACCES));
+    root.mkdir("/shared", 0o777).unwrap();
+    root.chmod("/shared", 0o777).unwrap();
+
+    // Opens, truncates, and the owner's rights.
+    let fd = alice.open("/shared/a", OpenFlags::WRITE | OpenFlags::CREATE, 0o600).unwrap();
+    alice.write(fd, b"alice's").unwrap();
+    alice.close(fd).unwrap();
+    let stat = root.stat("/shared/a").unwrap();
+    assert_eq!((stat.uid, stat.gid, stat.mode & 0o7777), (ALICE, ALICE, 0o600), "owned by its creator");
+    assert_eq!(bob.open("/shared/a", OpenFlags::READ, 0).map(drop), Err(Errno::EACCES));
+    assert_eq!(bob.open("/shared/a", OpenFlags::WRITE, 0).map(drop), Err(Errno::EACCES));
+    assert_eq!(bob.open("/shared/a", OpenFlags::WRITE | OpenFlags::CREATE, 0o666).map(drop), Err(Errno::EACCES), "exists");
+    assert_eq!(bob.truncate("/shared/a", 0), Err(Errno::EACCES));
+    assert_eq!(bob.chmod("/shared/a", 0o666), Err(Errno::EPERM));
+    assert_eq!(bob.chown("/shared/a", Some(BOB), None), Err(Errno::EPERM));
+    assert_eq!(alice.chown("/shared/a", Some(BOB), None), Err(Errno::EPERM), "only root gives files away");
+    assert_eq!(alice.chown("/shared/a", None, Some(BOB)), Err(Errno::EPERM), "not her group");
+    alice.chown("/shared/a", None, Some(TEAM)).unwrap();
+    assert_eq!(bob.utimens("/shared/a", Some(1), Some(1)), Err(Errno::EPERM));
+    assert_eq!(bob.touch("/shared/a"), Err(Errno::EACCES));
+    alice.chmod("/shared/a", 0o666).unwrap();
+    bob.touch("/shared/a").expect("write permission is enough to set the times to now");
+    assert_eq!(bob.utimens("/shared/a", Some(1), Some(1)), Err(Errno::EPERM), "explicit times: the owner only");
+    assert_eq!(common::read_file(&bob, "/shared/a").unwrap(), b"alice's");
+    root.chown("/shared/a", Some(BOB), None).unwrap();
+    assert_eq!(root.stat("/shared/a").unwrap().uid, BOB);
+
+    // Set-ID bits: dropped by chown, and by a chmod outside the file's group.
+    let fd = alice.create("/shared/tool", 0o755).unwrap();
+    alice.close(fd).unwrap();
+    alice.chmod("/shared/tool", 0o6755).unwrap();
+    assert_eq!(root.stat("/shared/tool").unwrap().mode & 0o7777, 0o6755);
+    root.chown("/shared/tool", Some(BOB), None).unwrap();
+    assert_eq!(root.stat("/shared/tool").unwrap().mode & 0o7777, 0o755, "chown drops set-user-ID and set-group-ID");
+    bob.chmod("/shared/tool", 0o2755).unwrap();
+    assert_eq!(root.stat("/shared/tool").unwrap().mode & 0o7777, 0o755, "bob is not in group {ALICE}");
+
+    // The sticky bit.
+    root.mkdir("/tmp", 0o777).unwrap();
+    root.chmod("/tmp", 0o1777).unwrap();
+    common::write_file(&alice, "/tmp/hers", b"h");
+    assert_eq!(bob.unlink("/tmp/hers"), Err(Errno::EPERM));
+    assert_eq!(bob.rename("/tmp/hers", "/tmp/his"), Err(Errno::EPERM));
+    common::write_file(&bob, "/tmp/his", b"b");
+    assert_eq!(bob.rename("/tmp/his", "/tmp/hers"), Err(Errno::EPERM), "nor replace it");
+    alice.unlink("/tmp/hers").unwrap();
+    bob.unlink("/shared/a").expect("no sticky bit on /shared");
+
+    // A set-group-ID directory passes its group on.
+    root.mkdir("/team", 0o775).unwrap();
+    root.chown("/team", None, Some(TEAM)).unwrap();
+    root.chmod("/team", 0o2775).unwrap();
+    assert_eq!(bob.mkdir("/team/x", 0o755), Err(Errno::EACCES), "bob is not in the team");
+    common::write_file(&alice, "/team/f", b"t");
+    alice.mkdir("/team/sub", 0o755).unwrap();
+    let file = root.stat("/team/f").unwrap();
+    let sub = root.stat("/team/sub").unwrap();
+    assert_eq!((file.uid, file.gid), (ALICE, TEAM));
+    assert_eq!((sub.gid, sub.mode & 0o7777), (TEAM, 0o2755), "a new directory keeps set-group-ID");
+
+    // Moving a directory to another parent needs write permission on it (its `..`).
+    root.mkdir("/shared/rootdir", 0o755).unwrap();
+    bob.mkdir("/shared/bobs", 0o755).unwrap();
+    assert_eq!(bob.rename("/shared/rootdir", "/shared/bobs/rootdir"), Err(Errno::EACCES));
+
+    // A directory's mode and existence as they are now, on every server.
+    root.mkdir("/open", 0o755).unwrap();
+    let names: Vec<String> = (0..12).map(|index| format!("/open/f{index}")).collect();
+    for name in &names {
+        common::write_file(&root, name, b"o");
+    }
+    for name in &names {
+        assert_eq!(common::read_file(&bob, name).unwrap(), b"o");
+    }
+    root.chmod("/open", 0o700).unwrap();
+    for name in &names {
+        assert_eq!(bob.stat(name).map(drop), Err(Errno::EACCES), "{name}: the chmod of /open holds at once everywhere");
+    }
+    root.chmod("/open", 0o755).unwrap();
+    for name in &names {
+        bob.stat(name).unwrap();
+        root.unlink(name).unwrap();
+    }
+    root.rmdir("/open").unwrap();
+    root.mkdir("/open", 0o700).unwrap();
+    for name in &names {
+        assert_eq!(bob.stat(name).map(drop), Err(Errno::EACCES), "{name}: /open was made again, closed");
+    }
+    // Root is not held back.
+    common::write_file(&root, "/closed/g", b"r");
+    root.chmod("/shared/tool", 0).unwrap();
+    root.open("/shared/tool", OpenFlags::READ | OpenFlags::WRITE, 0).map(|fd| root.close(fd)).unwrap().unwrap();
+}

@@ -11,6 +11,7 @@ use std::io::SeekFrom;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
+use ringfs_proto::access::{MAY_READ, MAY_WRITE};
 use ringfs_proto::{
     Attr, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read, RemoteBytes, Request,
     Response, Write, WriteSource,
@@ -106,6 +107,9 @@ impl Client {
         let mut path = ringfs_proto::path::canonicalize(path)?;
         let writable = flags.contains(OpenFlags::WRITE);
         let client = self.inner.client_id;
+        // What the servers check the caller may do with an existing file.
+        let access = if flags.contains(OpenFlags::READ) { MAY_READ } else { 0 }
+            | if writable || flags.contains(OpenFlags::TRUNCATE) { MAY_WRITE } else { 0 };
         for _ in 0..MAX_SYMLINK_HOPS {
             let opened = if flags.contains(OpenFlags::CREATE) {
                 self.create_entry(
@@ -116,9 +120,10 @@ impl Client {
                     None,
                     0,
                     client,
+                    access,
                 )?
             } else {
-                self.lookup_opened(&path, client)?
+                self.lookup_opened(&path, client, access)?
             };
             let attr = opened.attr;
             if attr.is_symlink() {
@@ -151,7 +156,7 @@ impl Client {
     pub fn lookup_ref(&self, path: &str) -> Result<(Stat, bool)> {
         let path = ringfs_proto::path::canonicalize(path)?;
         for _ in 0..OPEN_ATTEMPTS {
-            let opened = self.lookup_opened(&path, self.inner.client_id)?;
+            let opened = self.lookup_opened(&path, self.inner.client_id, 0)?;
             let attr = opened.attr;
             let referenced = attr.is_regular();
             if referenced && !opened.registered {
@@ -214,8 +219,8 @@ impl Client {
     /// none) where the name's server holds the inode. ESTALE from the server means the file
     /// went between reading the name and reaching the file (the name was replaced): the name
     /// is read again.
-    pub(crate) fn lookup_opened(&self, path: &str, open_for: u64) -> Result<Opened> {
-        let request = Request::Lookup(Lookup { path: path.to_string(), open_for });
+    pub(crate) fn lookup_opened(&self, path: &str, open_for: u64, access: u32) -> Result<Opened> {
+        let request = self.for_caller(Request::Lookup(Lookup { path: path.to_string(), open_for, access }));
         for _ in 0..OPEN_ATTEMPTS {
             match self.inner.cluster.call_path_owner(path, &request) {
                 Err(Errno::ESTALE) => continue,

@@ -39,7 +39,7 @@ pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, MemberLi
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use ringfs_proto::Attr;
+use ringfs_proto::{Attr, Request};
 use ringfs_rpc::ConnectionConfig;
 use thiserror::Error;
 
@@ -316,37 +316,24 @@ pub struct Client {
     inner: Arc<Inner>,
     /// Whom this handle acts for (see [`Client::as_user`]).
     credentials: Arc<Credentials>,
+    /// Someone else than the connections' `Hello` says: requests go wrapped in `AsUser`.
+    acts_for_other: bool,
 }
 
 /// `fallocate(2)` mode: reserve without changing the file's size.
 pub const FALLOC_FL_KEEP_SIZE: u32 = 1;
 
-/// A user and their groups: the owner of what a client creates, and whose permissions
-/// [`Client::access`] checks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-}
+pub use ringfs_proto::Credentials;
 
-impl Credentials {
-    /// This process's effective user, group and supplementary groups.
-    pub fn of_process() -> Credentials {
-        // SAFETY: geteuid/getegid cannot fail; getgroups writes at most `count` ids.
-        unsafe {
-            let count = libc::getgroups(0, std::ptr::null_mut()).max(0);
-            let mut groups = vec![0 as libc::gid_t; count as usize];
-            let written = libc::getgroups(count, groups.as_mut_ptr()).max(0);
-            groups.truncate(written as usize);
-            Credentials { uid: libc::geteuid(), gid: libc::getegid(), groups }
-        }
-    }
-
-    /// Whether the user is in group `gid` (primary or supplementary).
-    pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
+/// This process's effective user, group and supplementary groups.
+pub fn process_credentials() -> Credentials {
+    // SAFETY: geteuid/getegid cannot fail; getgroups writes at most `count` ids.
+    unsafe {
+        let count = libc::getgroups(0, std::ptr::null_mut()).max(0);
+        let mut groups = vec![0 as libc::gid_t; count as usize];
+        let written = libc::getgroups(count, groups.as_mut_ptr()).max(0);
+        groups.truncate(written as usize);
+        Credentials { uid: libc::geteuid(), gid: libc::getegid(), groups }
     }
 }
 
@@ -358,6 +345,8 @@ struct Inner {
     chunk_size: u32,
     /// Identifies this client to the servers, which keep the files it opens alive.
     client_id: u64,
+    /// Whom the connections act for (their `Hello` says so).
+    credentials: Credentials,
 }
 
 impl Drop for Inner {
@@ -379,6 +368,7 @@ impl Client {
         }
         let host_id = if config.local_fast_path { ringfs_rpc::transport::local_host_id() } else { 0 };
         let client_id = ringfs_rpc::memory::random_u64() | 1;
+        let credentials = process_credentials();
         let connection_config = ConnectionConfig {
             secret: config.secret.clone(),
             timeout: config.timeout,
@@ -386,14 +376,15 @@ impl Client {
             from_server: false,
             poll: config.poll,
             client_id,
+            credentials: credentials.clone(),
         };
         let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
         let cluster = Arc::new(cluster);
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);
         let files = FileTable::default();
-        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id });
-        Ok(Client { inner, credentials: Arc::new(Credentials::of_process()) })
+        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id, credentials: credentials.clone() });
+        Ok(Client { inner, credentials: Arc::new(credentials), acts_for_other: false })
     }
 
     /// Connects with the configuration in the environment (see [`ClientConfig::from_env`]).
@@ -404,7 +395,13 @@ impl Client {
     /// A handle on the same connections and descriptors that acts for `credentials`: what it
     /// creates belongs to that user (the FUSE mount acts for each caller this way).
     pub fn as_user(&self, credentials: Credentials) -> Client {
-        Client { inner: Arc::clone(&self.inner), credentials: Arc::new(credentials) }
+        let acts_for_other = credentials != self.inner.credentials;
+        Client { inner: Arc::clone(&self.inner), credentials: Arc::new(credentials), acts_for_other }
+    }
+
+    /// `request` as this handle sends it: checked by the servers for the user it acts for.
+    pub(crate) fn for_caller(&self, request: Request) -> Request {
+        if self.acts_for_other { Request::AsUser(ringfs_proto::AsUser::new((*self.credentials).clone(), &request)) } else { request }
     }
 
     /// Whom this handle acts for.

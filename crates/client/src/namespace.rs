@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use ringfs_proto::access::MAY_WRITE;
 use ringfs_proto::path;
 use ringfs_proto::{
     Attr, ChunkKey, Create, DirPage, Errno, FileId, FileKind, FileOnly, FindFilter, Link, LinkFile, Opened, ReadDir, Rename, Request,
@@ -21,11 +22,6 @@ use crate::{Client, DirEntry, FindSummary, Result, Stat, now_ns};
 const DIRECTORY_PAGE: u32 = 4096;
 /// Most symbolic links followed while resolving one path.
 const MAX_SYMLINK_HOPS: usize = 40;
-
-/// `access(2)` mode bits.
-pub const READ_OK: u32 = 4;
-pub const WRITE_OK: u32 = 2;
-pub const EXECUTE_OK: u32 = 1;
 
 /// `renameat2` flags for [`Client::rename_with_flags`].
 pub use ringfs_proto::RenameFlags;
@@ -43,8 +39,9 @@ impl Client {
         link_target: Option<String>,
         rdev: u64,
         open_for: u64,
+        access: u32,
     ) -> Result<Opened> {
-        let request = Request::Create(Create {
+        let request = self.for_caller(Request::Create(Create {
             path: path.to_string(),
             mode,
             uid: self.credentials.uid,
@@ -56,7 +53,8 @@ impl Client {
             truncate,
             link_target,
             open_for,
-        });
+            access,
+        }));
         match self.inner.cluster.call_path_owner(path, &request)? {
             Response::Opened(opened) => Ok(opened),
             _ => Err(Errno::EPROTO),
@@ -65,7 +63,7 @@ impl Client {
 
     /// The attributes of the file `path` names (no symlink following).
     pub(crate) fn lookup_attr(&self, path: &str) -> Result<Attr> {
-        Ok(self.lookup_opened(path, 0)?.attr)
+        Ok(self.lookup_opened(path, 0, 0)?.attr)
     }
 
     /// The canonical path a symbolic link at `path` points to.
@@ -115,21 +113,10 @@ impl Client {
         self.stat_from_attr(&attr)
     }
 
-    /// Checks permissions like `access(2)` (`mode` 0 checks existence; see [`READ_OK`] etc.).
+    /// Checks permissions like `access(2)` (`mode` 0 checks existence; bits as `R_OK`, `W_OK`, `X_OK`: `ringfs_proto::access::MAY_*`).
     pub fn access(&self, path: &str, mode: u32) -> Result<()> {
         let stat = self.stat(path)?;
-        let uid = self.credentials.uid;
-        let permissions = stat.mode & 0o777;
-        let granted = if uid == 0 {
-            // root may read and write anything, and execute what anyone may execute.
-            READ_OK | WRITE_OK | if permissions & 0o111 != 0 || stat.is_dir() { EXECUTE_OK } else { 0 }
-        } else if uid == stat.uid {
-            (permissions >> 6) & 7
-        } else if self.credentials.in_group(stat.gid) {
-            (permissions >> 3) & 7
-        } else {
-            permissions & 7
-        };
+        let granted = self.credentials.granted(stat.mode, stat.uid, stat.gid);
         if mode & !granted & 7 != 0 { Err(Errno::EACCES) } else { Ok(()) }
     }
 
@@ -138,7 +125,7 @@ impl Client {
         if path == "/" {
             return Err(Errno::EEXIST);
         }
-        self.create_entry(&path, FileKind::Directory.mode_bits() | (mode & 0o7777), true, false, None, 0, 0).map(drop)
+        self.create_entry(&path, FileKind::Directory.mode_bits() | (mode & 0o7777), true, false, None, 0, 0, 0).map(drop)
     }
 
     /// Makes a FIFO, a character or block device (with device number `rdev`) or a socket
@@ -149,7 +136,7 @@ impl Client {
             Some(FileKind::Directory | FileKind::Symlink) | None => return Err(Errno::EINVAL),
             Some(_) => {}
         }
-        self.create_entry(&path, mode, true, false, None, rdev, 0).map(drop)
+        self.create_entry(&path, mode, true, false, None, rdev, 0, 0).map(drop)
     }
 
     /// Removes an empty directory (ENOTEMPTY otherwise).
@@ -158,7 +145,10 @@ impl Client {
         if path == "/" {
             return Err(Errno::EBUSY);
         }
-        self.inner.cluster.call_path_owner(&path, &Request::Rmdir(Rmdir { path: path.clone(), time_ns: now_ns() })).map(|_| ())
+        self.inner
+            .cluster
+            .call_path_owner(&path, &self.for_caller(Request::Rmdir(Rmdir { path: path.clone(), time_ns: now_ns() })))
+            .map(|_| ())
     }
 
     /// Removes a name of a file, symbolic link or special file (EISDIR for a directory). The
@@ -167,7 +157,10 @@ impl Client {
         let path = path::canonicalize(path)?;
         // This client's closes first: a file it closed goes with its name, not a moment later.
         self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
-        self.inner.cluster.call_path_owner(&path, &Request::Unlink(Unlink { path: path.clone(), time_ns: now_ns() })).map(|_| ())
+        self.inner
+            .cluster
+            .call_path_owner(&path, &self.for_caller(Request::Unlink(Unlink { path: path.clone(), time_ns: now_ns() })))
+            .map(|_| ())
     }
 
     /// Removes `path` and, if it is a directory, everything below it (`rm -r`).
@@ -187,7 +180,7 @@ impl Client {
             return Err(Errno::ENOENT);
         }
         let link_path = path::canonicalize(link_path)?;
-        self.create_entry(&link_path, FileKind::Symlink.mode_bits() | 0o777, true, false, Some(target.to_string()), 0, 0).map(drop)
+        self.create_entry(&link_path, FileKind::Symlink.mode_bits() | 0o777, true, false, Some(target.to_string()), 0, 0, 0).map(drop)
     }
 
     /// A hard link: `to` becomes another name of the file `from` names (not followed if it
@@ -195,7 +188,7 @@ impl Client {
     pub fn link(&self, from: &str, to: &str) -> Result<()> {
         let from = path::canonicalize(from)?;
         let to = path::canonicalize(to)?;
-        let request = Request::Link(Link { from: from.clone(), to, time_ns: now_ns() });
+        let request = self.for_caller(Request::Link(Link { from: from.clone(), to, time_ns: now_ns() }));
         self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }
 
@@ -203,7 +196,7 @@ impl Client {
     /// the file has no name left.
     pub fn link_file(&self, file: FileId, to: &str) -> Result<()> {
         let to = path::canonicalize(to)?;
-        let request = Request::LinkFile(LinkFile { file, to: to.clone(), time_ns: now_ns() });
+        let request = self.for_caller(Request::LinkFile(LinkFile { file, to: to.clone(), time_ns: now_ns() }));
         self.inner.cluster.call_path_owner(&to, &request).map(|_| ())
     }
 
@@ -252,16 +245,20 @@ impl Client {
             return Err(Errno::EBUSY);
         }
         self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
-        let request = Request::Rename(Rename { from: from.clone(), to, time_ns: now_ns(), flags });
+        let request = self.for_caller(Request::Rename(Rename { from: from.clone(), to, time_ns: now_ns(), flags }));
         self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }
 
     /// Truncates or extends a file (following symbolic links).
     pub fn truncate(&self, path: &str, size: u64) -> Result<()> {
-        let (_, attr) = self.resolve(path)?;
+        let (path, attr) = self.resolve(path)?;
         match attr.kind() {
+            // Write permission, checked by the name's server (as an open for writing is).
+            Some(FileKind::Regular) => {
+                self.lookup_opened(&path, 0, MAY_WRITE)?;
+                self.truncate_file(attr.file_id, size)
+            }
             Some(FileKind::Directory) => Err(Errno::EISDIR),
-            Some(FileKind::Regular) => self.truncate_file(attr.file_id, size),
             _ => Err(Errno::EINVAL),
         }
     }
@@ -284,11 +281,12 @@ impl Client {
         let cluster = &self.inner.cluster;
         let members = cluster.member_list().members;
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
-        let read_dir = |after| Request::ReadDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE });
+        let read_dir = |after| self.for_caller(Request::ReadDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE }));
         let (mut entries, removed) = self.read_pages(&connections, read_dir)?;
         if stat.backed {
             let owner = [cluster.connection(&cluster.owner_of_path(&path))?];
-            let read_backend = |after| Request::ReadBackendDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE });
+            let read_backend =
+                |after| self.for_caller(Request::ReadBackendDir(ReadDir { path: path.clone(), after, limit: DIRECTORY_PAGE }));
             let (backend_entries, _) = self.read_pages(&owner, read_backend)?;
             let known: HashSet<String> = entries.iter().map(|entry| entry.name.clone()).chain(removed).collect();
             entries.extend(backend_entries.into_iter().filter(|entry| !known.contains(&entry.name)));
@@ -404,10 +402,11 @@ impl Client {
     pub fn set_attr_id(&self, file: FileId, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
         let mut request = SetAttr::new(file, now_ns());
         change(&mut request);
+        let request = self.for_caller(Request::SetAttr(request));
         if file.is_root() {
-            return self.inner.cluster.broadcast(&Request::SetAttr(request)).map(drop);
+            return self.inner.cluster.broadcast(&request).map(drop);
         }
-        self.inner.cluster.call_home(file, &Request::SetAttr(request)).map(drop)
+        self.inner.cluster.call_home(file, &request).map(drop)
     }
 
     fn set_attr(&self, path: &str, change: impl FnOnce(&mut SetAttr)) -> Result<()> {
@@ -427,11 +426,26 @@ impl Client {
         })
     }
 
-    /// Sets access and/or modification time (nanoseconds since the epoch).
+    /// Sets access and/or modification time (nanoseconds since the epoch) to values of the
+    /// caller's choosing (only the owner may).
     pub fn utimens(&self, path: &str, atime_ns: Option<i64>, mtime_ns: Option<i64>) -> Result<()> {
+        self.set_times(path, atime_ns, mtime_ns, true)
+    }
+
+    /// Sets access and modification time to now, as `touch` does (write permission is
+    /// enough).
+    pub fn touch(&self, path: &str) -> Result<()> {
+        let now = now_ns();
+        self.set_times(path, Some(now), Some(now), false)
+    }
+
+    /// Sets access and/or modification time, as `utimensat` does: `explicit` when either is
+    /// a value of the caller's choosing (only the owner may), not "now".
+    pub fn set_times(&self, path: &str, atime_ns: Option<i64>, mtime_ns: Option<i64>, explicit: bool) -> Result<()> {
         self.set_attr(path, |request| {
             request.atime_ns = atime_ns;
             request.mtime_ns = mtime_ns;
+            request.times_explicit = explicit;
         })
     }
 

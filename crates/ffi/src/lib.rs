@@ -253,6 +253,55 @@ pub unsafe extern "C" fn ringfs_truncate(path: *const c_char, length: libc::off_
     })
 }
 
+/// # Safety
+/// `path` must be a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let path = unsafe { string(path) }?;
+        client()?.chmod(path, mode).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `path` must be a NUL-terminated string.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let path = unsafe { string(path) }?;
+        let given = |id: u32| (id != u32::MAX).then_some(id);
+        client()?.chown(path, given(uid), given(gid)).map(|()| 0)
+    })
+}
+
+/// # Safety
+/// `path` must be a NUL-terminated string; `times` NULL or two timespecs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ringfs_utimens(path: *const c_char, times: *const libc::timespec) -> c_int {
+    guard(-1, || {
+        // SAFETY: forwarded contract.
+        let path = unsafe { string(path) }?;
+        let client = client()?;
+        if times.is_null() {
+            return client.touch(path).map(|()| 0);
+        }
+        // SAFETY: the caller passes two timespecs.
+        let times = unsafe { std::slice::from_raw_parts(times, 2) };
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as i64);
+        let explicit = times.iter().any(|time| time.tv_nsec != libc::UTIME_NOW && time.tv_nsec != libc::UTIME_OMIT);
+        let value = |time: &libc::timespec| match time.tv_nsec {
+            libc::UTIME_OMIT => Ok(None),
+            libc::UTIME_NOW => Ok(Some(now)),
+            nanos if (0..1_000_000_000).contains(&nanos) => Ok(Some(time.tv_sec * 1_000_000_000 + nanos)),
+            _ => Err(Errno::EINVAL),
+        };
+        let (atime, mtime) = (value(&times[0])?, value(&times[1])?);
+        client.set_times(path, atime, mtime, explicit).map(|()| 0)
+    })
+}
+
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_ftruncate(fd: c_int, length: libc::off_t) -> c_int {
     guard(-1, || client()?.ftruncate(descriptor(fd)?, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0))

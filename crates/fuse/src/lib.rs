@@ -110,6 +110,17 @@ fn system_time(nanoseconds: i64) -> SystemTime {
     }
 }
 
+/// The supplementary groups of process `pid` (the kernel does not pass them with a request;
+/// the servers' checks and set-group-ID rules need them). None if the process is gone.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return Vec::new() };
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Groups:"))
+        .map(|groups| groups.split_whitespace().filter_map(|group| group.parse().ok()).collect())
+        .unwrap_or_default()
+}
+
 fn nanoseconds(time: TimeOrNow) -> i64 {
     let time = match time {
         TimeOrNow::SpecificTime(time) => time,
@@ -197,7 +208,8 @@ impl RingfsFilesystem {
         if own.uid == request.uid() && own.gid == request.gid() {
             return self.client.clone();
         }
-        self.client.as_user(Credentials { uid: request.uid(), gid: request.gid(), groups: Vec::new() })
+        let groups = supplementary_groups(request.pid());
+        self.client.as_user(Credentials { uid: request.uid(), gid: request.gid(), groups })
     }
 
     fn created_entry(&self, path: &str) -> Result<FileAttr, Errno> {
@@ -270,6 +282,8 @@ impl RingfsFilesystem {
                 change.gid = owner.1;
                 change.atime_ns = times.0.map(nanoseconds);
                 change.mtime_ns = times.1.map(nanoseconds);
+                change.times_explicit =
+                    matches!(times.0, Some(TimeOrNow::SpecificTime(_))) || matches!(times.1, Some(TimeOrNow::SpecificTime(_)));
             })?;
         }
         Ok(file_attr(&self.client.stat_id(file)?))

@@ -22,6 +22,7 @@
 //! assert_eq!(Request::decode(&body).unwrap(), request);
 //! ```
 
+pub mod access;
 pub mod attr;
 pub mod codec;
 mod errno;
@@ -31,6 +32,7 @@ pub mod message;
 pub mod path;
 pub mod wire;
 
+pub use access::Credentials;
 pub use attr::{ATTR_BYTES, Attr, EntryFlags, FileKind};
 pub use codec::DecodeError;
 pub use errno::Errno;

@@ -5,6 +5,7 @@
 //! [`Request`] and [`Response`] give each variant its tag). `docs/PROTOCOL.md` lists every
 //! message; tags must never be renumbered within a protocol version.
 
+use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::id::{ChunkKey, FileId};
@@ -14,7 +15,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 4;
+pub const PROTOCOL_VERSION: u16 = 5;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -67,16 +68,21 @@ pub struct Hello {
     /// The peer's wall clock when it sent the `Hello` (ns since the epoch): with it a server
     /// tells how long ago, by its own clock, a request stamped `time_ns` was sent.
     pub clock_ns: i64,
+    /// Whom the peer's requests act for, unless a request says otherwise (`AsUser`).
+    /// Servers take it on trust from a peer that proved it holds the secret (see
+    /// docs/CONSISTENCY.md); another server's own requests act as root.
+    pub credentials: Credentials,
 }
 
 impl Wire for Hello {
-    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8 + 4 + 8;
+    const MIN_BYTES: usize = 4 + 2 + 4 + 4 + 8 + 1 + 1 + 8 + 4 + 8 + 3;
 
     fn write(&self, w: &mut Writer) {
         w.u32(HELLO_MAGIC).u16(self.version).bytes(&self.secret);
         w.u32(self.client_pid).u64(self.host_id).bool(self.from_server);
         self.memory_probe.write(w);
         w.u64(self.client_id).u32(self.timeout_ms).i64(self.clock_ns);
+        self.credentials.write(w);
     }
 
     fn read(r: &mut Reader) -> Result<Self, DecodeError> {
@@ -94,6 +100,7 @@ impl Wire for Hello {
             client_id: r.u64()?,
             timeout_ms: r.u32()?,
             clock_ns: r.i64()?,
+            credentials: Wire::read(r)?,
         })
     }
 }
@@ -186,8 +193,10 @@ pub struct Create {
     pub link_target: Option<String>,
     /// Register an open of the file for this client id (0: no open; see [`Opened`]).
     pub open_for: u64,
+    /// `MAY_*` bits the caller needs on an existing regular file it opens (see `access`).
+    pub access: u32,
 }
-wire_struct!(Create { path, mode, uid, gid, rdev, chunk_size, time_ns, exclusive, truncate, link_target, open_for });
+wire_struct!(Create { path, mode, uid, gid, rdev, chunk_size, time_ns, exclusive, truncate, link_target, open_for, access });
 
 impl Create {
     /// An exclusive create of `path` with owner 0:0 at time 0; adjust fields as needed.
@@ -204,6 +213,7 @@ impl Create {
             truncate: false,
             link_target: None,
             open_for: 0,
+            access: 0,
         }
     }
 
@@ -220,8 +230,11 @@ pub struct Lookup {
     /// Register an open of the file for this client id (0: no open), if the file's inode
     /// lives on the same server as its name (see [`Opened`]).
     pub open_for: u64,
+    /// `MAY_*` bits the caller needs on the file if it is not a symbolic link (an open for
+    /// reading or writing, a truncate); 0 for a plain lookup.
+    pub access: u32,
 }
-wire_struct!(Lookup { path, open_for });
+wire_struct!(Lookup { path, open_for, access });
 
 /// The answer to a `Create` or `Lookup`: the file's attributes, and whether an asked-for
 /// open was registered (it is not when the file's inode lives on another server than its
@@ -620,13 +633,16 @@ pub struct SetAttr {
     pub atime_ns: Option<i64>,
     pub mtime_ns: Option<i64>,
     pub time_ns: i64,
+    /// The times are values the caller chose (only the owner may set those), not "now"
+    /// (which write permission allows).
+    pub times_explicit: bool,
 }
-wire_struct!(SetAttr { file, mode, uid, gid, atime_ns, mtime_ns, time_ns });
+wire_struct!(SetAttr { file, mode, uid, gid, atime_ns, mtime_ns, time_ns, times_explicit });
 
 impl SetAttr {
     /// A change of nothing but the ctime of `file` at `time_ns`; set the fields wanted.
     pub fn new(file: FileId, time_ns: i64) -> SetAttr {
-        SetAttr { file, mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns }
+        SetAttr { file, mode: None, uid: None, gid: None, atime_ns: None, mtime_ns: None, time_ns, times_explicit: false }
     }
 }
 
@@ -652,6 +668,31 @@ pub struct Release {
     pub leases: Vec<u64>,
 }
 wire_struct!(Release { leases });
+
+/// A request acting for another user (see `Request::AsUser`): the inner request travels
+/// encoded, so that decoding never recurses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AsUser {
+    pub credentials: Credentials,
+    pub body: Bytes,
+}
+wire_struct!(AsUser { credentials, body });
+
+impl AsUser {
+    pub fn new(credentials: Credentials, request: &Request) -> AsUser {
+        let mut body = Vec::new();
+        request.encode(&mut body);
+        AsUser { credentials, body: Bytes(body) }
+    }
+
+    /// The inner request (EPROTO-worthy if it is malformed or itself an `AsUser`).
+    pub fn request(&self) -> Result<Request, DecodeError> {
+        match Request::decode(&self.body.0)? {
+            Request::AsUser(_) => Err(DecodeError::InvalidValue { field: "nested AsUser", value: 64 }),
+            request => Ok(request),
+        }
+    }
+}
 
 wire_enum! {
     /// Everything a client or a peer server can ask a server.
@@ -771,6 +812,13 @@ wire_enum! {
         62 => RemoveXattr(XattrName),
         /// Server to server: a directory's entries changed (its times follow).
         63 => TouchDir(DirTouch),
+        /// The request in `body`, acting for `credentials` instead of the connection's (the
+        /// FUSE mount acts for each caller; a server forwarding a client's request keeps
+        /// whom it acts for). Never nested.
+        64 => AsUser(AsUser),
+        /// Server to server (broadcast): a directory's mode or owner changed; forget what
+        /// was remembered of it for permission checks.
+        65 => ForgetDirAttrs(FileOnly),
     }
 }
 
@@ -824,6 +872,7 @@ impl Request {
                 | Request::Redirty(_)
                 | Request::MissingFiles(_)
                 | Request::TouchDir(_)
+                | Request::ForgetDirAttrs(_)
         )
     }
 
@@ -897,7 +946,9 @@ impl Request {
             | Request::Release(_)
             | Request::Redirty(_)
             | Request::MissingFiles(_)
-            | Request::Sync(_) => Route::Here,
+            | Request::Sync(_)
+            | Request::AsUser(_)
+            | Request::ForgetDirAttrs(_) => Route::Here,
         }
     }
 

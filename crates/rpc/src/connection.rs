@@ -49,6 +49,8 @@ pub struct ConnectionConfig {
     /// Identifies this client process to servers, which keep its open files alive while it
     /// has connections (0 for servers).
     pub client_id: u64,
+    /// Whom this connection's requests act for (servers: root, unused).
+    pub credentials: ringfs_proto::Credentials,
 }
 
 /// Default poll budget of clients and servers.
@@ -145,6 +147,7 @@ impl Connection {
             client_id: config.client_id,
             timeout_ms: u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX),
             clock_ns: wall_clock_ns(),
+            credentials: config.credentials.clone(),
         });
         let mut body = Vec::new();
         hello.encode(&mut body);

@@ -14,7 +14,7 @@
 //! ```no_run
 //! use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
 //! use ringfs_proto::Request;
-//! let config = ConnectionConfig { secret: b"job-secret".to_vec(), timeout: std::time::Duration::from_secs(10), host_id: 0, from_server: false, poll: ringfs_rpc::DEFAULT_POLL, client_id: 1 };
+//! let config = ConnectionConfig { secret: b"job-secret".to_vec(), timeout: std::time::Duration::from_secs(10), host_id: 0, from_server: false, poll: ringfs_rpc::DEFAULT_POLL, client_id: 1, credentials: Default::default() };
 //! let connection = Connection::open(&Endpoint::parse("127.0.0.1:7000").unwrap(), &config).unwrap();
 //! let reply = connection.call(&Request::Ping, &[]).unwrap();
 //! println!("{:?}", reply.response);

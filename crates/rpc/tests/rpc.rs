@@ -62,6 +62,7 @@ fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
         from_server: false,
         poll: ringfs_rpc::DEFAULT_POLL,
         client_id: 1,
+        credentials: Default::default(),
     }
 }
 
@@ -196,6 +197,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
             client_id: 0,
             timeout_ms: 0,
             clock_ns: 0,
+            credentials: Default::default(),
         })
         .encode(&mut hello);
         let header = ringfs_proto::FrameHeader { body_len: hello.len() as u32, data_len: 0, request_id: 1, epoch: 0 };

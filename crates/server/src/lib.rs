@@ -28,6 +28,7 @@ mod membership;
 mod names;
 mod opens;
 mod peers;
+mod permissions;
 mod reclaim;
 mod service;
 
@@ -211,6 +212,7 @@ impl Server {
             from_server: true,
             poll: config.poll,
             client_id: 0,
+            credentials: Default::default(),
         };
         let mut membership = Membership::new(own.clone(), config.hash, config.placement);
         // With a run directory to discover the others by, a server that cannot join starts

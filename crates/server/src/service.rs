@@ -14,8 +14,8 @@ use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    BackendFileReply, ChunkKey, Errno, FileId, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, ReadReply, Request, Response,
-    Route, ServerStats, Write, WriteSource,
+    BackendFileReply, ChunkKey, Credentials, Errno, FileId, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, ReadReply, Request,
+    Response, Route, ServerStats, Write, WriteSource,
 };
 use ringfs_rpc::log_limit::RateLimitedLog;
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
@@ -51,6 +51,9 @@ pub struct Session {
     /// their minimum is the best estimate of the offset, and a request's sample above it is
     /// its delay. A few dozen are kept, so that a clock set back is forgotten soon.
     clock_samples: std::collections::VecDeque<i64>,
+    /// Whom a client's requests act for (from its `Hello`); `None` for another server, whose
+    /// requests are steps of requests checked already.
+    credentials: Option<Arc<Credentials>>,
 }
 
 /// Clock samples kept per session (see `Session::clock_samples`).
@@ -122,6 +125,8 @@ pub struct ServerState {
     pub subtree_moves: crate::directory_rename::SubtreeMoves,
     /// Touches of directories whose entries changed here (see `dir_times`).
     pub dir_times: crate::dir_times::DirTimes,
+    /// Modes and owners of directories, for permission checks (see `permissions`).
+    pub dir_attrs: crate::permissions::DirAttrCache,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -194,6 +199,7 @@ impl ServerState {
             namespace_lock_ended: Default::default(),
             subtree_moves: Default::default(),
             dir_times: Default::default(),
+            dir_attrs: Default::default(),
             later_releases: Mutex::new(Vec::new()),
         }
     }
@@ -274,6 +280,7 @@ impl ServerState {
         &self,
         owner: &Member,
         session: &Session,
+        caller: Option<&Credentials>,
         request: Request,
         data: &[u8],
         reply_data: &mut Vec<u8>,
@@ -295,6 +302,11 @@ impl ServerState {
             }
             Request::Read(read) => (Request::Read(Read { lease: false, release: Vec::new(), ..read }), None),
             other => (other, None),
+        };
+        // The owner checks the request for the same user.
+        let request = match caller {
+            Some(caller) => Request::AsUser(ringfs_proto::AsUser::new(caller.clone(), &request)),
+            None => request,
         };
         let reply = self.call_member(owner, &request, pulled.as_deref().unwrap_or(data))?;
         reply_data.extend_from_slice(&reply.data);
@@ -348,6 +360,7 @@ impl ServerState {
                 Ok(Response::Replaced(Some(entry)))
             }
             Request::PrepareRmdir(request) => {
+                self.dir_attrs.forget_under(&request.path);
                 let (any, removed) = self.store.prepare_rmdir(&request.path);
                 Ok(Response::HasEntries(ringfs_proto::HasEntries { any, removed }))
             }
@@ -376,6 +389,8 @@ impl ServerState {
                 self.subtree_moves.begin(subtree.token);
                 self.store.forget_dirs_under(&subtree.from);
                 self.store.forget_dirs_under(&subtree.to);
+                self.dir_attrs.forget_under(&subtree.from);
+                self.dir_attrs.forget_under(&subtree.to);
                 Ok(Response::Done)
             }
             Request::MoveSubtree(subtree) => self.move_subtree(&subtree),
@@ -401,7 +416,18 @@ impl ServerState {
                 }
                 Ok(Response::Done)
             }
-            Request::SetAttr(set) => Ok(Response::Attr(self.store.set_attr(&set).map_err(store_errno)?)),
+            Request::SetAttr(set) => {
+                let attr = self.store.set_attr(&set).map_err(store_errno)?;
+                if attr.is_dir() && (set.mode.is_some() || set.uid.is_some() || set.gid.is_some()) {
+                    self.spread_dir_attr_change(set.file);
+                }
+                Ok(Response::Attr(attr))
+            }
+            Request::ForgetDirAttrs(forget) => {
+                self.dir_attrs.forget_file(forget.file);
+                Ok(Response::Done)
+            }
+            Request::AsUser(_) => Err(Errno::EPROTO),
             Request::Truncate(truncate) => self.across_backend_moves(|_| self.truncate(truncate.file, truncate.size, truncate.time_ns)),
             Request::MarkExtended(request) => {
                 self.store.mark_extended(request.file).map_err(store_errno)?;
@@ -677,6 +703,7 @@ impl Service for ServerState {
             return Err(Errno::EACCES);
         }
         session.from_server = hello.from_server;
+        session.credentials = (!hello.from_server).then(|| Arc::new(hello.credentials.clone()));
         // Three quarters of the client's timeout: what is left covers the answer's way back.
         session.patience =
             (!hello.from_server && hello.timeout_ms > 0).then(|| std::time::Duration::from_millis(u64::from(hello.timeout_ms)) * 3 / 4);
@@ -701,13 +728,20 @@ impl Service for ServerState {
 
     fn handle(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
         self.requests.fetch_add(1, Ordering::Relaxed);
+        let (caller, request) = match request {
+            Request::AsUser(as_user) => match as_user.request() {
+                Ok(inner) => (Some(Arc::new(as_user.credentials)), inner),
+                Err(_) => return Response::Error(Errno::EPROTO),
+            },
+            request => (session.credentials.clone(), request),
+        };
         let io = counts_as_io(&request);
         if io {
             self.io_monitor.begin();
         }
         let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
 
-        let response = crate::locks::with_request_deadline(deadline, || self.route(session, request, data, reply_data));
+        let response = crate::locks::with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
         if io {
             self.io_monitor.end();
         }
@@ -727,6 +761,25 @@ impl Service for ServerState {
 }
 
 impl ServerState {
+    /// Executes a client's request here, acting for `caller`.
+    fn execute_for(
+        &self,
+        caller: &Credentials,
+        session: &mut Session,
+        request: Request,
+        data: &[u8],
+        reply_data: &mut Vec<u8>,
+    ) -> Result<Response, Errno> {
+        for name in request.paths() {
+            path::validate(name)?;
+        }
+        let request = self.authorize(caller, request)?;
+        match self.execute(session, request, data, reply_data)? {
+            Response::Names(names) => Ok(Response::Names(names.into_iter().filter(|name| caller.lists_xattr(name)).collect())),
+            response => Ok(response),
+        }
+    }
+
     /// The server that must execute `request`, if not this one.
     fn route_target(&self, request: &Request) -> Option<Member> {
         let owner = match request.route() {
@@ -740,8 +793,16 @@ impl ServerState {
         (!self.is_self(&owner)).then_some(owner)
     }
 
-    /// Executes a request here, or forwards it to the owner of its key.
-    fn route(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
+    /// Executes a request here, or forwards it to the owner of its key. A client's request
+    /// (`caller` is whom it acts for) is checked where it is executed (see `permissions`).
+    fn route(
+        &self,
+        session: &mut Session,
+        caller: Option<&Credentials>,
+        request: Request,
+        data: &[u8],
+        reply_data: &mut Vec<u8>,
+    ) -> Response {
         if request.only_from_servers() && !session.from_server {
             return Response::Error(Errno::EPERM);
         }
@@ -752,8 +813,11 @@ impl ServerState {
                 log::warn!("request routed here by a peer with a different member list");
                 Err(Errno::EIO)
             }
-            Some(owner) => self.forward(&owner, session, request, data, reply_data),
-            None => self.execute(session, request, data, reply_data),
+            Some(owner) => self.forward(&owner, session, caller, request, data, reply_data),
+            None => match caller {
+                Some(caller) => self.execute_for(caller, session, request, data, reply_data),
+                None => self.execute(session, request, data, reply_data),
+            },
         };
         outcome.unwrap_or_else(|errno| {
             reply_data.clear();

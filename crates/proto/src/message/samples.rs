@@ -3,6 +3,7 @@
 //! start their mutations from their encodings.
 
 use super::*;
+use crate::access::Credentials;
 use crate::attr::FileKind;
 use crate::wire::Bytes;
 
@@ -45,6 +46,7 @@ pub fn requests() -> Vec<Request> {
             client_id: 99,
             timeout_ms: 1500,
             clock_ns: -5,
+            credentials: Credentials { uid: 1000, gid: 100, groups: vec![4, 27] },
         }),
         Request::GetMembers,
         Request::Join(Member {
@@ -60,8 +62,8 @@ pub fn requests() -> Vec<Request> {
         Request::Ping,
         Request::Stats,
         Request::Shutdown,
-        Request::Create(Create { link_target: Some("/y".into()), rdev: 5, open_for: 99, ..Create::new("/x", 0o100600, 4096) }),
-        Request::Lookup(Lookup { path: "/x".into(), open_for: 99 }),
+        Request::Create(Create { link_target: Some("/y".into()), rdev: 5, open_for: 99, access: 6, ..Create::new("/x", 0o100600, 4096) }),
+        Request::Lookup(Lookup { path: "/x".into(), open_for: 99, access: 4 }),
         Request::Unlink(Unlink { path: "/f".into(), time_ns: 4 }),
         Request::Rmdir(Rmdir { path: "/d".into(), time_ns: 5 }),
         Request::Rename(Rename { from: "/a".into(), to: "/b".into(), time_ns: 3, flags: RenameFlags::EXCHANGE }),
@@ -106,7 +108,12 @@ pub fn requests() -> Vec<Request> {
         Request::Stat(FileOnly { file: file(1) }),
         Request::Open(OpenFile { file: file(2), client: 99 }),
         Request::Close(Close { client: 99, files: vec![file(1), file(2)] }),
-        Request::SetAttr(SetAttr { mode: Some(0o600), gid: Some(5), mtime_ns: Some(-1), ..SetAttr::new(file(3), 6) }),
+        Request::SetAttr(SetAttr { mode: Some(0o600), gid: Some(5), mtime_ns: Some(-1), times_explicit: true, ..SetAttr::new(file(3), 6) }),
+        Request::AsUser(AsUser::new(
+            Credentials { uid: 7, gid: 8, groups: vec![9] },
+            &Request::Unlink(Unlink { path: "/u".into(), time_ns: 1 }),
+        )),
+        Request::ForgetDirAttrs(FileOnly { file: file(12) }),
         Request::Truncate(Truncate { file: file(3), size: 1 << 33, time_ns: 1 }),
         Request::MarkExtended(FileOnly { file: file(1) }),
         Request::AddLink(LinkCount { file: file(1), time_ns: 2 }),
