@@ -273,10 +273,10 @@ impl ServerState {
                 return Err(store_errno(error).into());
             }
         }
-        let outcome = (|| -> Result<(), Errno> {
+        let outcome = crate::locks::past_point_of_no_return(|| -> Result<(), Errno> {
             // From the first move on there is no way back: names may have left some servers.
             // So every step is repeated until it is done (each is safe to repeat), for up to
-            // half the freeze's lease.
+            // half the freeze's lease, whatever the client's deadline.
             if moves_trees {
                 self.move_everywhere(&subtree)
                     .inspect_err(|errno| log::error!("rename {from} -> {to}: moving names failed on a server: {errno}"))?;
@@ -297,7 +297,7 @@ impl ServerState {
                 })?;
             }
             self.touch_ctime(source.file, time_ns)
-        })();
+        });
         if moves_trees {
             self.thaw_everywhere(&subtree);
         }

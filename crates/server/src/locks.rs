@@ -50,6 +50,14 @@ pub fn with_request_deadline<T>(deadline: Option<Instant>, body: impl FnOnce() -
     result
 }
 
+/// Runs `body` with no request deadline: the steps of a change past its point of no return
+/// (a rename whose new name is installed, a directory rename whose names have begun to
+/// move) must all be done, however long the caller has waited; failing one because the
+/// caller gave up would leave a file with two names or names under a directory that is gone.
+pub fn past_point_of_no_return<T>(body: impl FnOnce() -> T) -> T {
+    with_request_deadline(None, body)
+}
+
 /// Whether the caller of the request being handled has stopped waiting (or nearly): a
 /// change of names not begun yet is not begun then (ETIMEDOUT).
 pub fn past_request_deadline() -> bool {

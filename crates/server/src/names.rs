@@ -570,10 +570,13 @@ impl ServerState {
         // Both steps may have happened though their answer was lost (EIO): repeating them is
         // harmless (installing the same file again replaces it with itself; removing checks
         // the file), and giving up half-way would leave the file two names and one link.
-        let replaced = retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))?;
-        if !retry_uncertain(|| self.remove_at(from, source.file, token))? {
-            log::warn!("rename {from} -> {to}: the old name vanished while locked");
-        }
+        let replaced = crate::locks::past_point_of_no_return(|| {
+            let replaced = retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))?;
+            if !retry_uncertain(|| self.remove_at(from, source.file, token))? {
+                log::warn!("rename {from} -> {to}: the old name vanished while locked");
+            }
+            Ok::<_, Errno>(replaced)
+        })?;
         if let Some(replaced) = replaced
             && replaced.file != source.file
         {
