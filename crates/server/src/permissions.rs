@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::access::{MAY_EXECUTE, MAY_READ, MAY_WRITE};
-use ringfs_proto::{Attr, Credentials, Errno, FileId, Lookup, Request, Response, path};
+use ringfs_proto::{Attr, Credentials, Errno, FileId, Lookup, Request, Response, Rmdir, Unlink, XattrName, path};
 
 use crate::service::{ServerState, store_errno};
 
@@ -138,20 +138,26 @@ impl ServerState {
         }
     }
 
-    /// Search permission on every directory above `path`'s last component.
-    fn check_search(&self, caller: &Credentials, path: &str) -> Result<(), Errno> {
+    /// The attributes of `path`'s parent directory, once `caller` is known to have search
+    /// permission on every directory above `path`'s last component (root has: only the
+    /// parent is looked up).
+    fn searched_parent(&self, caller: &Credentials, path: &str) -> Result<Attr, Errno> {
         if caller.is_root() {
-            return Ok(());
+            return self.dir_attr(path::parent(path).unwrap_or("/"));
         }
+        let mut parent = None;
         for dir in directories_above(path) {
-            caller.check(&self.dir_attr(dir)?, MAY_EXECUTE)?;
+            let attr = self.dir_attr(dir)?;
+            caller.check(&attr, MAY_EXECUTE)?;
+            parent = Some(attr);
         }
-        Ok(())
+        parent.ok_or(Errno::EINVAL)
     }
 
-    /// May `caller` add or remove a name in `path`'s parent? Returns the parent's attributes.
+    /// May `caller` add or remove a name in `path`'s parent (search on the way included)?
+    /// Returns the parent's attributes.
     fn check_parent_writable(&self, caller: &Credentials, path: &str) -> Result<Attr, Errno> {
-        let parent = self.dir_attr(path::parent(path).unwrap_or("/"))?;
+        let parent = self.searched_parent(caller, path)?;
         caller.check(&parent, MAY_WRITE | MAY_EXECUTE)?;
         Ok(parent)
     }
@@ -176,8 +182,7 @@ impl ServerState {
         let root = caller.is_root();
         Ok(match request {
             Request::Create(mut create) => {
-                self.check_search(caller, &create.path)?;
-                let parent = self.dir_attr(path::parent(&create.path).unwrap_or("/"))?;
+                let parent = self.searched_parent(caller, &create.path)?;
                 if !root {
                     match self.entry_attr(&create.path)? {
                         // An open of an existing file (O_EXCL and the others fail with EEXIST).
@@ -193,30 +198,24 @@ impl ServerState {
                 (create.uid, create.gid, create.mode) = caller.new_entry_owner(&parent, create.mode);
                 Request::Create(create)
             }
-            Request::Lookup(lookup) => {
-                self.check_search(caller, &lookup.path)?;
-                if !root
-                    && lookup.access != 0
+            Request::Lookup(ref lookup) if !root => {
+                self.searched_parent(caller, &lookup.path)?;
+                if lookup.access != 0
                     && let Some(attr) = self.entry_attr(&lookup.path)?
                     && !attr.is_symlink()
                 {
                     caller.check(&attr, lookup.access)?;
                 }
-                Request::Lookup(lookup)
-            }
-            Request::Unlink(ref unlink) if !root => {
-                self.check_search(caller, &unlink.path)?;
-                self.check_removable(caller, &unlink.path)?;
                 request
             }
-            Request::Rmdir(ref rmdir) if !root => {
-                self.check_search(caller, &rmdir.path)?;
-                self.check_removable(caller, &rmdir.path)?;
+            Request::Unlink(Unlink { ref path, .. }) | Request::Rmdir(Rmdir { ref path, .. }) if !root => {
+                self.check_removable(caller, path)?;
                 request
             }
             Request::Rename(ref rename) if !root => {
-                self.check_search(caller, &rename.from)?;
-                self.check_search(caller, &rename.to)?;
+                // Both paths are walked before either name is judged (as Linux looks both up).
+                self.searched_parent(caller, &rename.from)?;
+                self.searched_parent(caller, &rename.to)?;
                 let moved = self.check_removable(caller, &rename.from)?;
                 self.check_removable(caller, &rename.to)?;
                 // A directory moved to another parent changes its `..`: it must be writable.
@@ -229,18 +228,16 @@ impl ServerState {
                 request
             }
             Request::Link(ref link) if !root => {
-                self.check_search(caller, &link.from)?;
-                self.check_search(caller, &link.to)?;
+                self.searched_parent(caller, &link.from)?;
                 self.check_parent_writable(caller, &link.to)?;
                 request
             }
             Request::LinkFile(ref link) if !root => {
-                self.check_search(caller, &link.to)?;
                 self.check_parent_writable(caller, &link.to)?;
                 request
             }
             Request::ReadDir(ref read) if !root => {
-                self.check_search(caller, &read.path)?;
+                self.searched_parent(caller, &read.path)?;
                 caller.check(&self.dir_attr(&read.path)?, MAY_READ)?;
                 request
             }
@@ -248,12 +245,9 @@ impl ServerState {
                 let attr = self.store.stat(set.file).map_err(store_errno)?;
                 Request::SetAttr(caller.authorize_set_attr(&attr, &set)?)
             }
-            Request::GetXattr(ref get) => {
-                caller.check_xattr(&self.store.stat(get.file).map_err(store_errno)?, &get.name, false)?;
-                request
-            }
-            Request::RemoveXattr(ref remove) => {
-                caller.check_xattr(&self.store.stat(remove.file).map_err(store_errno)?, &remove.name, true)?;
+            Request::GetXattr(XattrName { file, ref name, .. }) | Request::RemoveXattr(XattrName { file, ref name, .. }) => {
+                let write = matches!(request, Request::RemoveXattr(_));
+                caller.check_xattr(&self.store.stat(file).map_err(store_errno)?, name, write)?;
                 request
             }
             Request::SetXattr(ref set) => {

@@ -315,9 +315,12 @@ impl ServerState {
 
     /// Executes a request here (after routing).
     pub fn execute(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        for name in request.paths() {
-            path::validate(name)?;
-        }
+        validate_paths(&request)?;
+        self.execute_valid(session, request, data, reply_data)
+    }
+
+    /// [`ServerState::execute`] of a request whose paths are valid.
+    fn execute_valid(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
         match request {
             Request::Hello(_) => Err(Errno::EPROTO),
             Request::Ping => Ok(Response::Done),
@@ -684,6 +687,11 @@ fn request_deadline(session: &mut Session, request: &Request, patience: std::tim
     now + patience.saturating_sub(std::time::Duration::from_nanos(delay_ns as u64))
 }
 
+/// EINVAL unless every path of `request` is canonical (checked once, before anything uses them).
+fn validate_paths(request: &Request) -> Result<(), Errno> {
+    request.paths().into_iter().try_for_each(path::validate)
+}
+
 /// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
 /// (a forged size would let one write fill gigabytes with zeros).
 fn check_template(template: &ringfs_proto::ChunkTemplate) -> Result<(), Errno> {
@@ -770,11 +778,9 @@ impl ServerState {
         data: &[u8],
         reply_data: &mut Vec<u8>,
     ) -> Result<Response, Errno> {
-        for name in request.paths() {
-            path::validate(name)?;
-        }
+        validate_paths(&request)?;
         let request = self.authorize(caller, request)?;
-        match self.execute(session, request, data, reply_data)? {
+        match self.execute_valid(session, request, data, reply_data)? {
             Response::Names(names) => Ok(Response::Names(names.into_iter().filter(|name| caller.lists_xattr(name)).collect())),
             response => Ok(response),
         }
