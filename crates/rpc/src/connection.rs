@@ -445,6 +445,13 @@ impl PendingCall<'_> {
         self.finished = true;
         self.connection.finish(self.request_id, self.deadline)
     }
+
+    /// [`PendingCall::wait`], giving up at `deadline` if that comes before the connection's
+    /// deadline (the response is then dropped when it arrives; the connection stays usable).
+    pub fn wait_until(mut self, deadline: Instant) -> Result<Reply, RpcError> {
+        self.deadline = self.deadline.min(deadline);
+        self.wait()
+    }
 }
 
 impl Drop for PendingCall<'_> {

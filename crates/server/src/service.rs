@@ -750,6 +750,8 @@ impl Service for ServerState {
         let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
 
         let response = crate::locks::with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
+        // A change of names answers once its directories' times have moved (bounded).
+        self.await_touches();
         if io {
             self.io_monitor.end();
         }
