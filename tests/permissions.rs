@@ -434,6 +434,45 @@ fn directories_times_follow_their_names_through_the_native_client() {
     assert!(times("/").0 > root.0);
 }
 
+/// Touches of a directory held back by the servers of its names (see
+/// `crates/server/src/dir_times.rs`) show in every view of the directory at once: its
+/// `stat`, the listing of its parent, and after it is renamed; on 4 servers, so that most
+/// names live away from the directory's inode.
+#[test]
+fn held_back_directory_touches_show_in_stat_listing_and_after_rename() {
+    let wall_clock_ns = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let cluster = TestCluster::start(4);
+    let client = cluster.client();
+    client.mkdir("/top", 0o755).unwrap();
+    client.mkdir("/top/d", 0o755).unwrap();
+    let dir_mtime = |path: &str| client.stat(path).unwrap().mtime_ns;
+    let listed_mtime = |name: &str| client.readdir("/top").unwrap().into_iter().find(|entry| entry.name == name).unwrap().stat.mtime_ns;
+    for round in 0..20 {
+        let mut newest = 0;
+        for index in 0..8 {
+            // (Names are stamped with the client's clock, which is this clock.)
+            newest = wall_clock_ns();
+            common::write_file(&client, &format!("/top/d/f{round}.{index}"), b"x");
+        }
+        let seen = match round % 3 {
+            0 => dir_mtime("/top/d"),
+            1 => listed_mtime("d"),
+            _ => {
+                client.rename("/top/d", "/top/e").unwrap();
+                let seen = dir_mtime("/top/e");
+                client.rename("/top/e", "/top/d").unwrap();
+                seen
+            }
+        };
+        assert!(seen >= newest, "round {round}: the directory shows {seen}, its newest name was made after {newest}");
+        for index in 0..8 {
+            newest = wall_clock_ns();
+            client.unlink(&format!("/top/d/f{round}.{index}")).unwrap();
+        }
+        assert!(dir_mtime("/top/d") >= newest, "round {round}: removals move the time too");
+    }
+}
+
 /// `fallocate`: the file grows to cover the range (reading zeros), `KEEP_SIZE` leaves the
 /// size, a range the servers have no room for fails at once with ENOSPC and changes nothing,
 /// other modes are not supported — through the native client and through the mount.

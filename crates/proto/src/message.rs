@@ -15,7 +15,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 5;
+pub const PROTOCOL_VERSION: u16 = 6;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -484,14 +484,17 @@ pub const XATTR_LIST_MAX: usize = 65536;
 
 /// Entries of a directory changed (server to server): its mtime and ctime become `time_ns`
 /// unless they are later already. By `path` to the directory's name server, which sends it
-/// on by `file` (with an empty path) to the directory's inode.
+/// on by `file` (with an empty path) to the directory's inode. With `defer_for` (a server's
+/// name), that server holds back its later touches of the directory until the inode's
+/// server collects them (`CollectTouches`) — see `crates/server/src/dir_times.rs`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirTouch {
     pub path: String,
     pub file: FileId,
     pub time_ns: i64,
+    pub defer_for: String,
 }
-wire_struct!(DirTouch { path, file, time_ns });
+wire_struct!(DirTouch { path, file, time_ns, defer_for });
 
 /// A list of files (orphan-chunk reclaiming).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -819,6 +822,9 @@ wire_enum! {
         /// Server to server (broadcast): a directory's mode or owner changed; forget what
         /// was remembered of it for permission checks.
         65 => ForgetDirAttrs(FileOnly),
+        /// Server to server, from a directory's inode server to a server holding back
+        /// touches of it: hand them over (answered with `TouchTime`) and stop holding back.
+        66 => CollectTouches(FileOnly),
     }
 }
 
@@ -873,6 +879,7 @@ impl Request {
                 | Request::MissingFiles(_)
                 | Request::TouchDir(_)
                 | Request::ForgetDirAttrs(_)
+                | Request::CollectTouches(_)
         )
     }
 
@@ -948,7 +955,8 @@ impl Request {
             | Request::MissingFiles(_)
             | Request::Sync(_)
             | Request::AsUser(_)
-            | Request::ForgetDirAttrs(_) => Route::Here,
+            | Request::ForgetDirAttrs(_)
+            | Request::CollectTouches(_) => Route::Here,
         }
     }
 
@@ -1146,6 +1154,10 @@ wire_enum! {
         147 => Value(Bytes),
         /// Result of `ListXattrs`.
         148 => Names(Vec<String>),
+        /// Result of `TouchDir`: the directory's file id.
+        149 => DirTouched(FileId),
+        /// Result of `CollectTouches`: the latest touch held back (0: none).
+        150 => TouchTime(i64),
     }
 }
 

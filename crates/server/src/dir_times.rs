@@ -2,41 +2,64 @@
 //! removed or renamed (POSIX), and a `stat` after the change has returned shows it.
 //!
 //! The name lives on one server and the directory's inode, usually, on another, so the
-//! name's server tells the directory (`TouchDir`, to the directory's name server, which
-//! sends it on to the inode). A request that changed names notes its touches
-//! ([`ServerState::touch_parent`]) and, when its handler has returned with every lock given
-//! back, waits until they are delivered ([`ServerState::await_touches`]) — `rsync` relies on
-//! it: it stats a directory after filling it and sets the directory's times again only if
-//! they moved. Touches go in *batches*: a waiting request whose touches are still pending
-//! sends everything noted so far itself, one message per directory, all at once; requests
-//! whose touches another thread took wait for that thread. So a request pays one round
-//! trip (none when the directory is on this server), and touches of one directory noted
-//! together by concurrent requests go as one message.
+//! name's server tells the directory: a `TouchDir` to the directory's name server, which
+//! sends it on to the inode. Sending one per change would cost every create a round trip
+//! between servers (measured: half the create rate on 2 servers). POSIX only asks that
+//! times "marked for update" be updated before the next `stat` — so touches are *held back*
+//! and collected when someone looks:
 //!
-//! The wait is bounded ([`TOUCH_WAIT`]): a touch of a directory whose server is cut off must
-//! not hold up the reply (it did once: a client retrying its `mkdir` in the root directory,
-//! which every server holds, kept timing out); such a touch arrives when it can, or is
-//! dropped and logged — an operation that succeeded does not fail for a time stamp.
-//! Touches never undo a later change of the directory, so their order does not matter.
-//! Touches noted outside a request (by background steps) are sent by the
-//! `ringfs-dirtimes` thread.
+//! 1. The first change of names in a directory (on a server that holds nothing back for it)
+//!    sends its touch and waits for it, with `defer_for` naming this server. The inode's
+//!    server applies the touch, *lends* the directory's times to this server (it notes the
+//!    server as one that may hold back touches of it) and answers the directory's file id.
+//! 2. Later changes in that directory on this server only note the latest time here
+//!    ([`Deferral`]), at no cost.
+//! 3. Before the inode's server answers anything that shows the directory's attributes
+//!    (a `stat`, a lookup, a listing), it collects the held-back touches from every
+//!    server it lent them to (`CollectTouches`), applies them, and ends the loans
+//!    ([`ServerState::settle_dir_times`]). The next change starts again at step 1.
+//! 4. Held-back touches are also sent every [`DEFERRAL_FLUSH`], so a directory nobody looks
+//!    at (or whose inode server restarted and forgot its loans) is at most that late.
+//!
+//! The request that sent a touch waits for it after its handler has returned, with every
+//! lock given back ([`ServerState::await_touches`]); touches noted meanwhile by other
+//! requests go in the same batch. The wait and a collection are bounded ([`TOUCH_WAIT`]):
+//! a touch of a directory whose server is cut off must not hold up the reply (it did once:
+//! a client retrying its `mkdir` in the root directory, which every server holds, kept
+//! timing out); such a touch arrives when it can, or is dropped and logged — an operation
+//! that succeeded does not fail for a time stamp. Touches only move times forward and never
+//! undo a later explicit `utimensat` (`ChunkStore::touch_dir`), so their order does not
+//! matter. The root directory, held by every server, is touched everywhere at once and
+//! never held back.
+//!
+//! A held-back touch names its directory by path here, so a directory rename or rmdir (the
+//! `Freeze` and `PrepareRmdir` every server sees) turns the held-back touches at or below
+//! it into *loose* ones, sent by file id with the next flush.
 
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
-use ringfs_proto::{DirTouch, Errno, FileId, Member, Request, Response};
+use ringfs_proto::{Attr, ChunkKey, DirTouch, Errno, FileId, FileOnly, Member, Request, Response};
 
 use crate::service::{ServerState, store_errno};
 
-/// Longest a request waits for the touches of the directories it changed (then it answers,
-/// and the touches arrive later).
+/// Longest a request waits for the touches of the directories it changed, or for the
+/// collection of held-back touches (then it answers, and the touches arrive later).
 pub const TOUCH_WAIT: Duration = Duration::from_millis(500);
 
 /// Touches nobody waits for (noted outside a request) are sent after this long.
 const UNAWAITED_DELAY: Duration = Duration::from_millis(5);
+
+/// Held-back touches are sent at least this often.
+const DEFERRAL_FLUSH: Duration = Duration::from_millis(250);
+
+/// A directory with no change of names here for this long is no longer held back (the next
+/// change sends its touch again).
+const IDLE_DEFERRAL: Duration = Duration::from_secs(5);
 
 thread_local! {
     /// The batch that carries the last touch noted by the request this thread serves (0:
@@ -46,15 +69,21 @@ thread_local! {
 
 #[derive(Default)]
 pub struct DirTimes {
-    state: Mutex<State>,
+    batches: Mutex<Batches>,
     /// Wakes requests waiting for a batch to be sent.
     sent: Condvar,
+    /// Touches this server holds back.
+    deferred: Mutex<Deferred>,
+    /// At a directory's inode server: the servers its times are lent to.
+    lent: Mutex<HashMap<FileId, Vec<String>>>,
+    /// Whether `lent` may have entries (so that answers need no lock when it has none).
+    any_lent: AtomicBool,
 }
 
-/// The touches and batches. Invariant: `pending` goes in batch `gathering`; every batch
+/// Touches to send, in batches. Invariant: `pending` goes in batch `gathering`; every batch
 /// numbered below `gathering` has been taken by a thread, and has been sent unless it is in
 /// `in_flight`.
-struct State {
+struct Batches {
     /// Touches waiting to be sent: the latest time for each directory.
     pending: HashMap<String, i64>,
     /// When the oldest pending touch was noted.
@@ -65,13 +94,13 @@ struct State {
     in_flight: BTreeSet<u64>,
 }
 
-impl Default for State {
-    fn default() -> State {
-        State { pending: HashMap::new(), pending_since: None, gathering: 1, in_flight: BTreeSet::new() }
+impl Default for Batches {
+    fn default() -> Batches {
+        Batches { pending: HashMap::new(), pending_since: None, gathering: 1, in_flight: BTreeSet::new() }
     }
 }
 
-impl State {
+impl Batches {
     /// Takes the pending touches as a batch to send.
     fn take_batch(&mut self) -> (u64, Vec<(String, i64)>) {
         self.pending_since = None;
@@ -86,31 +115,157 @@ impl State {
     }
 }
 
+/// The touches this server holds back.
+#[derive(Default)]
+struct Deferred {
+    /// By directory path: the directories whose times are lent to this server.
+    by_path: HashMap<String, Deferral>,
+    /// Held-back touches of directories whose path changed meaning (renamed or removed),
+    /// sent by file id with the next flush.
+    loose: Vec<(FileId, i64)>,
+    /// Raised by every collection: a loan asked for before it may have been ended by it.
+    collections: u64,
+}
+
+/// A directory whose times are lent to this server.
+struct Deferral {
+    file: FileId,
+    /// The latest touch held back (0: none).
+    pending_ns: i64,
+    /// The last change of names in it here.
+    last_change: Instant,
+}
+
 impl DirTimes {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn batches(&self) -> MutexGuard<'_, Batches> {
+        self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn deferred(&self) -> MutexGuard<'_, Deferred> {
+        self.deferred.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn lent(&self) -> MutexGuard<'_, HashMap<FileId, Vec<String>>> {
+        self.lent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Holds back a touch of `dir` if its times are lent to this server.
+    fn hold_back(&self, dir: &str, time_ns: i64) -> bool {
+        let mut deferred = self.deferred();
+        match deferred.by_path.get_mut(dir) {
+            Some(deferral) => {
+                deferral.pending_ns = deferral.pending_ns.max(time_ns);
+                deferral.last_change = Instant::now();
+                true
+            }
+            None => false,
+        }
     }
 
     /// Queues a touch of `dir` (no allocation for a directory queued already: the common
     /// case of a burst) and returns the number of the batch it goes in.
     fn note(&self, dir: &str, time_ns: i64) -> u64 {
-        let mut state = self.lock();
-        match state.pending.get_mut(dir) {
+        let mut batches = self.batches();
+        match batches.pending.get_mut(dir) {
             Some(latest) => *latest = (*latest).max(time_ns),
             None => {
-                state.pending.insert(dir.to_string(), time_ns);
-                state.pending_since.get_or_insert_with(Instant::now);
+                batches.pending.insert(dir.to_string(), time_ns);
+                batches.pending_since.get_or_insert_with(Instant::now);
             }
         }
-        state.gathering
+        batches.gathering
     }
 
     /// Batch `batch` has been sent.
     fn finished(&self, batch: u64) {
-        let mut state = self.lock();
-        let was_in_flight = state.in_flight.remove(&batch);
+        let mut batches = self.batches();
+        let was_in_flight = batches.in_flight.remove(&batch);
         debug_assert!(was_in_flight, "a batch is sent once");
         self.sent.notify_all();
+    }
+
+    /// The directory at `dir` (file `file`) is lent to this server, unless a collection
+    /// came since `collections` (it may have ended this very loan).
+    fn begin_deferral(&self, dir: &str, file: FileId, collections: u64) {
+        let mut deferred = self.deferred();
+        if deferred.collections == collections {
+            deferred.by_path.entry(dir.to_string()).or_insert(Deferral { file, pending_ns: 0, last_change: Instant::now() });
+        }
+    }
+
+    /// `CollectTouches`: ends the loans of `file` here and returns the latest touch held
+    /// back (0: none).
+    pub fn hand_over(&self, file: FileId) -> i64 {
+        let mut deferred = self.deferred();
+        deferred.collections += 1;
+        let mut latest = 0;
+        deferred.by_path.retain(|_, deferral| {
+            if deferral.file != file {
+                return true;
+            }
+            latest = latest.max(deferral.pending_ns);
+            false
+        });
+        deferred.loose.retain(|(loose, time_ns)| {
+            if *loose != file {
+                return true;
+            }
+            latest = latest.max(*time_ns);
+            false
+        });
+        latest
+    }
+
+    /// The path `dir` and the paths below it change meaning (a directory rename or rmdir):
+    /// touches held back for them are sent by file id, and no more are held back.
+    pub fn forget_under(&self, dir: &str) {
+        let mut deferred = self.deferred();
+        let Deferred { by_path, loose, .. } = &mut *deferred;
+        by_path.retain(|path, deferral| {
+            if !path::is_inside(path, dir) {
+                return true;
+            }
+            if deferral.pending_ns != 0 {
+                loose.push((deferral.file, deferral.pending_ns));
+            }
+            false
+        });
+    }
+
+    /// The held-back touches to send now, each with whether its loan goes on; idle
+    /// deferrals end.
+    fn take_held_back(&self) -> Vec<(FileId, i64, bool)> {
+        let mut deferred = self.deferred();
+        let mut touches: Vec<(FileId, i64, bool)> = deferred.loose.drain(..).map(|(file, time_ns)| (file, time_ns, false)).collect();
+        deferred.by_path.retain(|_, deferral| {
+            if deferral.pending_ns != 0 {
+                touches.push((deferral.file, deferral.pending_ns, true));
+                deferral.pending_ns = 0;
+                return true;
+            }
+            deferral.last_change.elapsed() < IDLE_DEFERRAL
+        });
+        touches
+    }
+
+    /// At the inode's server: the times of directory `file` are lent to server `to`.
+    fn lend(&self, file: FileId, to: &str) {
+        let mut lent = self.lent();
+        let holders = lent.entry(file).or_default();
+        if !holders.iter().any(|holder| holder == to) {
+            holders.push(to.to_string());
+        }
+        self.any_lent.store(true, Ordering::Release);
+    }
+
+    /// Ends the loans of `file`, returning the servers that held them.
+    fn end_loans(&self, file: FileId) -> Vec<String> {
+        let mut lent = self.lent();
+        let holders = lent.remove(&file).unwrap_or_default();
+        if lent.is_empty() {
+            self.any_lent.store(false, Ordering::Release);
+        }
+        holders
     }
 }
 
@@ -126,9 +281,13 @@ enum Turn {
 
 impl ServerState {
     /// A name in `child`'s parent directory was created, removed or renamed at `time_ns`.
-    /// The request being handled answers once the touch is delivered (see the module doc).
+    /// Held back if the directory's times are lent here; otherwise the request being
+    /// handled answers once the touch is delivered (see the module doc).
     pub(crate) fn touch_parent(&self, child: &str, time_ns: i64) {
         let Some(parent) = path::parent(child) else { return };
+        if self.dir_times.hold_back(parent, time_ns) {
+            return;
+        }
         let batch = self.dir_times.note(parent, time_ns);
         AWAITED_BATCH.with(|awaited| awaited.set(awaited.get().max(batch)));
     }
@@ -156,36 +315,55 @@ impl ServerState {
     /// or (at `end`) the wait is over.
     fn next_turn(&self, batch: u64, end: Instant) -> Turn {
         let times = &self.dir_times;
-        let mut state = times.lock();
+        let mut batches = times.batches();
         loop {
-            if state.is_sent(batch) {
+            if batches.is_sent(batch) {
                 return Turn::Sent;
             }
-            if batch == state.gathering {
-                let (batch, touches) = state.take_batch();
+            if batch == batches.gathering {
+                let (batch, touches) = batches.take_batch();
                 return Turn::Send(batch, touches);
             }
             let now = Instant::now();
             if now >= end {
                 return Turn::GiveUp;
             }
-            state = times.sent.wait_timeout(state, end - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            batches = times.sent.wait_timeout(batches, end - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
         }
     }
 
-    /// Sends one batch of touches, all at once, waiting for the answers until `end`.
+    /// Sends one batch of touches by path, all at once, waiting for the answers until
+    /// `end`; a directory whose times are lent here in answer is held back from then on.
     fn send_touches(&self, touches: Vec<(String, i64)>, end: Instant) {
+        let collections = self.dir_times.deferred().collections;
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
         for (dir, time_ns) in touches {
             if dir == "/" {
                 // Every server holds the root directory.
-                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns };
+                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new() };
                 let members = self.membership().list().members.clone();
                 targets.extend(members.into_iter().map(|member| (member, touch.clone())));
             } else {
-                targets.push((self.owner_of_path(&dir), DirTouch { path: dir, file: FileId::default(), time_ns }));
+                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.name.clone() };
+                targets.push((self.owner_of_path(&dir), touch));
             }
         }
+        for (touch, outcome) in self.deliver_touches(targets, end) {
+            match outcome {
+                Ok(Response::DirTouched(file)) if !touch.defer_for.is_empty() => {
+                    if !self.is_self(&self.owner_of_chunk(ChunkKey::inode(file))) {
+                        self.dir_times.begin_deferral(&touch.path, file, collections);
+                    }
+                }
+                Ok(_) => {}
+                Err(errno) => report_touch(&touch, errno),
+            }
+        }
+    }
+
+    /// Sends each touch to its server (all at once; those for this server are applied
+    /// here) and returns the answers, waiting for them until `end`.
+    fn deliver_touches(&self, targets: Vec<(Member, DirTouch)>, end: Instant) -> Vec<(DirTouch, Result<Response, Errno>)> {
         let (local, remote): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(member, _)| self.is_self(member));
         let connections: Vec<_> = remote
             .iter()
@@ -199,41 +377,74 @@ impl ServerState {
                 connection.start(&Request::TouchDir(touch.clone()), &[], None).map_err(|error| error.errno())
             })
             .collect();
+        let mut outcomes = Vec::new();
         for (_, touch) in local {
-            report_touch(&touch, self.touch_dir(touch.clone()).map(drop));
+            let outcome = self.touch_dir(touch.clone());
+            outcomes.push((touch, outcome));
         }
-        for (call, (_, touch)) in calls.into_iter().zip(&remote) {
+        for (call, (_, touch)) in calls.into_iter().zip(remote) {
             let outcome =
                 call.and_then(|call| call.wait_until(end).map_err(|error| error.errno())).and_then(|reply| match reply.response {
                     Response::Error(errno) => Err(errno),
-                    _ => Ok(()),
+                    response => Ok(response),
                 });
-            report_touch(touch, outcome);
+            outcomes.push((touch, outcome));
         }
+        outcomes
     }
 
-    /// Sends touches noted outside a request (nobody awaits them) until the server stops.
+    /// Sends touches noted outside a request (nobody awaits them), and every
+    /// [`DEFERRAL_FLUSH`] the held-back ones, until the server stops.
     pub(crate) fn dir_times_loop(&self) {
+        let mut last_flush = Instant::now();
         while !self.shutdown.is_requested() {
             std::thread::sleep(UNAWAITED_DELAY);
             let turn = {
-                let mut state = self.dir_times.lock();
-                let stale = state.pending_since.is_some_and(|since| since.elapsed() >= UNAWAITED_DELAY);
-                stale.then(|| state.take_batch())
+                let mut batches = self.dir_times.batches();
+                let stale = batches.pending_since.is_some_and(|since| since.elapsed() >= UNAWAITED_DELAY);
+                stale.then(|| batches.take_batch())
             };
             if let Some((batch, touches)) = turn {
                 self.send_touches(touches, Instant::now() + TOUCH_WAIT);
                 self.dir_times.finished(batch);
             }
+            if last_flush.elapsed() >= DEFERRAL_FLUSH {
+                last_flush = Instant::now();
+                self.flush_held_back();
+            }
+        }
+    }
+
+    /// Sends the held-back touches to the directories' inode servers.
+    fn flush_held_back(&self) {
+        let targets: Vec<(Member, DirTouch)> = self
+            .dir_times
+            .take_held_back()
+            .into_iter()
+            .map(|(file, time_ns, lent_on)| {
+                let defer_for = if lent_on { self.name.clone() } else { String::new() };
+                (self.owner_of_chunk(ChunkKey::inode(file)), DirTouch { path: String::new(), file, time_ns, defer_for })
+            })
+            .collect();
+        if targets.is_empty() {
+            return;
+        }
+        for (touch, outcome) in self.deliver_touches(targets, Instant::now() + TOUCH_WAIT) {
+            if let Err(errno) = outcome {
+                report_touch(&touch, errno);
+            }
         }
     }
 
     /// `TouchDir`: by path at the directory's name server (sent on to its inode), or by file
-    /// at the inode.
+    /// at the inode, which lends the directory's times to `defer_for`.
     pub fn touch_dir(&self, touch: DirTouch) -> Result<Response, Errno> {
         if touch.path.is_empty() {
             self.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
-            return Ok(Response::Done);
+            if !touch.defer_for.is_empty() && touch.defer_for != self.name {
+                self.dir_times.lend(touch.file, &touch.defer_for);
+            }
+            return Ok(Response::DirTouched(touch.file));
         }
         let entry = {
             let _pass = self.gate.pass(&[&touch.path], 0)?;
@@ -242,16 +453,77 @@ impl ServerState {
         if !entry.is_dir() {
             return Err(Errno::ENOTDIR);
         }
-        let onward = DirTouch { path: String::new(), file: entry.file, time_ns: touch.time_ns };
-        self.ask_home(entry.file, Request::TouchDir(onward)).map(drop)?;
-        Ok(Response::Done)
+        let onward = DirTouch { path: String::new(), file: entry.file, ..touch };
+        self.ask_home(entry.file, Request::TouchDir(onward))
+    }
+
+    /// Before `response` leaves this server: the times of every directory it shows whose
+    /// times are lent out are collected first (see the module doc), and shown.
+    pub(crate) fn settle_dir_times(&self, response: &mut Response) {
+        if !self.dir_times.any_lent.load(Ordering::Acquire) {
+            return;
+        }
+        let mut attrs: Vec<&mut Attr> = match response {
+            Response::Attr(attr) => vec![attr],
+            Response::Opened(opened) => vec![&mut opened.attr],
+            Response::DirPage(page) => page.entries.iter_mut().filter_map(|entry| entry.attr.as_mut()).collect(),
+            _ => return,
+        };
+        attrs.retain(|attr| attr.is_dir());
+        for attr in attrs {
+            let holders = self.dir_times.end_loans(attr.file_id);
+            if holders.is_empty() {
+                continue;
+            }
+            if self.collect_touches(attr.file_id, &holders) != 0
+                && let Ok(now) = self.store.stat(attr.file_id)
+            {
+                attr.mtime_ns = now.mtime_ns;
+                attr.ctime_ns = now.ctime_ns;
+            }
+        }
+    }
+
+    /// Asks `holders` for the touches of directory `file` they held back, applies the
+    /// latest here and returns it (0: none).
+    fn collect_touches(&self, file: FileId, holders: &[String]) -> i64 {
+        let end = Instant::now() + TOUCH_WAIT;
+        let members: Vec<Member> = {
+            let membership = self.membership();
+            holders.iter().filter_map(|name| membership.member(name).cloned()).collect()
+        };
+        let (local, remote): (Vec<_>, Vec<_>) = members.into_iter().partition(|member| self.is_self(member));
+        let request = Request::CollectTouches(FileOnly { file });
+        let connections: Vec<_> = remote
+            .iter()
+            .map(|member| if member.alive { self.peers.connection(member).map_err(|error| error.errno()) } else { Err(Errno::EIO) })
+            .collect();
+        let calls: Vec<_> = connections
+            .iter()
+            .map(|connection| {
+                let connection = connection.as_ref().map_err(|errno| *errno)?;
+                connection.start(&request, &[], None).map_err(|error| error.errno())
+            })
+            .collect();
+        let mut latest = if local.is_empty() { 0 } else { self.dir_times.hand_over(file) };
+        for (call, member) in calls.into_iter().zip(&remote) {
+            match call.and_then(|call| call.wait_until(end).map_err(|error| error.errno())).map(|reply| reply.response) {
+                Ok(Response::TouchTime(time_ns)) => latest = latest.max(time_ns),
+                Ok(other) => log::debug!("server {} answered CollectTouches with {other:?}", member.name),
+                Err(errno) => log::debug!("could not collect the touches of directory {file} from server {}: {errno}", member.name),
+            }
+        }
+        if latest != 0
+            && let Err(error) = self.store.touch_dir(file, latest)
+        {
+            log::debug!("collected touches of directory {file} not applied: {error}");
+        }
+        latest
     }
 }
 
 /// Logs a touch that was not delivered (in time).
-fn report_touch(touch: &DirTouch, outcome: Result<(), Errno>) {
-    if let Err(errno) = outcome {
-        let what = if touch.path.is_empty() { "/" } else { touch.path.as_str() };
-        log::debug!("the times of {what} were not updated (yet): {errno}");
-    }
+fn report_touch(touch: &DirTouch, errno: Errno) {
+    let what = if touch.path.is_empty() { format!("directory {}", touch.file) } else { touch.path.clone() };
+    log::debug!("the times of {what} were not updated (yet): {errno}");
 }

@@ -364,6 +364,7 @@ impl ServerState {
             }
             Request::PrepareRmdir(request) => {
                 self.dir_attrs.forget_under(&request.path);
+                self.dir_times.forget_under(&request.path);
                 let (any, removed) = self.store.prepare_rmdir(&request.path);
                 Ok(Response::HasEntries(ringfs_proto::HasEntries { any, removed }))
             }
@@ -394,6 +395,8 @@ impl ServerState {
                 self.store.forget_dirs_under(&subtree.to);
                 self.dir_attrs.forget_under(&subtree.from);
                 self.dir_attrs.forget_under(&subtree.to);
+                self.dir_times.forget_under(&subtree.from);
+                self.dir_times.forget_under(&subtree.to);
                 Ok(Response::Done)
             }
             Request::MoveSubtree(subtree) => self.move_subtree(&subtree),
@@ -448,6 +451,7 @@ impl ServerState {
             Request::LastChunk(request) => Ok(Response::Tail(self.store.tail_summary(request.file))),
             Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
             Request::TouchDir(touch) => self.touch_dir(touch),
+            Request::CollectTouches(collect) => Ok(Response::TouchTime(self.dir_times.hand_over(collect.file))),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))
@@ -750,7 +754,10 @@ impl Service for ServerState {
         let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
 
         let response = crate::locks::with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
-        // A change of names answers once its directories' times have moved (bounded).
+        let mut response = response;
+        // Directories' times: what the response shows includes every change of names before
+        // it, and a change of names answers once its directories' times have moved.
+        self.settle_dir_times(&mut response);
         self.await_touches();
         if io {
             self.io_monitor.end();

@@ -112,11 +112,16 @@ pub(crate) struct Chunk {
     pub cache: CacheState,
     /// Chunk 0: the file's extended attributes (none: `None`).
     pub xattrs: Option<Box<Xattrs>>,
+    /// Chunk 0 of a directory whose mtime was set explicitly (`utimensat`) and not touched
+    /// since: when it was set (its ctime then). A touch from before then must leave that
+    /// mtime alone (see `ChunkStore::touch_dir`). In memory only: a restarted server
+    /// forgets it.
+    pub mtime_set_at_ns: Option<i64>,
 }
 
 impl Chunk {
     pub fn new(index: u64, attr: Attr, body: Body, cache: CacheState) -> Chunk {
-        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache, xattrs: None }
+        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache, xattrs: None, mtime_set_at_ns: None }
     }
 
     pub fn key(&self) -> ChunkKey {

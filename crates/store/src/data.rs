@@ -342,6 +342,9 @@ impl ChunkStore {
             attr.mtime_ns = mtime;
         }
         attr.ctime_ns = request.time_ns;
+        if request.mtime_ns.is_some() {
+            chunk.mtime_set_at_ns = Some(request.time_ns);
+        }
         if request.mode.is_some() {
             // The mode reaches the backend with the inode's next flush.
             self.touched(&mut chunk);
@@ -350,21 +353,30 @@ impl ChunkStore {
         Ok(chunk.attr)
     }
 
-    /// A directory's entries changed at `time_ns`: its mtime and ctime become `time_ns`,
-    /// unless the directory changed later already (its ctime is later: another touch, or an
-    /// explicit `utimensat` — `rsync` and `cp -a` set a directory's times after filling it,
-    /// and a touch arriving late must not undo that).
+    /// A directory's entries changed at `time_ns` (touches may come late — servers hold
+    /// them back — and in any order): its ctime becomes at least `time_ns`, and so does its
+    /// mtime, unless the mtime was set explicitly after `time_ns` (`rsync` and `cp -a` set a
+    /// directory's times after filling it, and a touch arriving late must not undo that). A
+    /// later ctime alone (a chmod, a rename of the directory) does not stop the mtime.
     pub fn touch_dir(&self, file: FileId, time_ns: i64) -> Result<(), StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
         if !chunk.attr.is_dir() {
             return Err(Errno::ENOTDIR.into());
         }
-        if chunk.attr.ctime_ns >= time_ns {
+        let before = (chunk.attr.mtime_ns, chunk.attr.ctime_ns);
+        match chunk.mtime_set_at_ns {
+            Some(set_at) if time_ns <= set_at => {}
+            Some(_) => {
+                chunk.attr.mtime_ns = time_ns;
+                chunk.mtime_set_at_ns = None;
+            }
+            None => chunk.attr.mtime_ns = chunk.attr.mtime_ns.max(time_ns),
+        }
+        chunk.attr.ctime_ns = chunk.attr.ctime_ns.max(time_ns);
+        if (chunk.attr.mtime_ns, chunk.attr.ctime_ns) == before {
             return Ok(());
         }
-        chunk.attr.mtime_ns = time_ns;
-        chunk.attr.ctime_ns = time_ns;
         self.persist(&mut chunk)
     }
 

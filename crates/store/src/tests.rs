@@ -391,3 +391,36 @@ proptest::proptest! {
         let _ = std::fs::remove_dir_all(root);
     }
 }
+
+/// Touches of a directory come late and in any order (servers hold them back): they only
+/// move times forward, a later chmod does not stop them, and a later explicit mtime wins.
+#[test]
+fn late_directory_touches_move_times_forward_but_never_undo_an_explicit_mtime() {
+    let store = memory_store();
+    create_dir(&store, "/d", 5);
+    let times = |store: &ChunkStore| {
+        let attr = store.stat(file(5)).unwrap();
+        (attr.mtime_ns, attr.ctime_ns)
+    };
+    store.touch_dir(file(5), 2_000).unwrap();
+    store.touch_dir(file(5), 1_500).unwrap();
+    assert_eq!(times(&store), (2_000, 2_000), "an older touch arriving later changes nothing");
+    // A chmod at 3000, then a touch of a change made at 2500 arrives.
+    store.set_attr(&ringfs_proto::SetAttr { mode: Some(0o700), ..ringfs_proto::SetAttr::new(file(5), 3_000) }).unwrap();
+    store.touch_dir(file(5), 2_500).unwrap();
+    assert_eq!(times(&store), (2_500, 3_000), "the mtime follows the change even after a later chmod");
+    // utimensat at 4000 sets the mtime to 10; a change made at 3500 must not undo it.
+    store
+        .set_attr(&ringfs_proto::SetAttr { mtime_ns: Some(10), times_explicit: true, ..ringfs_proto::SetAttr::new(file(5), 4_000) })
+        .unwrap();
+    store.touch_dir(file(5), 3_500).unwrap();
+    assert_eq!(times(&store), (10, 4_000), "a late touch leaves an explicit mtime");
+    // A change after the utimensat moves it again, even backwards from a future mtime.
+    store
+        .set_attr(&ringfs_proto::SetAttr { mtime_ns: Some(9_999_999), times_explicit: true, ..ringfs_proto::SetAttr::new(file(5), 5_000) })
+        .unwrap();
+    store.touch_dir(file(5), 6_000).unwrap();
+    assert_eq!(times(&store), (6_000, 6_000));
+    store.touch_dir(file(5), 7_000).unwrap();
+    assert_eq!(times(&store), (7_000, 7_000));
+}
