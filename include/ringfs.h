@@ -112,6 +112,21 @@ int ringfs_rename(const char *from, const char *to);
  * lacks the room for it now (the room is checked, not held). Other modes: EOPNOTSUPP. */
 int ringfs_fallocate(int fd, int mode, off_t offset, off_t len);
 
+/* Advisory locks, kept by the servers so that they hold among all clients of the job, on
+ * every node (and against locks taken through FUSE mounts of the cluster).
+ * ringfs_fcntl_lock is fcntl(fd, cmd, lock) for the lock commands: F_GETLK, F_SETLK,
+ * F_SETLKW (owner: the process; closing any descriptor of the file ends them) and
+ * F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW (owner: the descriptor; closing it ends them;
+ * l_pid must be 0). A lock in the way: EAGAIN, or a wait for the SETLKW commands (no
+ * deadlock detection); the GETLK commands describe it in `lock` (l_type F_UNLCK if none).
+ * A read lock needs the descriptor open for reading, a write lock for writing (EBADF).
+ * ringfs_flock is flock(fd, operation) (LOCK_SH, LOCK_EX, LOCK_UN, | LOCK_NB: EWOULDBLOCK
+ * instead of waiting): a whole-file lock of the descriptor, in the same space as record
+ * locks (as on NFS). A client that dies without unlocking loses its locks after the
+ * servers' open grace period (30 s by default). */
+int ringfs_fcntl_lock(int fd, int cmd, struct flock *lock);
+int ringfs_flock(int fd, int operation);
+
 /* Extended attributes, like getxattr(2) and its siblings (a symbolic link in the last
  * component is followed). Namespaces: "user." (read and write permission of the file,
  * regular files and directories only), "trusted." (root only), "security." (root writes);

@@ -3,30 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use common::{TestCluster, ringfs_binary, scratch_dir};
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
-}
-
-/// The build directory of the binary under test (target/debug or target/release), with
-/// libringfs.so built in it (`cargo test` does not build C libraries by itself).
-fn library_dir() -> (PathBuf, String) {
-    let dir = Path::new(ringfs_binary()).parent().unwrap().to_path_buf();
-    let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
-    if !dir.join("libringfs.so").exists() {
-        let mut build = Command::new(env!("CARGO"));
-        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-ffi"]);
-        if profile == "release" {
-            build.arg("--release");
-        }
-        assert!(build.status().unwrap().success(), "building libringfs failed");
-    }
-    (dir, profile)
-}
+use common::{TestCluster, library_dir, scratch_dir, workspace_root};
 
 /// Compiles a C program against libringfs with the flags pkg-config gives for ringfs.pc.
 fn compile(source: &str, output: &Path) {

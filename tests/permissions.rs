@@ -363,9 +363,14 @@ out.append(('statvfs has blocks and files', s.f_blocks > 0 and s.f_files > 0))
 out.append(('fallocate', err(lambda: os.posix_fallocate(os.open(f, os.O_RDWR), 0, 1 << 20))))
 out.append(('size after fallocate', os.stat(f).st_size))
 import fcntl
+# (Each kind on its own file: through the mount flock shares the space of fcntl locks, as on
+# NFS — docs/CONSISTENCY.md, tests/locks.rs.)
 fd = os.open(f, os.O_RDWR)
 out.append(('flock', err(lambda: fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))))
-out.append(('fcntl lock', err(lambda: fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB))))
+out.append(('flock again', err(lambda: fcntl.flock(os.open(f, os.O_RDONLY), fcntl.LOCK_SH | fcntl.LOCK_NB))))
+fd2 = os.open(os.path.join(d, 'locked'), os.O_RDWR | os.O_CREAT)
+out.append(('fcntl lock', err(lambda: fcntl.lockf(fd2, fcntl.LOCK_EX | fcntl.LOCK_NB))))
+out.append(('fcntl lock again', err(lambda: fcntl.lockf(fd2, fcntl.LOCK_SH | fcntl.LOCK_NB, 10, 5))))
 for name, value in out:
     print(name, value)
 "#;
@@ -513,37 +518,36 @@ fn fallocate_grows_files_and_refuses_what_does_not_fit() {
     assert!(!punched.status.success() && (said.contains("unsupported") || said.contains("not supported")), "{punched:?}");
 }
 
-/// Two processes write one SQLite database through the mount, in rollback-journal and in WAL
-/// mode: SQLite's locks (kept by the kernel for the mount) keep them apart, and the database
-/// ends whole with every row.
+/// Two processes write one SQLite database in rollback-journal mode, each through its own
+/// mount of the cluster (as on two nodes): SQLite's locks, kept by the servers, keep them
+/// apart, and the database ends whole with every row. In WAL mode (which needs shared
+/// memory, so one node only) both write through one mount.
 #[test]
 fn sqlite_with_two_writers_through_the_mount() {
     if !fuse_available() {
         return;
     }
     let cluster = TestCluster::start(2);
-    let mount = cluster.mount(&[]);
+    let (mount, other_mount) = (cluster.mount(&[]), cluster.mount(&[]));
     for mode in ["DELETE", "WAL"] {
-        let output = Command::new("python3")
-            .arg("-c")
-            .arg(SQLITE_TWO_WRITERS)
-            .arg(mount.path(&format!("db-{mode}.sqlite")))
-            .arg(mode)
-            .output()
-            .unwrap();
+        let name = format!("db-{mode}.sqlite");
+        let second = if mode == "WAL" { mount.path(&name) } else { other_mount.path(&name) };
+        let output =
+            Command::new("python3").arg("-c").arg(SQLITE_TWO_WRITERS).arg(mount.path(&name)).arg(mode).arg(second).output().unwrap();
         let said = String::from_utf8_lossy(&output.stdout);
         assert!(output.status.success(), "{mode}: {}", String::from_utf8_lossy(&output.stderr));
         assert_eq!(said.trim(), "(600, 2) ok [0, 0]", "{mode}: rows, writers, integrity, exit codes");
     }
 }
 
-/// Two writer processes insert 300 rows each, one transaction per row; prints the row count,
-/// the number of writers seen, the integrity check and the writers' exit codes.
+/// Two writer processes insert 300 rows each, one transaction per row, the second through
+/// the path given third; prints the row count, the number of writers seen, the integrity
+/// check and the writers' exit codes.
 const SQLITE_TWO_WRITERS: &str = r#"
 import sqlite3, sys, os, multiprocessing, time
-path, mode = sys.argv[1], sys.argv[2]
+path, mode, second = sys.argv[1], sys.argv[2], sys.argv[3]
 def writer(n):
-    db = sqlite3.connect(path, timeout=30)
+    db = sqlite3.connect(second if n else path, timeout=30)
     db.execute(f'PRAGMA journal_mode={mode}')
     for i in range(300):
         with db:

@@ -115,8 +115,11 @@ fn contents(file: u64, version: u64) -> Vec<u8> {
 #[derive(Default)]
 struct Model {
     attempted: BTreeMap<u64, BTreeSet<u64>>,
-    /// The last version whose write (and rename) succeeded, per file.
-    completed: BTreeMap<u64, u64>,
+    /// The writes (and renames) that succeeded, per file: version, when the write began and
+    /// when it returned. The file must end with one of them that no other successful write
+    /// followed entirely (began after it returned): writes that overlap in time may take
+    /// effect in either order.
+    completed: BTreeMap<u64, Vec<(u64, Instant, Instant)>>,
     /// Versions whose write failed: they may have landed, even later than others.
     uncertain: BTreeMap<u64, BTreeSet<u64>>,
 }
@@ -162,14 +165,21 @@ fn check_read(model: &Model, file: u64, read: &Option<(u64, Vec<u8>)>) -> Option
 
 /// Runs writers and readers until `until`, with `faults` called every 100 ms; returns the
 /// tally of operations and the wrong reads found.
-fn run_workload(client_of: &dyn Fn() -> Client, model: &Arc<Mutex<Model>>, until: Instant, seed: u64) -> (u64, u64, Vec<String>) {
+fn run_workload(
+    client_of: &dyn Fn() -> Client,
+    model: &Arc<Mutex<Model>>,
+    until: Instant,
+    seed: u64,
+    phase: u64,
+) -> (u64, u64, Vec<String>) {
     let wrong = Arc::new(Mutex::new(Vec::new()));
     let mut threads = Vec::new();
     for writer in 0..2u64 {
         let client = client_of();
         let model = model.clone();
         threads.push(std::thread::spawn(move || {
-            let (mut done, mut failed, mut version) = (0u64, 0u64, writer * 1_000_000);
+            // Versions are unique: per phase and writer.
+            let (mut done, mut failed, mut version) = (0u64, 0u64, phase * 10_000_000 + writer * 1_000_000);
             while Instant::now() < until && done < 5_000 {
                 let file = (seed + done * 31 + writer * 17) % FILES;
                 version += 1;
@@ -178,8 +188,7 @@ fn run_workload(client_of: &dyn Fn() -> Client, model: &Arc<Mutex<Model>>, until
                 match write_version(&client, file, version, writer) {
                     Ok(()) => {
                         let mut model = model.lock().unwrap();
-                        let last = model.completed.entry(file).or_insert(version);
-                        *last = version;
+                        model.completed.entry(file).or_default().push((version, started, Instant::now()));
                     }
                     Err(_) => {
                         model.lock().unwrap().uncertain.entry(file).or_default().insert(version);
@@ -243,15 +252,21 @@ fn run_workload(client_of: &dyn Fn() -> Client, model: &Arc<Mutex<Model>>, until
     (operations, failures, wrong)
 }
 
-/// After the faults: every file reads back the last version written successfully, or one
+/// After the faults: every file reads back a version written successfully that no other
+/// successful write followed entirely (concurrent writes may land in either order), or one
 /// whose write reported failure (it may have landed after that).
 fn check_converged(client: &Client, model: &Model, seed: u64) {
-    for (file, last) in &model.completed {
+    for (file, writes) in &model.completed {
         let read = read_version(client, *file).unwrap_or_else(|errno| panic!("/f{file} unreadable after healing: {errno} (seed {seed})"));
         assert_eq!(check_read(model, *file, &read), None, "seed {seed}");
         let (version, _) = read.expect("a completed file exists");
         let uncertain = model.uncertain.get(file).is_some_and(|versions| versions.contains(&version));
-        assert!(version == *last || uncertain, "/f{file}: read version {version}, last completed {last} (seed {seed})");
+        let last_possible = writes
+            .iter()
+            .find(|(written, _, _)| *written == version)
+            .is_some_and(|(_, _, returned)| !writes.iter().any(|(_, began, _)| began > returned));
+        let (last, _, _) = writes.last().expect("a completed write");
+        assert!(last_possible || uncertain, "/f{file}: read version {version}, last completed {last} (seed {seed})");
     }
 }
 
@@ -276,7 +291,7 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
     // Phase 1: frames delayed (up to 3 ms) and so reordered, nothing lost: no operation may
     // fail and every read is whole.
     network().set_plan(FaultPlan { max_delay: Duration::from_millis(3), ..FaultPlan::default() }, seed);
-    let (operations, failures, wrong) = run_workload(&|| cluster.client(), &model, Instant::now() + Duration::from_secs(2), seed);
+    let (operations, failures, wrong) = run_workload(&|| cluster.client(), &model, Instant::now() + Duration::from_secs(2), seed, 1);
     assert!(wrong.is_empty(), "wrong reads with delays only (seed {seed}): {wrong:?}");
     assert_eq!(failures, 0, "{failures} of {operations} operations failed with delays only (seed {seed})");
     assert!(operations > 50, "only {operations} operations ran");
@@ -306,7 +321,7 @@ fn reads_stay_whole_and_the_cluster_heals_under_simulated_network_faults() {
             round
         })
     };
-    let (operations, failures, wrong) = run_workload(&|| cluster.client(), &model, until, seed);
+    let (operations, failures, wrong) = run_workload(&|| cluster.client(), &model, until, seed, 2);
     let rounds = faults.join().unwrap();
     eprintln!("faulty phase: {operations} operations, {failures} failed, {rounds} fault rounds, network {:?}", network().stats());
     assert!(wrong.is_empty(), "wrong reads under faults (seed {seed}): {wrong:?}");

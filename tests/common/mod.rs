@@ -449,3 +449,25 @@ pub fn read_file(client: &Client, path: &str) -> Result<Vec<u8>, Errno> {
     bytes.truncate(count?);
     Ok(bytes)
 }
+
+/// The workspace's root directory.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+/// The build directory of the binary under test (target/debug or target/release), with
+/// libringfs.so built in it (`cargo test` does not build C libraries by itself), and the
+/// profile's name.
+pub fn library_dir() -> (PathBuf, String) {
+    let dir = Path::new(ringfs_binary()).parent().unwrap().to_path_buf();
+    let profile = dir.file_name().unwrap().to_str().unwrap().to_string();
+    if !dir.join("libringfs.so").exists() {
+        let mut build = Command::new(env!("CARGO"));
+        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-ffi"]);
+        if profile == "release" {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building libringfs failed");
+    }
+    (dir, profile)
+}

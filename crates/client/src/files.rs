@@ -35,8 +35,8 @@ pub(crate) struct OpenFile {
     pub file: FileId,
     pub chunk_size: u64,
     pub template: ChunkTemplate,
-    readable: bool,
-    writable: bool,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
     append: bool,
     position: Mutex<u64>,
     /// Chunk 0 is known to carry the "extended" mark (set before the first write past it).
@@ -78,7 +78,7 @@ impl FileTable {
 }
 
 impl Client {
-    fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
+    pub(crate) fn file(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         self.inner.files.get(fd)
     }
 

@@ -28,13 +28,15 @@ mod chunking;
 mod closes;
 mod cluster;
 mod files;
+mod locks;
 mod namespace;
 pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
+pub use locks::{LockConflict, LockRange};
 pub use namespace::RenameFlags;
-pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, MemberList, ServerStats, XattrFlags};
+pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -19,6 +19,8 @@ use std::sync::RwLock;
 
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags, Stat};
 
+mod locks;
+
 static CLIENT: RwLock<Option<Client>> = RwLock::new(None);
 
 fn set_errno(errno: Errno) {
@@ -148,7 +150,13 @@ pub unsafe extern "C" fn ringfs_open(path: *const c_char, flags: c_int, mode: li
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_close(fd: c_int) -> c_int {
-    guard(-1, || client()?.close(descriptor(fd)?).map(|()| 0))
+    guard(-1, || {
+        let client = client()?;
+        let fd = descriptor(fd)?;
+        let released = locks::release_at_close(&client, fd);
+        client.close(fd)?;
+        released.map(|()| 0)
+    })
 }
 
 /// # Safety

@@ -52,6 +52,22 @@ impl InodeTable {
         self.entries().get(&inode).map(|entry| entry.file).ok_or(Errno::ESTALE)
     }
 
+    /// The directory holding `inode` (by the path it was last seen at) and the names in it
+    /// the kernel knows: the names a lock on `inode` revalidates (see the lock handlers).
+    /// `None` if the directory's inode is not known. Scans the table (locks are rare).
+    pub fn names_beside(&self, inode: u64) -> Option<(u64, Vec<String>)> {
+        let entries = self.entries();
+        let path = &entries.get(&inode)?.path;
+        let directory = ringfs_proto::path::parent(path)?;
+        let directory_inode = entries.iter().find(|(_, entry)| entry.path == directory).map(|(inode, _)| *inode)?;
+        let names = entries
+            .values()
+            .filter(|entry| ringfs_proto::path::parent(&entry.path) == Some(directory))
+            .map(|entry| ringfs_proto::path::file_name(&entry.path).to_string())
+            .collect();
+        Some((directory_inode, names))
+    }
+
     /// Records that the kernel received the inode of `file` for `path` (one more lookup).
     /// With `referenced`, the caller took a reference on the file for this lookup: the table
     /// keeps one per inode, and returns `true` when the caller's one is surplus (to give back).

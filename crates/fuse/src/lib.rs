@@ -26,8 +26,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -36,7 +36,7 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
     TimeOrNow, WriteFlags,
 };
-use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, OpenFlags, Stat};
+use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, LockKind, LockRange, OpenFlags, Stat};
 use thiserror::Error;
 
 use crate::inodes::{InodeTable, ROOT_INODE};
@@ -91,6 +91,14 @@ pub struct RingfsFilesystem {
     /// kernel's successive readdir calls page through one consistent list).
     directories: Mutex<HashMap<u64, Vec<Listed>>>,
     next_directory_handle: AtomicU64,
+    /// The kernel's lock owners that took advisory locks, by inode, each with the file handle
+    /// it took them through: a process's close (flush) gives back its locks on the file, and
+    /// the release of a handle those of every owner that took locks through it (OFD locks
+    /// and `flock`, whose owner is the open file description; a process's record locks went
+    /// at its close already). No request is sent for an owner that took none.
+    lock_owners: Mutex<HashMap<u64, Vec<(u64, FileHandle)>>>,
+    /// Tells the kernel to drop what it caches of a file (set once the session runs).
+    notifier: Arc<OnceLock<fuser::Notifier>>,
 }
 
 thread_local! {
@@ -168,6 +176,21 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::EINVAL)
 }
 
+/// The lock kind of a kernel lock request's type (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
+fn lock_kind(typ: i32) -> Result<LockKind, Errno> {
+    match typ {
+        libc::F_RDLCK => Ok(LockKind::Read),
+        libc::F_WRLCK => Ok(LockKind::Write),
+        libc::F_UNLCK => Ok(LockKind::Unlock),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// A kernel lock range (`end` inclusive, `OFFSET_MAX` for "to the end").
+fn lock_range(start: u64, end: u64) -> LockRange {
+    LockRange { start, end: if end >= i64::MAX as u64 { u64::MAX } else { end } }
+}
+
 fn fd_of(handle: FileHandle) -> Fd {
     Fd(handle.0 as u32)
 }
@@ -180,6 +203,8 @@ impl RingfsFilesystem {
             options,
             directories: Mutex::new(HashMap::new()),
             next_directory_handle: AtomicU64::new(1),
+            lock_owners: Mutex::new(HashMap::new()),
+            notifier: Arc::new(OnceLock::new()),
         }
     }
 
@@ -311,6 +336,46 @@ impl RingfsFilesystem {
         Ok(listing)
     }
 
+    /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
+    /// knows in the same directory (a database's journal beside it may have been removed and
+    /// made again through another mount).
+    fn forget_cached(&self, inode: INodeNo) {
+        let Some(notifier) = self.notifier.get() else { return };
+        if let Err(error) = notifier.inval_inode(inode, 0, 0) {
+            log::debug!("the kernel did not drop its cache of inode {}: {error}", inode.0);
+        }
+        let Some((directory, names)) = self.inodes.names_beside(inode.0) else { return };
+        for name in names {
+            // (ENOENT: the kernel had dropped that name already.)
+            let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));
+        }
+    }
+
+    /// Gives back the advisory locks on `inode` of the owners that `chosen` picks (given
+    /// the owner and the handle it took locks through), asking through `handle`.
+    fn release_locks(&self, inode: INodeNo, handle: FileHandle, chosen: impl Fn(u64, FileHandle) -> bool) -> Result<(), Errno> {
+        let mut released: Vec<u64> = Vec::new();
+        {
+            let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let Some(list) = owners.get_mut(&inode.0) else { return Ok(()) };
+            list.retain(|(owner, through)| {
+                if !chosen(*owner, *through) {
+                    return true;
+                }
+                if !released.contains(owner) {
+                    released.push(*owner);
+                }
+                false
+            });
+            // An owner released is released through every handle.
+            list.retain(|(owner, _)| !released.contains(owner));
+            if list.is_empty() {
+                owners.remove(&inode.0);
+            }
+        }
+        released.into_iter().try_for_each(|owner| self.client.release_locks(fd_of(handle), owner))
+    }
+
     fn directories(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Listed>>> {
         self.directories.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -324,7 +389,10 @@ impl Filesystem for RingfsFilesystem {
             | InitFlags::FUSE_DO_READDIRPLUS
             | InitFlags::FUSE_ATOMIC_O_TRUNC
             | InitFlags::FUSE_AUTO_INVAL_DATA
-            | InitFlags::FUSE_ASYNC_DIO;
+            | InitFlags::FUSE_ASYNC_DIO
+            // Advisory locks go to the servers, so that they hold across mounts and nodes.
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
         if self.options.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
@@ -529,21 +597,82 @@ impl Filesystem for RingfsFilesystem {
         }
     }
 
-    fn flush(&self, _request: &Request, _inode: INodeNo, _handle: FileHandle, _lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.ok();
+    fn flush(&self, _request: &Request, inode: INodeNo, handle: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        // POSIX: a process's close of any descriptor of a file ends its record locks on it.
+        Self::reply_empty(reply, self.release_locks(inode, handle, |owner, _| owner == lock_owner.0));
     }
 
     fn release(
         &self,
         _request: &Request,
-        _inode: INodeNo,
+        inode: INodeNo,
         handle: FileHandle,
         _flags: FuseOpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        Self::reply_empty(reply, self.client.close(fd_of(handle)));
+        // The last close of an open file description ends its `flock` and OFD locks.
+        let released = self.release_locks(inode, handle, |_, through| through == handle);
+        let closed = self.client.close(fd_of(handle));
+        Self::reply_empty(reply, released.and(closed));
+    }
+
+    fn getlk(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: fuser::ReplyLock,
+    ) {
+        let outcome = lock_kind(typ).and_then(|kind| self.client.test_lock(fd_of(handle), lock_owner.0, kind, lock_range(start, end)));
+        match outcome {
+            Ok(Some(conflict)) => {
+                let typ = if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK };
+                let end = if conflict.range.end == u64::MAX { i64::MAX as u64 } else { conflict.range.end };
+                reply.locked(conflict.range.start, end, typ, conflict.pid);
+            }
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _request: &Request,
+        inode: INodeNo,
+        handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let outcome = lock_kind(typ).and_then(|kind| {
+            if kind != LockKind::Unlock {
+                let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let owners = owners.entry(inode.0).or_default();
+                if !owners.contains(&(lock_owner.0, handle)) {
+                    owners.push((lock_owner.0, handle));
+                }
+            }
+            self.client.set_lock(fd_of(handle), lock_owner.0, kind, lock_range(start, end), sleep)?;
+            if kind != LockKind::Unlock {
+                // What the lock protects may have been changed through another mount (node)
+                // while this one cached it: the kernel drops its pages and attributes of the
+                // file before the lock is granted (as NFS revalidates on locking).
+                self.forget_cached(inode);
+            }
+            Ok(())
+        });
+        Self::reply_empty(reply, outcome);
     }
 
     fn fsync(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
@@ -716,7 +845,9 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
     let filesystem = RingfsFilesystem::new(client, options.clone());
+    let notifier = filesystem.notifier.clone();
     let session = fuser::spawn_mount(filesystem, directory, &config)
         .map_err(|source| MountError::Mount { path: directory.display().to_string(), source })?;
+    let _ = notifier.set(session.notifier());
     Ok(MountedFs { session: Some(session) })
 }

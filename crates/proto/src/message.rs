@@ -511,6 +511,55 @@ pub struct OpenFile {
 }
 wire_struct!(OpenFile { file, client });
 
+/// What an advisory lock request asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    /// Give the range back.
+    Unlock,
+    /// A shared (read) lock: others may read-lock the range too.
+    Read,
+    /// An exclusive (write) lock.
+    Write,
+}
+
+impl Wire for LockKind {
+    const MIN_BYTES: usize = 1;
+
+    fn write(&self, w: &mut Writer) {
+        w.u8(match self {
+            LockKind::Unlock => 0,
+            LockKind::Read => 1,
+            LockKind::Write => 2,
+        });
+    }
+
+    fn read(r: &mut Reader) -> Result<Self, DecodeError> {
+        match r.u8()? {
+            0 => Ok(LockKind::Unlock),
+            1 => Ok(LockKind::Read),
+            2 => Ok(LockKind::Write),
+            value => Err(DecodeError::InvalidValue { field: "lock kind", value: u64::from(value) }),
+        }
+    }
+}
+
+/// An advisory lock (`fcntl` record locks, OFD locks, `flock`) on bytes `start..=end` of a
+/// file (`end` `u64::MAX`: to the end of the file, however long it grows), held by `owner`
+/// of `client` (a process, or an open file description for OFD locks and `flock`). Kept by
+/// the file's inode server; see `crates/server/src/file_locks.rs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileLock {
+    pub file: FileId,
+    pub client: u64,
+    pub owner: u64,
+    pub kind: LockKind,
+    pub start: u64,
+    pub end: u64,
+    /// The process asking (reported by `F_GETLK`).
+    pub pid: u32,
+}
+wire_struct!(FileLock { file, client, owner, kind, start, end, pid });
+
 /// Files a client closes (sent with request id 0: no answer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Close {
@@ -825,6 +874,13 @@ wire_enum! {
         /// Server to server, from a directory's inode server to a server holding back
         /// touches of it: hand them over (answered with `TouchTime`) and stop holding back.
         66 => CollectTouches(FileOnly),
+        /// Take, change or give back an advisory lock, at the file's inode server:
+        /// `Done`, or EAGAIN when another owner's lock conflicts (the caller waits by asking
+        /// again).
+        67 => SetLock(FileLock),
+        /// Whether the lock could be taken: answered with `LockHolder` (the first conflicting
+        /// lock, or none).
+        68 => TestLock(FileLock),
     }
 }
 
@@ -924,6 +980,7 @@ impl Request {
             Request::TouchDir(touch) if touch.path.is_empty() => file(&touch.file),
             Request::TouchDir(touch) => Route::Path(&touch.path),
             Request::Rebind(rebind) => file(&rebind.file),
+            Request::SetLock(lock) | Request::TestLock(lock) => file(&lock.file),
             Request::SetAttr(set) => file(&set.file),
             Request::Truncate(truncate) => file(&truncate.file),
             Request::AddLink(count) | Request::DropLink(count) => file(&count.file),
@@ -1158,6 +1215,8 @@ wire_enum! {
         149 => DirTouched(FileId),
         /// Result of `CollectTouches`: the latest touch held back (0: none).
         150 => TouchTime(i64),
+        /// Result of `TestLock`: a lock in the way (none: the lock could be taken).
+        151 => LockHolder(Option<FileLock>),
     }
 }
 

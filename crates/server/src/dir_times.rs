@@ -292,15 +292,16 @@ impl ServerState {
         AWAITED_BATCH.with(|awaited| awaited.set(awaited.get().max(batch)));
     }
 
-    /// Waits (at most [`TOUCH_WAIT`]) until the touches noted by the request this thread
-    /// served are delivered, sending them itself if no other thread has taken them.
-    /// Called when a request's handler has returned.
-    pub(crate) fn await_touches(&self) {
+    /// Waits (at most [`TOUCH_WAIT`], and not past `deadline`, when the client stops
+    /// waiting for the answer) until the touches noted by the request this thread served
+    /// are delivered, sending them itself if no other thread has taken them. Called when a
+    /// request's handler has returned.
+    pub(crate) fn await_touches(&self, deadline: Option<Instant>) {
         let batch = AWAITED_BATCH.with(|awaited| awaited.replace(0));
         if batch == 0 {
             return;
         }
-        let end = Instant::now() + TOUCH_WAIT;
+        let end = wait_end(deadline);
         match self.next_turn(batch, end) {
             Turn::Sent => {}
             Turn::Send(batch, touches) => {
@@ -458,8 +459,9 @@ impl ServerState {
     }
 
     /// Before `response` leaves this server: the times of every directory it shows whose
-    /// times are lent out are collected first (see the module doc), and shown.
-    pub(crate) fn settle_dir_times(&self, response: &mut Response) {
+    /// times are lent out are collected first (see the module doc), and shown; the
+    /// collection waits until [`TOUCH_WAIT`] or `deadline` at most.
+    pub(crate) fn settle_dir_times(&self, response: &mut Response, deadline: Option<Instant>) {
         if !self.dir_times.any_lent.load(Ordering::Acquire) {
             return;
         }
@@ -475,7 +477,7 @@ impl ServerState {
             if holders.is_empty() {
                 continue;
             }
-            if self.collect_touches(attr.file_id, &holders) != 0
+            if self.collect_touches(attr.file_id, &holders, wait_end(deadline)) != 0
                 && let Ok(now) = self.store.stat(attr.file_id)
             {
                 attr.mtime_ns = now.mtime_ns;
@@ -484,10 +486,9 @@ impl ServerState {
         }
     }
 
-    /// Asks `holders` for the touches of directory `file` they held back, applies the
-    /// latest here and returns it (0: none).
-    fn collect_touches(&self, file: FileId, holders: &[String]) -> i64 {
-        let end = Instant::now() + TOUCH_WAIT;
+    /// Asks `holders` for the touches of directory `file` they held back (waiting for them
+    /// until `end`), applies the latest here and returns it (0: none).
+    fn collect_touches(&self, file: FileId, holders: &[String], end: Instant) -> i64 {
         let members: Vec<Member> = {
             let membership = self.membership();
             holders.iter().filter_map(|name| membership.member(name).cloned()).collect()
@@ -520,6 +521,13 @@ impl ServerState {
         }
         latest
     }
+}
+
+/// The end of a wait for touches: [`TOUCH_WAIT`] from now, or the request's deadline if
+/// that comes first.
+fn wait_end(deadline: Option<Instant>) -> Instant {
+    let limit = Instant::now() + TOUCH_WAIT;
+    deadline.map_or(limit, |deadline| deadline.min(limit))
 }
 
 /// Logs a touch that was not delivered (in time).

@@ -21,6 +21,7 @@
 
 mod dir_times;
 mod directory_rename;
+mod file_locks;
 mod files;
 mod flusher;
 mod locks;

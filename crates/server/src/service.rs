@@ -125,6 +125,8 @@ pub struct ServerState {
     pub subtree_moves: crate::directory_rename::SubtreeMoves,
     /// Touches of directories whose entries changed here (see `dir_times`).
     pub dir_times: crate::dir_times::DirTimes,
+    /// Advisory locks of the files whose inodes are here.
+    pub file_locks: crate::file_locks::LockTable,
     /// Modes and owners of directories, for permission checks (see `permissions`).
     pub dir_attrs: crate::permissions::DirAttrCache,
 }
@@ -199,6 +201,7 @@ impl ServerState {
             namespace_lock_ended: Default::default(),
             subtree_moves: Default::default(),
             dir_times: Default::default(),
+            file_locks: Default::default(),
             dir_attrs: Default::default(),
             later_releases: Mutex::new(Vec::new()),
         }
@@ -452,6 +455,14 @@ impl ServerState {
             Request::MissingFiles(list) => Ok(Response::Files(ringfs_proto::FileList { files: self.store.missing_inodes(&list.files) })),
             Request::TouchDir(touch) => self.touch_dir(touch),
             Request::CollectTouches(collect) => Ok(Response::TouchTime(self.dir_times.hand_over(collect.file))),
+            Request::SetLock(lock) => {
+                if lock.kind != ringfs_proto::LockKind::Unlock {
+                    self.opens.took_lock(lock.client);
+                }
+                self.file_locks.set(&lock)?;
+                Ok(Response::Done)
+            }
+            Request::TestLock(lock) => Ok(Response::LockHolder(self.file_locks.test(&lock)?)),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))
@@ -660,9 +671,16 @@ impl ServerState {
 
     /// Ends the opens of clients gone for longer than the grace period.
     pub fn expire_opens(&self, grace: std::time::Duration) {
-        for (file, count) in self.opens.expire(grace) {
+        let expired = self.opens.expire(grace);
+        for (file, count) in expired.files {
             for _ in 0..count {
                 self.close_registered(file);
+            }
+        }
+        for client in expired.locking_clients {
+            let released = self.file_locks.release_client(client);
+            if released > 0 {
+                log::info!("client {client:016x} is gone; its {released} advisory locks end");
             }
         }
     }
@@ -757,8 +775,8 @@ impl Service for ServerState {
         let mut response = response;
         // Directories' times: what the response shows includes every change of names before
         // it, and a change of names answers once its directories' times have moved.
-        self.settle_dir_times(&mut response);
-        self.await_touches();
+        self.settle_dir_times(&mut response, deadline);
+        self.await_touches(deadline);
         if io {
             self.io_monitor.end();
         }

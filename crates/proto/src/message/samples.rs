@@ -83,6 +83,8 @@ pub fn requests() -> Vec<Request> {
         Request::TouchDir(DirTouch { path: "/d".into(), file: file(0), time_ns: 10, defer_for: "server-1".into() }),
         Request::TouchDir(DirTouch { path: String::new(), file: file(8), time_ns: 11, defer_for: String::new() }),
         Request::CollectTouches(FileOnly { file: file(8) }),
+        Request::SetLock(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Write, start: 10, end: u64::MAX, pid: 44 }),
+        Request::TestLock(FileLock { file: file(3), client: 9, owner: 8, kind: LockKind::Read, start: 0, end: 5, pid: 45 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
             root: "/d".into(),
@@ -159,6 +161,8 @@ pub fn responses() -> Vec<Response> {
         Response::Count(3),
         Response::DirTouched(file(4)),
         Response::TouchTime(1_700_000_000_000_000_000),
+        Response::LockHolder(Some(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Unlock, start: 1, end: 2, pid: 3 })),
+        Response::LockHolder(None),
         Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
         Response::Tail(TailSummary::default()),
         Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),

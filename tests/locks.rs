@@ -1,0 +1,262 @@
+//! Advisory locks through the servers: `fcntl` record locks, OFD locks and `flock` hold
+//! between two FUSE mounts of one cluster (two nodes, as far as the locks can tell) and
+//! between a mount and a program using the C library; a crashed client's locks lapse.
+//!
+//! Each test drives *lock agents*: Python processes that run lock commands read from their
+//! standard input, through the kernel (a path in a mount) or through libringfs (ctypes),
+//! and answer each with one line, so a test can take a lock in one and see it in another.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{ClusterOptions, TestCluster, fuse_available, library_dir};
+
+/// A lock agent: commands `open PATH`, `lock FD CMD TYPE START LEN` (CMD one of SETLK,
+/// SETLKW, GETLK, OFD_SETLK, OFD_SETLKW, OFD_GETLK; TYPE R, W or U), `flock FD OP` (SH, EX,
+/// UN, SH_NB, EX_NB), `close FD`. Answers: `fd N`, `ok`, an errno name, or for GETLK
+/// `R|W START LEN` or `U`. Backend `kernel` (os and fcntl) or `lib` (libringfs by ctypes,
+/// with RINGFS_SERVER and RINGFS_SECRET from the environment).
+const AGENT: &str = r#"
+import ctypes, errno, fcntl, os, struct, sys
+backend = sys.argv[1]
+F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 36, 37, 38
+COMMANDS = {'SETLK': fcntl.F_SETLK, 'SETLKW': fcntl.F_SETLKW, 'GETLK': fcntl.F_GETLK,
+            'OFD_SETLK': F_OFD_SETLK, 'OFD_SETLKW': F_OFD_SETLKW, 'OFD_GETLK': F_OFD_GETLK}
+TYPES = {'R': fcntl.F_RDLCK, 'W': fcntl.F_WRLCK, 'U': fcntl.F_UNLCK}
+NAMES = {value: key for key, value in TYPES.items()}
+FLOCKS = {'SH': fcntl.LOCK_SH, 'EX': fcntl.LOCK_EX, 'UN': fcntl.LOCK_UN}
+LAYOUT = 'hhqqi4x'
+if backend == 'lib':
+    lib = ctypes.CDLL(sys.argv[2], use_errno=True)
+    assert lib.ringfs_init(None) == 0
+def check(result):
+    if result < 0:
+        raise OSError(ctypes.get_errno(), '')
+    return result
+def do(words):
+    if words[0] == 'open':
+        if backend == 'lib':
+            return 'fd %d' % check(lib.ringfs_open(words[1].encode(), os.O_RDWR | os.O_CREAT, 0o644))
+        return 'fd %d' % os.open(words[1], os.O_RDWR | os.O_CREAT, 0o644)
+    fd = int(words[1])
+    if words[0] == 'close':
+        check(lib.ringfs_close(fd)) if backend == 'lib' else os.close(fd)
+        return 'ok'
+    if words[0] == 'flock':
+        operation = FLOCKS[words[2].split('_')[0]] | (fcntl.LOCK_NB if words[2].endswith('_NB') else 0)
+        check(lib.ringfs_flock(fd, operation)) if backend == 'lib' else fcntl.flock(fd, operation)
+        return 'ok'
+    command, kind, start, length = COMMANDS[words[2]], TYPES[words[3]], int(words[4]), int(words[5])
+    packed = struct.pack(LAYOUT, kind, os.SEEK_SET, start, length, 0)
+    if backend == 'lib':
+        buffer = ctypes.create_string_buffer(packed, len(packed))
+        check(lib.ringfs_fcntl_lock(fd, command, buffer))
+        answer = buffer.raw
+    else:
+        answer = fcntl.fcntl(fd, command, packed)
+    if words[2].endswith('GETLK'):
+        kind, _, start, length, _ = struct.unpack(LAYOUT, answer)
+        return 'U' if kind == fcntl.F_UNLCK else '%s %d %d' % (NAMES[kind], start, length)
+    return 'ok'
+for line in sys.stdin:
+    try:
+        answer = do(line.split())
+    except OSError as error:
+        answer = errno.errorcode.get(error.errno, str(error.errno))
+    print(answer, flush=True)
+"#;
+
+/// Asks `command` until it answers `expected` (at most 2 s): the kernel sends a FUSE mount
+/// the release of a closed file a moment after `close` returns, so the OFD and `flock`
+/// locks of a description closed through a mount end a moment later.
+fn ask_until(agent: &mut Agent, command: &str, expected: &str) -> String {
+    let started = Instant::now();
+    loop {
+        let answer = agent.ask(command);
+        if answer == expected || started.elapsed() > Duration::from_secs(2) {
+            return answer;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+struct Agent {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Agent {
+    /// An agent working through the kernel (paths are in a mount).
+    fn kernel() -> Agent {
+        Agent::spawn(Command::new("python3").args(["-c", AGENT, "kernel"]))
+    }
+
+    /// An agent working through libringfs (paths are ringfs paths).
+    fn library(cluster: &TestCluster) -> Agent {
+        let (dir, _) = library_dir();
+        let library = dir.join("libringfs.so");
+        let mut command = Command::new("python3");
+        command
+            .args(["-c", AGENT, "lib"])
+            .arg(library)
+            .env("RINGFS_SERVER", cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &cluster.secret)
+            .env("RINGFS_TIMEOUT_MS", "5000");
+        Agent::spawn(&mut command)
+    }
+
+    fn spawn(command: &mut Command) -> Agent {
+        let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        Agent { child, input, output }
+    }
+
+    /// Sends a command without waiting for its answer (a lock that waits).
+    fn send(&mut self, command: &str) {
+        writeln!(self.input, "{command}").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    fn answer(&mut self) -> String {
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the lock agent ended");
+        line.trim().to_string()
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        self.send(command);
+        self.answer()
+    }
+
+    fn open(&mut self, path: &str) -> u32 {
+        let answer = self.ask(&format!("open {path}"));
+        answer.strip_prefix("fd ").and_then(|fd| fd.parse().ok()).unwrap_or_else(|| panic!("open {path}: {answer}"))
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits (bounded) for the answer to a command sent before; `None` if none came in `limit`
+/// (the agent is then stopped: it must not be used again).
+fn answer_within(agent: &mut Agent, limit: Duration) -> Option<String> {
+    let pid = agent.child.id();
+    let output = &mut agent.output;
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let mut line = String::new();
+            let _ = output.read_line(&mut line);
+            line
+        });
+        let started = Instant::now();
+        while !reader.is_finished() && started.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let in_time = reader.is_finished();
+        if !in_time {
+            // SAFETY: plain kill(2) of our own child, which unblocks the reader.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+        let line = reader.join().unwrap();
+        (in_time && !line.is_empty()).then(|| line.trim().to_string())
+    })
+}
+
+/// Record locks, OFD locks and `flock` taken through one mount hold against another mount of
+/// the same cluster, as they would between two nodes; `F_GETLK` names the holder; a waiting
+/// lock (`F_SETLKW`) is granted when the holder lets go; a process's close of *another*
+/// descriptor of the file ends its record locks (POSIX), the close of the descriptor its
+/// OFD locks.
+#[test]
+fn locks_hold_between_two_mounts() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let (first, second) = (cluster.mount(&[]), cluster.mount(&[]));
+    let (path_a, path_b) = (first.path("shared.db").display().to_string(), second.path("shared.db").display().to_string());
+    let (mut a, mut b) = (Agent::kernel(), Agent::kernel());
+    let fd_a = a.open(&path_a);
+    let fd_b = b.open(&path_b);
+
+    // Record locks.
+    assert_eq!(a.ask(&format!("lock {fd_a} SETLK W 0 100")), "ok");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK W 50 10")), "EAGAIN", "a write lock of the other mount is in the way");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK R 99 1")), "EAGAIN");
+    assert_eq!(b.ask(&format!("lock {fd_b} GETLK W 0 0")), "W 0 100", "F_GETLK names the holder's range");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK W 100 100")), "ok", "the bytes after it are free");
+    assert_eq!(a.ask(&format!("lock {fd_a} SETLK R 150 1")), "EAGAIN", "both ways");
+    // A process's close of another descriptor of the file ends its record locks.
+    let other_a = a.open(&path_a);
+    assert_eq!(a.ask(&format!("close {other_a}")), "ok");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK W 0 10")), "ok", "the close ended a's locks");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK U 0 0")), "ok");
+
+    // A waiting lock is granted when the holder lets go.
+    assert_eq!(a.ask(&format!("lock {fd_a} SETLK W 0 0")), "ok");
+    b.send(&format!("lock {fd_b} SETLKW W 10 1"));
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(a.ask(&format!("lock {fd_a} SETLK U 0 0")), "ok");
+    let started = Instant::now();
+    assert_eq!(answer_within(&mut b, Duration::from_secs(10)).as_deref(), Some("ok"), "F_SETLKW is granted");
+    assert!(started.elapsed() < Duration::from_secs(2), "granted soon after the release");
+    assert_eq!(b.ask(&format!("lock {fd_b} SETLK U 0 0")), "ok");
+
+    // OFD locks belong to the open file description.
+    assert_eq!(a.ask(&format!("lock {fd_a} OFD_SETLK W 0 1")), "ok");
+    assert_eq!(b.ask(&format!("lock {fd_b} OFD_SETLK R 0 1")), "EAGAIN");
+    assert_eq!(b.ask(&format!("lock {fd_b} OFD_GETLK R 0 1")), "W 0 1");
+    assert_eq!(a.ask(&format!("close {fd_a}")), "ok");
+    assert_eq!(ask_until(&mut b, &format!("lock {fd_b} OFD_SETLK W 0 1"), "ok"), "ok", "the close of its description ended the OFD lock");
+    assert_eq!(b.ask(&format!("close {fd_b}")), "ok");
+
+    // flock: whole-file locks of the description.
+    let (fd_a, fd_b) = (a.open(&path_a), b.open(&path_b));
+    assert_eq!(a.ask(&format!("flock {fd_a} SH")), "ok");
+    assert_eq!(b.ask(&format!("flock {fd_b} SH_NB")), "ok", "shared locks share");
+    assert_eq!(b.ask(&format!("flock {fd_b} EX_NB")), "EAGAIN", "an exclusive lock waits for the other reader");
+    assert_eq!(a.ask(&format!("close {fd_a}")), "ok");
+    assert_eq!(ask_until(&mut b, &format!("flock {fd_b} EX_NB"), "ok"), "ok", "upgraded once the other description closed");
+}
+
+/// The C library's locks (`ringfs_fcntl_lock`, `ringfs_flock`) and a mount's see each other;
+/// the locks of a client that dies lapse after the servers' open grace period, so a waiting
+/// lock is granted.
+#[test]
+fn library_locks_meet_mount_locks_and_a_dead_clients_locks_lapse() {
+    let options = ClusterOptions { extra_args: vec!["--open-grace-ms".into(), "1000".into()], ..ClusterOptions::new(2) };
+    let cluster = TestCluster::with_options(options);
+    let mut holder = Agent::library(&cluster);
+    let mut other = Agent::library(&cluster);
+    let fd = holder.open("/db");
+    let other_fd = other.open("/db");
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
+    assert_eq!(other.ask(&format!("lock {other_fd} SETLK R 5 5")), "EAGAIN");
+    assert_eq!(other.ask(&format!("lock {other_fd} GETLK R 5 5")), "W 0 0", "to the end of the file");
+    assert_eq!(other.ask(&format!("flock {other_fd} EX_NB")), "EAGAIN", "flock meets record locks (as on NFS)");
+
+    if fuse_available() {
+        let mount = cluster.mount(&[]);
+        let mut kernel = Agent::kernel();
+        let kernel_fd = kernel.open(&mount.path("db").display().to_string());
+        assert_eq!(kernel.ask(&format!("lock {kernel_fd} SETLK W 1000 1")), "EAGAIN", "a mount sees the library's lock");
+        assert_eq!(kernel.ask(&format!("lock {kernel_fd} GETLK W 1000 1")), "W 0 0");
+    }
+
+    // The holder dies without letting go: its lock lapses with its opens.
+    other.send(&format!("lock {other_fd} SETLKW W 0 0"));
+    std::thread::sleep(Duration::from_millis(200));
+    holder.child.kill().unwrap();
+    holder.child.wait().unwrap();
+    assert_eq!(answer_within(&mut other, Duration::from_secs(20)).as_deref(), Some("ok"), "the dead client's lock lapsed");
+}
