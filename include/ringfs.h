@@ -108,8 +108,9 @@ ssize_t ringfs_readlink(const char *path, char *buffer, size_t size);
 int ringfs_rename(const char *from, const char *to);
 
 /* fallocate(2) on an open descriptor: `mode` 0 (the file grows to cover the range) or
- * FALLOC_FL_KEEP_SIZE (1). ENOSPC at once when a server that would hold part of the range
- * lacks the room for it now (the room is checked, not held). Other modes: EOPNOTSUPP. */
+ * FALLOC_FL_KEEP_SIZE (1). The servers reserve the room for the range, so later writes into
+ * it do not fail with ENOSPC; ENOSPC at once, with nothing reserved, when a server that
+ * would hold part of the range lacks it. Other modes: EOPNOTSUPP. */
 int ringfs_fallocate(int fd, int mode, off_t offset, off_t len);
 
 /* Advisory locks, kept by the servers so that they hold among all clients of the job, on

@@ -500,7 +500,25 @@ fn fallocate_grows_files_and_refuses_what_does_not_fit() {
     assert_eq!(client.fstat(fd).unwrap().size, 3 << 20, "a refused fallocate changes nothing");
     assert_eq!(client.fallocate(fd, 2 /* PUNCH_HOLE */ | FALLOC_FL_KEEP_SIZE, 0, 4096), Err(Errno::EOPNOTSUPP));
     assert_eq!(client.fallocate(fd, 0, 0, 0), Err(Errno::EINVAL));
+
+    // The room is held: another file filling the servers cannot take it, and writes into
+    // the reserved range (5 MiB, with KEEP_SIZE past the end) still succeed.
+    let other = client.open("/g", OpenFlags::WRITE | OpenFlags::CREATE, 0o644).unwrap();
+    let block = vec![7u8; 256 << 10];
+    let mut filled = 0u64;
+    while client.pwrite(other, &block, filled).is_ok() {
+        filled += block.len() as u64;
+        assert!(filled < 16 << 20, "the servers' capacity ends somewhere");
+    }
+    assert!((4 << 20..11 << 20).contains(&filled), "the other file got the room not reserved ({filled} bytes)");
+    let payload = vec![3u8; 5 << 20];
+    assert_eq!(client.pwrite(fd, &payload, 0), Ok(payload.len()), "writes into the reserved range find their room");
     client.close(fd).unwrap();
+    // Removing the file gives its room back.
+    client.unlink("/f").unwrap();
+    assert_eq!(client.pwrite(other, &block, filled), Ok(block.len()), "the removed file's room is free again");
+    client.close(other).unwrap();
+    client.unlink("/g").unwrap();
 
     if !fuse_available() {
         return;

@@ -341,11 +341,11 @@ impl Client {
         self.truncate_file(file.file, size)
     }
 
-    /// `fallocate(2)` of `len` bytes at `offset` (`mode` 0 or [`FALLOC_FL_KEEP_SIZE`]): fails
-    /// with ENOSPC at once when a server that would hold part of the range lacks the room
-    /// for it now; otherwise the file grows to cover the range (not with `KEEP_SIZE`), reading
-    /// as zeros where nothing was written. The room is checked, not held: a later write may
-    /// still find it taken (docs/CONSISTENCY.md). Other modes (punching holes, zeroing,
+    /// `fallocate(2)` of `len` bytes at `offset` (`mode` 0 or [`FALLOC_FL_KEEP_SIZE`]): the
+    /// servers that will hold the range reserve the room for it now, so later writes into it
+    /// do not fail with ENOSPC (docs/CONSISTENCY.md); ENOSPC at once, with nothing reserved,
+    /// when one lacks it. Then the file grows to cover the range (not with `KEEP_SIZE`),
+    /// reading as zeros where nothing was written. Other modes (punching holes, zeroing,
     /// collapsing ranges): EOPNOTSUPP.
     pub fn fallocate(&self, fd: Fd, mode: u32, offset: u64, len: u64) -> Result<()> {
         if len == 0 {
@@ -360,37 +360,62 @@ impl Client {
             return Err(Errno::EBADF);
         }
         let stat = self.fstat(fd)?;
-        self.check_room(file.file, stat.chunk_size as u64, offset, end)?;
+        self.reserve_room(file.file, stat.chunk_size, offset, end)?;
         if mode & FALLOC_FL_KEEP_SIZE == 0 && end > stat.size {
             self.truncate_file(file.file, end)?;
         }
         Ok(())
     }
 
-    /// ENOSPC if a server that holds chunks of `file` in `offset..end` has less room than
-    /// its part of the range (a server that does not know its capacity is not asked).
-    fn check_room(&self, file: FileId, chunk_size: u64, offset: u64, end: u64) -> Result<()> {
-        let chunk_size = chunk_size.max(1);
-        let (first, last) = (offset / chunk_size, (end - 1) / chunk_size);
-        let stats = self.server_stats()?;
-        let mut needed: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-        if last - first < 100_000 {
-            for index in first..=last {
-                let part = ((index + 1) * chunk_size).min(end) - (index * chunk_size).max(offset);
-                *needed.entry(self.inner.cluster.owner_of_chunk(ringfs_proto::ChunkKey::new(file, index)).name).or_default() += part;
-            }
-        } else {
-            // Placement spreads a file's chunks evenly: each server's share.
-            let share = (end - offset).div_ceil(stats.len().max(1) as u64);
-            needed.extend(stats.iter().map(|stats| (stats.name.clone(), share)));
+    /// Reserves room for bytes `offset..end` of `file` on every server that holds chunks of
+    /// the range (`Reserve`, to those servers at once): each charges now what its chunks do
+    /// not store yet. If one has no room, the others give theirs back and the answer is
+    /// ENOSPC.
+    fn reserve_room(&self, file: FileId, chunk_size: u32, offset: u64, end: u64) -> Result<()> {
+        /// Most chunks one `fallocate` may span (4 TiB of 1 MiB chunks).
+        const MOST_CHUNKS: u64 = 1 << 22;
+        let cluster = &self.inner.cluster;
+        let size = u64::from(chunk_size.max(1));
+        let (first, last) = (offset / size, (end - 1) / size);
+        if last - first >= MOST_CHUNKS {
+            return Err(Errno::EFBIG);
         }
-        for stats in &stats {
-            let free = stats.capacity_bytes.saturating_sub(stats.bytes);
-            if stats.capacity_bytes > 0 && needed.get(&stats.name).is_some_and(|bytes| *bytes > free) {
-                return Err(Errno::ENOSPC);
+        // What each server's chunks of the range hold when full up to `end`.
+        let mut bytes_by_member: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        for index in first..=last {
+            let full = end.min((index + 1) * size) - index * size;
+            *bytes_by_member.entry(cluster.owner_of_chunk(ringfs_proto::ChunkKey::new(file, index)).name).or_default() += full;
+        }
+        let members: Vec<_> =
+            cluster.member_list().members.into_iter().filter(|member| bytes_by_member.contains_key(&member.name)).collect();
+        let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
+        let reservation = ringfs_proto::Reservation { file, offset, end, chunk_size, bytes: 0, release: 0 };
+        let calls: Vec<_> = connections
+            .iter()
+            .zip(&members)
+            .map(|(connection, member)| {
+                let bytes = bytes_by_member[&member.name];
+                connection.start(&Request::Reserve(ringfs_proto::Reservation { bytes, ..reservation }), &[], None)
+            })
+            .collect();
+        let mut reserved = Vec::new();
+        let mut failure = None;
+        for (call, connection) in calls.into_iter().zip(&connections) {
+            let answer = call.and_then(|call| call.wait()).map_err(|error| error.errno());
+            match answer.map(|reply| reply.response) {
+                Ok(Response::Count(bytes)) => reserved.push((connection, bytes)),
+                Ok(Response::Error(errno)) | Err(errno) => failure = failure.or(Some(errno)),
+                Ok(_) => failure = failure.or(Some(Errno::EPROTO)),
             }
         }
-        Ok(())
+        let Some(errno) = failure else { return Ok(()) };
+        for (connection, bytes) in reserved.into_iter().filter(|(_, bytes)| *bytes > 0) {
+            let release = ringfs_proto::Reservation { release: bytes, ..reservation };
+            if let Err(error) = connection.call(&Request::Reserve(release), &[]) {
+                log::debug!("a reservation of {bytes} bytes was not given back: {error}");
+            }
+        }
+        Err(errno)
     }
 
     fn write_at(&self, file: &OpenFile, bytes: &[u8], offset: u64) -> Result<usize> {

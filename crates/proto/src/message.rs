@@ -560,6 +560,22 @@ pub struct FileLock {
 }
 wire_struct!(FileLock { file, client, owner, kind, start, end, pid });
 
+/// Room to reserve for bytes `offset..end` of a file (`fallocate`), at one server for the
+/// chunks of the range it holds (chunks of `chunk_size` bytes): `bytes` is what those chunks
+/// hold when full up to `end` (the sender computes it by placement); the server charges that
+/// less what they store already, now, and uses it for their later growth. With `release` >
+/// 0, the server gives that many bytes of the file's reservation back instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    pub file: FileId,
+    pub offset: u64,
+    pub end: u64,
+    pub chunk_size: u32,
+    pub bytes: u64,
+    pub release: u64,
+}
+wire_struct!(Reservation { file, offset, end, chunk_size, bytes, release });
+
 /// Files a client closes (sent with request id 0: no answer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Close {
@@ -881,6 +897,10 @@ wire_enum! {
         /// Whether the lock could be taken: answered with `LockHolder` (the first conflicting
         /// lock, or none).
         68 => TestLock(FileLock),
+        /// Reserve room for a file's bytes on this server (answered with `Count`: the bytes
+        /// reserved), or give a reservation back; ENOSPC, with nothing reserved, when they do
+        /// not fit.
+        69 => Reserve(Reservation),
     }
 }
 
@@ -1013,7 +1033,8 @@ impl Request {
             | Request::Sync(_)
             | Request::AsUser(_)
             | Request::ForgetDirAttrs(_)
-            | Request::CollectTouches(_) => Route::Here,
+            | Request::CollectTouches(_)
+            | Request::Reserve(_) => Route::Here,
         }
     }
 

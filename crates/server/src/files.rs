@@ -48,6 +48,31 @@ impl ServerState {
         results
     }
 
+    /// `Reserve`: charges the room the chunks of the range that live here do not take yet
+    /// (`bytes` less what they store), or gives `release` bytes of the file's reservation
+    /// back. Only the chunks this server holds are looked at, however long the range.
+    pub fn reserve(&self, reservation: ringfs_proto::Reservation) -> Result<Response, Errno> {
+        let ringfs_proto::Reservation { file, offset, end, chunk_size, bytes, release } = reservation;
+        if release > 0 {
+            self.store.unreserve(file, release);
+            return Ok(Response::Count(0));
+        }
+        if chunk_size == 0 || chunk_size > crate::service::MAX_CHUNK_SIZE || end <= offset {
+            return Err(Errno::EINVAL);
+        }
+        let chunk_size = u64::from(chunk_size);
+        let (first, last) = (offset / chunk_size, (end - 1) / chunk_size);
+        let stored: u64 = self
+            .store
+            .stored_chunks(file, first, last)
+            .into_iter()
+            .map(|(index, stored)| stored.min(end.min((index + 1) * chunk_size) - index * chunk_size))
+            .sum();
+        let needed = bytes.saturating_sub(stored);
+        self.store.reserve(file, needed)?;
+        Ok(Response::Count(needed))
+    }
+
     /// Removes, on every server, the chunks of a file from `from_index` on. Failures (a dead
     /// server) leave orphan chunks behind, which are invisible: no inode has their file id any
     /// more.

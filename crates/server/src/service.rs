@@ -463,6 +463,7 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::TestLock(lock) => Ok(Response::LockHolder(self.file_locks.test(&lock)?)),
+            Request::Reserve(reservation) => self.reserve(reservation),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))

@@ -411,6 +411,12 @@ impl ChunkStore {
         for handle in &removed {
             self.space.discard(handle);
         }
+        // The file's removal (from chunk 1: its deletion, or a cut into chunk 0), or a
+        // truncation that removed chunks here, ends its reservation here too; a truncation
+        // that grows the file (removing nothing) keeps it.
+        if from_index <= 1 || !removed.is_empty() {
+            self.space.release_reserved(file, u64::MAX);
+        }
         removed.len() as u64
     }
 

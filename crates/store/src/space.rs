@@ -6,10 +6,11 @@
 //! ENOSPC. [`Space::charge`] only refuses; making room (cache mode's eviction) is the store's
 //! decision.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use ringfs_proto::{Attr, ChunkKey, Errno};
+use ringfs_proto::{Attr, ChunkKey, Errno, FileId};
 
 use crate::body::Body;
 use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
@@ -37,6 +38,9 @@ pub(crate) struct Space {
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     chunk_count: AtomicU64,
+    /// Bytes charged ahead for files (`fallocate`) and not written yet: the growth of the
+    /// file's chunks here uses them before it is charged anew.
+    reserved: Mutex<HashMap<FileId, u64>>,
 }
 
 impl Space {
@@ -47,6 +51,7 @@ impl Space {
             capacity_bytes,
             used_bytes: AtomicU64::new(0),
             chunk_count: AtomicU64::new(0),
+            reserved: Mutex::new(HashMap::new()),
         }
     }
 
@@ -76,6 +81,35 @@ impl Space {
     /// backend must exist even when the store is full).
     pub fn charge_anyway(&self, bytes: u64) {
         self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn reservations(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, u64>> {
+        self.reserved.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds `bytes` (already charged) to `file`'s reservation.
+    pub fn add_reserved(&self, file: FileId, bytes: u64) {
+        if bytes > 0 {
+            *self.reservations().entry(file).or_default() += bytes;
+        }
+    }
+
+    /// Takes up to `bytes` of `file`'s reservation (for growth of its chunks); how many.
+    pub fn take_reserved(&self, file: FileId, bytes: u64) -> u64 {
+        let mut reservations = self.reservations();
+        let Some(left) = reservations.get_mut(&file) else { return 0 };
+        let taken = (*left).min(bytes);
+        *left -= taken;
+        if *left == 0 {
+            reservations.remove(&file);
+        }
+        taken
+    }
+
+    /// Gives back up to `bytes` of `file`'s reservation (all of it for `u64::MAX`).
+    pub fn release_reserved(&self, file: FileId, bytes: u64) {
+        let released = self.take_reserved(file, bytes);
+        self.refund(released);
     }
 
     pub fn refund(&self, bytes: u64) {

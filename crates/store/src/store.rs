@@ -199,8 +199,40 @@ impl ChunkStore {
         self.space.new_chunk_charged(key, attr, cache)
     }
 
+    /// Writes bytes into a chunk; its growth uses its file's reservation first.
     pub(crate) fn fill(&self, chunk: &mut Chunk, offset: u64, source: &mut dyn ByteSource) -> Result<(), StoreError> {
-        self.space.fill(chunk, offset, source, &|bytes| self.charge(bytes))
+        let file = chunk.attr.file_id;
+        self.space.fill(chunk, offset, source, &|bytes| {
+            let prepaid = self.space.take_reserved(file, bytes);
+            self.charge(bytes - prepaid).inspect_err(|_| self.space.add_reserved(file, prepaid))
+        })
+    }
+
+    /// Reserves room for `file` (`fallocate`): `needed` more bytes are charged now (ENOSPC
+    /// if they do not fit, with nothing charged) and used by the file's later growth here.
+    /// The reservation ends when the file's chunks here are removed or truncated (and with
+    /// a restart: it is kept in memory only).
+    pub fn reserve(&self, file: FileId, needed: u64) -> Result<(), Errno> {
+        self.charge(needed)?;
+        self.space.add_reserved(file, needed);
+        Ok(())
+    }
+
+    /// Gives back up to `bytes` of `file`'s reservation (a `fallocate` that failed on
+    /// another server).
+    pub fn unreserve(&self, file: FileId, bytes: u64) {
+        self.space.release_reserved(file, bytes);
+    }
+
+    /// The chunks of `file` this store holds with an index in `first..=last`, each with the
+    /// bytes it stores.
+    pub fn stored_chunks(&self, file: FileId, first: u64, last: u64) -> Vec<(u64, u64)> {
+        self.index
+            .chunks_of(file)
+            .into_iter()
+            .filter(|(index, _)| (first..=last).contains(index))
+            .map(|(index, handle)| (index, lock(&handle).body.stored_len()))
+            .collect()
     }
 
     pub(crate) fn persist(&self, chunk: &mut Chunk) -> Result<(), StoreError> {
@@ -211,6 +243,7 @@ impl ChunkStore {
     /// exist on other servers (the inode was marked extended).
     pub(crate) fn delete_file(&self, file: FileId) -> bool {
         let chunks = self.index.files_of(file).files.remove(&file).unwrap_or_default();
+        self.space.release_reserved(file, u64::MAX);
         let extended = chunks.inode.as_ref().is_some_and(|inode| lock(inode).attr.is_extended());
         for handle in chunks.inode.iter().chain(chunks.tail.values()) {
             self.space.discard(handle);

@@ -197,6 +197,34 @@ fn capacity_limit_gives_enospc_and_frees_on_removal() {
     assert_eq!(store.stats().used_bytes, baseline);
 }
 
+/// A reservation (`fallocate`) is charged at once, used by the file's growth instead of new
+/// charges, refused whole when it does not fit, and given back by a release or the file's
+/// removal.
+#[test]
+fn reservations_hold_room_for_their_file_until_used_or_released() {
+    let store = ChunkStore::open(StoreConfig { capacity_bytes: 20_000, ..StoreConfig::memory() }).unwrap();
+    let baseline = store.stats().used_bytes;
+    store.create(&Create::new("/f", REGULAR, 1 << 20), file(1)).unwrap();
+    store.create(&Create::new("/g", REGULAR, 1 << 20), file(2)).unwrap();
+    let with_files = store.stats().used_bytes;
+    assert_eq!(store.reserve(file(1), 50_000), Err(Errno::ENOSPC), "too big: nothing reserved");
+    assert_eq!(store.stats().used_bytes, with_files);
+    store.reserve(file(1), 8_000).unwrap();
+    assert_eq!(store.stats().used_bytes, with_files + 8_000);
+    let room_left = 20_000 - (with_files + 8_000);
+    let error = store.write(chunk(2, 0), 0, &mut &vec![0u8; room_left as usize + 1][..], template(1 << 20), 1, None).unwrap_err();
+    assert_eq!(error.errno(), Errno::ENOSPC, "another file cannot take the reserved room");
+    store.write(chunk(1, 0), 0, &mut &vec![0u8; 6_000][..], template(1 << 20), 1, None).unwrap();
+    assert_eq!(store.stats().used_bytes, with_files + 8_000, "the write used its reservation");
+    store.unreserve(file(1), 1_000);
+    assert_eq!(store.stats().used_bytes, with_files + 7_000);
+    store.unlink("/f", 0, None).unwrap();
+    store.drop_link(file(1), 2).unwrap();
+    store.unlink("/g", 0, None).unwrap();
+    store.drop_link(file(2), 2).unwrap();
+    assert_eq!(store.stats().used_bytes, baseline, "the removal ended the rest of the reservation");
+}
+
 #[test]
 fn hard_links_count_names_and_the_file_lives_until_the_last_goes() {
     let store = memory_store();

@@ -84,6 +84,8 @@ pub fn requests() -> Vec<Request> {
         Request::TouchDir(DirTouch { path: String::new(), file: file(8), time_ns: 11, defer_for: String::new() }),
         Request::CollectTouches(FileOnly { file: file(8) }),
         Request::SetLock(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Write, start: 10, end: u64::MAX, pid: 44 }),
+        Request::Reserve(Reservation { file: file(3), offset: 5, end: 1 << 40, chunk_size: 1 << 20, bytes: 1 << 39, release: 0 }),
+        Request::Reserve(Reservation { file: file(3), offset: 0, end: 0, chunk_size: 0, bytes: 0, release: 77 }),
         Request::TestLock(FileLock { file: file(3), client: 9, owner: 8, kind: LockKind::Read, start: 0, end: 5, pid: 45 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
