@@ -256,15 +256,25 @@ impl Client {
             // Write permission, checked by the name's server (as an open for writing is).
             Some(FileKind::Regular) => {
                 self.lookup_opened(&path, 0, MAY_WRITE)?;
-                self.truncate_file(attr.file_id, size)
+                self.truncate_to_other_size(attr.file_id, size)
             }
             Some(FileKind::Directory) => Err(Errno::EISDIR),
             _ => Err(Errno::EINVAL),
         }
     }
 
-    /// Truncates a file by id (FUSE).
+    /// Truncates a file by id, like `truncate(2)` (FUSE, where the kernel checked the caller
+    /// may write).
     pub fn truncate_id(&self, file: FileId, size: u64) -> Result<()> {
+        self.truncate_to_other_size(file, size)
+    }
+
+    /// `truncate(2)` changes nothing, times included, when the file has that size already
+    /// (unlike `ftruncate`, which marks the times whatever the size): Linux's rule.
+    fn truncate_to_other_size(&self, file: FileId, size: u64) -> Result<()> {
+        if self.stat_id(file)?.size == size {
+            return Ok(());
+        }
         self.truncate_file(file, size)
     }
 
@@ -435,8 +445,12 @@ impl Client {
     /// Sets access and modification time to now, as `touch` does (write permission is
     /// enough).
     pub fn touch(&self, path: &str) -> Result<()> {
-        let now = now_ns();
-        self.set_times(path, Some(now), Some(now), false)
+        self.set_attr(path, |request| {
+            // The change's own time: mtime and ctime are equal after it.
+            request.atime_ns = Some(request.time_ns);
+            request.mtime_ns = Some(request.time_ns);
+            request.times_explicit = false;
+        })
     }
 
     /// Sets access and/or modification time, as `utimensat` does: `explicit` when either is

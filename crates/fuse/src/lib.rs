@@ -129,10 +129,11 @@ fn supplementary_groups(pid: u32) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-fn nanoseconds(time: TimeOrNow) -> i64 {
+/// A time the kernel gives, in nanoseconds since the epoch (`now_ns` for "now").
+fn nanoseconds(time: TimeOrNow, now_ns: i64) -> i64 {
     let time = match time {
         TimeOrNow::SpecificTime(time) => time,
-        TimeOrNow::Now => SystemTime::now(),
+        TimeOrNow::Now => return now_ns,
     };
     match time.duration_since(UNIX_EPOCH) {
         Ok(after) => after.as_nanos() as i64,
@@ -305,8 +306,10 @@ impl RingfsFilesystem {
                 change.mode = mode.map(|mode| mode & 0o7777);
                 change.uid = owner.0;
                 change.gid = owner.1;
-                change.atime_ns = times.0.map(nanoseconds);
-                change.mtime_ns = times.1.map(nanoseconds);
+                // "Now" is the change's own time, so that mtime and ctime are equal after it.
+                let now = change.time_ns;
+                change.atime_ns = times.0.map(|time| nanoseconds(time, now));
+                change.mtime_ns = times.1.map(|time| nanoseconds(time, now));
                 change.times_explicit =
                     matches!(times.0, Some(TimeOrNow::SpecificTime(_))) || matches!(times.1, Some(TimeOrNow::SpecificTime(_)));
             })?;
