@@ -47,6 +47,8 @@ pub struct StartArgs {
     pub run_dir: Option<PathBuf>,
     #[command(flatten)]
     pub cache: crate::server_command::CacheArgs,
+    #[command(flatten)]
+    pub gmem: crate::server_command::GmemArgs,
 }
 
 impl StartArgs {
@@ -65,6 +67,7 @@ impl StartArgs {
         config.hash = self.hash;
         config.placement = self.placement;
         config.run_dir = self.run_dir.clone();
+        config.server_args.extend(self.gmem.server_args());
         if let Some(backend) = &self.cache.backend {
             let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
             if !backend.is_dir() {
@@ -131,6 +134,12 @@ pub fn status(client: &Client) {
                 );
                 if let Some(cache) = &stats.cache {
                     println!("{}", crate::cache_command::status_line(cache));
+                }
+                if let Some(gmem) = &stats.gmem {
+                    println!(
+                        "  global memory: {} bytes in DRAM, {} spilled; SSD read {} and wrote {} bytes",
+                        gmem.dram_bytes, gmem.spilled_bytes, gmem.ssd_read_bytes, gmem.ssd_write_bytes
+                    );
                 }
             }
             Err(_) => println!("{:<16} {:<22} {:>6}", member.name, member.tcp_address, if member.alive { "silent" } else { "dead" }),

@@ -1,6 +1,7 @@
 //! `ringfs run [options] -- CMD ARGS`: a whole job in one command — start a cluster, mount it
-//! if asked, run CMD with the client environment, and stop everything afterwards, also when
-//! CMD fails or the job is interrupted. Exits with CMD's status.
+//! if asked, run CMD with the client environment (or `--ranks P` copies of it, the ranks of a
+//! global-memory program), and stop everything afterwards, also when CMD fails or the job is
+//! interrupted. Exits with CMD's status (the first failing rank's).
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -19,6 +20,10 @@ pub struct RunArgs {
     /// Mount the file system here for the command (FUSE).
     #[arg(long)]
     pub mount: Option<PathBuf>,
+    /// Run this many copies of the command, the ranks of one job (global memory: each gets
+    /// RINGFS_GMEM_RANK, RINGFS_GMEM_RANKS and RINGFS_GMEM_JOB); one failing ends the others.
+    #[arg(long, default_value_t = 1)]
+    pub ranks: u32,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -54,25 +59,68 @@ fn run_in(
         cluster.mount(executable, directory, &[])?;
     }
     let (program, arguments) = args.command.split_first().context("no command given")?;
-    let mut command = Command::new(program);
-    command.args(arguments).envs(cluster.environment());
-    if let Some(directory) = &args.mount {
-        command.env("RINGFS_MOUNT", directory);
+    if args.ranks == 0 {
+        bail!("--ranks must be at least 1");
     }
-    // SAFETY: only restores the signal mask between fork and exec.
-    unsafe { command.pre_exec(crate::signals::unblock_in_child) };
-    let mut child = match command.spawn() {
-        Ok(child) => child,
-        Err(error) => bail!("cannot run {program}: {error}"),
-    };
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
+    let job = format!("{:016x}", ringfs_rpc::memory::random_u64());
+    let mut children = Vec::new();
+    for rank in 0..args.ranks {
+        let mut command = Command::new(program);
+        command.args(arguments).envs(cluster.environment());
+        if let Some(directory) = &args.mount {
+            command.env("RINGFS_MOUNT", directory);
         }
-        if let Some(signal) = wait_for_signal(Duration::from_millis(100)) {
+        if args.ranks > 1 {
+            command.env("RINGFS_GMEM_RANK", rank.to_string()).env("RINGFS_GMEM_RANKS", args.ranks.to_string()).env("RINGFS_GMEM_JOB", &job);
+        }
+        // SAFETY: only restores the signal mask between fork and exec.
+        unsafe { command.pre_exec(crate::signals::unblock_in_child) };
+        match command.spawn() {
+            Ok(child) => children.push(child),
+            Err(error) => {
+                end_all(&mut children, libc::SIGTERM);
+                bail!("cannot run {program}: {error}");
+            }
+        }
+    }
+    wait_all(children, wait_for_signal)
+}
+
+/// Waits for every rank; the first to fail (or the last to end) gives the status, and a
+/// failure ends the others (they would wait for it at their next barrier).
+fn wait_all(mut children: Vec<std::process::Child>, wait_for_signal: &impl Fn(Duration) -> Option<i32>) -> Result<std::process::ExitStatus> {
+    let mut status = None;
+    while !children.is_empty() {
+        let mut index = 0;
+        while index < children.len() {
+            match children[index].try_wait()? {
+                Some(ended) => {
+                    children.swap_remove(index);
+                    if !ended.success() && status.is_none_or(|first: std::process::ExitStatus| first.success()) {
+                        status = Some(ended);
+                        end_all(&mut children, libc::SIGTERM);
+                    } else if status.is_none() {
+                        status = Some(ended);
+                    }
+                }
+                None => index += 1,
+            }
+        }
+        if children.is_empty() {
+            break;
+        }
+        if let Some(signal) = wait_for_signal(Duration::from_millis(20)) {
             // Pass the interruption on; the cluster is stopped once the command has ended.
-            // SAFETY: signalling the child this function started.
-            unsafe { libc::kill(child.id() as libc::pid_t, signal) };
+            end_all(&mut children, signal);
         }
+    }
+    status.context("no command ran")
+}
+
+/// Sends `signal` to every child still running.
+fn end_all(children: &mut [std::process::Child], signal: i32) {
+    for child in children.iter() {
+        // SAFETY: signalling a child this process started.
+        unsafe { libc::kill(child.id() as libc::pid_t, signal) };
     }
 }

@@ -75,6 +75,74 @@ pub struct ServerArgs {
     /// Cache mode: chunk size of files loaded from the backend.
     #[arg(long, default_value = "1M")]
     pub backend_chunk_size: String,
+    #[command(flatten)]
+    pub gmem: GmemArgs,
+}
+
+/// Global memory: DRAM budget, spill directory and the emulated hardware (options of
+/// `ringfs server`, `start` and `run`).
+#[derive(Args, Debug, Clone, Default)]
+pub struct GmemArgs {
+    /// DRAM the global memory's blocks may take on each server before the least recently
+    /// used spill to the SSD (e.g. 4G).
+    #[arg(long)]
+    pub gmem_dram: Option<String>,
+    /// Where spilled blocks go (default: under the `dir` store, or the temporary directory).
+    #[arg(long)]
+    pub gmem_spill: Option<PathBuf>,
+    /// Emulated SSD for spilled blocks: bandwidth in MB/s (off by default).
+    #[arg(long)]
+    pub gmem_ssd_mbps: Option<u64>,
+    /// Emulated SSD: latency of each spill read or write, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    pub gmem_ssd_latency_us: u64,
+    /// Emulated network link of each server for global-memory data: bandwidth in MB/s (off
+    /// by default).
+    #[arg(long)]
+    pub gmem_net_mbps: Option<u64>,
+    /// Emulated network: latency added to each global-memory transfer, in microseconds.
+    #[arg(long, default_value_t = 0)]
+    pub gmem_net_latency_us: u64,
+}
+
+impl GmemArgs {
+    /// These options as `ringfs server` arguments (for `ringfs start`).
+    pub fn server_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(dram) = &self.gmem_dram {
+            args.extend(["--gmem-dram".to_string(), dram.clone()]);
+        }
+        if let Some(spill) = &self.gmem_spill {
+            args.extend(["--gmem-spill".to_string(), spill.display().to_string()]);
+        }
+        if let Some(mbps) = self.gmem_ssd_mbps {
+            args.extend(["--gmem-ssd-mbps".to_string(), mbps.to_string(), "--gmem-ssd-latency-us".into(), self.gmem_ssd_latency_us.to_string()]);
+        }
+        if let Some(mbps) = self.gmem_net_mbps {
+            args.extend(["--gmem-net-mbps".to_string(), mbps.to_string(), "--gmem-net-latency-us".into(), self.gmem_net_latency_us.to_string()]);
+        }
+        args
+    }
+
+    /// The server's global-memory configuration (`store_dir`: the `dir` store's directory).
+    fn config(&self, name: &str, store_dir: Option<&std::path::Path>) -> Result<ringfs_server::gmem::GmemConfig> {
+        let dram_bytes = match &self.gmem_dram {
+            Some(size) => parse_bytes(size)?,
+            None => ringfs_server::DEFAULT_GMEM_DRAM,
+        };
+        let spill_dir = match (&self.gmem_spill, store_dir) {
+            (Some(dir), _) => dir.join(name),
+            (None, Some(store)) => store.join("gmem-spill"),
+            (None, None) => std::env::temp_dir().join(format!("ringfs-gmem-{name}-{}", std::process::id())),
+        };
+        let model = |mbps: Option<u64>, latency_us: u64| {
+            mbps.map(|mbps| ringfs_rpc::throttle::DeviceModel { bytes_per_second: mbps * 1_000_000, latency: Duration::from_micros(latency_us) })
+        };
+        Ok(ringfs_server::gmem::GmemConfig {
+            memory: ringfs_server::gmem::GlobalMemoryConfig { dram_bytes, spill_dir, ssd: model(self.gmem_ssd_mbps, self.gmem_ssd_latency_us) },
+            network: model(self.gmem_net_mbps, self.gmem_net_latency_us),
+        })
+    }
 }
 
 /// Cache mode: ringfs as a cache of a directory of the parallel file system (the options
@@ -191,6 +259,11 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
         cache: args.cache.cache_config(&args.backend_chunk_size)?,
     };
     config.flush = args.cache.flush_config();
+    let store_dir = match &config.store.medium {
+        Medium::Directory(dir) => Some(dir.clone()),
+        _ => None,
+    };
+    config.gmem = args.gmem.config(&args.name, store_dir.as_deref())?;
     config.join = args.join;
     config.hash = args.hash;
     config.placement = args.placement;

@@ -151,6 +151,16 @@ impl Cluster {
         owner.clone()
     }
 
+    /// The deadline of every request.
+    pub fn timeout(&self) -> Duration {
+        self.config.timeout
+    }
+
+    /// This host's identity (see `Member::host_id`).
+    pub fn host_id(&self) -> u64 {
+        self.config.host_id
+    }
+
     pub fn member_list(&self) -> MemberList {
         self.view().list.clone()
     }

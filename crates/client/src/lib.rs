@@ -30,6 +30,7 @@ mod cluster;
 mod files;
 mod locks;
 mod namespace;
+mod raw;
 pub mod run_dir;
 mod xattr;
 

@@ -27,6 +27,7 @@ pub mod attr;
 pub mod codec;
 mod errno;
 pub mod frame;
+pub mod gmem;
 mod id;
 pub mod message;
 pub mod path;

@@ -9,6 +9,7 @@ use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::id::{ChunkKey, FileId};
+use crate::gmem::{ArrayLayout, ArrayOnly, BlockRange, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
 use crate::wire::{Bytes, Wire};
 use crate::{Attr, Errno, wire_enum, wire_struct};
 
@@ -901,6 +902,23 @@ wire_enum! {
         /// reserved), or give a reservation back; ENOSPC, with nothing reserved, when they do
         /// not fit.
         69 => Reserve(Reservation),
+        /// Global memory (`crates/gmem`): a rank's part in a collective allocation, at the
+        /// job's coordinator (`GmemArray` once every rank asked, EAGAIN before).
+        70 => GmemAlloc(GmemAlloc),
+        /// Server to server, from the coordinator: an array exists / is gone.
+        71 => GmemDefine(ArrayLayout),
+        72 => GmemDrop(ArrayOnly),
+        /// Bytes of a block, at its home (answered `Count` with the bytes in the data
+        /// section).
+        73 => GmemRead(BlockRange),
+        /// Bytes into a block (the data section), at its home (`Done`).
+        74 => GmemWrite(BlockRange),
+        75 => GmemAtomic(GmemAtomic),
+        /// A rank at a barrier, at the job's coordinator (`Done` once all are, EAGAIN before).
+        76 => GmemBarrier(GmemBarrier),
+        /// A rank frees an array (collective; the coordinator drops it everywhere once every
+        /// rank has; `Done`).
+        77 => GmemFree(GmemFree),
     }
 }
 
@@ -956,6 +974,8 @@ impl Request {
                 | Request::TouchDir(_)
                 | Request::ForgetDirAttrs(_)
                 | Request::CollectTouches(_)
+                | Request::GmemDefine(_)
+                | Request::GmemDrop(_)
         )
     }
 
@@ -1034,7 +1054,15 @@ impl Request {
             | Request::AsUser(_)
             | Request::ForgetDirAttrs(_)
             | Request::CollectTouches(_)
-            | Request::Reserve(_) => Route::Here,
+            | Request::Reserve(_)
+            | Request::GmemAlloc(_)
+            | Request::GmemDefine(_)
+            | Request::GmemDrop(_)
+            | Request::GmemRead(_)
+            | Request::GmemWrite(_)
+            | Request::GmemAtomic(_)
+            | Request::GmemBarrier(_)
+            | Request::GmemFree(_) => Route::Here,
         }
     }
 
@@ -1166,8 +1194,20 @@ pub struct ServerStats {
     pub open_unlinked: u64,
     /// Present when the server caches a backend directory (boxed: most messages are small).
     pub cache: Option<Box<CacheStats>>,
+    /// Present when the server holds global-memory blocks.
+    pub gmem: Option<GmemStats>,
 }
-wire_struct!(ServerStats { name, entries, chunks, bytes, capacity_bytes, requests, forwarded, open_unlinked, cache });
+wire_struct!(ServerStats { name, entries, chunks, bytes, capacity_bytes, requests, forwarded, open_unlinked, cache, gmem });
+
+/// A server's global memory: blocks in DRAM, blocks spilled, SSD traffic since it started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct GmemStats {
+    pub dram_bytes: u64,
+    pub spilled_bytes: u64,
+    pub ssd_read_bytes: u64,
+    pub ssd_write_bytes: u64,
+}
+wire_struct!(GmemStats { dram_bytes, spilled_bytes, ssd_read_bytes, ssd_write_bytes });
 
 /// Result of a `Read`: the chunk's attributes (`None` if the chunk does not exist), how many
 /// bytes the read yields, and where they are: in the data section, or in a lease.
@@ -1238,6 +1278,8 @@ wire_enum! {
         150 => TouchTime(i64),
         /// Result of `TestLock`: a lock in the way (none: the lock could be taken).
         151 => LockHolder(Option<FileLock>),
+        /// Result of `GmemAlloc`: the array.
+        152 => GmemArray(ArrayLayout),
     }
 }
 

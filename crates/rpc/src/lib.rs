@@ -26,6 +26,7 @@ pub mod log_limit;
 pub mod memory;
 mod server;
 pub mod sim;
+pub mod throttle;
 pub mod transport;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection, wall_clock_ns};

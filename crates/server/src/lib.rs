@@ -24,6 +24,7 @@ mod directory_rename;
 mod file_locks;
 mod files;
 mod flusher;
+pub mod gmem;
 mod locks;
 mod membership;
 mod names;
@@ -89,6 +90,9 @@ pub struct ServerConfig {
     pub poll: Duration,
     /// Cache mode (a store with a backend): when dirty data is written back.
     pub flush: FlushConfig,
+    /// Global memory: how much DRAM it may use before spilling, where it spills, the
+    /// emulated SSD and network (see `gmem`).
+    pub gmem: gmem::GmemConfig,
     /// Where the other servers are, as (name, TCP address) pairs, read anew at each call —
     /// `ringfs server --run-dir` reads the run directory. With it, a server whose `join`
     /// servers do not answer starts alone, and keeps joining the servers it discovers that
@@ -125,10 +129,21 @@ impl ServerConfig {
             reclaim_interval: Duration::from_secs(60),
             poll: ringfs_rpc::DEFAULT_POLL,
             flush: FlushConfig::default(),
+            gmem: gmem::GmemConfig {
+                memory: gmem::GlobalMemoryConfig {
+                    dram_bytes: DEFAULT_GMEM_DRAM,
+                    spill_dir: std::env::temp_dir().join(format!("ringfs-gmem-{name}-{}", std::process::id())),
+                    ssd: None,
+                },
+                network: None,
+            },
             discover: None,
         }
     }
 }
+
+/// DRAM a server's global memory uses before it spills to the SSD, by default.
+pub const DEFAULT_GMEM_DRAM: u64 = 1 << 30;
 
 #[derive(Debug, Error)]
 pub enum ServerError {
@@ -248,6 +263,7 @@ impl Server {
             Peers::new(peer_config),
             gossip_sender,
             config.flush,
+            gmem::Gmem::new(config.gmem.clone()),
         ));
         let rpc = RpcServer::start(state.clone(), listeners, config.poll)
             .map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;

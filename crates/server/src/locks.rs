@@ -64,6 +64,12 @@ pub fn past_request_deadline() -> bool {
     REQUEST_DEADLINE.with(|cell| cell.get()).is_some_and(|deadline| Instant::now() >= deadline)
 }
 
+/// When the caller of the request this thread serves stops waiting: its deadline, or
+/// `otherwise` from now for a request without one.
+pub fn request_deadline_or(otherwise: Duration) -> Instant {
+    REQUEST_DEADLINE.with(|cell| cell.get()).unwrap_or_else(|| Instant::now() + otherwise)
+}
+
 /// The end of a wait begun at `started`: [`WAIT_LIMIT`] later, or the request's deadline.
 pub(crate) fn wait_end(started: Instant) -> Instant {
     let limit = started + WAIT_LIMIT;

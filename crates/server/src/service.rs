@@ -127,6 +127,9 @@ pub struct ServerState {
     pub dir_times: crate::dir_times::DirTimes,
     /// Advisory locks of the files whose inodes are here.
     pub file_locks: crate::file_locks::LockTable,
+    /// Global memory: the blocks homed here, and the collective steps of the jobs this
+    /// server coordinates.
+    pub gmem: crate::gmem::Gmem,
     /// Modes and owners of directories, for permission checks (see `permissions`).
     pub dir_attrs: crate::permissions::DirAttrCache,
 }
@@ -180,6 +183,7 @@ impl ServerState {
         peers: Peers,
         gossip: std::sync::mpsc::Sender<()>,
         flush: FlushConfig,
+        gmem: crate::gmem::Gmem,
     ) -> ServerState {
         ServerState {
             name,
@@ -202,6 +206,7 @@ impl ServerState {
             subtree_moves: Default::default(),
             dir_times: Default::default(),
             file_locks: Default::default(),
+            gmem,
             dir_attrs: Default::default(),
             later_releases: Mutex::new(Vec::new()),
         }
@@ -464,6 +469,14 @@ impl ServerState {
             }
             Request::TestLock(lock) => Ok(Response::LockHolder(self.file_locks.test(&lock)?)),
             Request::Reserve(reservation) => self.reserve(reservation),
+            Request::GmemAlloc(alloc) => self.gmem_alloc(alloc, crate::locks::request_deadline_or(std::time::Duration::from_secs(1))),
+            Request::GmemDefine(layout) => self.gmem_define(layout),
+            Request::GmemDrop(array) => self.gmem_drop(array),
+            Request::GmemFree(free) => self.gmem_free(free),
+            Request::GmemBarrier(barrier) => self.gmem_barrier(barrier, crate::locks::request_deadline_or(std::time::Duration::from_secs(1))),
+            Request::GmemRead(range) => self.gmem_read(range, reply_data),
+            Request::GmemWrite(range) => self.gmem_write(range, data),
+            Request::GmemAtomic(atomic) => self.gmem_atomic(atomic),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(self.store.get_xattr(get.file, &get.name).map_err(store_errno)?)))
@@ -658,6 +671,15 @@ impl ServerState {
                 cache.longest_stop_us = self.io_monitor.longest_stop_us();
                 Box::new(cache)
             }),
+            gmem: {
+                let memory = self.gmem.memory.stats();
+                (memory != crate::gmem::MemoryStats::default()).then_some(ringfs_proto::GmemStats {
+                    dram_bytes: memory.dram_bytes,
+                    spilled_bytes: memory.spilled_bytes,
+                    ssd_read_bytes: memory.ssd_read_bytes,
+                    ssd_write_bytes: memory.ssd_write_bytes,
+                })
+            },
         }
     }
 

@@ -86,6 +86,30 @@ pub fn requests() -> Vec<Request> {
         Request::SetLock(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Write, start: 10, end: u64::MAX, pid: 44 }),
         Request::Reserve(Reservation { file: file(3), offset: 5, end: 1 << 40, chunk_size: 1 << 20, bytes: 1 << 39, release: 0 }),
         Request::Reserve(Reservation { file: file(3), offset: 0, end: 0, chunk_size: 0, bytes: 0, release: 77 }),
+        Request::GmemAlloc(crate::gmem::GmemAlloc {
+            job: 5,
+            sequence: 1,
+            rank: 2,
+            ranks: 4,
+            host_id: 77,
+            len: 1 << 30,
+            block_size: 1 << 18,
+            distribution: crate::gmem::Distribution::Cyclic(2),
+        }),
+        Request::GmemDefine(gmem_layout()),
+        Request::GmemDrop(crate::gmem::ArrayOnly { array: 9 }),
+        Request::GmemRead(crate::gmem::BlockRange { array: 9, block: 3, offset: 8, len: 4096 }),
+        Request::GmemWrite(crate::gmem::BlockRange { array: 9, block: 4, offset: 0, len: 1 << 18 }),
+        Request::GmemAtomic(crate::gmem::GmemAtomic {
+            at: crate::gmem::BlockRange { array: 9, block: 0, offset: 16, len: 8 },
+            op: crate::gmem::AtomicOp::CompareSwap(crate::gmem::CompareSwap { expected: 1, new: 2 }),
+        }),
+        Request::GmemAtomic(crate::gmem::GmemAtomic {
+            at: crate::gmem::BlockRange { array: 9, block: 0, offset: 0, len: 8 },
+            op: crate::gmem::AtomicOp::FetchAdd(3),
+        }),
+        Request::GmemBarrier(crate::gmem::GmemBarrier { job: 5, epoch: 7, rank: 1, ranks: 4 }),
+        Request::GmemFree(crate::gmem::GmemFree { job: 5, array: 9, rank: 0, ranks: 4 }),
         Request::TestLock(FileLock { file: file(3), client: 9, owner: 8, kind: LockKind::Read, start: 0, end: 5, pid: 45 }),
         Request::ReadDir(ReadDir { path: "/".into(), after: Some("m".into()), limit: 100 }),
         Request::Find(Find {
@@ -165,6 +189,7 @@ pub fn responses() -> Vec<Response> {
         Response::TouchTime(1_700_000_000_000_000_000),
         Response::LockHolder(Some(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Unlock, start: 1, end: 2, pid: 3 })),
         Response::LockHolder(None),
+        Response::GmemArray(gmem_layout()),
         Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
         Response::Tail(TailSummary::default()),
         Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
@@ -181,6 +206,11 @@ pub fn responses() -> Vec<Response> {
         Response::Replaced(Some(EntryRef::new(file(5), FileKind::Symlink))),
         Response::Replaced(None),
         Response::Stats(ServerStats { name: "s".into(), entries: 1, chunks: 2, bytes: 3, open_unlinked: 4, ..ServerStats::default() }),
+        Response::Stats(ServerStats {
+            name: "g".into(),
+            gmem: Some(GmemStats { dram_bytes: 1, spilled_bytes: 2, ssd_read_bytes: 3, ssd_write_bytes: 4 }),
+            ..ServerStats::default()
+        }),
         Response::Stats(ServerStats {
             name: "s".into(),
             cache: Some(Box::new(CacheStats {
@@ -207,4 +237,14 @@ pub fn responses() -> Vec<Response> {
         Response::Value(Bytes(b"v".to_vec())),
         Response::Names(vec!["user.a".into(), "user.b".into()]),
     ]
+}
+
+fn gmem_layout() -> crate::gmem::ArrayLayout {
+    crate::gmem::ArrayLayout {
+        array: 9,
+        len: 1 << 30,
+        block_size: 1 << 18,
+        distribution: crate::gmem::Distribution::Block,
+        homes: vec!["server-0".into(), "server-1".into()],
+    }
 }

@@ -1,0 +1,150 @@
+//! Operations that complete later: a small pool of worker threads runs them, handles
+//! ([`GetHandle`], [`PutHandle`]) wait for one, and the *implicit* ones (the `_nbi`
+//! calls) are counted so that [`crate::World::quiet`] can wait for them all.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use ringfs_proto::Errno;
+
+use crate::Result;
+
+type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// Worker threads taking jobs in order; they end when the pool is dropped.
+pub(crate) struct Pool {
+    queue: Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pool {
+    pub fn new(threads: usize) -> Pool {
+        let queue: Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)> = Arc::default();
+        let workers = (0..threads)
+            .map(|index| {
+                let queue = queue.clone();
+                std::thread::Builder::new()
+                    .name(format!("ringfs-gmem-{index}"))
+                    .spawn(move || {
+                        loop {
+                            let job = {
+                                let (jobs, ready) = &*queue;
+                                let mut jobs = lock(jobs);
+                                loop {
+                                    if let Some(job) = jobs.0.pop_front() {
+                                        break job;
+                                    }
+                                    if jobs.1 {
+                                        return;
+                                    }
+                                    jobs = ready.wait(jobs).unwrap_or_else(|poisoned| poisoned.into_inner());
+                                }
+                            };
+                            job();
+                        }
+                    })
+                    .expect("a worker thread starts")
+            })
+            .collect();
+        Pool { queue, workers }
+    }
+
+    pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        let (jobs, ready) = &*self.queue;
+        lock(jobs).0.push_back(Box::new(job));
+        ready.notify_one();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let (jobs, ready) = &*self.queue;
+        lock(jobs).1 = true;
+        ready.notify_all();
+        for worker in self.workers.drain(..) {
+            let _ = worker.join();
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A non-blocking get under way: [`GetHandle::wait`] gives the bytes.
+pub struct GetHandle {
+    receiver: Receiver<Result<Vec<u8>>>,
+    done: Option<Result<Vec<u8>>>,
+}
+
+/// A non-blocking put under way: [`PutHandle::wait`] returns once the put is complete (a
+/// get by anyone that begins after sees it); the source buffer comes back.
+pub struct PutHandle {
+    receiver: Receiver<Result<Vec<u8>>>,
+    done: Option<Result<Vec<u8>>>,
+}
+
+macro_rules! handle_methods {
+    ($handle:ident) => {
+        impl $handle {
+            pub(crate) fn new() -> ($handle, Sender<Result<Vec<u8>>>) {
+                let (sender, receiver) = channel();
+                ($handle { receiver, done: None }, sender)
+            }
+
+            /// Whether the operation completed (then [`Self::wait`] returns at once).
+            pub fn test(&mut self) -> bool {
+                if self.done.is_none() {
+                    self.done = self.receiver.try_recv().ok();
+                }
+                self.done.is_some()
+            }
+
+            /// Waits for the operation; its bytes (the data got, or the buffer put).
+            pub fn wait(mut self) -> Result<Vec<u8>> {
+                match self.done.take() {
+                    Some(outcome) => outcome,
+                    None => self.receiver.recv().unwrap_or(Err(Errno::EIO)),
+                }
+            }
+        }
+    };
+}
+
+handle_methods!(GetHandle);
+handle_methods!(PutHandle);
+
+/// The implicit (`_nbi`) operations of a world: how many are under way, and the first
+/// error among those completed since the last [`Implicit::quiet`].
+#[derive(Default)]
+pub(crate) struct Implicit {
+    state: Mutex<(usize, Option<Errno>)>,
+    idle: Condvar,
+}
+
+impl Implicit {
+    pub fn begin(&self) {
+        lock(&self.state).0 += 1;
+    }
+
+    pub fn end(&self, outcome: Result<()>) {
+        let mut state = lock(&self.state);
+        state.0 -= 1;
+        if let Err(errno) = outcome {
+            state.1.get_or_insert(errno);
+        }
+        if state.0 == 0 {
+            self.idle.notify_all();
+        }
+    }
+
+    /// Waits until none is under way; the first error since the last call, if any.
+    pub fn quiet(&self) -> Result<()> {
+        let mut state = lock(&self.state);
+        while state.0 > 0 {
+            state = self.idle.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        state.1.take().map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,216 @@
+//! A job's ranks together: collective allocation and free of arrays, barriers, and the
+//! completion of implicit non-blocking operations (`fence`, `quiet`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use ringfs_client::Client;
+use ringfs_proto::gmem::{ArrayLayout, Distribution, GmemAlloc, GmemBarrier, GmemFree};
+use ringfs_proto::{Errno, Request, Response};
+use ringfs_rpc::Connection;
+
+use crate::array::GlobalArray;
+use crate::pending::{Implicit, Pool};
+use crate::ranks::{RankIdentity, identity_from_env};
+use crate::Result;
+
+/// Worker threads for non-blocking operations.
+const WORKERS: usize = 4;
+
+/// A rank's view of its job. Cheap to clone; thread-safe.
+#[derive(Clone)]
+pub struct World {
+    pub(crate) inner: Arc<WorldInner>,
+}
+
+pub(crate) struct WorldInner {
+    pub client: Client,
+    pub identity: RankIdentity,
+    /// The server the job's collective steps meet at.
+    coordinator: String,
+    /// Collective allocations made so far (each rank counts the same).
+    allocations: AtomicU64,
+    /// Barriers passed so far.
+    barriers: AtomicU64,
+    pub pool: Pool,
+    pub implicit: Arc<Implicit>,
+    connections: Mutex<HashMap<String, Arc<Connection>>>,
+}
+
+impl World {
+    /// Joins the job this process is a rank of: the servers from `RINGFS_SERVER` and
+    /// `RINGFS_SECRET`, the rank from the launcher (see [`crate::identity_from_env`]).
+    pub fn init() -> Result<World> {
+        let client = Client::from_env().map_err(|error| {
+            log::error!("global memory: {error}");
+            Errno::EIO
+        })?;
+        World::with_client(client, identity_from_env()?)
+    }
+
+    /// A world over an existing client, as rank `identity.rank` of `identity.ranks`.
+    pub fn with_client(client: Client, identity: RankIdentity) -> Result<World> {
+        if identity.ranks == 0 || identity.rank >= identity.ranks {
+            return Err(Errno::EINVAL);
+        }
+        let coordinator = client.server_for_key(&format!("/.ringfs-gmem/{:016x}", identity.job));
+        Ok(World {
+            inner: Arc::new(WorldInner {
+                client,
+                identity,
+                coordinator,
+                allocations: AtomicU64::new(0),
+                barriers: AtomicU64::new(0),
+                pool: Pool::new(WORKERS),
+                implicit: Arc::default(),
+                connections: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.inner.identity.rank
+    }
+
+    pub fn ranks(&self) -> u32 {
+        self.inner.identity.ranks
+    }
+
+    /// The client underneath (its files and the global memory share connections).
+    pub fn client(&self) -> &Client {
+        &self.inner.client
+    }
+
+    /// Allocates an array of `len` bytes in blocks of `block_size` bytes (a power of two
+    /// up to 16 MiB) placed by `distribution` — collectively: every rank calls it with the
+    /// same arguments, in the same order as its other allocations, and all get the same
+    /// array. Its bytes start as zeros.
+    pub fn alloc(&self, len: u64, distribution: Distribution, block_size: u32) -> Result<GlobalArray> {
+        let identity = self.inner.identity;
+        let request = Request::GmemAlloc(GmemAlloc {
+            job: identity.job,
+            sequence: self.inner.allocations.fetch_add(1, Ordering::Relaxed),
+            rank: identity.rank,
+            ranks: identity.ranks,
+            host_id: ringfs_rpc::transport::local_host_id(),
+            len,
+            block_size,
+            distribution,
+        });
+        match self.inner.until_everyone(&request)? {
+            Response::GmemArray(layout) => Ok(GlobalArray::new(self.clone(), layout)),
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Frees `array` — collectively: its blocks go once every rank has freed it. Accesses
+    /// through this rank fail with ESTALE afterwards.
+    pub fn free(&self, array: &GlobalArray) -> Result<()> {
+        self.quiet()?;
+        array.mark_freed();
+        let identity = self.inner.identity;
+        let request = Request::GmemFree(GmemFree { job: identity.job, array: array.id(), rank: identity.rank, ranks: identity.ranks });
+        self.inner.call(&self.inner.coordinator, &request, &[]).map(drop)
+    }
+
+    /// Waits until every rank has called it (after completing this rank's implicit
+    /// operations, as `shmem_barrier_all` does).
+    pub fn barrier(&self) -> Result<()> {
+        self.quiet()?;
+        let identity = self.inner.identity;
+        let epoch = self.inner.barriers.fetch_add(1, Ordering::Relaxed);
+        let request = Request::GmemBarrier(GmemBarrier { job: identity.job, epoch, rank: identity.rank, ranks: identity.ranks });
+        self.inner.until_everyone(&request).map(drop)
+    }
+
+    /// Waits until every implicit (`_nbi`) operation of this rank is complete; the first
+    /// error among them, if any.
+    pub fn quiet(&self) -> Result<()> {
+        self.inner.implicit.quiet()
+    }
+
+    /// Orders this rank's implicit puts: those issued before complete before those issued
+    /// after. (Implemented as [`World::quiet`].)
+    pub fn fence(&self) -> Result<()> {
+        self.quiet()
+    }
+}
+
+impl WorldInner {
+    /// A connection to server `name`, kept for later calls.
+    pub fn connection(&self, name: &str) -> Result<Arc<Connection>> {
+        let mut connections = self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(connection) = connections.get(name)
+            && !connection.is_broken()
+        {
+            return Ok(connection.clone());
+        }
+        let connection = self.client.connection_to(name)?;
+        connections.insert(name.to_string(), connection.clone());
+        Ok(connection)
+    }
+
+    /// One request to server `name`, and its answer.
+    pub fn call(&self, name: &str, request: &Request, data: &[u8]) -> Result<ringfs_rpc::Reply> {
+        let connection = self.connection(name)?;
+        let call = connection.start(request, data, None);
+        self.client.finish_call(&connection, call)
+    }
+
+    /// Asks the coordinator until every rank has (it answers EAGAIN until then, after
+    /// waiting a little for them).
+    fn until_everyone(&self, request: &Request) -> Result<Response> {
+        loop {
+            match self.call(&self.coordinator, request, &[]) {
+                Err(Errno::EAGAIN) => continue,
+                outcome => return outcome.map(|reply| reply.response),
+            }
+        }
+    }
+}
+
+/// What an array's blocks are placed by (kept with the array).
+pub(crate) fn home_index(layout: &ArrayLayout, block: u64) -> usize {
+    let homes = layout.homes.len().max(1) as u64;
+    let index = match layout.distribution {
+        Distribution::Block => {
+            let blocks = layout.len.div_ceil(u64::from(layout.block_size)).max(1);
+            block / blocks.div_ceil(homes)
+        }
+        Distribution::Cyclic(run) => (block / u64::from(run.max(1))) % homes,
+        Distribution::Hashed => {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&layout.array.to_le_bytes());
+            key[8..].copy_from_slice(&block.to_le_bytes());
+            xxhash_rust::xxh3::xxh3_64(&key) % homes
+        }
+    };
+    index.min(homes - 1) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(len: u64, distribution: Distribution, homes: usize) -> ArrayLayout {
+        ArrayLayout { array: 7, len, block_size: 4096, distribution, homes: (0..homes).map(|home| format!("s{home}")).collect() }
+    }
+
+    #[test]
+    fn blocks_go_to_their_homes_by_distribution() {
+        // 10 blocks over 4 ranks: parts of 3, 3, 3 and 1 blocks.
+        let block = layout(10 * 4096, Distribution::Block, 4);
+        let homes: Vec<usize> = (0..10).map(|index| home_index(&block, index)).collect();
+        assert_eq!(homes, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]);
+        let cyclic = layout(10 * 4096, Distribution::Cyclic(2), 3);
+        let homes: Vec<usize> = (0..10).map(|index| home_index(&cyclic, index)).collect();
+        assert_eq!(homes, [0, 0, 1, 1, 2, 2, 0, 0, 1, 1]);
+        let hashed = layout(1000 * 4096, Distribution::Hashed, 4);
+        let mut counts = [0; 4];
+        for index in 0..1000 {
+            counts[home_index(&hashed, index)] += 1;
+        }
+        assert!(counts.iter().all(|count| *count > 150), "{counts:?}");
+    }
+}

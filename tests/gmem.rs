@@ -1,0 +1,335 @@
+//! Global memory (`crates/gmem`) with real servers and real rank processes: values put by
+//! every rank and read by every other after a barrier, non-blocking operations, atomics
+//! under contention, arrays several times larger than the servers' DRAM budget (spilled and
+//! read back), bad addresses and freed arrays, a killed home, and `ringfs run --ranks`.
+//!
+//! The ranks are this test program run again: the parent starts P copies of itself running
+//! only [`rank_main`] (an ignored test) with the scenario's name and its rank in the
+//! environment; a rank that finds anything wrong panics, which fails its process.
+
+mod common;
+
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{ClusterOptions, TestCluster};
+use ringfs_gmem::{Distribution, Errno, GlobalArrayOf, World};
+
+/// Starts `ranks` rank processes running `scenario` against `cluster`; their outputs.
+fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, &str)]) -> Vec<Output> {
+    let job = format!("{:x}", ringfs_rpc::memory::random_u64());
+    let children: Vec<_> = (0..ranks)
+        .map(|rank| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank_main", "--ignored", "--nocapture", "--test-threads", "1"])
+                .env("RINGFS_SERVER", cluster.addresses().join(","))
+                .env("RINGFS_SECRET", &cluster.secret)
+                .env("RINGFS_TIMEOUT_MS", "5000")
+                .env("RINGFS_GMEM_RANK", rank.to_string())
+                .env("RINGFS_GMEM_RANKS", ranks.to_string())
+                .env("RINGFS_GMEM_JOB", &job)
+                .env("RINGFS_GMEM_TEST", scenario)
+                .envs(extra.iter().copied())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children.into_iter().map(|child| child.wait_with_output().unwrap()).collect()
+}
+
+fn assert_all_succeeded(outputs: &[Output], what: &str) {
+    for (rank, output) in outputs.iter().enumerate() {
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{what}: rank {rank} failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(stdout.contains("1 passed"), "{what}: rank {rank} did not run its scenario:\n{stdout}");
+    }
+}
+
+/// What a rank runs (only when started by a parent test).
+#[test]
+#[ignore]
+fn rank_main() {
+    let Ok(scenario) = std::env::var("RINGFS_GMEM_TEST") else { return };
+    let world = World::init().expect("the world forms");
+    match scenario.as_str() {
+        "exchange" => exchange(&world),
+        "nonblocking" => nonblocking(&world),
+        "atomics" => atomics(&world),
+        "spill" => spill(&world),
+        "errors" => errors(&world),
+        "dead-home" => dead_home(&world),
+        other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// The 8-byte value rank `rank` writes at word `word`.
+fn pattern(rank: u32, word: u64) -> u64 {
+    (u64::from(rank) << 48) ^ word.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// Every rank fills a part of each array (block, cyclic and hashed placement, a block size
+/// that cuts words across blocks nowhere, and a range spanning blocks), then after a
+/// barrier every rank reads everything back.
+fn exchange(world: &World) {
+    let (rank, ranks) = (world.rank(), world.ranks());
+    for distribution in [Distribution::Block, Distribution::Cyclic(2), Distribution::Hashed] {
+        let words_per_rank = 3000u64;
+        let array = GlobalArrayOf::<u64>::alloc(world, words_per_rank * u64::from(ranks), distribution, 4096).unwrap();
+        // Each rank writes the part of the *next* rank (so most puts go to other homes).
+        let part = u64::from((rank + 1) % ranks);
+        let values: Vec<u64> = (0..words_per_rank).map(|word| pattern(rank, part * words_per_rank + word)).collect();
+        array.put(part * words_per_rank, &values).unwrap();
+        world.barrier().unwrap();
+        let mut all = vec![0u64; (words_per_rank * u64::from(ranks)) as usize];
+        array.get(0, &mut all).unwrap();
+        for (index, value) in all.iter().enumerate() {
+            let writer = ((index as u64 / words_per_rank) as u32 + ranks - 1) % ranks;
+            assert_eq!(*value, pattern(writer, index as u64), "{distribution:?}: word {index} seen by rank {rank}");
+        }
+        // A tile: 5 rows of 7 words from the array seen as rows of 100 words.
+        let mut tile = vec![0u64; 35];
+        array.get_tile(100, (3, 40), (5, 7), &mut tile).unwrap();
+        for (index, value) in tile.iter().enumerate() {
+            let word = (3 + index as u64 / 7) * 100 + 40 + index as u64 % 7;
+            let writer = ((word / words_per_rank) as u32 + ranks - 1) % ranks;
+            assert_eq!(*value, pattern(writer, word), "tile word {index}");
+        }
+        world.barrier().unwrap();
+        world.free(array.bytes()).unwrap();
+    }
+}
+
+/// Non-blocking gets and puts overlap (many at once) and complete; implicit ones complete
+/// at `quiet`.
+fn nonblocking(world: &World) {
+    let (rank, ranks) = (world.rank(), world.ranks());
+    let array = world.alloc(u64::from(ranks) * (1 << 20), Distribution::Cyclic(1), 64 << 10).unwrap();
+    let base = u64::from(rank) << 20;
+    let handles: Vec<_> = (0..16u64).map(|piece| array.put_nb(base + piece * 65536, vec![rank as u8 + piece as u8; 65536])).collect();
+    for handle in handles {
+        assert_eq!(handle.wait().unwrap().len(), 65536);
+    }
+    for piece in 0..8u64 {
+        array.put_nbi(base + piece * 4096 + 12345, vec![0xA0 + rank as u8; 100]);
+    }
+    world.quiet().unwrap();
+    world.barrier().unwrap();
+    let peer = (rank + 1) % ranks;
+    let peer_base = u64::from(peer) << 20;
+    let mut handles: Vec<_> = (0..16u64).map(|piece| (piece, array.get_nb(peer_base + piece * 65536, 65536))).collect();
+    let started = Instant::now();
+    while !handles.iter_mut().all(|(_, handle)| handle.test()) {
+        assert!(started.elapsed() < Duration::from_secs(30), "non-blocking gets complete");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (piece, handle) in handles {
+        let bytes = handle.wait().unwrap();
+        let expected_plain = peer as u8 + piece as u8;
+        for (offset, byte) in bytes.iter().enumerate() {
+            let in_nbi = piece == 0 && (0..8).any(|nbi| (nbi * 4096 + 12345..nbi * 4096 + 12445).contains(&(offset as u64)));
+            let expected = if in_nbi { 0xA0 + peer as u8 } else { expected_plain };
+            assert_eq!(*byte, expected, "piece {piece} byte {offset} of rank {peer}'s part");
+        }
+    }
+    let mut landing = vec![0u8; 4096];
+    // SAFETY: `landing` lives until `quiet` below and is not touched before.
+    unsafe { array.get_nbi_raw(peer_base + 12345, landing.as_mut_ptr(), 100) };
+    world.quiet().unwrap();
+    assert_eq!(&landing[..100], &[0xA0 + peer as u8; 100][..]);
+    world.barrier().unwrap();
+}
+
+/// Fetch-and-add from every rank at once gives an exact total; compare-and-swap lets one
+/// rank at a time into a critical section.
+fn atomics(world: &World) {
+    let ranks = u64::from(world.ranks());
+    let array = world.alloc(4096, Distribution::Block, 4096).unwrap();
+    for _ in 0..10_000 {
+        array.fetch_add(0, 1).unwrap();
+    }
+    world.barrier().unwrap();
+    let mut total = [0u8; 8];
+    array.get(0, &mut total).unwrap();
+    assert_eq!(u64::from_le_bytes(total), 10_000 * ranks);
+    // A lock word at 8 and a counter at 16 updated non-atomically inside the lock.
+    for _ in 0..200 {
+        while array.compare_swap(8, 0, u64::from(world.rank()) + 1).unwrap() != 0 {}
+        let mut counter = [0u8; 8];
+        array.get(16, &mut counter).unwrap();
+        array.put(16, &(u64::from_le_bytes(counter) + 1).to_le_bytes()).unwrap();
+        assert_eq!(array.compare_swap(8, u64::from(world.rank()) + 1, 0).unwrap(), u64::from(world.rank()) + 1);
+    }
+    world.barrier().unwrap();
+    let mut counter = [0u8; 8];
+    array.get(16, &mut counter).unwrap();
+    assert_eq!(u64::from_le_bytes(counter), 200 * ranks, "the lock kept the updates apart");
+    assert_eq!(array.fetch_add(4, 1), Err(Errno::EINVAL), "atomics need aligned words");
+    world.barrier().unwrap();
+}
+
+/// An array 4 times the servers' DRAM budget (RINGFS_GMEM_TEST_BYTES) is written and read
+/// back exact: its blocks spill to the SSD and come back.
+fn spill(world: &World) {
+    let (rank, ranks) = (world.rank(), world.ranks());
+    let bytes: u64 = std::env::var("RINGFS_GMEM_TEST_BYTES").unwrap().parse().unwrap();
+    let words = bytes / 8;
+    let array = GlobalArrayOf::<u64>::alloc(world, words, Distribution::Block, 64 << 10).unwrap();
+    let share = words / u64::from(ranks);
+    let mine = u64::from(rank) * share..u64::from(rank + 1) * share;
+    for start in mine.clone().step_by(8192) {
+        let values: Vec<u64> = (start..(start + 8192).min(mine.end)).map(|word| pattern(7, word)).collect();
+        array.put(start, &values).unwrap();
+    }
+    world.barrier().unwrap();
+    // Every rank reads the whole array, in an order unlike the writes.
+    let mut chunk = vec![0u64; 8192];
+    let starts: Vec<u64> = (0..words).step_by(8192).collect();
+    for start in starts.into_iter().rev() {
+        let len = (words - start).min(8192) as usize;
+        array.get(start, &mut chunk[..len]).unwrap();
+        for (index, value) in chunk[..len].iter().enumerate() {
+            let word = start + index as u64;
+            let expected = if word < share * u64::from(ranks) { pattern(7, word) } else { 0 };
+            assert_eq!(*value, expected, "word {word}");
+        }
+    }
+    world.barrier().unwrap();
+}
+
+/// Bad addresses, a freed array, a bad allocation: errors, never a crash or a hang.
+fn errors(world: &World) {
+    let array = world.alloc(10_000, Distribution::Block, 4096).unwrap();
+    let mut buffer = [0u8; 16];
+    assert_eq!(array.get(9_990, &mut buffer), Err(Errno::EFAULT), "past the end");
+    assert_eq!(array.put(u64::MAX - 4, &buffer), Err(Errno::EFAULT), "an offset that overflows");
+    array.put(9_984, &buffer).unwrap();
+    world.barrier().unwrap();
+    world.free(&array).unwrap();
+    assert_eq!(array.get(0, &mut buffer), Err(Errno::ESTALE), "a freed array");
+    assert_eq!(array.fetch_add(0, 1), Err(Errno::ESTALE));
+    assert_eq!(world.alloc(4096, Distribution::Block, 3000).err(), Some(Errno::EINVAL), "block sizes are powers of two");
+    world.barrier().unwrap();
+    // After every rank freed it, the homes refuse it too (a stale handle that bypasses the
+    // local check would get ESTALE from the server).
+}
+
+/// Rank 0 writes everywhere, the parent kills one server, then every access to a block
+/// homed there fails with EIO within the deadline (RINGFS_TIMEOUT_MS is 5 s), and the
+/// others still work.
+fn dead_home(world: &World) {
+    let array = world.alloc(1 << 20, Distribution::Hashed, 4096).unwrap();
+    array.put(0, &vec![1u8; 1 << 20]).unwrap();
+    std::fs::write(std::env::var("RINGFS_GMEM_TEST_READY").unwrap(), b"ready").unwrap();
+    // Wait for the kill.
+    let killed = std::env::var("RINGFS_GMEM_TEST_KILLED").unwrap();
+    let waiting = Instant::now();
+    while !std::path::Path::new(&killed).exists() {
+        assert!(waiting.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dead = std::fs::read_to_string(&killed).unwrap();
+    let (mut failed, mut served) = (0, 0);
+    for block in 0..256u64 {
+        let started = Instant::now();
+        let mut bytes = [0u8; 8];
+        match array.get(block * 4096, &mut bytes) {
+            Ok(()) => {
+                assert_eq!(bytes, [1u8; 8]);
+                assert_ne!(array.home_of(block * 4096), dead, "a dead home answered");
+                served += 1;
+            }
+            Err(errno) => {
+                assert_eq!(errno, Errno::EIO);
+                assert_eq!(array.home_of(block * 4096), dead, "only the dead home's blocks fail");
+                failed += 1;
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(16), "a get took {:?}", started.elapsed());
+    }
+    assert!(failed > 0 && served > 0, "failed {failed}, served {served}");
+}
+
+fn gmem_cluster(servers: usize, extra: &[&str]) -> TestCluster {
+    let mut extra_args: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
+    extra_args.extend(["--gmem-dram".into(), "64M".into()]);
+    TestCluster::with_options(ClusterOptions { extra_args, ..ClusterOptions::new(servers) })
+}
+
+#[test]
+fn puts_by_every_rank_are_seen_exactly_by_every_other_after_a_barrier() {
+    let cluster = gmem_cluster(2, &[]);
+    assert_all_succeeded(&run_ranks(&cluster, "exchange", 4, &[]), "exchange with 4 ranks");
+    assert_all_succeeded(&run_ranks(&cluster, "exchange", 2, &[]), "exchange with 2 ranks");
+}
+
+#[test]
+fn nonblocking_operations_overlap_and_complete() {
+    let cluster = gmem_cluster(2, &[]);
+    assert_all_succeeded(&run_ranks(&cluster, "nonblocking", 4, &[]), "non-blocking operations");
+}
+
+#[test]
+fn atomics_give_an_exact_total_under_contention() {
+    let cluster = gmem_cluster(2, &[]);
+    assert_all_succeeded(&run_ranks(&cluster, "atomics", 4, &[]), "atomics");
+}
+
+#[test]
+fn an_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
+    // 2 servers with 2 MiB of DRAM each; an array of 16 MiB.
+    let cluster = TestCluster::with_options(ClusterOptions {
+        extra_args: vec!["--gmem-dram".into(), "2M".into()],
+        ..ClusterOptions::new(2)
+    });
+    let bytes = (16u64 << 20).to_string();
+    assert_all_succeeded(&run_ranks(&cluster, "spill", 2, &[("RINGFS_GMEM_TEST_BYTES", &bytes)]), "spill");
+    let stats = cluster.client().server_stats().unwrap();
+    let (mut spilled, mut read_back) = (0, 0);
+    for server in &stats {
+        let gmem = server.gmem.expect("the servers hold global memory");
+        assert!(gmem.dram_bytes <= 2 << 20, "{}: {} bytes in DRAM over a 2 MiB budget", server.name, gmem.dram_bytes);
+        spilled += gmem.spilled_bytes;
+        read_back += gmem.ssd_read_bytes;
+    }
+    assert!(spilled >= 10 << 20, "most of the array went to the SSD ({spilled} bytes)");
+    assert!(read_back >= 10 << 20, "and came back from it ({read_back} bytes)");
+}
+
+#[test]
+fn bad_addresses_and_freed_arrays_give_errors() {
+    let cluster = gmem_cluster(2, &[]);
+    assert_all_succeeded(&run_ranks(&cluster, "errors", 2, &[]), "errors");
+}
+
+#[test]
+fn a_killed_home_gives_eio_not_a_hang() {
+    let mut cluster = gmem_cluster(3, &[]);
+    let ready = cluster.dir.join("gmem-ready");
+    let killed = cluster.dir.join("gmem-killed");
+    let (ready_path, killed_path) = (ready.display().to_string(), killed.display().to_string());
+    let job = format!("{:x}", ringfs_rpc::memory::random_u64());
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "rank_main", "--ignored", "--nocapture"])
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .env("RINGFS_TIMEOUT_MS", "5000")
+        .env("RINGFS_GMEM_JOB", &job)
+        .env("RINGFS_GMEM_TEST", "dead-home")
+        .env("RINGFS_GMEM_TEST_READY", &ready_path)
+        .env("RINGFS_GMEM_TEST_KILLED", &killed_path)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = Instant::now();
+    while !ready.exists() {
+        assert!(waiting.elapsed() < Duration::from_secs(60), "the rank got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.kill(2);
+    std::fs::write(&killed, cluster.name(2)).unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert_all_succeeded(&[output], "a dead home");
+}
