@@ -23,6 +23,6 @@ prefix="${1:-/usr/local}"
 (cd "$root" && cargo build --release -p ringfs-ffi)
 install -d "$prefix/lib" "$prefix/include" "$prefix/lib/pkgconfig"
 install -m 644 "$root/target/release/libringfs.so" "$root/target/release/libringfs.a" "$prefix/lib/"
-install -m 644 "$root/include/ringfs.h" "$prefix/include/"
+install -m 644 "$root/include/ringfs.h" "$root/include/ringfs_gmem.h" "$prefix/include/"
 write_pc "$prefix" "$prefix/lib" "$prefix/include" "$prefix/lib/pkgconfig"
 echo "installed libringfs $version under $prefix"

@@ -115,3 +115,25 @@ fn another_user_is_refused_what_modes_refuse_through_the_c_library() {
     assert_eq!(common::read_file(&client, "/private").unwrap(), b"secret");
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// The global memory's C interface (`include/ringfs_gmem.h`), run as 3 ranks by
+/// `ringfs run --ranks`, and the C example with 4.
+#[test]
+fn global_memory_through_the_c_header_with_ringfs_run_ranks() {
+    let scratch = scratch_dir("c-gmem");
+    let check = scratch.join("gmem_check");
+    compile("tests/c/gmem_check.c", &check);
+    let example = scratch.join("gmem_hello");
+    compile("examples/c/gmem_hello.c", &example);
+    for (program, ranks, expected) in [(&check, "3", "gmem checks passed"), (&example, "4", "sees 4 arrivals; last rank wrote 3")] {
+        let output = Command::new(common::ringfs_binary())
+            .args(["run", "--servers", "2", "--gmem-dram", "16M", "--ranks", ranks, "--"])
+            .arg(program)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(output.status.success(), "{}:\n{stdout}{}", program.display(), String::from_utf8_lossy(&output.stderr));
+        assert_eq!(stdout.matches(expected).count(), ranks.parse::<usize>().unwrap(), "every rank reports: {stdout}");
+    }
+    let _ = std::fs::remove_dir_all(scratch);
+}

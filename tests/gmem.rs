@@ -279,10 +279,8 @@ fn atomics_give_an_exact_total_under_contention() {
 #[test]
 fn an_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
     // 2 servers with 2 MiB of DRAM each; an array of 16 MiB.
-    let cluster = TestCluster::with_options(ClusterOptions {
-        extra_args: vec!["--gmem-dram".into(), "2M".into()],
-        ..ClusterOptions::new(2)
-    });
+    let cluster =
+        TestCluster::with_options(ClusterOptions { extra_args: vec!["--gmem-dram".into(), "2M".into()], ..ClusterOptions::new(2) });
     let bytes = (16u64 << 20).to_string();
     assert_all_succeeded(&run_ranks(&cluster, "spill", 2, &[("RINGFS_GMEM_TEST_BYTES", &bytes)]), "spill");
     let stats = cluster.client().server_stats().unwrap();

@@ -88,14 +88,18 @@ fn run_in(
 
 /// Waits for every rank; the first to fail (or the last to end) gives the status, and a
 /// failure ends the others (they would wait for it at their next barrier).
-fn wait_all(mut children: Vec<std::process::Child>, wait_for_signal: &impl Fn(Duration) -> Option<i32>) -> Result<std::process::ExitStatus> {
+fn wait_all(
+    mut children: Vec<std::process::Child>,
+    wait_for_signal: &impl Fn(Duration) -> Option<i32>,
+) -> Result<std::process::ExitStatus> {
     let mut status = None;
     while !children.is_empty() {
         let mut index = 0;
         while index < children.len() {
             match children[index].try_wait()? {
                 Some(ended) => {
-                    children.swap_remove(index);
+                    // (Reaped by try_wait already: wait returns its status at once.)
+                    let _ = children.swap_remove(index).wait();
                     if !ended.success() && status.is_none_or(|first: std::process::ExitStatus| first.success()) {
                         status = Some(ended);
                         end_all(&mut children, libc::SIGTERM);

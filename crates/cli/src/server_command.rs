@@ -116,10 +116,20 @@ impl GmemArgs {
             args.extend(["--gmem-spill".to_string(), spill.display().to_string()]);
         }
         if let Some(mbps) = self.gmem_ssd_mbps {
-            args.extend(["--gmem-ssd-mbps".to_string(), mbps.to_string(), "--gmem-ssd-latency-us".into(), self.gmem_ssd_latency_us.to_string()]);
+            args.extend([
+                "--gmem-ssd-mbps".to_string(),
+                mbps.to_string(),
+                "--gmem-ssd-latency-us".into(),
+                self.gmem_ssd_latency_us.to_string(),
+            ]);
         }
         if let Some(mbps) = self.gmem_net_mbps {
-            args.extend(["--gmem-net-mbps".to_string(), mbps.to_string(), "--gmem-net-latency-us".into(), self.gmem_net_latency_us.to_string()]);
+            args.extend([
+                "--gmem-net-mbps".to_string(),
+                mbps.to_string(),
+                "--gmem-net-latency-us".into(),
+                self.gmem_net_latency_us.to_string(),
+            ]);
         }
         args
     }
@@ -136,10 +146,17 @@ impl GmemArgs {
             (None, None) => std::env::temp_dir().join(format!("ringfs-gmem-{name}-{}", std::process::id())),
         };
         let model = |mbps: Option<u64>, latency_us: u64| {
-            mbps.map(|mbps| ringfs_rpc::throttle::DeviceModel { bytes_per_second: mbps * 1_000_000, latency: Duration::from_micros(latency_us) })
+            mbps.map(|mbps| ringfs_rpc::throttle::DeviceModel {
+                bytes_per_second: mbps * 1_000_000,
+                latency: Duration::from_micros(latency_us),
+            })
         };
         Ok(ringfs_server::gmem::GmemConfig {
-            memory: ringfs_server::gmem::GlobalMemoryConfig { dram_bytes, spill_dir, ssd: model(self.gmem_ssd_mbps, self.gmem_ssd_latency_us) },
+            memory: ringfs_server::gmem::GlobalMemoryConfig {
+                dram_bytes,
+                spill_dir,
+                ssd: model(self.gmem_ssd_mbps, self.gmem_ssd_latency_us),
+            },
             network: model(self.gmem_net_mbps, self.gmem_net_latency_us),
         })
     }

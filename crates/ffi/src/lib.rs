@@ -19,6 +19,7 @@ use std::sync::RwLock;
 
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags, Stat};
 
+mod gmem;
 mod locks;
 
 static CLIENT: RwLock<Option<Client>> = RwLock::new(None);

@@ -8,9 +8,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CompareSwap, GmemAtomic};
 use ringfs_proto::{Errno, Request, Response};
 
+use crate::Result;
 use crate::pending::{GetHandle, PutHandle};
 use crate::world::{World, home_index};
-use crate::Result;
 
 /// An array of global memory (see the crate doc). Cheap to clone; thread-safe.
 #[derive(Clone)]
@@ -130,7 +130,8 @@ impl GlobalArray {
         let mut outcome = Ok(());
         for (len, connection, call) in calls {
             let reply = inner.client.finish_call(&connection, call);
-            let checked = reply.and_then(|reply| if reply.data_len == len as usize && reply.data.is_empty() { Ok(()) } else { Err(Errno::EIO) });
+            let checked =
+                reply.and_then(|reply| if reply.data_len == len as usize && reply.data.is_empty() { Ok(()) } else { Err(Errno::EIO) });
             if outcome.is_ok() {
                 outcome = checked;
             }
@@ -275,7 +276,7 @@ impl GlobalArray {
 
     fn atomic(&self, offset: u64, op: AtomicOp) -> Result<u64> {
         self.check(offset, 8)?;
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(Errno::EINVAL);
         }
         let piece = self.pieces(offset, 8)[0];

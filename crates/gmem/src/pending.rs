@@ -12,15 +12,19 @@ use crate::Result;
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
+/// The jobs waiting, and whether the pool is closing; with the condition variable that
+/// wakes the workers.
+type Queue = Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)>;
+
 /// Worker threads taking jobs in order; they end when the pool is dropped.
 pub(crate) struct Pool {
-    queue: Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)>,
+    queue: Queue,
     workers: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl Pool {
     pub fn new(threads: usize) -> Pool {
-        let queue: Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)> = Arc::default();
+        let queue: Queue = Arc::default();
         let workers = (0..threads)
             .map(|index| {
                 let queue = queue.clone();

@@ -57,9 +57,13 @@ mod tests {
     fn ranks_come_from_ringfs_or_the_launcher() {
         let own = identity_from(environment(&[("RINGFS_GMEM_RANK", "2"), ("RINGFS_GMEM_RANKS", "4"), ("RINGFS_GMEM_JOB", "ff")])).unwrap();
         assert_eq!(own, RankIdentity { rank: 2, ranks: 4, job: 255 });
-        let mpi = identity_from(environment(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "3"), ("RINGFS_SECRET", "s")])).unwrap();
+        let mpi =
+            identity_from(environment(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "3"), ("RINGFS_SECRET", "s")])).unwrap();
         assert_eq!((mpi.rank, mpi.ranks), (1, 3));
-        assert_eq!(mpi.job, identity_from(environment(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("RINGFS_SECRET", "s")])).unwrap().job);
+        assert_eq!(
+            mpi.job,
+            identity_from(environment(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("RINGFS_SECRET", "s")])).unwrap().job
+        );
         assert_eq!(identity_from(environment(&[])).unwrap().ranks, 1);
         assert_eq!(identity_from(environment(&[("PMI_RANK", "3"), ("PMI_SIZE", "3")])), Err(Errno::EINVAL));
     }

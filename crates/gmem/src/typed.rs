@@ -5,9 +5,9 @@ use std::marker::PhantomData;
 use ringfs_proto::Errno;
 use ringfs_proto::gmem::Distribution;
 
+use crate::Result;
 use crate::array::{GlobalArray, Tile};
 use crate::world::World;
-use crate::Result;
 
 /// Types whose values are plain bytes: no padding, no pointers, every bit pattern a valid
 /// value, so they can be copied to and from global memory byte for byte.

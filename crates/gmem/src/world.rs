@@ -10,10 +10,10 @@ use ringfs_proto::gmem::{ArrayLayout, Distribution, GmemAlloc, GmemBarrier, Gmem
 use ringfs_proto::{Errno, Request, Response};
 use ringfs_rpc::Connection;
 
+use crate::Result;
 use crate::array::GlobalArray;
 use crate::pending::{Implicit, Pool};
 use crate::ranks::{RankIdentity, identity_from_env};
-use crate::Result;
 
 /// Worker threads for non-blocking operations.
 const WORKERS: usize = 4;

@@ -8,8 +8,8 @@
 use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::id::{ChunkKey, FileId};
 use crate::gmem::{ArrayLayout, ArrayOnly, BlockRange, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
+use crate::id::{ChunkKey, FileId};
 use crate::wire::{Bytes, Wire};
 use crate::{Attr, Errno, wire_enum, wire_struct};
 

@@ -175,6 +175,8 @@ pub fn store_errno(error: StoreError) -> Errno {
 }
 
 impl ServerState {
+    // (Each part of a server's state is made by `Server::start` and given here once.)
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         name: String,
         secret: Vec<u8>,
@@ -473,7 +475,9 @@ impl ServerState {
             Request::GmemDefine(layout) => self.gmem_define(layout),
             Request::GmemDrop(array) => self.gmem_drop(array),
             Request::GmemFree(free) => self.gmem_free(free),
-            Request::GmemBarrier(barrier) => self.gmem_barrier(barrier, crate::locks::request_deadline_or(std::time::Duration::from_secs(1))),
+            Request::GmemBarrier(barrier) => {
+                self.gmem_barrier(barrier, crate::locks::request_deadline_or(std::time::Duration::from_secs(1)))
+            }
             Request::GmemRead(range) => self.gmem_read(range, reply_data),
             Request::GmemWrite(range) => self.gmem_write(range, data),
             Request::GmemAtomic(atomic) => self.gmem_atomic(atomic),

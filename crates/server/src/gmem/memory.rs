@@ -90,10 +90,20 @@ pub struct GlobalMemory {
 
 /// What an access does with the bytes of a block (pinned, locked).
 pub enum Access<'a> {
-    Read { offset: usize, into: &'a mut [u8] },
-    Write { offset: usize, from: &'a [u8] },
+    Read {
+        offset: usize,
+        into: &'a mut [u8],
+    },
+    Write {
+        offset: usize,
+        from: &'a [u8],
+    },
     /// A 64-bit atomic operation on the word at `offset`; the word before goes into `old`.
-    Atomic { offset: usize, op: ringfs_proto::gmem::AtomicOp, old: &'a mut u64 },
+    Atomic {
+        offset: usize,
+        op: ringfs_proto::gmem::AtomicOp,
+        old: &'a mut u64,
+    },
 }
 
 impl Access<'_> {
@@ -287,7 +297,9 @@ impl GlobalMemory {
                     return Step::Evict(victims);
                 }
                 let buffer = Arc::new(Mutex::new(Buffer::zeroed(block_size)));
-                table.blocks.insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, on_ssd: false, dirty: true });
+                table
+                    .blocks
+                    .insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, on_ssd: false, dirty: true });
                 table.lru.insert(now, key);
                 table.dram_used += block_size as u64;
                 Step::Access(buffer)
@@ -408,7 +420,7 @@ impl GlobalMemory {
         if let Some(file) = files.get(&array) {
             return Ok(file.clone());
         }
-        std::fs::create_dir_all(&self.config.spill_dir).map_err(|error| Errno::from(error))?;
+        std::fs::create_dir_all(&self.config.spill_dir).map_err(Errno::from)?;
         let path = self.config.spill_dir.join(format!("array-{array:016x}"));
         let file = Arc::new(SpillFile::open(path)?);
         files.insert(array, file.clone());
@@ -484,19 +496,24 @@ impl SpillFile {
         if let Ok(file) = options.clone().custom_flags(libc::O_DIRECT).open(&path) {
             return Ok(SpillFile { path, file, direct: true });
         }
-        let file = options.open(&path).map_err(|error| Errno::from(error))?;
+        let file = options.open(&path).map_err(Errno::from)?;
         Ok(SpillFile { path, file, direct: false })
     }
 
     fn write_block(&self, offset: u64, bytes: &[u8]) -> Result<(), Errno> {
-        self.file.write_all_at(bytes, offset).map_err(|error| Errno::from(error))?;
+        self.file.write_all_at(bytes, offset).map_err(Errno::from)?;
         if !self.direct {
             // The page cache must not keep the block (an "SSD read" would be a DRAM read):
             // write it back, then drop it.
             let fd = std::os::fd::AsRawFd::as_raw_fd(&self.file);
             // SAFETY: plain system calls on an open descriptor.
             unsafe {
-                libc::sync_file_range(fd, offset as i64, bytes.len() as i64, libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER);
+                libc::sync_file_range(
+                    fd,
+                    offset as i64,
+                    bytes.len() as i64,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                );
                 libc::posix_fadvise(fd, offset as i64, bytes.len() as i64, libc::POSIX_FADV_DONTNEED);
             }
         }
@@ -504,7 +521,7 @@ impl SpillFile {
     }
 
     fn read_block(&self, offset: u64, into: &mut [u8]) -> Result<(), Errno> {
-        self.file.read_exact_at(into, offset).map_err(|error| Errno::from(error))
+        self.file.read_exact_at(into, offset).map_err(Errno::from)
     }
 }
 
@@ -544,7 +561,9 @@ mod tests {
         let mut old = 0;
         memory.access(1, 3, Access::Atomic { offset: 8, op: AtomicOp::FetchAdd(5), old: &mut old }).unwrap();
         assert_eq!(old, u64::from_le_bytes([4; 8]));
-        memory.access(1, 3, Access::Atomic { offset: 8, op: AtomicOp::CompareSwap(CompareSwap { expected: 1, new: 9 }), old: &mut old }).unwrap();
+        memory
+            .access(1, 3, Access::Atomic { offset: 8, op: AtomicOp::CompareSwap(CompareSwap { expected: 1, new: 9 }), old: &mut old })
+            .unwrap();
         assert_eq!(old, u64::from_le_bytes([4; 8]) + 5, "a failed compare-and-swap reports the word");
         assert_eq!(memory.access(1, 3, Access::Read { offset: 4090, into: &mut [0; 8] }), Err(Errno::EFAULT));
         memory.drop_array(1);

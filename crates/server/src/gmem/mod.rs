@@ -161,8 +161,15 @@ impl ServerState {
                 answered: BTreeSet::new(),
             });
             let first = &pending.first;
-            if (first.ranks, first.len, first.block_size, first.distribution) != (alloc.ranks, alloc.len, alloc.block_size, alloc.distribution) {
-                log::warn!("global memory: rank {} of job {:x} asked for another array than rank {} did", alloc.rank, alloc.job, first.rank);
+            if (first.ranks, first.len, first.block_size, first.distribution)
+                != (alloc.ranks, alloc.len, alloc.block_size, alloc.distribution)
+            {
+                log::warn!(
+                    "global memory: rank {} of job {:x} asked for another array than rank {} did",
+                    alloc.rank,
+                    alloc.job,
+                    first.rank
+                );
                 return Err(Errno::EINVAL);
             }
             pending.hosts.insert(alloc.rank, alloc.host_id);
@@ -297,11 +304,15 @@ impl ServerState {
     /// `GmemAtomic` at the block's home: the word before the operation.
     pub fn gmem_atomic(&self, atomic: GmemAtomic) -> Result<Response, Errno> {
         self.gmem.check(&atomic.at)?;
-        if atomic.at.len != 8 || atomic.at.offset % 8 != 0 {
+        if atomic.at.len != 8 || !atomic.at.offset.is_multiple_of(8) {
             return Err(Errno::EINVAL);
         }
         let mut old = 0;
-        self.gmem.memory.access(atomic.at.array, atomic.at.block, Access::Atomic { offset: atomic.at.offset as usize, op: atomic.op, old: &mut old })?;
+        self.gmem.memory.access(
+            atomic.at.array,
+            atomic.at.block,
+            Access::Atomic { offset: atomic.at.offset as usize, op: atomic.op, old: &mut old },
+        )?;
         throttle::pass(self.gmem.network.as_ref(), 8);
         Ok(Response::Count(old))
     }
@@ -326,7 +337,8 @@ mod tests {
     #[test]
     fn ranks_are_homed_by_a_server_of_their_host() {
         let members = [member("a", 1), member("b", 1), member("c", 2)];
-        let alloc = GmemAlloc { job: 1, sequence: 1, rank: 0, ranks: 4, host_id: 1, len: 100, block_size: 4096, distribution: Distribution::Block };
+        let alloc =
+            GmemAlloc { job: 1, sequence: 1, rank: 0, ranks: 4, host_id: 1, len: 100, block_size: 4096, distribution: Distribution::Block };
         let hosts: BTreeMap<u32, u64> = [(0, 1), (1, 1), (2, 2), (3, 9)].into_iter().collect();
         assert_eq!(choose_homes(&alloc, &hosts, &members), ["a", "b", "c", "a"], "rank 3's host has no server: by rank");
         let hashed = GmemAlloc { distribution: Distribution::Hashed, ..alloc };
