@@ -22,6 +22,7 @@
 //! ```
 
 pub mod flush;
+pub mod gmem;
 pub mod io500;
 pub mod micro;
 pub mod target;

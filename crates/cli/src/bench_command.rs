@@ -28,6 +28,11 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Cache mode: a compute/snapshot job against each flush policy (I/O-aware flushing).
     Flush(FlushArgs),
+    /// Global memory: get/put latency and bandwidth for P ranks, in DRAM and spilling.
+    Gmem(crate::gmem_bench_command::GmemBenchArgs),
+    /// (internal) one rank of `ringfs bench gmem`.
+    #[command(hide = true)]
+    GmemRank,
     /// (internal) one worker process of a benchmark.
     #[command(hide = true)]
     Worker {
@@ -635,6 +640,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Io500(args) => run_io500_command(&args),
         BenchCommand::Compare(args) => run_compare(&args),
         BenchCommand::Flush(args) => run_flush(&args),
+        BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
+        BenchCommand::GmemRank => Ok(ringfs_bench::gmem::rank_main()?),
         BenchCommand::Worker { workload, target, rank, processes } => run_worker(&workload, &target, rank, processes),
     }
 }

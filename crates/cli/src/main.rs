@@ -10,6 +10,7 @@ mod bench_command;
 mod cache_command;
 mod cluster;
 mod demo_command;
+mod gmem_bench_command;
 mod logger;
 mod mount_command;
 mod run_command;

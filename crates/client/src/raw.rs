@@ -24,6 +24,11 @@ impl Client {
         self.inner.cluster.finish(connection, call)
     }
 
+    /// Gives back leases `connection`'s server lent (with its next read, or in a batch).
+    pub fn release_leases(&self, connection: &Connection, leases: Vec<u64>) {
+        self.inner.cluster.defer_releases(connection, leases);
+    }
+
     /// The server that owns `key` by placement (as it owns a path's entry): the same for
     /// every client with the same member list.
     pub fn server_for_key(&self, key: &str) -> String {

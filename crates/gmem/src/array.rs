@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CompareSwap, GmemAtomic};
-use ringfs_proto::{Errno, Request, Response};
+use ringfs_proto::{Errno, ReadReply, Request, Response};
 
 use crate::Result;
 use crate::pending::{GetHandle, PutHandle};
@@ -29,6 +29,10 @@ pub struct Tile {
     pub rows: u64,
     pub row_bytes: u64,
 }
+
+/// Pieces at least this large are leased from a home on this host (smaller ones are cheaper
+/// inline).
+const LEASE_THRESHOLD: usize = 32 * 1024;
 
 /// The part of a transfer inside one block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -107,7 +111,10 @@ impl GlobalArray {
         BlockRange { array: self.layout.array, block: piece.block, offset: piece.offset, len: piece.len }
     }
 
-    /// Reads each `(array offset, destination)` segment, all pieces at once.
+    /// Reads each `(array offset, destination)` segment, all pieces at once. From a home on
+    /// this host, pieces of [`LEASE_THRESHOLD`] bytes or more are *leased*: the home lends
+    /// the block's bytes and they are copied straight out of its memory (one copy, no
+    /// socket).
     fn read_segments(&self, segments: Vec<(u64, &mut [u8])>) -> Result<()> {
         let inner = &self.world.inner;
         let mut work = Vec::new();
@@ -120,20 +127,46 @@ impl GlobalArray {
                 work.push((piece, into, inner.connection(&self.layout.homes[home_index(&self.layout, piece.block)])?));
             }
         }
-        let calls: Vec<_> = work
-            .iter_mut()
-            .map(|(piece, into, connection)| {
-                let call = connection.start(&Request::GmemRead(self.range(*piece)), &[], Some(&mut **into));
-                (piece.len, connection.clone(), call)
-            })
-            .collect();
+        let mut leases = Vec::new();
         let mut outcome = Ok(());
-        for (len, connection, call) in calls {
-            let reply = inner.client.finish_call(&connection, call);
-            let checked =
-                reply.and_then(|reply| if reply.data_len == len as usize && reply.data.is_empty() { Ok(()) } else { Err(Errno::EIO) });
+        {
+            let calls: Vec<_> = work
+                .iter_mut()
+                .enumerate()
+                .map(|(index, (piece, into, connection))| {
+                    let range = self.range(*piece);
+                    let leased = piece.len as usize >= LEASE_THRESHOLD && connection.server_memory().is_some();
+                    let request = if leased { Request::GmemLease(range) } else { Request::GmemRead(range) };
+                    let call = connection.start(&request, &[], Some(&mut **into));
+                    (index, piece.len, connection.clone(), call)
+                })
+                .collect();
+            for (index, len, connection, call) in calls {
+                let checked = inner.client.finish_call(&connection, call).and_then(|reply| match reply.response {
+                    Response::Read(ReadReply { lease: Some(lease), len: leased, .. }) if leased == u64::from(len) => {
+                        leases.push((index, lease));
+                        Ok(())
+                    }
+                    _ if reply.data_len == len as usize && reply.data.is_empty() => Ok(()),
+                    _ => Err(Errno::EIO),
+                });
+                if outcome.is_ok() {
+                    outcome = checked;
+                }
+            }
+        }
+        for (index, lease) in leases {
+            let (_, into, connection) = &mut work[index];
+            let copied = match connection.server_memory() {
+                Some(memory) => memory.read_bytes(lease.address, into).map_err(|error| {
+                    log::warn!("global memory: copying leased bytes failed: {error}");
+                    Errno::EIO
+                }),
+                None => Err(Errno::EPROTO),
+            };
+            inner.client.release_leases(connection, vec![lease.id]);
             if outcome.is_ok() {
-                outcome = checked;
+                outcome = copied;
             }
         }
         outcome

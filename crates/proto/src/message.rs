@@ -919,6 +919,9 @@ wire_enum! {
         /// A rank frees an array (collective; the coordinator drops it everywhere once every
         /// rank has; `Done`).
         77 => GmemFree(GmemFree),
+        /// Bytes of a block lent to a client on the server's host (answered `Read` with a
+        /// lease, released like a read's; or with the bytes, as `GmemRead`, otherwise).
+        78 => GmemLease(BlockRange),
     }
 }
 
@@ -1062,7 +1065,8 @@ impl Request {
             | Request::GmemWrite(_)
             | Request::GmemAtomic(_)
             | Request::GmemBarrier(_)
-            | Request::GmemFree(_) => Route::Here,
+            | Request::GmemFree(_)
+            | Request::GmemLease(_) => Route::Here,
         }
     }
 

@@ -35,14 +35,15 @@ pub const MAX_CHUNK_SIZE: u32 = ringfs_proto::MAX_DATA_LEN;
 #[derive(Default)]
 pub struct Session {
     /// Memory of a client on this host that proved we can read it.
-    client_memory: Option<ProcessMemory>,
+    pub(crate) client_memory: Option<ProcessMemory>,
     /// The peer is another server: its requests are never forwarded again.
     pub from_server: bool,
     /// The client's id (from its `Hello`), whose opens this connection keeps alive.
     client_id: Option<u64>,
-    /// Buffers lent to the client by leased reads, until it releases them.
-    leases: HashMap<u64, Arc<Vec<u8>>>,
-    next_lease_id: u64,
+    /// Buffers lent to the client by leased reads (of chunks and of global-memory blocks),
+    /// until it releases them.
+    pub(crate) leases: HashMap<u64, Arc<dyn std::any::Any + Send + Sync>>,
+    pub(crate) next_lease_id: u64,
     /// How long a client waits for an answer, less a margin (from its `Hello`): requests are
     /// handled with that deadline (`locks::with_request_deadline`).
     patience: Option<std::time::Duration>,
@@ -479,6 +480,7 @@ impl ServerState {
                 self.gmem_barrier(barrier, crate::locks::request_deadline_or(std::time::Duration::from_secs(1)))
             }
             Request::GmemRead(range) => self.gmem_read(range, reply_data),
+            Request::GmemLease(range) => self.gmem_lease(session, range, reply_data),
             Request::GmemWrite(range) => self.gmem_write(range, data),
             Request::GmemAtomic(atomic) => self.gmem_atomic(atomic),
             // Extended attributes, at the inode's server.

@@ -100,6 +100,7 @@ pub fn requests() -> Vec<Request> {
         Request::GmemDrop(crate::gmem::ArrayOnly { array: 9 }),
         Request::GmemRead(crate::gmem::BlockRange { array: 9, block: 3, offset: 8, len: 4096 }),
         Request::GmemWrite(crate::gmem::BlockRange { array: 9, block: 4, offset: 0, len: 1 << 18 }),
+        Request::GmemLease(crate::gmem::BlockRange { array: 9, block: 5, offset: 4096, len: 1 << 17 }),
         Request::GmemAtomic(crate::gmem::GmemAtomic {
             at: crate::gmem::BlockRange { array: 9, block: 0, offset: 16, len: 8 },
             op: crate::gmem::AtomicOp::CompareSwap(crate::gmem::CompareSwap { expected: 1, new: 2 }),

@@ -8,6 +8,10 @@
 //! Invariant (checked in debug builds): `dram_used` is the size of the resident and moving
 //! blocks, and `lru` holds exactly the resident ones, by their last use.
 //!
+//! A block's bytes are shared (`Arc<Buffer>`): a read may *lease* them to a client on this
+//! host, which copies them straight out of the server's memory; a write to a leased block
+//! copies it first (copy-on-write), so a lease never changes under its reader.
+//!
 //! Spill files (one per array, a block at `block × block_size`) are opened with `O_DIRECT`
 //! where the file system allows it, so SSD reads are not secretly page-cache reads; where it
 //! does not (tmpfs), pages are dropped after every write (`POSIX_FADV_DONTNEED`). An
@@ -37,9 +41,12 @@ pub struct GlobalMemoryConfig {
     pub ssd: Option<DeviceModel>,
 }
 
+/// A resident block's bytes: shared with leases, replaced when written while leased.
+type Block = Arc<Mutex<Arc<Buffer>>>;
+
 /// Where the bytes of a block are.
 enum Residence {
-    Dram(Arc<Mutex<Buffer>>),
+    Dram(Block),
     Ssd,
     Moving,
 }
@@ -104,15 +111,44 @@ pub enum Access<'a> {
         op: ringfs_proto::gmem::AtomicOp,
         old: &'a mut u64,
     },
+    /// The block's bytes themselves, shared (`None` for a block never written: zeros).
+    Lease {
+        into: &'a mut Option<Arc<Buffer>>,
+    },
 }
 
 impl Access<'_> {
     fn changes(&self) -> bool {
-        !matches!(self, Access::Read { .. })
+        !matches!(self, Access::Read { .. } | Access::Lease { .. })
+    }
+
+    /// Applies the access to a resident block's bytes (copying them first if a write finds
+    /// them leased).
+    fn apply_to(&mut self, block: &Mutex<Arc<Buffer>>) {
+        let mut shared = lock_buffer(block);
+        if let Access::Lease { into } = self {
+            **into = Some(shared.clone());
+            return;
+        }
+        if self.changes() && Arc::get_mut(&mut shared).is_none() {
+            let mut copy = Buffer::zeroed(shared.len());
+            copy.copy_from_slice(&shared);
+            *shared = Arc::new(copy);
+        }
+        match Arc::get_mut(&mut shared) {
+            Some(bytes) => self.apply(bytes),
+            // A read of a leased block.
+            None => {
+                if let Access::Read { offset, into } = self {
+                    into.copy_from_slice(&shared[*offset..*offset + into.len()]);
+                }
+            }
+        }
     }
 
     fn apply(&mut self, bytes: &mut [u8]) {
         match self {
+            Access::Lease { .. } => {}
             Access::Read { offset, into } => into.copy_from_slice(&bytes[*offset..*offset + into.len()]),
             Access::Write { offset, from } => bytes[*offset..*offset + from.len()].copy_from_slice(from),
             Access::Atomic { offset, op, old } => {
@@ -135,6 +171,7 @@ impl Access<'_> {
             Access::Read { offset, into } => (*offset, *offset + into.len()),
             Access::Write { offset, from } => (*offset, *offset + from.len()),
             Access::Atomic { offset, .. } => (*offset, *offset + 8),
+            Access::Lease { .. } => (0, 0),
         }
     }
 }
@@ -142,13 +179,13 @@ impl Access<'_> {
 /// What to do next about an access.
 enum Step {
     /// The block is pinned and resident: access it.
-    Access(Arc<Mutex<Buffer>>),
+    Access(Block),
     /// Never written, and only read: zeros.
     Zeros,
     /// Write these blocks to the SSD (they are moving), then look again.
-    Evict(Vec<(BlockKey, Arc<Mutex<Buffer>>)>),
+    Evict(Vec<(BlockKey, Block)>),
     /// Read the block from the SSD (it is moving) after writing these, then look again.
-    Load(Vec<(BlockKey, Arc<Mutex<Buffer>>)>),
+    Load(Vec<(BlockKey, Block)>),
     /// Another access moves the block: wait.
     Wait,
 }
@@ -236,13 +273,15 @@ impl GlobalMemory {
         loop {
             match self.next_step(key, block_size, access.changes()) {
                 Step::Access(buffer) => {
-                    access.apply(&mut lock_buffer(&buffer));
+                    access.apply_to(&buffer);
                     self.unpin(key);
                     return Ok(());
                 }
                 Step::Zeros => {
-                    let mut zeros = vec![0u8; block_size];
-                    access.apply(&mut zeros);
+                    if !matches!(access, Access::Lease { .. }) {
+                        let mut zeros = vec![0u8; block_size];
+                        access.apply(&mut zeros);
+                    }
                     return Ok(());
                 }
                 Step::Evict(victims) => self.write_out(victims)?,
@@ -296,7 +335,7 @@ impl GlobalMemory {
                 if !victims.is_empty() {
                     return Step::Evict(victims);
                 }
-                let buffer = Arc::new(Mutex::new(Buffer::zeroed(block_size)));
+                let buffer = Arc::new(Mutex::new(Arc::new(Buffer::zeroed(block_size))));
                 table
                     .blocks
                     .insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, on_ssd: false, dirty: true });
@@ -311,7 +350,7 @@ impl GlobalMemory {
     /// fit in the budget: clean copies (the SSD has them) are dropped at once, the others
     /// marked moving and returned, to be written out. Pinned blocks are passed over (the
     /// budget may be exceeded while they are in use).
-    fn make_room(&self, table: &mut Table, needed: u64) -> Vec<(BlockKey, Arc<Mutex<Buffer>>)> {
+    fn make_room(&self, table: &mut Table, needed: u64) -> Vec<(BlockKey, Block)> {
         let mut victims = Vec::new();
         let mut freeing = 0;
         let candidates: Vec<(u64, BlockKey)> = table.lru.iter().map(|(tick, key)| (*tick, *key)).collect();
@@ -338,7 +377,7 @@ impl GlobalMemory {
     }
 
     /// Writes evicted blocks to the SSD and marks them spilled (their DRAM goes).
-    fn write_out(&self, victims: Vec<(BlockKey, Arc<Mutex<Buffer>>)>) -> Result<(), Errno> {
+    fn write_out(&self, victims: Vec<(BlockKey, Block)>) -> Result<(), Errno> {
         let mut outcome = Ok(());
         for (key, buffer) in victims {
             let len = buffer_len(&buffer);
@@ -390,7 +429,7 @@ impl GlobalMemory {
             match read {
                 Ok(()) => {
                     self.ssd_read_bytes.fetch_add(block_size as u64, Ordering::Relaxed);
-                    slot.residence = Residence::Dram(Arc::new(Mutex::new(buffer)));
+                    slot.residence = Residence::Dram(Arc::new(Mutex::new(Arc::new(buffer))));
                     slot.dirty = false;
                     slot.last_use = table.clock;
                     table.lru.insert(table.clock, key);
@@ -428,11 +467,11 @@ impl GlobalMemory {
     }
 }
 
-fn buffer_len(buffer: &Arc<Mutex<Buffer>>) -> u64 {
+fn buffer_len(buffer: &Block) -> u64 {
     lock_buffer(buffer).len() as u64
 }
 
-fn lock_buffer(buffer: &Mutex<Buffer>) -> MutexGuard<'_, Buffer> {
+fn lock_buffer(buffer: &Mutex<Arc<Buffer>>) -> MutexGuard<'_, Arc<Buffer>> {
     buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -442,8 +481,11 @@ pub struct Buffer {
     len: usize,
 }
 
-// SAFETY: a Buffer owns its allocation; it is shared only behind a Mutex.
+// SAFETY: a Buffer owns its allocation; shared, it is only read (writers copy it first, see
+// `Access::apply_to`).
 unsafe impl Send for Buffer {}
+// SAFETY: as above: `&Buffer` gives read access only.
+unsafe impl Sync for Buffer {}
 
 impl Buffer {
     fn layout(len: usize) -> std::alloc::Layout {
@@ -569,6 +611,22 @@ mod tests {
         memory.drop_array(1);
         assert_eq!(memory.stats().dram_bytes, 0);
         assert_eq!(memory.access(1, 3, Access::Read { offset: 0, into: &mut [0; 8] }), Err(Errno::ESTALE));
+    }
+
+    #[test]
+    fn a_leased_block_keeps_its_bytes_while_writes_go_to_a_copy() {
+        let memory = memory(4, "lease");
+        memory.define(1, 4096);
+        let mut lease = None;
+        memory.access(1, 0, Access::Lease { into: &mut lease }).unwrap();
+        assert!(lease.is_none(), "a block never written is not lent (zeros)");
+        memory.access(1, 0, Access::Write { offset: 0, from: &[1; 4096] }).unwrap();
+        memory.access(1, 0, Access::Lease { into: &mut lease }).unwrap();
+        let lent = lease.take().unwrap();
+        memory.access(1, 0, Access::Write { offset: 0, from: &[2; 100] }).unwrap();
+        assert_eq!(lent[0], 1, "the lease still shows the bytes it lent");
+        assert_eq!(read(&memory, 0, 0, 2), [2, 2], "the write went to a copy");
+        assert_eq!(read(&memory, 0, 100, 2), [1, 1], "that kept the rest of the block");
     }
 
     /// Threads add to words of 32 blocks through a budget of 3 blocks (evictions and loads

@@ -17,7 +17,7 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::gmem::{ArrayLayout, ArrayOnly, BlockRange, Distribution, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
-use ringfs_proto::{Errno, Request, Response};
+use ringfs_proto::{Errno, Lease, ReadReply, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 
 use crate::service::ServerState;
@@ -288,6 +288,34 @@ impl ServerState {
         self.gmem.memory.access(range.array, range.block, Access::Read { offset: range.offset as usize, into: reply_data })?;
         throttle::pass(self.gmem.network.as_ref(), u64::from(range.len));
         Ok(Response::Count(u64::from(range.len)))
+    }
+
+    /// `GmemLease` at the block's home: a client on this host copies the bytes out of this
+    /// server's memory (it proved it can in its handshake); otherwise as `GmemRead`.
+    pub fn gmem_lease(
+        &self,
+        session: &mut crate::service::Session,
+        range: BlockRange,
+        reply_data: &mut Vec<u8>,
+    ) -> Result<Response, Errno> {
+        self.gmem.check(&range)?;
+        if session.client_memory.is_none() {
+            self.gmem_read(range, reply_data)?;
+            return Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: None }));
+        }
+        let mut shared = None;
+        self.gmem.memory.access(range.array, range.block, Access::Lease { into: &mut shared })?;
+        throttle::pass(self.gmem.network.as_ref(), u64::from(range.len));
+        let Some(buffer) = shared else {
+            // Never written: zeros, sent inline.
+            reply_data.resize(range.len as usize, 0);
+            return Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: None }));
+        };
+        let lease_id = session.next_lease_id;
+        session.next_lease_id += 1;
+        let lease = Lease { id: lease_id, address: buffer.as_ptr() as u64 + u64::from(range.offset), stored: u64::from(range.len) };
+        session.leases.insert(lease_id, buffer);
+        Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: Some(lease) }))
     }
 
     /// `GmemWrite` at the block's home: the bytes are the request's data section.
