@@ -4,7 +4,9 @@
 //!
 //! Transfers through one [`Throttle`] queue behind each other for its bandwidth (a token
 //! bucket that never saves tokens up), and each also waits the latency, which overlaps with
-//! other transfers (a device with a deep queue).
+//! other transfers (a device with a deep queue). Long waits sleep; the last 100–200 µs of a
+//! wait yield the CPU in a loop, as a thread's wake-up from sleep takes tens of
+//! microseconds here, more than a network latency to emulate.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -51,10 +53,43 @@ impl Throttle {
             *busy_until = start + self.model.transfer_time(bytes);
             *busy_until
         };
-        let until = done + self.model.latency;
+        wait_until(done + self.model.latency);
+    }
+}
+
+thread_local! {
+    static PRECISE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Makes this thread's sleeps end when asked (Linux lets a sleep run 50 µs late by default,
+/// the "timer slack", which would swamp an emulated latency of a few microseconds).
+fn precise_sleeps() {
+    PRECISE.with(|precise| {
+        if !precise.replace(true) {
+            // SAFETY: a plain prctl(2) on this thread.
+            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1u64, 0u64, 0u64, 0u64) };
+        }
+    });
+}
+
+/// Below this, a wait yields the CPU in a loop instead of sleeping: waking a sleeping
+/// thread takes tens of microseconds under a hypervisor, more than the latencies emulated.
+const SHORTEST_SLEEP: Duration = Duration::from_micros(200);
+
+/// Waits until `until`: sleeping while far from it, then yielding the CPU (which costs
+/// nothing when another thread wants it).
+fn wait_until(until: Instant) {
+    loop {
         let now = Instant::now();
-        if until > now {
-            std::thread::sleep(until - now);
+        if now >= until {
+            return;
+        }
+        let left = until - now;
+        if left > SHORTEST_SLEEP {
+            precise_sleeps();
+            std::thread::sleep(left - SHORTEST_SLEEP / 2);
+        } else {
+            std::thread::yield_now();
         }
     }
 }
