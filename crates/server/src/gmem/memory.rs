@@ -208,9 +208,19 @@ impl GlobalMemory {
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// An array with blocks of `block_size` bytes is homed (partly) here.
-    pub fn define(&self, array: u64, block_size: u32) {
-        self.table().arrays.insert(array, block_size);
+    /// An array with blocks of `block_size` bytes is homed (partly) here. Defining it again
+    /// changes nothing; with another block size it is EEXIST (an array's blocks never change
+    /// size).
+    pub fn define(&self, array: u64, block_size: u32) -> Result<(), Errno> {
+        let mut table = self.table();
+        match table.arrays.get(&array) {
+            Some(known) if *known != block_size => Err(Errno::EEXIST),
+            Some(_) => Ok(()),
+            None => {
+                table.arrays.insert(array, block_size);
+                Ok(())
+            }
+        }
     }
 
     /// Whether `array` is held here, with its block size.
@@ -237,6 +247,7 @@ impl GlobalMemory {
                     Residence::Ssd => {}
                 }
             }
+            Self::debug_check(table);
         }
         if let Some(file) = self.spill_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&array) {
             let _ = std::fs::remove_file(&file.path);
@@ -302,6 +313,7 @@ impl GlobalMemory {
     /// Looks at the block under the table's lock and decides.
     fn next_step(&self, key: BlockKey, block_size: usize, changes: bool) -> Step {
         let mut table = self.table();
+        Self::debug_check(&table);
         if !table.arrays.contains_key(&key.0) {
             // Dropped meanwhile: the access finds zeros (its caller's array is gone).
             return Step::Zeros;
@@ -447,6 +459,28 @@ impl GlobalMemory {
         })
     }
 
+    /// The table's invariant (see the module doc), checked in debug builds.
+    fn debug_check(table: &Table) {
+        if cfg!(debug_assertions) {
+            let mut counted = 0;
+            let mut resident = 0;
+            for (key, slot) in &table.blocks {
+                let size = u64::from(table.arrays.get(&key.0).copied().unwrap_or(0));
+                match slot.residence {
+                    Residence::Dram(_) => {
+                        counted += size;
+                        resident += 1;
+                        debug_assert_eq!(table.lru.get(&slot.last_use), Some(key), "a resident block is in the LRU order");
+                    }
+                    Residence::Moving => counted += size,
+                    Residence::Ssd => {}
+                }
+            }
+            debug_assert_eq!(table.dram_used, counted, "dram_used counts the resident and moving blocks");
+            debug_assert_eq!(table.lru.len(), resident, "the LRU order holds the resident blocks only");
+        }
+    }
+
     fn unpin(&self, key: BlockKey) {
         if let Some(slot) = self.table().blocks.get_mut(&key) {
             slot.pins -= 1;
@@ -587,7 +621,7 @@ mod tests {
     #[test]
     fn blocks_spill_past_the_budget_and_read_back_exact() {
         let memory = memory(2, "spill");
-        memory.define(1, 4096);
+        memory.define(1, 4096).unwrap();
         assert_eq!(read(&memory, 7, 0, 16), vec![0; 16], "never written: zeros, nothing stored");
         assert_eq!(memory.stats().dram_bytes, 0);
         for block in 0..10u64 {
@@ -616,7 +650,7 @@ mod tests {
     #[test]
     fn a_leased_block_keeps_its_bytes_while_writes_go_to_a_copy() {
         let memory = memory(4, "lease");
-        memory.define(1, 4096);
+        memory.define(1, 4096).unwrap();
         let mut lease = None;
         memory.access(1, 0, Access::Lease { into: &mut lease }).unwrap();
         assert!(lease.is_none(), "a block never written is not lent (zeros)");
@@ -634,7 +668,7 @@ mod tests {
     #[test]
     fn concurrent_accesses_through_constant_eviction_lose_nothing() {
         let memory = memory(3, "storm");
-        memory.define(1, 4096);
+        memory.define(1, 4096).unwrap();
         std::thread::scope(|scope| {
             for thread in 0..4u64 {
                 let memory = &memory;

@@ -215,7 +215,7 @@ impl ServerState {
         if layout.block_size == 0 || layout.block_size > MAX_BLOCK_SIZE {
             return Err(Errno::EINVAL);
         }
-        self.gmem.memory.define(layout.array, layout.block_size);
+        self.gmem.memory.define(layout.array, layout.block_size)?;
         self.gmem.arrays().insert(layout.array, layout);
         Ok(Response::Done)
     }
