@@ -25,6 +25,7 @@
 pub mod access;
 pub mod attr;
 pub mod codec;
+pub mod coherence;
 mod errno;
 pub mod frame;
 pub mod gmem;
