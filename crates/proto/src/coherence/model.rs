@@ -163,13 +163,8 @@ impl World {
         let mut replies = Vec::new();
         let mut forwarded = None;
         for step in &plan.steps {
-            let (holder, change): (usize, Box<dyn Fn(CacheState) -> (CacheState, bool)>) = match *step {
-                Step::Forward { holder, exclusive, .. } => {
-                    (holder as usize, Box::new(move |had| (on_forward(had, exclusive).unwrap_or(CacheState::Invalid), false)))
-                }
-                Step::Invalidate { holder, write_back, keep_shared } => {
-                    (holder as usize, Box::new(move |had| on_invalidate(had, write_back, keep_shared)))
-                }
+            let holder = match *step {
+                Step::Forward { holder, .. } | Step::Invalidate { holder, .. } => holder as usize,
             };
             let slot = if entry.evicting[holder].is_some() { &mut entry.evicting[holder] } else { &mut entry.copies[holder] };
             let had = slot.map_or(CacheState::Invalid, |(state, _)| state);
@@ -178,7 +173,10 @@ impl World {
             if matches!(step, Step::Forward { .. }) {
                 forwarded = Some(value);
             }
-            let (kept, sends_home) = change(had);
+            let (kept, sends_home) = match *step {
+                Step::Forward { exclusive, .. } => (on_forward(had, exclusive).unwrap_or(CacheState::Invalid), false),
+                Step::Invalidate { write_back, keep_shared, .. } => on_invalidate(had, write_back, keep_shared),
+            };
             if sends_home {
                 entry.memory = value;
             }
