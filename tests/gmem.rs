@@ -60,6 +60,9 @@ fn rank_main() {
         "spill" => spill(&world),
         "errors" => errors(&world),
         "dead-home" => dead_home(&world),
+        "storm" => storm(&world),
+        "monotonic" => monotonic(&world),
+        "turns" => turns(&world),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -251,6 +254,169 @@ fn dead_home(world: &World) {
     assert!(failed > 0 && served > 0, "failed {failed}, served {served}");
 }
 
+/// A small deterministic generator (the same on every rank for the same seed).
+struct Mix(u64);
+
+impl Mix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+/// Phases of writes by every rank to random parts of a small array (pieces of blocks other
+/// ranks write too, whole blocks, ranges across blocks), each followed by a barrier and reads
+/// of random ranges checked against a model every rank keeps (the same plan from the same
+/// seed). Reads of parts nobody writes in a phase run during the writes. With a cache of
+/// 1-4 blocks this is a storm of evictions, upgrades, forwards and invalidations; caching on
+/// or off, cooperative or not, the bytes read must be the model's.
+fn storm(world: &World) {
+    let (rank, ranks) = (u64::from(world.rank()), u64::from(world.ranks()));
+    let seed: u64 = std::env::var("RINGFS_GMEM_TEST_SEED").map_or(1, |seed| seed.parse().unwrap());
+    const BLOCK: u64 = 4096;
+    const BLOCKS: u64 = 12;
+    const SEGMENT: u64 = 512;
+    let len = BLOCK * BLOCKS - 100; // a partial last block
+    let array = world.alloc(len, Distribution::Cyclic(1), BLOCK as u32).unwrap();
+    let mut model = vec![0u8; len as usize];
+    let segments = len.div_ceil(SEGMENT);
+    for phase in 0..24u64 {
+        let mut plan = Mix(seed * 1000 + phase);
+        // Who writes each segment this phase (ranks: a writer; `ranks`: nobody).
+        let whole_blocks = plan.below(3) == 0;
+        let writers: Vec<u64> = if whole_blocks {
+            let per_block: Vec<u64> = (0..BLOCKS).map(|_| plan.below(ranks + 1)).collect();
+            (0..segments).map(|segment| per_block[(segment * SEGMENT / BLOCK) as usize]).collect()
+        } else {
+            (0..segments).map(|_| plan.below(ranks + 1)).collect()
+        };
+        let value = |segment: u64| (phase * 31 + segment * 7 + 1) as u8;
+        // This rank's writes: its runs of consecutive segments, in a shuffled order.
+        let mut runs = Vec::new();
+        let mut segment = 0;
+        while segment < segments {
+            let end = (segment..segments).find(|next| writers[*next as usize] != writers[segment as usize]).unwrap_or(segments);
+            if writers[segment as usize] == rank {
+                runs.push((segment, end));
+            }
+            segment = end;
+        }
+        let mut order = Mix(seed ^ (rank << 32) ^ phase);
+        for index in (1..runs.len()).rev() {
+            runs.swap(index, order.below(index as u64 + 1) as usize);
+        }
+        let quiet: Vec<u64> = (0..segments).filter(|segment| writers[*segment as usize] == ranks).collect();
+        for (start, end) in runs {
+            let from = start * SEGMENT;
+            let to = (end * SEGMENT).min(len);
+            let bytes: Vec<u8> = (from..to).map(|at| value(at / SEGMENT) ^ (at as u8)).collect();
+            array.put(from, &bytes).unwrap();
+            // Meanwhile, a part nobody writes this phase reads as before.
+            if let Some(segment) = quiet.get(order.below(quiet.len().max(1) as u64) as usize) {
+                let at = segment * SEGMENT;
+                let mut read = vec![0u8; (SEGMENT.min(len - at)) as usize];
+                array.get(at, &mut read).unwrap();
+                assert_eq!(read, model[at as usize..at as usize + read.len()], "phase {phase}: quiet segment {segment} during writes");
+            }
+        }
+        for segment in 0..segments {
+            if writers[segment as usize] < ranks {
+                for at in segment * SEGMENT..((segment + 1) * SEGMENT).min(len) {
+                    model[at as usize] = value(segment) ^ (at as u8);
+                }
+            }
+        }
+        world.barrier().unwrap();
+        for _ in 0..20 {
+            let at = order.below(len);
+            let size = 1 + order.below((len - at).min(3 * BLOCK));
+            let mut read = vec![0u8; size as usize];
+            array.get(at, &mut read).unwrap();
+            if read[..] != model[at as usize..(at + size) as usize] {
+                let first = read.iter().zip(&model[at as usize..]).position(|(a, b)| a != b).unwrap();
+                panic!(
+                    "phase {phase}: rank {rank} read {size} bytes at {at}: byte {} is {} not {}",
+                    at + first as u64,
+                    read[first],
+                    model[at as usize + first]
+                );
+            }
+        }
+        world.barrier().unwrap();
+    }
+    println!("stats {:?}", world.cache_stats());
+}
+
+/// Rank 0 writes 1, 2, 3… to a word while the others read it: no reader ever sees the value
+/// go back (a read returns the last completed write or a later one).
+fn monotonic(world: &World) {
+    let array = world.alloc(3 * 4096, Distribution::Cyclic(1), 4096).unwrap();
+    const LAST: u64 = 2000;
+    world.barrier().unwrap();
+    if world.rank() == 0 {
+        for value in 1..=LAST {
+            array.put(4096 + 8, &value.to_le_bytes()).unwrap();
+            // A second word in another block, written after: whoever sees it sees the first.
+            array.put(2 * 4096, &value.to_le_bytes()).unwrap();
+        }
+    } else {
+        let mut seen = 0;
+        while seen < LAST {
+            let mut later = [0u8; 8];
+            array.get(2 * 4096, &mut later).unwrap();
+            let later = u64::from_le_bytes(later);
+            let mut word = [0u8; 8];
+            array.get(4096 + 8, &mut word).unwrap();
+            let value = u64::from_le_bytes(word);
+            assert!(value >= seen, "the word went back from {seen} to {value}");
+            assert!(value >= later, "the second word ({later}) was seen before the first ({value})");
+            seen = value;
+        }
+    }
+    world.barrier().unwrap();
+}
+
+/// The ranks read one array in turns (barriers between): with a cache and cooperation, every
+/// rank after the first gets every block from the one before it; without cooperation,
+/// every rank gets them from the homes.
+fn turns(world: &World) {
+    let (rank, ranks) = (world.rank(), world.ranks());
+    let len = 64 * 4096u64;
+    let array = world.alloc(len, Distribution::Cyclic(1), 4096).unwrap();
+    if rank == 0 {
+        let bytes: Vec<u8> = (0..len).map(|at| (at % 251) as u8).collect();
+        array.put(0, &bytes).unwrap();
+    }
+    world.barrier().unwrap();
+    let before = world.cache_stats().expect("a cache");
+    for turn in 0..ranks {
+        if turn == rank && rank != 0 {
+            let mut bytes = vec![0u8; len as usize];
+            array.get(0, &mut bytes).unwrap();
+            assert!(bytes.iter().enumerate().all(|(at, byte)| *byte == (at % 251) as u8));
+        }
+        world.barrier().unwrap();
+    }
+    let after = world.cache_stats().unwrap();
+    let (from_peers, from_homes) = (after.bytes_from_peers - before.bytes_from_peers, after.bytes_from_homes - before.bytes_from_homes);
+    let cooperative = std::env::var("RINGFS_GMEM_COOP").as_deref() != Ok("0");
+    if rank != 0 {
+        if cooperative {
+            assert_eq!((from_peers, from_homes), (len, 0), "rank {rank}: every block from a peer");
+        } else {
+            assert_eq!((from_peers, from_homes), (0, len), "rank {rank}: every block from its home");
+        }
+    }
+    world.barrier().unwrap();
+}
+
 fn gmem_cluster(servers: usize, extra: &[&str]) -> TestCluster {
     let mut extra_args: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
     extra_args.extend(["--gmem-dram".into(), "64M".into()]);
@@ -330,4 +496,55 @@ fn a_killed_home_gives_eio_not_a_hang() {
     std::fs::write(&killed, cluster.name(2)).unwrap();
     let output = child.wait_with_output().unwrap();
     assert_all_succeeded(&[output], "a dead home");
+}
+
+/// The environment of ranks caching `bytes` of blocks, cooperatively or not.
+fn cached(bytes: &'static str, cooperative: bool) -> Vec<(&'static str, &'static str)> {
+    vec![("RINGFS_GMEM_CACHE", bytes), ("RINGFS_GMEM_COOP", if cooperative { "1" } else { "0" })]
+}
+
+#[test]
+fn with_caches_every_scenario_gives_the_same_results() {
+    let cluster = gmem_cluster(2, &[]);
+    for cooperative in [true, false] {
+        let env = cached("64K", cooperative);
+        assert_all_succeeded(&run_ranks(&cluster, "exchange", 4, &env), "exchange, cached");
+        assert_all_succeeded(&run_ranks(&cluster, "nonblocking", 3, &cached("256K", cooperative)), "non-blocking, cached");
+        assert_all_succeeded(&run_ranks(&cluster, "atomics", 3, &env), "atomics, cached");
+        assert_all_succeeded(&run_ranks(&cluster, "errors", 2, &env), "errors, cached");
+        assert_all_succeeded(&run_ranks(&cluster, "monotonic", 3, &cached("8K", cooperative)), "monotonic reads, cached");
+    }
+}
+
+#[test]
+fn eviction_storms_in_tiny_caches_read_exactly_what_was_written() {
+    let cluster = gmem_cluster(2, &[]);
+    for (seed, bytes, cooperative, ranks) in
+        [(1, "4K", true, 4), (2, "4K", false, 4), (3, "16K", true, 3), (4, "16K", false, 3), (5, "12K", true, 2), (6, "0", true, 3)]
+    {
+        let seed_text = seed.to_string();
+        let mut env = cached(bytes, cooperative);
+        env.push(("RINGFS_GMEM_TEST_SEED", Box::leak(seed_text.into_boxed_str())));
+        assert_all_succeeded(
+            &run_ranks(&cluster, "storm", ranks, &env),
+            &format!("storm seed {seed}, cache {bytes}, cooperative {cooperative}"),
+        );
+    }
+}
+
+#[test]
+fn cooperative_caches_serve_each_other_and_without_cooperation_homes_serve() {
+    let cluster = gmem_cluster(2, &[]);
+    assert_all_succeeded(&run_ranks(&cluster, "turns", 4, &cached("1M", true)), "turns, cooperative");
+    assert_all_succeeded(&run_ranks(&cluster, "turns", 4, &cached("1M", false)), "turns, home-served");
+}
+
+#[test]
+fn a_cached_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
+    let cluster =
+        TestCluster::with_options(ClusterOptions { extra_args: vec!["--gmem-dram".into(), "2M".into()], ..ClusterOptions::new(2) });
+    let bytes = (16u64 << 20).to_string();
+    let mut env = cached("1M", true);
+    env.push(("RINGFS_GMEM_TEST_BYTES", Box::leak(bytes.into_boxed_str())));
+    assert_all_succeeded(&run_ranks(&cluster, "spill", 2, &env), "spill, cached");
 }

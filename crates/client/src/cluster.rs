@@ -151,6 +151,11 @@ impl Cluster {
         owner.clone()
     }
 
+    /// The settings of this cluster's connections.
+    pub fn connection_config(&self) -> ConnectionConfig {
+        self.config.clone()
+    }
+
     /// The deadline of every request.
     pub fn timeout(&self) -> Duration {
         self.config.timeout

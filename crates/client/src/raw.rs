@@ -18,6 +18,12 @@ impl Client {
         cluster.connection(&member)
     }
 
+    /// The settings of this client's connections (the job's secret, the request deadline),
+    /// for connections to peers that are not servers (the global memory's rank caches).
+    pub fn connection_config(&self) -> ringfs_rpc::ConnectionConfig {
+        self.inner.cluster.connection_config()
+    }
+
     /// Waits for `call`, started on `connection`: an error answer or a transport failure
     /// becomes an errno, and the member list follows what the server reports.
     pub fn finish_call(&self, connection: &Connection, call: std::result::Result<PendingCall<'_>, ringfs_rpc::RpcError>) -> Result<Reply> {

@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CompareSwap, GmemAtomic};
+use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CacheMode, CompareSwap, GmemAtomic};
 use ringfs_proto::{Errno, ReadReply, Request, Response};
 
 use crate::Result;
+use crate::cache::{BlockCache, Use};
 use crate::pending::{GetHandle, PutHandle};
 use crate::world::{World, home_index};
 
@@ -77,6 +78,10 @@ impl GlobalArray {
         &self.layout.homes[home_index(&self.layout, offset / u64::from(self.layout.block_size))]
     }
 
+    pub(crate) fn layout(&self) -> Arc<ArrayLayout> {
+        self.layout.clone()
+    }
+
     pub(crate) fn mark_freed(&self) {
         self.freed.store(true, Ordering::Release);
     }
@@ -111,12 +116,51 @@ impl GlobalArray {
         BlockRange { array: self.layout.array, block: piece.block, offset: piece.offset, len: piece.len }
     }
 
+    /// This rank's cache, if the array is cached.
+    fn cache(&self) -> Option<&BlockCache> {
+        self.world.inner.cache.as_ref().filter(|_| self.layout.cache != CacheMode::Uncached)
+    }
+
+    /// Runs `op` on a block in this rank's cache (fetching it if needed), then fetches the
+    /// next blocks ahead when the accesses are sequential.
+    fn through_cache(&self, cache: &BlockCache, block: u64, usage: Use, op: &mut dyn FnMut(&mut [u8])) -> Result<()> {
+        let inner = &self.world.inner;
+        let send = |home: &str, request: &Request, data: &[u8]| inner.call(home, request, data);
+        cache.access(&self.layout, block, usage, &send, op)?;
+        for ahead in cache.prefetch_after(&self.layout, block) {
+            let array = self.clone();
+            inner.pool.spawn(move || {
+                if let Some(cache) = array.cache() {
+                    let inner = &array.world.inner;
+                    let send = |home: &str, request: &Request, data: &[u8]| inner.call(home, request, data);
+                    let _ = cache.access(&array.layout, ahead, Use::Read, &send, &mut |_| {});
+                }
+            });
+        }
+        Ok(())
+    }
+
     /// Reads each `(array offset, destination)` segment, all pieces at once. From a home on
     /// this host, pieces of [`LEASE_THRESHOLD`] bytes or more are *leased*: the home lends
     /// the block's bytes and they are copied straight out of its memory (one copy, no
     /// socket).
     fn read_segments(&self, segments: Vec<(u64, &mut [u8])>) -> Result<()> {
         let inner = &self.world.inner;
+        if let Some(cache) = self.cache() {
+            for (offset, destination) in segments {
+                self.check(offset, destination.len() as u64)?;
+                let mut rest = destination;
+                for piece in self.pieces(offset, rest.len() as u64) {
+                    let (into, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
+                    rest = tail;
+                    let start = piece.offset as usize;
+                    self.through_cache(cache, piece.block, Use::Read, &mut |block| {
+                        into.copy_from_slice(&block[start..start + into.len()])
+                    })?;
+                }
+            }
+            return Ok(());
+        }
         let mut work = Vec::new();
         for (offset, destination) in segments {
             self.check(offset, destination.len() as u64)?;
@@ -175,6 +219,20 @@ impl GlobalArray {
     /// Writes each `(array offset, source)` segment, all pieces at once.
     fn write_segments(&self, segments: Vec<(u64, &[u8])>) -> Result<()> {
         let inner = &self.world.inner;
+        if let Some(cache) = self.cache() {
+            for (offset, source) in segments {
+                self.check(offset, source.len() as u64)?;
+                let mut rest = source;
+                for piece in self.pieces(offset, rest.len() as u64) {
+                    let (from, tail) = rest.split_at(piece.len as usize);
+                    rest = tail;
+                    let usage = if piece.offset == 0 && piece.len == self.layout.block_size { Use::Overwrite } else { Use::Write };
+                    let start = piece.offset as usize;
+                    self.through_cache(cache, piece.block, usage, &mut |block| block[start..start + from.len()].copy_from_slice(from))?;
+                }
+            }
+            return Ok(());
+        }
         let mut work = Vec::new();
         for (offset, source) in segments {
             self.check(offset, source.len() as u64)?;
@@ -313,6 +371,17 @@ impl GlobalArray {
             return Err(Errno::EINVAL);
         }
         let piece = self.pieces(offset, 8)[0];
+        if let Some(cache) = self.cache() {
+            // The word is changed in this rank's exclusive copy of the block.
+            let mut old = 0;
+            let start = piece.offset as usize;
+            self.through_cache(cache, piece.block, Use::Write, &mut |block| {
+                let word = &mut block[start..start + 8];
+                old = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                word.copy_from_slice(&op.apply(old).to_le_bytes());
+            })?;
+            return Ok(old);
+        }
         let home = &self.layout.homes[home_index(&self.layout, piece.block)];
         match self.world.inner.call(home, &Request::GmemAtomic(GmemAtomic { at: self.range(piece), op }), &[])?.response {
             Response::Count(old) => Ok(old),

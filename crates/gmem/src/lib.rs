@@ -25,12 +25,14 @@
 //! ```
 
 mod array;
+mod cache;
 mod pending;
 mod ranks;
 mod typed;
 mod world;
 
 pub use array::{GlobalArray, Tile};
+pub use cache::{CacheConfig, CacheStats};
 pub use pending::{GetHandle, PutHandle};
 pub use ranks::{RankIdentity, identity_from_env};
 pub use ringfs_proto::Errno;

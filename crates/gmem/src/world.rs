@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ringfs_client::Client;
-use ringfs_proto::gmem::{ArrayLayout, Distribution, GmemAlloc, GmemBarrier, GmemFree};
+use ringfs_proto::gmem::{ArrayLayout, CacheMode, Distribution, GmemAlloc, GmemBarrier, GmemFree};
 use ringfs_proto::{Errno, Request, Response};
 use ringfs_rpc::Connection;
 
 use crate::Result;
 use crate::array::GlobalArray;
+use crate::cache::{BlockCache, CacheConfig, CacheStats};
 use crate::pending::{Implicit, Pool};
 use crate::ranks::{RankIdentity, identity_from_env};
 
@@ -36,6 +37,8 @@ pub(crate) struct WorldInner {
     pub pool: Pool,
     pub implicit: Arc<Implicit>,
     connections: Mutex<HashMap<String, Arc<Connection>>>,
+    /// This rank's block cache (arrays are cached when it exists).
+    pub cache: Option<BlockCache>,
 }
 
 impl World {
@@ -49,12 +52,25 @@ impl World {
         World::with_client(client, identity_from_env()?)
     }
 
-    /// A world over an existing client, as rank `identity.rank` of `identity.ranks`.
+    /// A world over an existing client, as rank `identity.rank` of `identity.ranks`, caching
+    /// as the environment says ([`CacheConfig::from_env`]).
     pub fn with_client(client: Client, identity: RankIdentity) -> Result<World> {
+        World::with_cache(client, identity, CacheConfig::from_env()?)
+    }
+
+    /// A world caching blocks as `cache` says (every rank of a job must say the same).
+    pub fn with_cache(client: Client, identity: RankIdentity, cache: CacheConfig) -> Result<World> {
         if identity.ranks == 0 || identity.rank >= identity.ranks {
             return Err(Errno::EINVAL);
         }
         let coordinator = client.server_for_key(&format!("/.ringfs-gmem/{:016x}", identity.job));
+        let cache = if cache.mode() == CacheMode::Uncached {
+            None
+        } else {
+            let members = client.members();
+            let address = members.members.iter().find(|member| member.name == coordinator).map(|member| member.tcp_address.clone());
+            Some(BlockCache::start(cache, identity.rank, client.connection_config(), &address.unwrap_or_default())?)
+        };
         Ok(World {
             inner: Arc::new(WorldInner {
                 client,
@@ -65,6 +81,7 @@ impl World {
                 pool: Pool::new(WORKERS),
                 implicit: Arc::default(),
                 connections: Mutex::new(HashMap::new()),
+                cache,
             }),
         })
     }
@@ -97,9 +114,17 @@ impl World {
             len,
             block_size,
             distribution,
+            cache: self.inner.cache.as_ref().map_or(CacheMode::Uncached, |cache| cache.config.mode()),
+            endpoint: self.inner.cache.as_ref().map_or_else(String::new, |cache| cache.endpoint().to_string()),
         });
         match self.inner.until_everyone(&request)? {
-            Response::GmemArray(layout) => Ok(GlobalArray::new(self.clone(), layout)),
+            Response::GmemArray(layout) => {
+                let array = GlobalArray::new(self.clone(), layout);
+                if let Some(cache) = &self.inner.cache {
+                    cache.add_array(array.layout());
+                }
+                Ok(array)
+            }
             _ => Err(Errno::EPROTO),
         }
     }
@@ -109,6 +134,9 @@ impl World {
     pub fn free(&self, array: &GlobalArray) -> Result<()> {
         self.quiet()?;
         array.mark_freed();
+        if let Some(cache) = &self.inner.cache {
+            cache.drop_array(array.id());
+        }
         let identity = self.inner.identity;
         let request = Request::GmemFree(GmemFree { job: identity.job, array: array.id(), rank: identity.rank, ranks: identity.ranks });
         self.inner.call(&self.inner.coordinator, &request, &[]).map(drop)
@@ -124,6 +152,24 @@ impl World {
         self.inner.until_everyone(&request).map(drop)
     }
 
+    /// Writes this rank's dirty cached blocks back to their homes and empties its cache
+    /// (after completing its implicit operations). Nothing else needs it: other ranks see
+    /// cached writes anyway; it makes a measurement start cold, or the homes hold every
+    /// byte before a rank leaves.
+    pub fn flush_cache(&self) -> Result<()> {
+        self.quiet()?;
+        if let Some(cache) = &self.inner.cache {
+            let inner = &self.inner;
+            cache.flush(&|home: &str, request: &Request, data: &[u8]| inner.call(home, request, data));
+        }
+        Ok(())
+    }
+
+    /// What this rank's block cache did, if it has one.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.inner.cache.as_ref().map(BlockCache::stats)
+    }
+
     /// Waits until every implicit (`_nbi`) operation of this rank is complete; the first
     /// error among them, if any.
     pub fn quiet(&self) -> Result<()> {
@@ -134,6 +180,15 @@ impl World {
     /// after. (Implemented as [`World::quiet`].)
     pub fn fence(&self) -> Result<()> {
         self.quiet()
+    }
+}
+
+impl Drop for WorldInner {
+    /// A rank leaving writes its dirty blocks back, so that ranks still running find them.
+    fn drop(&mut self) {
+        if let Some(cache) = &self.cache {
+            cache.flush(&|home: &str, request: &Request, data: &[u8]| self.call(home, request, data));
+        }
     }
 }
 
@@ -194,7 +249,15 @@ mod tests {
     use super::*;
 
     fn layout(len: u64, distribution: Distribution, homes: usize) -> ArrayLayout {
-        ArrayLayout { array: 7, len, block_size: 4096, distribution, homes: (0..homes).map(|home| format!("s{home}")).collect() }
+        ArrayLayout {
+            array: 7,
+            len,
+            block_size: 4096,
+            distribution,
+            homes: (0..homes).map(|home| format!("s{home}")).collect(),
+            cache: CacheMode::Uncached,
+            nodes: Vec::new(),
+        }
     }
 
     #[test]

@@ -22,6 +22,20 @@ wire_enum! {
     }
 }
 
+wire_enum! {
+    /// Whether the ranks cache an array's blocks (every rank of a job says the same).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum CacheMode {
+        /// Every access goes to the block's home.
+        0 => Uncached,
+        /// Ranks cache blocks, kept coherent by the homes' directories; a rank holding a
+        /// copy serves the next reader (cooperative caching).
+        1 => Cooperative,
+        /// Ranks cache blocks, but only homes serve data (the baseline of cooperation).
+        2 => HomeServed,
+    }
+}
+
 /// `GmemAlloc`, from every rank of a job to its coordinator: the `sequence`-th collective
 /// allocation of the job. Answered with `GmemArray` once every rank has asked (EAGAIN
 /// before: the rank asks again).
@@ -36,8 +50,11 @@ pub struct GmemAlloc {
     pub len: u64,
     pub block_size: u32,
     pub distribution: Distribution,
+    pub cache: CacheMode,
+    /// Where the rank's cache answers homes and other ranks (empty without a cache).
+    pub endpoint: String,
 }
-wire_struct!(GmemAlloc { job, sequence, rank, ranks, host_id, len, block_size, distribution });
+wire_struct!(GmemAlloc { job, sequence, rank, ranks, host_id, len, block_size, distribution, cache, endpoint });
 
 /// What every rank and every home knows of an array.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,8 +66,74 @@ pub struct ArrayLayout {
     /// Block and Cyclic: the server homing each rank's part, by rank. Hashed: the servers
     /// blocks are spread over.
     pub homes: Vec<String>,
+    pub cache: CacheMode,
+    /// With a cache: each rank's endpoint, by rank.
+    pub nodes: Vec<String>,
 }
-wire_struct!(ArrayLayout { array, len, block_size, distribution, homes });
+wire_struct!(ArrayLayout { array, len, block_size, distribution, homes, cache, nodes });
+
+/// `CoGet`, from a rank's cache to a block's home: the rank needs a copy it may read (or,
+/// `exclusive`, write; `full_write`: it overwrites the whole block, no data needed).
+/// Answered with `CoGrant`, the block's bytes in the data section when the home sends them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoGet {
+    pub array: u64,
+    pub block: u64,
+    pub rank: u32,
+    pub exclusive: bool,
+    pub full_write: bool,
+}
+wire_struct!(CoGet { array, block, rank, exclusive, full_write });
+
+/// What a rank's cache gets: its state (`coherence::CacheState` code) and where the data
+/// came from: 0 the home (in the data section), 1 another rank (delivered by `CoFill`
+/// before this answer), 2 its own copy, 3 none (a full write).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoGrant {
+    pub state: u8,
+    pub source: u8,
+}
+wire_struct!(CoGrant { state, source });
+
+/// `CoPut`: a rank drops its copy of a block (with the bytes in the data section when
+/// `dirty`). Answered `Done`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoPut {
+    pub array: u64,
+    pub block: u64,
+    pub rank: u32,
+    pub dirty: bool,
+}
+wire_struct!(CoPut { array, block, rank, dirty });
+
+/// `CoForward`, from a home to a rank holding a block: send your copy to rank `requester`
+/// (`CoFill`), then keep the state the protocol says. Answered with `Count`: the state the
+/// copy had (`Invalid`: none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoForward {
+    pub array: u64,
+    pub block: u64,
+    pub requester: u32,
+    pub exclusive: bool,
+    /// The state the home's directory records for the holder (E for E or M): a holder
+    /// whose own grant for the block is still on its way waits for it before answering.
+    pub expected: u8,
+}
+wire_struct!(CoForward { array, block, requester, exclusive, expected });
+
+/// `CoInvalidate`, from a home to a rank holding a block: drop the copy (or keep it as S
+/// with `keep_shared`); with `write_back`, send it in the answer's data section if dirty.
+/// Answered with `Count`: the state the copy had.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoInvalidate {
+    pub array: u64,
+    pub block: u64,
+    pub write_back: bool,
+    pub keep_shared: bool,
+    /// As in [`CoForward`].
+    pub expected: u8,
+}
+wire_struct!(CoInvalidate { array, block, write_back, keep_shared, expected });
 
 /// A byte range inside one block of an array.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +159,17 @@ wire_enum! {
     pub enum AtomicOp {
         0 => FetchAdd(u64),
         1 => CompareSwap(CompareSwap),
+    }
+}
+
+impl AtomicOp {
+    /// The word after `op` on `value`.
+    pub fn apply(self, value: u64) -> u64 {
+        match self {
+            AtomicOp::FetchAdd(add) => value.wrapping_add(add),
+            AtomicOp::CompareSwap(swap) if swap.expected == value => swap.new,
+            AtomicOp::CompareSwap(_) => value,
+        }
     }
 }
 
@@ -116,3 +210,11 @@ pub struct GmemFree {
     pub ranks: u32,
 }
 wire_struct!(GmemFree { job, array, rank, ranks });
+
+/// One block of an array (`CoFill`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrayBlock {
+    pub array: u64,
+    pub block: u64,
+}
+wire_struct!(ArrayBlock { array, block });

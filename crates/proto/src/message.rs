@@ -8,7 +8,10 @@
 use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
-use crate::gmem::{ArrayLayout, ArrayOnly, BlockRange, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
+use crate::gmem::{
+    ArrayBlock, ArrayLayout, ArrayOnly, BlockRange, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, GmemAlloc, GmemAtomic, GmemBarrier,
+    GmemFree,
+};
 use crate::id::{ChunkKey, FileId};
 use crate::wire::{Bytes, Wire};
 use crate::{Attr, Errno, wire_enum, wire_struct};
@@ -922,6 +925,15 @@ wire_enum! {
         /// Bytes of a block lent to a client on the server's host (answered `Read` with a
         /// lease, released like a read's; or with the bytes, as `GmemRead`, otherwise).
         78 => GmemLease(BlockRange),
+        /// The caches' coherence protocol (`coherence`): a rank's cache to a home.
+        79 => CoGet(CoGet),
+        80 => CoPut(CoPut),
+        /// A home to a rank's cache.
+        81 => CoForward(CoForward),
+        82 => CoInvalidate(CoInvalidate),
+        /// A rank's cache to another's: a block's bytes (the data section), forwarded on a
+        /// home's behalf. Answered `Done`.
+        83 => CoFill(ArrayBlock),
     }
 }
 
@@ -1066,7 +1078,12 @@ impl Request {
             | Request::GmemAtomic(_)
             | Request::GmemBarrier(_)
             | Request::GmemFree(_)
-            | Request::GmemLease(_) => Route::Here,
+            | Request::GmemLease(_)
+            | Request::CoGet(_)
+            | Request::CoPut(_)
+            | Request::CoForward(_)
+            | Request::CoInvalidate(_)
+            | Request::CoFill(_) => Route::Here,
         }
     }
 
@@ -1284,6 +1301,8 @@ wire_enum! {
         151 => LockHolder(Option<FileLock>),
         /// Result of `GmemAlloc`: the array.
         152 => GmemArray(ArrayLayout),
+        /// Result of `CoGet`.
+        153 => CoGrant(CoGrant),
     }
 }
 

@@ -481,6 +481,10 @@ impl ServerState {
             }
             Request::GmemRead(range) => self.gmem_read(range, reply_data),
             Request::GmemLease(range) => self.gmem_lease(session, range, reply_data),
+            Request::CoGet(get) => self.co_get(get, reply_data),
+            Request::CoPut(put) => self.co_put(put, data),
+            // Requests a rank's cache answers, not a server.
+            Request::CoForward(_) | Request::CoInvalidate(_) | Request::CoFill(_) => Err(Errno::EPROTO),
             Request::GmemWrite(range) => self.gmem_write(range, data),
             Request::GmemAtomic(atomic) => self.gmem_atomic(atomic),
             // Extended attributes, at the inode's server.

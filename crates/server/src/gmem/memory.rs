@@ -155,12 +155,7 @@ impl Access<'_> {
                 let word = &mut bytes[*offset..*offset + 8];
                 let value = u64::from_le_bytes(word.try_into().expect("8 bytes"));
                 **old = value;
-                let new = match *op {
-                    ringfs_proto::gmem::AtomicOp::FetchAdd(add) => value.wrapping_add(add),
-                    ringfs_proto::gmem::AtomicOp::CompareSwap(swap) if swap.expected == value => swap.new,
-                    ringfs_proto::gmem::AtomicOp::CompareSwap(_) => value,
-                };
-                word.copy_from_slice(&new.to_le_bytes());
+                word.copy_from_slice(&op.apply(value).to_le_bytes());
             }
         }
     }

@@ -10,13 +10,14 @@
 //! rank's host (ranks of a host share its servers in turn), or to the servers in turn
 //! when its host has none.
 
+pub mod directory;
 pub mod memory;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::gmem::{ArrayLayout, ArrayOnly, BlockRange, Distribution, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
+use ringfs_proto::gmem::{ArrayLayout, ArrayOnly, BlockRange, CacheMode, Distribution, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
 use ringfs_proto::{Errno, Lease, ReadReply, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 
@@ -42,6 +43,8 @@ pub struct GmemConfig {
 struct PendingAlloc {
     first: GmemAlloc,
     hosts: BTreeMap<u32, u64>,
+    /// The ranks' cache endpoints.
+    endpoints: BTreeMap<u32, String>,
     layout: Option<ArrayLayout>,
     /// Ranks that received the layout: when all have, the entry goes.
     answered: BTreeSet<u32>,
@@ -64,7 +67,9 @@ pub struct Gmem {
     collectives: Mutex<Collectives>,
     /// Woken when a collective step completes.
     progress: Condvar,
-    network: Option<Throttle>,
+    pub(crate) network: Option<Throttle>,
+    /// Who caches which block (arrays the ranks cache).
+    pub(crate) directory: directory::Directory,
 }
 
 impl Gmem {
@@ -75,11 +80,17 @@ impl Gmem {
             collectives: Mutex::new(Collectives::default()),
             progress: Condvar::new(),
             network: config.network.map(Throttle::new),
+            directory: directory::Directory::default(),
         }
     }
 
     fn collectives(&self) -> MutexGuard<'_, Collectives> {
         self.collectives.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The layout of `array`, if it is known here.
+    pub fn layout(&self, array: u64) -> Option<ArrayLayout> {
+        self.arrays().get(&array).cloned()
     }
 
     fn arrays(&self) -> MutexGuard<'_, HashMap<u64, ArrayLayout>> {
@@ -111,6 +122,11 @@ impl Gmem {
         let end = start.checked_add(u64::from(range.offset) + u64::from(range.len)).ok_or(Errno::EFAULT)?;
         if range.offset.checked_add(range.len).is_none_or(|end| end > layout.block_size) || end > layout.len {
             return Err(Errno::EFAULT);
+        }
+        if layout.cache != CacheMode::Uncached {
+            // The ranks cache it: the home's memory may be older than a cached copy, and a
+            // write here would bypass the copies. Only the coherence requests reach it.
+            return Err(Errno::EINVAL);
         }
         Ok(())
     }
@@ -157,13 +173,13 @@ impl ServerState {
             let pending = collectives.allocs.entry(key).or_insert_with(|| PendingAlloc {
                 first: alloc.clone(),
                 hosts: BTreeMap::new(),
+                endpoints: BTreeMap::new(),
                 layout: None,
                 answered: BTreeSet::new(),
             });
             let first = &pending.first;
-            if (first.ranks, first.len, first.block_size, first.distribution)
-                != (alloc.ranks, alloc.len, alloc.block_size, alloc.distribution)
-            {
+            let shape = |alloc: &GmemAlloc| (alloc.ranks, alloc.len, alloc.block_size, alloc.distribution, alloc.cache);
+            if shape(first) != shape(&alloc) || (alloc.cache != CacheMode::Uncached && alloc.endpoint.is_empty()) {
                 log::warn!(
                     "global memory: rank {} of job {:x} asked for another array than rank {} did",
                     alloc.rank,
@@ -173,9 +189,11 @@ impl ServerState {
                 return Err(Errno::EINVAL);
             }
             pending.hosts.insert(alloc.rank, alloc.host_id);
-            (pending.hosts.len() as u32 == alloc.ranks && pending.layout.is_none()).then(|| (pending.first.clone(), pending.hosts.clone()))
+            pending.endpoints.insert(alloc.rank, alloc.endpoint.clone());
+            (pending.hosts.len() as u32 == alloc.ranks && pending.layout.is_none())
+                .then(|| (pending.first.clone(), pending.hosts.clone(), pending.endpoints.values().cloned().collect::<Vec<_>>()))
         };
-        if let Some((first, hosts)) = complete {
+        if let Some((first, hosts, endpoints)) = complete {
             // The last rank to arrive defines the array everywhere.
             let members = self.membership().list().members.clone();
             let layout = ArrayLayout {
@@ -184,6 +202,8 @@ impl ServerState {
                 block_size: first.block_size,
                 distribution: first.distribution,
                 homes: choose_homes(&first, &hosts, &members),
+                cache: first.cache,
+                nodes: if first.cache == CacheMode::Uncached { Vec::new() } else { endpoints },
             };
             let failed = self.broadcast(&Request::GmemDefine(layout.clone())).into_iter().find_map(Result::err);
             if let Some(errno) = failed {
@@ -223,6 +243,7 @@ impl ServerState {
     /// `GmemDrop`: an array is gone.
     pub fn gmem_drop(&self, array: ArrayOnly) -> Result<Response, Errno> {
         self.gmem.arrays().remove(&array.array);
+        self.gmem.directory.drop_array(array.array);
         self.gmem.memory.drop_array(array.array);
         Ok(Response::Done)
     }
@@ -365,11 +386,21 @@ mod tests {
     #[test]
     fn ranks_are_homed_by_a_server_of_their_host() {
         let members = [member("a", 1), member("b", 1), member("c", 2)];
-        let alloc =
-            GmemAlloc { job: 1, sequence: 1, rank: 0, ranks: 4, host_id: 1, len: 100, block_size: 4096, distribution: Distribution::Block };
+        let alloc = GmemAlloc {
+            job: 1,
+            sequence: 1,
+            rank: 0,
+            ranks: 4,
+            host_id: 1,
+            len: 100,
+            block_size: 4096,
+            distribution: Distribution::Block,
+            cache: CacheMode::Uncached,
+            endpoint: String::new(),
+        };
         let hosts: BTreeMap<u32, u64> = [(0, 1), (1, 1), (2, 2), (3, 9)].into_iter().collect();
         assert_eq!(choose_homes(&alloc, &hosts, &members), ["a", "b", "c", "a"], "rank 3's host has no server: by rank");
-        let hashed = GmemAlloc { distribution: Distribution::Hashed, ..alloc };
+        let hashed = GmemAlloc { distribution: Distribution::Hashed, ..alloc.clone() };
         assert_eq!(choose_homes(&hashed, &hosts, &members), ["a", "b", "c"]);
     }
 }

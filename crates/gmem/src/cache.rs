@@ -1,0 +1,717 @@
+//! A rank's cache of global blocks, kept coherent with every other rank's by the blocks'
+//! homes (MOESI with a Forward state; the rules are `ringfs_proto::coherence`, the homes'
+//! side `crates/server/src/gmem/directory.rs`).
+//!
+//! **One process, one cache.** Each rank process keeps its own cache (ranks of one node do
+//! not share one: that would need shared memory between processes and buys little when a
+//! node runs one rank, as the seed's runs did).
+//!
+//! **All state in one place.** Every frame — a block's state, bytes, and what is under way
+//! for it — lives in one table behind one lock, and the lock is never held across a message:
+//! - a *miss* marks its frame `Requesting` (later accesses of the block wait for it: misses
+//!   coalesce), asks the home (`CoGet`) without the lock, and installs the grant (the bytes
+//!   from the home's answer, or from the `CoFill` another rank sent before the grant, or its
+//!   own) — the access that missed runs on the frame in the same critical section as the
+//!   install, so a home's next request for the block always sees it done;
+//! - room is made before a request, never while one is under way: a victim chosen by CLOCK is
+//!   marked `Evicting`, its notice (`CoPut`, with the bytes if dirty) goes to its home, and
+//!   the frame stays until the home has it, so that a home asking about the block meanwhile
+//!   is answered from it;
+//! - the *endpoint* (an RPC server in the rank process) answers homes and other ranks:
+//!   `CoForward` (send the copy to a requester with `CoFill`, then keep the state the
+//!   protocol says), `CoInvalidate` (drop or downgrade, sending dirty bytes back), `CoFill`
+//!   (the bytes of a block this rank requested). A home's request names the state its
+//!   directory records for this rank; if this rank's own grant for the block is still on its
+//!   way (the state differs and a request is under way), the endpoint waits for the install.
+//!
+//! Accesses of blocks through the cache are atomic per block, as uncached ones are at the
+//! home.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::coherence::{CacheState, on_forward, on_invalidate};
+use ringfs_proto::gmem::{ArrayBlock, ArrayLayout, CacheMode, CoForward, CoGet, CoGrant, CoInvalidate, CoPut};
+use ringfs_proto::{Errno, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
+use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
+use ringfs_rpc::transport::{Listener, PeerIdentity};
+use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service};
+
+use crate::Result;
+use crate::world::home_index;
+
+/// How a rank caches (from the environment: [`CacheConfig::from_env`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Bytes of blocks the cache holds; 0: no cache (every access goes to the home).
+    pub bytes: u64,
+    /// A rank holding a copy serves the next reader (else only homes serve data).
+    pub cooperative: bool,
+    /// Blocks fetched ahead of a sequential run of misses.
+    pub prefetch: u32,
+    /// This rank's network link, emulated (the bytes it sends other ranks).
+    pub network: Option<DeviceModel>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig { bytes: 0, cooperative: true, prefetch: 2, network: None }
+    }
+}
+
+impl CacheConfig {
+    /// `RINGFS_GMEM_CACHE` (bytes, with K/M/G; default 0: no cache), `RINGFS_GMEM_COOP` (0 to
+    /// switch cooperation off), `RINGFS_GMEM_PREFETCH` (blocks, default 2),
+    /// `RINGFS_GMEM_NET_MBPS` and `RINGFS_GMEM_NET_LATENCY_US` (the emulated link).
+    pub fn from_env() -> Result<CacheConfig> {
+        let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let mut config = CacheConfig::default();
+        if let Some(text) = var("RINGFS_GMEM_CACHE") {
+            config.bytes = parse_bytes(&text).ok_or_else(|| {
+                log::error!("global memory: RINGFS_GMEM_CACHE={text:?} is not a size");
+                Errno::EINVAL
+            })?;
+        }
+        if let Some(text) = var("RINGFS_GMEM_COOP") {
+            config.cooperative = !matches!(text.as_str(), "0" | "off" | "false" | "no");
+        }
+        let number = |name: &str| -> Result<Option<u64>> {
+            var(name)
+                .map(|text| {
+                    text.parse::<u64>().map_err(|_| {
+                        log::error!("global memory: {name}={text:?} is not a number");
+                        Errno::EINVAL
+                    })
+                })
+                .transpose()
+        };
+        if let Some(depth) = number("RINGFS_GMEM_PREFETCH")? {
+            config.prefetch = depth.min(64) as u32;
+        }
+        let mbps = number("RINGFS_GMEM_NET_MBPS")?.unwrap_or(0);
+        let latency = number("RINGFS_GMEM_NET_LATENCY_US")?.unwrap_or(0);
+        if mbps > 0 || latency > 0 {
+            config.network = Some(DeviceModel { bytes_per_second: mbps * 1_000_000, latency: Duration::from_micros(latency) });
+        }
+        Ok(config)
+    }
+
+    /// The mode arrays are allocated with.
+    pub fn mode(&self) -> CacheMode {
+        match (self.bytes, self.cooperative) {
+            (0, _) => CacheMode::Uncached,
+            (_, true) => CacheMode::Cooperative,
+            (_, false) => CacheMode::HomeServed,
+        }
+    }
+}
+
+/// `123`, `64K`, `4M`, `2G` (powers of 1024).
+fn parse_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, ""),
+    };
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
+}
+
+/// What a rank's cache did (all since it started).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    /// Bytes of blocks that came from their homes, and from other ranks' caches.
+    pub bytes_from_homes: u64,
+    pub bytes_from_peers: u64,
+    /// Bytes this rank sent other ranks (forwarded copies).
+    pub bytes_to_peers: u64,
+    /// Dirty blocks written back to their homes (evicted or recalled), and bytes.
+    pub write_backs: u64,
+    pub bytes_written_back: u64,
+    pub evictions: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    bytes_from_homes: AtomicU64,
+    bytes_from_peers: AtomicU64,
+    bytes_to_peers: AtomicU64,
+    write_backs: AtomicU64,
+    bytes_written_back: AtomicU64,
+    evictions: AtomicU64,
+}
+
+fn add(counter: &AtomicU64, value: u64) {
+    counter.fetch_add(value, Ordering::Relaxed);
+}
+
+/// A block of an array.
+type BlockKey = (u64, u64);
+
+/// What is under way for a frame.
+#[derive(Debug, PartialEq, Eq)]
+enum Phase {
+    Idle,
+    /// A `CoGet` is at the home; `fill` holds the bytes another rank sent for it.
+    Requesting {
+        fill: Option<Vec<u8>>,
+    },
+    /// Its `CoPut` is at the home.
+    Evicting,
+}
+
+struct Frame {
+    state: CacheState,
+    data: Vec<u8>,
+    phase: Phase,
+    /// CLOCK's reference bit.
+    referenced: bool,
+    /// Tells this frame's CLOCK entry from a stale one of an earlier frame of the block.
+    generation: u64,
+}
+
+#[derive(Default)]
+struct Table {
+    frames: HashMap<BlockKey, Frame>,
+    /// CLOCK's ring: frames in insertion order (stale entries are skipped).
+    clock: VecDeque<(BlockKey, u64)>,
+    used: u64,
+    generations: u64,
+    /// The last block of each array accessed, for sequential prefetch.
+    last_access: HashMap<u64, u64>,
+    /// Layouts of the cached arrays (the endpoint finds requesters' endpoints in them).
+    layouts: HashMap<u64, Arc<ArrayLayout>>,
+}
+
+impl Table {
+    /// A frame CLOCK would evict (valid, nothing under way), marked `Evicting`.
+    fn choose_victim(&mut self) -> Option<BlockKey> {
+        for _ in 0..2 * self.clock.len() + 1 {
+            let (key, generation) = self.clock.pop_front()?;
+            let Some(frame) = self.frames.get_mut(&key).filter(|frame| frame.generation == generation) else {
+                continue;
+            };
+            if frame.phase != Phase::Idle || frame.referenced {
+                frame.referenced = false;
+                self.clock.push_back((key, generation));
+                continue;
+            }
+            frame.phase = Phase::Evicting;
+            return Some(key);
+        }
+        None
+    }
+
+    fn insert(&mut self, key: BlockKey, block_size: usize) -> &mut Frame {
+        self.generations += 1;
+        let generation = self.generations;
+        self.clock.push_back((key, generation));
+        self.used += block_size as u64;
+        self.frames.entry(key).or_insert(Frame {
+            state: CacheState::Invalid,
+            data: vec![0; block_size],
+            phase: Phase::Requesting { fill: None },
+            referenced: true,
+            generation,
+        })
+    }
+
+    fn remove(&mut self, key: BlockKey) {
+        if let Some(frame) = self.frames.remove(&key) {
+            self.used -= frame.data.len() as u64;
+        }
+    }
+}
+
+/// The part of the cache the endpoint's threads share with the rank's.
+struct Shared {
+    rank: u32,
+    capacity: u64,
+    secret: Vec<u8>,
+    table: Mutex<Table>,
+    /// Woken when a frame's phase or state changes.
+    changed: Condvar,
+    network: Option<Throttle>,
+    /// Connections to other ranks' endpoints (to send `CoFill`).
+    peers: Mutex<HashMap<String, Arc<Connection>>>,
+    peer_config: ConnectionConfig,
+    counters: Counters,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sends a request to the server of that name; its answer.
+pub(crate) type SendFn<'a> = dyn Fn(&str, &Request, &[u8]) -> Result<ringfs_rpc::Reply> + Sync + 'a;
+
+/// How an access uses a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Use {
+    Read,
+    /// Writes part of the block (needs its bytes).
+    Write,
+    /// Overwrites the whole block (needs ownership, not bytes).
+    Overwrite,
+}
+
+/// A rank's block cache and its endpoint.
+pub(crate) struct BlockCache {
+    shared: Arc<Shared>,
+    endpoint: String,
+    server: RpcServer,
+    pub config: CacheConfig,
+}
+
+impl Drop for BlockCache {
+    fn drop(&mut self) {
+        self.server.shutdown();
+    }
+}
+
+impl BlockCache {
+    /// A cache of `config.bytes` for rank `rank`, its endpoint listening on the address this
+    /// host reaches `server_address` from (or `RINGFS_GMEM_LISTEN`).
+    pub fn start(config: CacheConfig, rank: u32, peer_config: ConnectionConfig, server_address: &str) -> Result<BlockCache> {
+        let listen = match std::env::var("RINGFS_GMEM_LISTEN") {
+            Ok(address) if !address.is_empty() => address,
+            _ => format!("{}:0", address_towards(server_address)),
+        };
+        let endpoint = Endpoint::parse(&listen).map_err(|error| {
+            log::error!("global memory: RINGFS_GMEM_LISTEN: {error}");
+            Errno::EINVAL
+        })?;
+        let listener = Listener::bind(&endpoint).map_err(|error| {
+            log::error!("global memory: the cache cannot listen on {listen}: {error}");
+            Errno::EIO
+        })?;
+        let endpoint = listener.local_endpoint().map_err(|_| Errno::EIO)?.to_string();
+        let shared = Arc::new(Shared {
+            rank,
+            capacity: config.bytes,
+            secret: peer_config.secret.clone(),
+            table: Mutex::new(Table::default()),
+            changed: Condvar::new(),
+            network: config.network.map(Throttle::new),
+            peers: Mutex::new(HashMap::new()),
+            peer_config,
+            counters: Counters::default(),
+        });
+        let server = RpcServer::start(Arc::new(EndpointService(shared.clone())), vec![listener], Duration::ZERO).map_err(|error| {
+            log::error!("global memory: the cache's endpoint did not start: {error}");
+            Errno::EIO
+        })?;
+        Ok(BlockCache { shared, endpoint, server, config })
+    }
+
+    /// Where other ranks and homes reach this cache.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        let counters = &self.shared.counters;
+        let get = |counter: &AtomicU64| counter.load(Ordering::Relaxed);
+        CacheStats {
+            hits: get(&counters.hits),
+            misses: get(&counters.misses),
+            bytes_from_homes: get(&counters.bytes_from_homes),
+            bytes_from_peers: get(&counters.bytes_from_peers),
+            bytes_to_peers: get(&counters.bytes_to_peers),
+            write_backs: get(&counters.write_backs),
+            bytes_written_back: get(&counters.bytes_written_back),
+            evictions: get(&counters.evictions),
+        }
+    }
+
+    pub fn add_array(&self, layout: Arc<ArrayLayout>) {
+        lock(&self.shared.table).layouts.insert(layout.array, layout);
+    }
+
+    /// An array was freed: its frames go (no write-back: its bytes are gone everywhere).
+    pub fn drop_array(&self, array: u64) {
+        let mut table = lock(&self.shared.table);
+        table.layouts.remove(&array);
+        let keys: Vec<BlockKey> =
+            table.frames.iter().filter(|(key, frame)| key.0 == array && frame.phase == Phase::Idle).map(|(key, _)| *key).collect();
+        for key in keys {
+            table.remove(key);
+        }
+        table.last_access.remove(&array);
+        self.shared.changed.notify_all();
+    }
+
+    /// Notes an access of `block` of `layout`'s array; if it continues a sequential run, the
+    /// next blocks (up to the prefetch depth) neither cached nor on their way, to fetch ahead.
+    /// Only a cache of some blocks fetches ahead (it must not push out what is in use).
+    pub fn prefetch_after(&self, layout: &ArrayLayout, block: u64) -> Vec<u64> {
+        let depth = u64::from(self.config.prefetch);
+        let mut table = lock(&self.shared.table);
+        let previous = table.last_access.insert(layout.array, block);
+        if depth == 0
+            || self.shared.capacity < 4 * (depth + 1) * u64::from(layout.block_size)
+            || previous.is_none_or(|previous| previous + 1 != block)
+        {
+            return Vec::new();
+        }
+        let end = (block + 1 + depth).min(layout.len.div_ceil(u64::from(layout.block_size)));
+        (block + 1..end).filter(|ahead| !table.frames.contains_key(&(layout.array, *ahead))).collect()
+    }
+
+    /// Runs `op` on block `block` of the array once this cache holds it in a state allowing
+    /// `usage`: at once on a hit, else after a request to its home (`send` sends a request
+    /// to a named server). True if it missed.
+    pub fn access(&self, layout: &ArrayLayout, block: u64, usage: Use, send: &SendFn<'_>, op: &mut dyn FnMut(&mut [u8])) -> Result<bool> {
+        let shared = &self.shared;
+        let key = (layout.array, block);
+        let block_size = layout.block_size as usize;
+        let writes = usage != Use::Read;
+        let deadline = Instant::now() + shared.peer_config.timeout;
+        let mut table = lock(&shared.table);
+        loop {
+            let over = table.used + block_size as u64 > shared.capacity;
+            match table.frames.get_mut(&key) {
+                Some(frame) if frame.phase == Phase::Idle && frame.state.is_valid() && (!writes || frame.state.is_writable()) => {
+                    if writes {
+                        frame.state = CacheState::Modified;
+                    }
+                    frame.referenced = true;
+                    op(&mut frame.data);
+                    add(&shared.counters.hits, 1);
+                    return Ok(false);
+                }
+                Some(frame) if frame.phase == Phase::Idle => {
+                    // Present but not enough (an upgrade, or an invalidated copy kept as I).
+                    frame.phase = Phase::Requesting { fill: None };
+                    break;
+                }
+                Some(_) => table = wait(&shared.changed, table, deadline)?,
+                None if over => match table.choose_victim() {
+                    Some(victim) => {
+                        drop(table);
+                        self.evict(victim, send);
+                        table = lock(&shared.table);
+                    }
+                    None => table = wait(&shared.changed, table, deadline)?,
+                },
+                None => {
+                    table.insert(key, block_size);
+                    break;
+                }
+            }
+        }
+        drop(table);
+        add(&shared.counters.misses, 1);
+        let get = CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite };
+        let answer = send(&layout.homes[home_index(layout, block)], &Request::CoGet(get), &[]);
+        let mut table = lock(&shared.table);
+        let frame = table.frames.get_mut(&key).ok_or(Errno::ESTALE)?;
+        let installed = match answer {
+            Ok(reply) => match reply.response {
+                Response::CoGrant(grant) => install(shared, frame, grant, reply.data),
+                _ => Err(Errno::EPROTO),
+            },
+            Err(errno) => Err(errno),
+        };
+        let outcome = match installed {
+            Ok(()) => {
+                op(&mut frame.data);
+                Ok(true)
+            }
+            Err(errno) => {
+                frame.phase = Phase::Idle;
+                if !frame.state.is_valid() {
+                    table.remove(key);
+                }
+                Err(errno)
+            }
+        };
+        shared.changed.notify_all();
+        outcome
+    }
+
+    /// Writes every dirty block back to its home and empties the cache (blocks another
+    /// thread is fetching stay).
+    pub fn flush(&self, send: &SendFn<'_>) {
+        loop {
+            let victim = {
+                let mut table = lock(&self.shared.table);
+                let key = table.frames.iter().find(|(_, frame)| frame.phase == Phase::Idle).map(|(key, _)| *key);
+                if let Some(key) = key {
+                    table.frames.get_mut(&key).expect("found").phase = Phase::Evicting;
+                }
+                key
+            };
+            match victim {
+                Some(key) => self.evict(key, send),
+                None => return,
+            }
+        }
+    }
+
+    /// Sends frame `key` (marked `Evicting`) home, then drops it.
+    fn evict(&self, key: BlockKey, send: &SendFn<'_>) {
+        let shared = &self.shared;
+        let (dirty, data, home) = {
+            let table = lock(&shared.table);
+            let frame = &table.frames[&key];
+            let home = table.layouts.get(&key.0).map(|layout| layout.homes[home_index(layout, key.1)].clone());
+            let dirty = frame.state.is_dirty();
+            (dirty, if dirty { frame.data.clone() } else { Vec::new() }, home)
+        };
+        add(&shared.counters.evictions, 1);
+        if dirty {
+            add(&shared.counters.write_backs, 1);
+            add(&shared.counters.bytes_written_back, data.len() as u64);
+        }
+        if let Some(home) = home {
+            let put = Request::CoPut(CoPut { array: key.0, block: key.1, rank: shared.rank, dirty });
+            throttle::pass(shared.network.as_ref(), data.len() as u64);
+            if let Err(errno) = send(&home, &put, &data) {
+                log::warn!("global memory: the eviction notice of block {} of array {:x} failed: {errno}", key.1, key.0);
+            }
+        }
+        let mut table = lock(&shared.table);
+        table.remove(key);
+        shared.changed.notify_all();
+    }
+}
+
+/// Puts a grant in its frame (requesting): the bytes from the home, from the fill another
+/// rank sent, or the frame's own.
+fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) -> Result<()> {
+    let state = CacheState::from_code(grant.state).filter(|state| state.is_valid()).ok_or(Errno::EPROTO)?;
+    let fill = match &mut frame.phase {
+        Phase::Requesting { fill } => fill.take(),
+        _ => return Err(Errno::EPROTO),
+    };
+    match grant.source {
+        0 if data.len() == frame.data.len() => {
+            add(&shared.counters.bytes_from_homes, data.len() as u64);
+            frame.data = data;
+        }
+        1 => match fill {
+            Some(bytes) if bytes.len() == frame.data.len() => {
+                add(&shared.counters.bytes_from_peers, bytes.len() as u64);
+                frame.data = bytes;
+            }
+            _ => {
+                log::error!("global memory: a grant said another rank sent the block, and none came");
+                return Err(Errno::EIO);
+            }
+        },
+        2 if frame.state.is_valid() => {}
+        3 => {}
+        _ => return Err(Errno::EPROTO),
+    }
+    frame.state = state;
+    frame.phase = Phase::Idle;
+    frame.referenced = true;
+    Ok(())
+}
+
+/// Waits for a change, up to `deadline` (then EIO: something that should have come did not).
+fn wait<'a>(changed: &Condvar, table: MutexGuard<'a, Table>, deadline: Instant) -> Result<MutexGuard<'a, Table>> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        log::warn!("global memory: a block's request or eviction did not complete in time");
+        return Err(Errno::EIO);
+    }
+    Ok(changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0)
+}
+
+/// The IP address this host uses to reach `address` (`host:port`), for the endpoint to listen
+/// on; loopback when unknown.
+fn address_towards(address: &str) -> IpAddr {
+    let local = || -> Option<IpAddr> {
+        let socket = UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok()?;
+        socket.connect(address).ok()?;
+        Some(socket.local_addr().ok()?.ip())
+    };
+    local().unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
+/// The endpoint: answers homes' steps and other ranks' fills.
+struct EndpointService(Arc<Shared>);
+
+impl Service for EndpointService {
+    type Session = ();
+
+    fn hello(&self, hello: &Hello, _peer: &PeerIdentity, _session: &mut ()) -> std::result::Result<HelloReply, Errno> {
+        if hello.version != PROTOCOL_VERSION {
+            return Err(Errno::EPROTO);
+        }
+        let secret = &self.0.secret;
+        let same = hello.secret.len() == secret.len() && hello.secret.iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        if !same {
+            return Err(Errno::EACCES);
+        }
+        Ok(HelloReply { version: PROTOCOL_VERSION, server_name: format!("rank-{}", self.0.rank), memory_access: false, memory_probe: None })
+    }
+
+    fn handle(&self, _session: &mut (), request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
+        let outcome = match request {
+            Request::CoForward(forward) => self.0.forward(forward),
+            Request::CoInvalidate(invalidate) => self.0.invalidate(invalidate, reply_data),
+            Request::CoFill(block) => self.0.fill(block, data),
+            _ => Err(Errno::EPROTO),
+        };
+        outcome.unwrap_or_else(Response::Error)
+    }
+
+    fn epoch(&self) -> u64 {
+        0
+    }
+}
+
+impl Shared {
+    /// The frame of `key` once it is in the state the home expects, or no request of this
+    /// rank is under way for it (then the home's view and this rank's agree already; a
+    /// difference is a protocol error, answered with what is here).
+    fn settled(&self, key: BlockKey, expected: u8) -> MutexGuard<'_, Table> {
+        let expected = CacheState::from_code(expected).unwrap_or(CacheState::Invalid);
+        let deadline = Instant::now() + self.peer_config.timeout;
+        let mut table = lock(&self.table);
+        loop {
+            let waiting = match table.frames.get(&key) {
+                Some(frame) => matches!(frame.phase, Phase::Requesting { .. }) && !agrees(frame.state, expected),
+                None => false,
+            };
+            if !waiting {
+                return table;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                log::warn!("global memory: a home asked about block {} of array {:x} and this rank's grant never came", key.1, key.0);
+                return table;
+            }
+            table = self.changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        }
+    }
+
+    fn forward(&self, forward: CoForward) -> Result<Response> {
+        let key = (forward.array, forward.block);
+        let (had, bytes, requester) = {
+            let mut table = self.settled(key, forward.expected);
+            let requester = table.layouts.get(&forward.array).and_then(|layout| layout.nodes.get(forward.requester as usize).cloned());
+            let Some(frame) = table.frames.get_mut(&key).filter(|frame| frame.state.is_valid()) else {
+                return Ok(Response::Count(CacheState::Invalid.code().into()));
+            };
+            let had = frame.state;
+            frame.state = on_forward(had, forward.exclusive).unwrap_or(CacheState::Invalid);
+            let bytes = frame.data.clone();
+            self.changed.notify_all();
+            (had, bytes, requester)
+        };
+        let requester = requester.ok_or(Errno::ESTALE)?;
+        throttle::pass(self.network.as_ref(), bytes.len() as u64);
+        let fill = Request::CoFill(ArrayBlock { array: forward.array, block: forward.block });
+        self.peer(&requester)?.call(&fill, &bytes).map_err(|error| error.errno())?;
+        add(&self.counters.bytes_to_peers, bytes.len() as u64);
+        Ok(Response::Count(had.code().into()))
+    }
+
+    fn invalidate(&self, invalidate: CoInvalidate, reply_data: &mut Vec<u8>) -> Result<Response> {
+        let key = (invalidate.array, invalidate.block);
+        let mut table = self.settled(key, invalidate.expected);
+        let Some(frame) = table.frames.get_mut(&key).filter(|frame| frame.state.is_valid()) else {
+            return Ok(Response::Count(CacheState::Invalid.code().into()));
+        };
+        let had = frame.state;
+        let (kept, sends) = on_invalidate(had, invalidate.write_back, invalidate.keep_shared);
+        frame.state = kept;
+        if sends {
+            reply_data.extend_from_slice(&frame.data);
+            add(&self.counters.write_backs, 1);
+            add(&self.counters.bytes_written_back, frame.data.len() as u64);
+        }
+        if kept == CacheState::Invalid && frame.phase == Phase::Idle {
+            table.remove(key);
+        }
+        self.changed.notify_all();
+        drop(table);
+        if sends {
+            throttle::pass(self.network.as_ref(), reply_data.len() as u64);
+        }
+        Ok(Response::Count(had.code().into()))
+    }
+
+    fn fill(&self, block: ArrayBlock, data: &[u8]) -> Result<Response> {
+        let mut table = lock(&self.table);
+        match table.frames.get_mut(&(block.array, block.block)).map(|frame| &mut frame.phase) {
+            Some(Phase::Requesting { fill }) => {
+                *fill = Some(data.to_vec());
+                Ok(Response::Done)
+            }
+            _ => {
+                log::warn!("global memory: a fill of block {} of array {:x} that this rank did not ask for", block.block, block.array);
+                Err(Errno::EPROTO)
+            }
+        }
+    }
+
+    /// A connection to another rank's endpoint.
+    fn peer(&self, endpoint: &str) -> Result<Arc<Connection>> {
+        let mut peers = lock(&self.peers);
+        if let Some(connection) = peers.get(endpoint)
+            && !connection.is_broken()
+        {
+            return Ok(connection.clone());
+        }
+        let parsed = Endpoint::parse(endpoint).map_err(|_| Errno::EINVAL)?;
+        let connection = Arc::new(Connection::open(&parsed, &self.peer_config).map_err(|error| error.errno())?);
+        peers.insert(endpoint.to_string(), connection.clone());
+        Ok(connection)
+    }
+}
+
+/// The directory's record (E standing for E or M) agrees with this rank's state.
+fn agrees(actual: CacheState, recorded: CacheState) -> bool {
+    actual == recorded || (recorded == CacheState::Exclusive && actual == CacheState::Modified)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_units() {
+        assert_eq!(parse_bytes("4096"), Some(4096));
+        assert_eq!(parse_bytes("64K"), Some(64 << 10));
+        assert_eq!(parse_bytes("4MiB"), Some(4 << 20));
+        assert_eq!(parse_bytes("2g"), Some(2 << 30));
+        assert_eq!(parse_bytes("lots"), None);
+    }
+
+    #[test]
+    fn clock_gives_referenced_frames_a_second_chance_and_skips_busy_ones() {
+        let mut table = Table::default();
+        for block in 0..3 {
+            let frame = table.insert((1, block), 8);
+            frame.phase = Phase::Idle;
+            frame.state = CacheState::Shared;
+        }
+        table.frames.get_mut(&(1, 0)).unwrap().referenced = true;
+        table.frames.get_mut(&(1, 1)).unwrap().referenced = false;
+        table.frames.get_mut(&(1, 2)).unwrap().referenced = false;
+        table.frames.get_mut(&(1, 1)).unwrap().phase = Phase::Requesting { fill: None };
+        assert_eq!(table.choose_victim(), Some((1, 2)), "0 is referenced, 1 is busy");
+        assert_eq!(table.choose_victim(), Some((1, 0)), "0 had its second chance");
+        assert_eq!(table.choose_victim(), None, "only a busy frame is left");
+        table.remove((1, 2));
+        assert_eq!(table.used, 16);
+    }
+}
