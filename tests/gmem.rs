@@ -548,3 +548,50 @@ fn a_cached_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
     env.push(("RINGFS_GMEM_TEST_BYTES", Box::leak(bytes.into_boxed_str())));
     assert_all_succeeded(&run_ranks(&cluster, "spill", 2, &env), "spill, cached");
 }
+
+/// `ringfs bench gmem scan|stencil` at a smoke size: every run completes, the stencil's
+/// result equals the single-process reference in every configuration, and in the scan with
+/// cooperation the ranks after the first get blocks from each other (without it, from the
+/// homes only).
+#[test]
+fn the_scan_and_stencil_benchmarks_run_and_check_their_results() {
+    let dir = tempfile_dir("gmem-apps");
+    let scan_csv = dir.join("scan.csv");
+    let run = |args: &[&str]| {
+        let output = Command::new(common::ringfs_binary()).args(["bench", "gmem"]).args(args).output().unwrap();
+        assert!(output.status.success(), "ringfs bench gmem {args:?}:\n{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).to_string()
+    };
+    let emulated = ["--gmem-ssd-mbps", "200", "--gmem-net-mbps", "400", "--block-size", "16K"];
+    let scan_path = scan_csv.display().to_string();
+    let mut args = vec!["scan", "--rank-counts", "3", "--array", "1M", "--cache", "512K", "--dram", "256K", "--csv", &scan_path];
+    args.extend(emulated);
+    run(&args);
+    let scan = std::fs::read_to_string(&scan_csv).unwrap();
+    let row = |setup: &str| -> Vec<String> {
+        scan.lines()
+            .find(|line| line.split(',').nth(2) == Some(setup))
+            .unwrap_or_else(|| panic!("no {setup} run in\n{scan}"))
+            .split(',')
+            .map(String::from)
+            .collect()
+    };
+    let (coop, homes) = (row("cache+coop"), row("cache"));
+    assert_eq!(coop[4].parse::<u64>().unwrap(), 1 << 20, "with cooperation the homes serve each block once: {coop:?}");
+    assert_eq!(coop[5].parse::<u64>().unwrap(), 2 << 20, "and the ranks serve the rest: {coop:?}");
+    assert_eq!((homes[4].parse::<u64>().unwrap(), homes[5].as_str()), (3 << 20, "0"), "without, the homes serve all: {homes:?}");
+    let mut args =
+        vec!["stencil", "--rank-counts", "1,3", "--cols", "128", "--rows", "64", "--strip", "16", "--iterations", "3", "--cache", "64K"];
+    args.extend(emulated);
+    let stencil = run(&args);
+    let runs: Vec<&str> = stencil.lines().filter(|line| line.starts_with("stencil,")).collect();
+    assert_eq!(runs.len(), 8, "4 configurations for 2 rank counts:\n{stencil}");
+    assert!(runs.iter().all(|line| line.ends_with(",yes")), "every stencil equals the reference:\n{stencil}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ringfs-test-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}

@@ -21,8 +21,10 @@
 //! print!("{}", micro::report(&results, false));
 //! ```
 
+pub mod canvas;
 pub mod flush;
 pub mod gmem;
+pub mod gmem_apps;
 pub mod io500;
 pub mod micro;
 pub mod target;

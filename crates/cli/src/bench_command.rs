@@ -28,7 +28,9 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Cache mode: a compute/snapshot job against each flush policy (I/O-aware flushing).
     Flush(FlushArgs),
-    /// Global memory: get/put latency and bandwidth for P ranks, in DRAM and spilling.
+    /// Global memory: get/put latency and bandwidth for P ranks, in DRAM and spilling
+    /// (`micro`, the default), or the shared scan and the out-of-core stencil with and
+    /// without caches and cooperation (`scan`, `stencil`).
     Gmem(crate::gmem_bench_command::GmemBenchArgs),
     /// (internal) one rank of `ringfs bench gmem`.
     #[command(hide = true)]
@@ -641,7 +643,10 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Compare(args) => run_compare(&args),
         BenchCommand::Flush(args) => run_flush(&args),
         BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
-        BenchCommand::GmemRank => Ok(ringfs_bench::gmem::rank_main()?),
+        BenchCommand::GmemRank => match std::env::var("RINGFS_GMEM_APP") {
+            Ok(plan) => Ok(ringfs_bench::gmem_apps::rank_main(&plan)?),
+            Err(_) => Ok(ringfs_bench::gmem::rank_main()?),
+        },
         BenchCommand::Worker { workload, target, rank, processes } => run_worker(&workload, &target, rank, processes),
     }
 }

@@ -6,47 +6,14 @@ use std::path::Path;
 
 use super::Io500Result;
 use super::report::scored_phases;
+use crate::canvas::Canvas;
 
 const WIDTH: usize = 1040;
 const ROW: usize = 34;
 const LABEL_WIDTH: usize = 216;
 const BAR_AREA: usize = 560;
 const TOP: usize = 70;
-const COLORS: [[u8; 3]; 4] = [[31, 119, 180], [255, 127, 14], [44, 160, 44], [214, 39, 40]];
-
-struct Canvas {
-    pixels: Vec<u8>,
-    height: usize,
-}
-
-impl Canvas {
-    fn new(height: usize) -> Canvas {
-        Canvas { pixels: vec![255; WIDTH * height * 3], height }
-    }
-
-    fn rectangle(&mut self, x: usize, y: usize, width: usize, height: usize, color: [u8; 3]) {
-        for row in y..(y + height).min(self.height) {
-            for column in x..(x + width).min(WIDTH) {
-                let at = (row * WIDTH + column) * 3;
-                self.pixels[at..at + 3].copy_from_slice(&color);
-            }
-        }
-    }
-
-    /// Writes ASCII text with the 8x8 font, each font pixel `scale` pixels wide.
-    fn text(&mut self, x: usize, y: usize, text: &str, scale: usize, color: [u8; 3]) {
-        for (position, character) in text.chars().enumerate() {
-            let glyph = font8x8::legacy::BASIC_LEGACY.get(character as usize).copied().unwrap_or([0; 8]);
-            for (row, bits) in glyph.iter().enumerate() {
-                for column in 0..8 {
-                    if bits & (1 << column) != 0 {
-                        self.rectangle(x + (position * 8 + column) * scale, y + row * scale, scale, scale, color);
-                    }
-                }
-            }
-        }
-    }
-}
+use crate::canvas::COLORS;
 
 fn format_value(value: f64) -> String {
     if value >= 100.0 {
@@ -73,7 +40,7 @@ pub fn write_png(results: &[Io500Result], path: &Path) -> io::Result<()> {
     let targets = results.len().clamp(1, COLORS.len());
     let row_height = ROW.max(targets * 12 + 10);
     let height = TOP + rows.len() * row_height + 20;
-    let mut canvas = Canvas::new(height);
+    let mut canvas = Canvas::new(WIDTH, height);
     canvas.text(10, 10, "IO500 phases (bars scaled per row)", 2, [0, 0, 0]);
     for (index, result) in results.iter().take(COLORS.len()).enumerate() {
         let x = 10 + index * 240;
@@ -95,10 +62,5 @@ pub fn write_png(results: &[Io500Result], path: &Path) -> io::Result<()> {
             canvas.text(LABEL_WIDTH + length + 6, bar_y + 1, &format_value(*value), 1, [40, 40, 40]);
         }
     }
-    let file = std::fs::File::create(path)?;
-    let mut encoder = png::Encoder::new(io::BufWriter::new(file), WIDTH as u32, height as u32);
-    encoder.set_color(png::ColorType::Rgb);
-    encoder.set_depth(png::BitDepth::Eight);
-    let mut writer = encoder.write_header().map_err(io::Error::other)?;
-    writer.write_image_data(&canvas.pixels).map_err(io::Error::other)
+    canvas.write_png(path)
 }
