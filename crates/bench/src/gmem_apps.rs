@@ -64,6 +64,7 @@ pub struct AppConfig {
     pub workload: Workload,
     pub rank_counts: Vec<u32>,
     pub setups: Vec<Setup>,
+    /// Servers of each run's cluster; 0: one per rank, as on a cluster of one rank per node.
     pub servers: usize,
     pub block_size: u32,
     /// Each rank's cache.
@@ -151,12 +152,14 @@ fn stencil_bytes(config: &AppConfig, ranks: u32) -> u64 {
 }
 
 fn run_one(config: &AppConfig, ranks: u32, setup: Setup) -> Result<AppRun, BenchError> {
+    // One server per rank (node) unless a number is given.
+    let servers = if config.servers == 0 { ranks as usize } else { config.servers };
     let dram = match (config.workload, setup) {
-        (Workload::Stencil, Setup::InDram) => 2 * stencil_bytes(config, ranks) / config.servers as u64 + (64 << 20),
-        (Workload::Stencil, _) => stencil_bytes(config, ranks) / config.out_of_core_factor.max(1) / config.servers as u64,
+        (Workload::Stencil, Setup::InDram) => 2 * stencil_bytes(config, ranks) / servers as u64 + (64 << 20),
+        (Workload::Stencil, _) => stencil_bytes(config, ranks) / config.out_of_core_factor.max(1) / servers as u64,
         (Workload::Scan, _) => config.dram_per_server,
     };
-    let mut launch = ringfs_launch::LaunchConfig::local(config.servers, config.executable.clone());
+    let mut launch = ringfs_launch::LaunchConfig::local(servers, config.executable.clone());
     launch.server_args = vec!["--gmem-dram".into(), dram.to_string()];
     launch.server_args.extend(config.server_args.iter().cloned());
     let cluster = ringfs_launch::start(&launch).map_err(|error| BenchError::Setup(error.to_string()))?;

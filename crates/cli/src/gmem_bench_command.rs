@@ -27,7 +27,8 @@ pub struct GmemBenchArgs {
     /// Rank processes.
     #[arg(long, default_value_t = 2)]
     pub ranks: u32,
-    /// Servers of the local cluster started for the benchmark.
+    /// Servers of the local cluster started for the benchmark (scan, stencil: 0 starts one per
+    /// rank, as on a cluster running one rank per node).
     #[arg(long, default_value_t = 2)]
     pub servers: usize,
     /// DRAM budget of each server's global memory (the spilling array is --spill-factor

@@ -24,6 +24,14 @@ pub struct RunArgs {
     /// RINGFS_GMEM_RANK, RINGFS_GMEM_RANKS and RINGFS_GMEM_JOB); one failing ends the others.
     #[arg(long, default_value_t = 1)]
     pub ranks: u32,
+    /// Global memory: each rank caches this much of the arrays' blocks (e.g. 256M; caches
+    /// are kept coherent; default: no cache). Sets RINGFS_GMEM_CACHE.
+    #[arg(long)]
+    pub gmem_cache: Option<String>,
+    /// Global memory: ranks' caches do not serve each other (only homes serve data; the
+    /// baseline of cooperative caching). Sets RINGFS_GMEM_COOP=0.
+    #[arg(long)]
+    pub no_gmem_coop: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -62,6 +70,9 @@ fn run_in(
     if args.ranks == 0 {
         bail!("--ranks must be at least 1");
     }
+    if let Some(cache) = &args.gmem_cache {
+        crate::server_command::parse_bytes(cache).context("--gmem-cache")?;
+    }
     let job = format!("{:016x}", ringfs_rpc::memory::random_u64());
     let mut children = Vec::new();
     for rank in 0..args.ranks {
@@ -72,6 +83,18 @@ fn run_in(
         }
         if args.ranks > 1 {
             command.env("RINGFS_GMEM_RANK", rank.to_string()).env("RINGFS_GMEM_RANKS", args.ranks.to_string()).env("RINGFS_GMEM_JOB", &job);
+        }
+        if let Some(cache) = &args.gmem_cache {
+            command.env("RINGFS_GMEM_CACHE", cache);
+        }
+        if args.no_gmem_coop {
+            command.env("RINGFS_GMEM_COOP", "0");
+        }
+        // The ranks' links are emulated as the servers' are.
+        if let Some(mbps) = args.start.gmem.gmem_net_mbps {
+            command
+                .env("RINGFS_GMEM_NET_MBPS", mbps.to_string())
+                .env("RINGFS_GMEM_NET_LATENCY_US", args.start.gmem.gmem_net_latency_us.to_string());
         }
         // SAFETY: only restores the signal mask between fork and exec.
         unsafe { command.pre_exec(crate::signals::unblock_in_child) };

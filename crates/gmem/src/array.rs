@@ -127,7 +127,16 @@ impl GlobalArray {
         let inner = &self.world.inner;
         let send = |home: &str, request: &Request, data: &[u8]| inner.call(home, request, data);
         cache.access(&self.layout, block, usage, &send, op)?;
-        for ahead in cache.prefetch_after(&self.layout, block) {
+        if usage == Use::Read {
+            self.fetch_ahead(cache.prefetch_after(&self.layout, block));
+        }
+        Ok(())
+    }
+
+    /// Starts fetching `blocks` into this rank's cache (for reading), on the worker threads.
+    fn fetch_ahead(&self, blocks: Vec<u64>) {
+        let inner = &self.world.inner;
+        for ahead in blocks {
             let array = self.clone();
             inner.pool.spawn(move || {
                 if let Some(cache) = array.cache() {
@@ -137,7 +146,6 @@ impl GlobalArray {
                 }
             });
         }
-        Ok(())
     }
 
     /// Reads each `(array offset, destination)` segment, all pieces at once. From a home on
@@ -150,7 +158,12 @@ impl GlobalArray {
             for (offset, destination) in segments {
                 self.check(offset, destination.len() as u64)?;
                 let mut rest = destination;
-                for piece in self.pieces(offset, rest.len() as u64) {
+                let pieces = self.pieces(offset, rest.len() as u64);
+                // The blocks after the first are fetched at once, while this thread waits
+                // for the first (if the cache has room for them all).
+                let blocks: Vec<u64> = pieces.iter().skip(1).map(|piece| piece.block).collect();
+                self.fetch_ahead(cache.missing(&self.layout, &blocks));
+                for piece in pieces {
                     let (into, tail) = std::mem::take(&mut rest).split_at_mut(piece.len as usize);
                     rest = tail;
                     let start = piece.offset as usize;

@@ -371,6 +371,16 @@ impl BlockCache {
         (block + 1..end).filter(|ahead| !table.frames.contains_key(&(layout.array, *ahead))).collect()
     }
 
+    /// Which of `blocks` are neither cached nor on their way — none if they would take more
+    /// than half the cache.
+    pub fn missing(&self, layout: &ArrayLayout, blocks: &[u64]) -> Vec<u64> {
+        if blocks.len() as u64 * u64::from(layout.block_size) > self.shared.capacity / 2 {
+            return Vec::new();
+        }
+        let table = lock(&self.shared.table);
+        blocks.iter().copied().filter(|block| !table.frames.contains_key(&(layout.array, *block))).collect()
+    }
+
     /// Runs `op` on block `block` of the array once this cache holds it in a state allowing
     /// `usage`: at once on a hit, else after a request to its home (`send` sends a request
     /// to a named server). True if it missed.
