@@ -439,6 +439,10 @@ impl BlockCache {
         let outcome = match installed {
             Ok(()) => {
                 op(&mut frame.data);
+                if !table.layouts.contains_key(&layout.array) {
+                    // The array was freed while the block was on its way.
+                    table.remove(key);
+                }
                 Ok(true)
             }
             Err(errno) => {
