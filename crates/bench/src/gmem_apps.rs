@@ -426,6 +426,8 @@ mod tests {
         let mut out = [0.0; 4];
         relax_row(&[1.0, 1.0, 1.0, 1.0], &[2.0, 0.0, 4.0, 3.0], &[1.0, 1.0, 1.0, 1.0], &mut out);
         assert_eq!(out, [2.0, 0.25 * (1.0 + 1.0 + 2.0 + 4.0), 0.25 * (1.0 + 1.0 + 0.0 + 3.0), 3.0]);
-        assert_ne!(reference_digests(4, 2, 2, 1), reference_digests(4, 2, 2, 2), "a sweep changes the inside");
+        let sweeps: Vec<Vec<String>> = (0..3).map(|iterations| reference_digests(8, 4, 2, iterations)).collect();
+        assert_ne!(sweeps[0], sweeps[1], "a sweep changes the inside");
+        assert_ne!(sweeps[1], sweeps[2], "and the next one too");
     }
 }
