@@ -1,0 +1,191 @@
+//! The ringfs descriptors of the process: kernel descriptor numbers, each holding a
+//! placeholder, mapped to the open file they stand for.
+//!
+//! Every ringfs open reserves a kernel descriptor (`/dev/null` opened with `O_PATH`) and
+//! hands out its number, so ringfs and kernel descriptors can never collide, and what the
+//! kernel keeps per descriptor — the close-on-exec flag, `dup2` onto a number in use, the
+//! lowest free number — is the kernel's own doing. A program that reaches the placeholder
+//! behind the library's back (a direct system call) gets EBADF for reads and writes, never
+//! another file's bytes.
+//!
+//! Several descriptors (`dup`, `fcntl(F_DUPFD)`) share one [`OpenDescription`] — its position
+//! and status flags — as POSIX says. Invariant: no lock of this module is held while the
+//! client or the C library is called (the client's own sockets pass through this library).
+
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use ringfs_client::{Client, Errno, Fd, FileId, OpenFlags, Stat};
+
+use crate::real::real;
+use crate::state::{client, generation};
+
+/// One entry of a directory listing, as `readdir` and `getdents64` give it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ListedEntry {
+    pub name: std::ffi::CString,
+    pub ino: u64,
+    /// `DT_*` type.
+    pub kind: u8,
+}
+
+/// An open file of ringfs: what the descriptors of one `open` share.
+pub(crate) struct OpenDescription {
+    /// The ringfs path it was opened by (its name may change; the file stays).
+    pub path: String,
+    pub file: FileId,
+    pub is_directory: bool,
+    /// The open's flags (`O_ACCMODE`, `O_APPEND`, `O_NONBLOCK`, …), as `F_GETFL` reports them.
+    pub status_flags: AtomicI32,
+    /// The position reads and writes start at.
+    pub position: Mutex<u64>,
+    /// The client's descriptor of a regular file, with the generation it was opened in (a
+    /// child after `fork` opens the file again by id). `None` for directories, `O_PATH`
+    /// opens and other kinds: they are reached by file id.
+    handle: Mutex<Option<(u64, Fd)>>,
+    /// A directory's listing, taken when `getdents64` starts at position 0.
+    pub listing: Mutex<Vec<ListedEntry>>,
+}
+
+impl OpenDescription {
+    pub(crate) fn new(path: String, stat: &Stat, flags: i32, handle: Option<Fd>) -> OpenDescription {
+        OpenDescription {
+            path,
+            file: stat.file,
+            is_directory: stat.is_dir(),
+            status_flags: AtomicI32::new(flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY)),
+            position: Mutex::new(0),
+            handle: Mutex::new(handle.map(|fd| (generation(), fd))),
+            listing: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The client's descriptor of this open file, opened again by id in a child after `fork`.
+    /// EBADF for opens without one (directories: EISDIR is the caller's to say).
+    pub(crate) fn handle(&self, client: &Client) -> Result<Fd, Errno> {
+        let mut handle = self.handle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (opened_in, fd) = handle.ok_or(if self.is_directory { Errno::EISDIR } else { Errno::EBADF })?;
+        let now = generation();
+        if opened_in == now {
+            return Ok(fd);
+        }
+        let flags = OpenFlags::from_posix(self.status_flags.load(Ordering::Relaxed) & libc::O_ACCMODE);
+        let fd = client.open_file(self.file, flags)?;
+        *handle = Some((now, fd));
+        Ok(fd)
+    }
+
+    /// The file's attributes.
+    pub(crate) fn stat(&self, client: &Client) -> Result<Stat, Errno> {
+        if self.has_handle() { client.fstat(self.handle(client)?) } else { client.stat_id(self.file) }
+    }
+
+    fn has_handle(&self) -> bool {
+        self.handle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some()
+    }
+
+    pub(crate) fn flags(&self) -> i32 {
+        self.status_flags.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn readable(&self) -> bool {
+        self.flags() & libc::O_ACCMODE != libc::O_WRONLY && self.flags() & libc::O_PATH == 0
+    }
+
+    pub(crate) fn writable(&self) -> bool {
+        matches!(self.flags() & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR) && self.flags() & libc::O_PATH == 0
+    }
+}
+
+impl Drop for OpenDescription {
+    /// The last descriptor of the open file went: the client closes it (in the generation it
+    /// was opened in; an inherited one is the parent's to close).
+    fn drop(&mut self) {
+        let handle = self.handle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some((opened_in, fd)) = handle
+            && opened_in == generation()
+            && let Ok(client) = client()
+        {
+            crate::locks::release_at_close(&client, self.file, fd, self);
+            let _ = client.close(fd);
+        }
+    }
+}
+
+/// Descriptor number → open file. Indexed by the kernel descriptor number.
+static TABLE: RwLock<Vec<Option<Arc<OpenDescription>>>> = RwLock::new(Vec::new());
+/// How many ringfs descriptors are open: calls on kernel descriptors skip the table while
+/// there are none.
+static OPEN_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// The open file behind `fd`, if it is a ringfs descriptor.
+pub(crate) fn lookup(fd: i32) -> Option<Arc<OpenDescription>> {
+    if fd < 0 || OPEN_COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let table = TABLE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    table.get(fd as usize).and_then(Option::clone)
+}
+
+/// Makes `fd` (a placeholder the caller holds) stand for `description`; returns what it
+/// stood for before, for the caller to drop outside the lock.
+fn install(fd: i32, description: Arc<OpenDescription>) -> Option<Arc<OpenDescription>> {
+    let mut table = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let index = fd as usize;
+    if table.len() <= index {
+        table.resize(index + 1, None);
+    }
+    let previous = table[index].replace(description);
+    if previous.is_none() {
+        OPEN_COUNT.fetch_add(1, Ordering::AcqRel);
+    }
+    previous
+}
+
+/// Forgets `fd`; the open file it stood for, if any.
+pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
+    if fd < 0 || OPEN_COUNT.load(Ordering::Acquire) == 0 {
+        return None;
+    }
+    let mut table = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let removed = table.get_mut(fd as usize).and_then(Option::take);
+    if removed.is_some() {
+        OPEN_COUNT.fetch_sub(1, Ordering::AcqRel);
+    }
+    removed
+}
+
+/// A new descriptor for `description`: reserves a kernel descriptor number (close-on-exec
+/// when `cloexec`) and maps it.
+pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Result<i32, Errno> {
+    let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
+    let fd = real!("open", fn(*const libc::c_char, libc::c_int, libc::c_uint) -> libc::c_int; c"/dev/null".as_ptr(), flags, 0);
+    if fd < 0 {
+        return Err(Errno(crate::errno()));
+    }
+    drop(install(fd, description));
+    Ok(fd)
+}
+
+/// After the kernel made `new_fd` a copy of `old_fd`'s placeholder (`dup`, `dup2`,
+/// `F_DUPFD`): `new_fd` shares the open file of `old_fd`. What `new_fd` stood for before is
+/// dropped (the kernel closed it).
+pub(crate) fn duplicated(new_fd: i32, description: Arc<OpenDescription>) {
+    drop(install(new_fd, description));
+}
+
+/// Takes the table's lock before `fork` (see `process.rs`).
+pub(crate) fn lock_for_fork() {
+    let guard = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    FORK_GUARD.with(|slot| *slot.borrow_mut() = Some(guard));
+}
+
+pub(crate) fn unlock_after_fork() {
+    FORK_GUARD.with(|slot| slot.borrow_mut().take());
+}
+
+type TableGuard = std::sync::RwLockWriteGuard<'static, Vec<Option<Arc<OpenDescription>>>>;
+
+thread_local! {
+    static FORK_GUARD: std::cell::RefCell<Option<TableGuard>> = const { std::cell::RefCell::new(None) };
+}
