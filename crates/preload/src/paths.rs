@@ -77,7 +77,7 @@ fn route_text(mount: &str, dirfd: c_int, text: &str) -> Route {
             Ok(absolute) => match inside(mount, &absolute) {
                 Some(path) => Route::Ringfs(path),
                 // `/ringfs/..`: the kernel has no `/ringfs` to go up from.
-                None if text.starts_with(mount) => CString::new(absolute).map_or(Route::Kernel, Route::KernelPath),
+                None if inside(mount, text).is_some() => CString::new(absolute).map_or(Route::Kernel, Route::KernelPath),
                 None => Route::Kernel,
             },
             Err(_) => Route::Kernel,
