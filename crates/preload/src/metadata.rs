@@ -567,10 +567,29 @@ pub unsafe extern "C" fn fchmodat(dirfd: c_int, path: *const c_char, mode: libc:
         by_path(
             dirfd,
             path,
-            |client, path| client.chmod(path, mode).map(|()| 0),
+            |client, path| change_mode(client, path, mode, flags),
             |dirfd, path| real!("fchmodat", fn(c_int, *const c_char, libc::mode_t, c_int) -> c_int; dirfd, path, mode, flags),
         )
     }
+}
+
+/// `chmod`; with `AT_SYMLINK_NOFOLLOW` a symbolic link's mode cannot change (EOPNOTSUPP, as
+/// on Linux).
+fn change_mode(client: &Client, path: &str, mode: libc::mode_t, flags: c_int) -> Result<c_int, Errno> {
+    if flags & libc::AT_SYMLINK_NOFOLLOW != 0 {
+        let stat = client.lstat(path)?;
+        if stat.mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(Errno::EOPNOTSUPP);
+        }
+        return client.set_attr_id(stat.file, |change| change.mode = Some(mode & 0o7777)).map(|()| 0);
+    }
+    client.chmod(path, mode).map(|()| 0)
+}
+
+/// Changes attributes of the file `path` names, or of the link itself when `follow` is false.
+fn change_attributes(client: &Client, path: &str, follow: bool, change: impl FnOnce(&mut SetAttr)) -> Result<c_int, Errno> {
+    let file = if follow { client.stat(path) } else { client.lstat(path) }?.file;
+    client.set_attr_id(file, change).map(|()| 0)
 }
 
 #[unsafe(no_mangle)]
@@ -613,7 +632,12 @@ pub unsafe extern "C" fn fchownat(dirfd: c_int, path: *const c_char, uid: libc::
         by_path(
             dirfd,
             path,
-            |client, path| client.chown(path, new_uid, new_gid).map(|()| 0),
+            |client, path| {
+                change_attributes(client, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |request| {
+                    request.uid = new_uid;
+                    request.gid = new_gid;
+                })
+            },
             |dirfd, path| real!("fchownat", fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int; dirfd, path, uid, gid, flags),
         )
     }
@@ -681,7 +705,11 @@ pub unsafe extern "C" fn utimensat(dirfd: c_int, path: *const c_char, times: *co
     let ringfs = |client: &Client, path: &str| {
         // SAFETY: the caller's times.
         let (atime, mtime, explicit) = unsafe { time_change(times) }?;
-        client.set_times(path, atime, mtime, explicit).map(|()| 0)
+        change_attributes(client, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |request| {
+            request.atime_ns = atime;
+            request.mtime_ns = mtime;
+            request.times_explicit = explicit;
+        })
     };
     // SAFETY: forwarded contract.
     unsafe { by_path(dirfd, path, ringfs, kernel) }
