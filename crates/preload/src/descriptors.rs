@@ -75,6 +75,21 @@ impl OpenDescription {
         Ok(fd)
     }
 
+    /// An open file inherited through `exec`: the client's descriptor is opened by id on
+    /// first use (as after `fork`).
+    pub(crate) fn inherited(path: String, file: FileId, is_directory: bool, flags: i32, position: u64) -> OpenDescription {
+        OpenDescription {
+            path,
+            file,
+            is_directory,
+            status_flags: AtomicI32::new(flags),
+            position: Mutex::new(position),
+            // Generation 0 is never current: the first use opens the file.
+            handle: Mutex::new((!is_directory && flags & libc::O_PATH == 0).then_some((0, Fd(0)))),
+            listing: Mutex::new(Vec::new()),
+        }
+    }
+
     /// The file's attributes.
     pub(crate) fn stat(&self, client: &Client) -> Result<Stat, Errno> {
         if self.has_handle() { client.fstat(self.handle(client)?) } else { client.stat_id(self.file) }
@@ -104,6 +119,7 @@ impl Drop for OpenDescription {
         let handle = self.handle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         if let Some((opened_in, fd)) = handle
             && opened_in == generation()
+            && opened_in != 0
             && let Ok(client) = client()
         {
             crate::locks::release_at_close(&client, self.file, fd, self);
@@ -140,6 +156,18 @@ fn install(fd: i32, description: Arc<OpenDescription>) -> Option<Arc<OpenDescrip
         OPEN_COUNT.fetch_add(1, Ordering::AcqRel);
     }
     previous
+}
+
+/// Every ringfs descriptor with its open file.
+pub(crate) fn all() -> Vec<(i32, Arc<OpenDescription>)> {
+    let table = TABLE.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    table.iter().enumerate().filter_map(|(fd, slot)| Some((fd as i32, slot.clone()?))).collect()
+}
+
+/// Makes inherited descriptor `fd` (its placeholder came through `exec`) stand for
+/// `description`.
+pub(crate) fn adopt(fd: i32, description: OpenDescription) {
+    drop(install(fd, Arc::new(description)));
 }
 
 /// Forgets `fd`; the open file it stood for, if any.

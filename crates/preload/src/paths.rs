@@ -116,9 +116,36 @@ pub(crate) fn full_path(mount: &str, path: &str) -> String {
     if path == "/" { mount.to_string() } else { format!("{mount}{path}") }
 }
 
-/// Makes ringfs path `path` the working directory (`None`: the kernel's is again).
+/// Makes ringfs path `path` the working directory (`None`: the kernel's is again), and tells
+/// the programs this process will execute (see `process.rs`).
 pub(crate) fn set_working_directory(path: Option<&str>) {
     let full = path.and_then(|path| config().map(|config| full_path(&config.mount, path)));
+    let was_inside = IN_RINGFS_DIRECTORY.load(Ordering::Acquire);
+    match &full {
+        // SAFETY: setenv and unsetenv with NUL-terminated strings (a program that reads its
+        // environment in another thread at this moment races, as with its own setenv).
+        Some(directory) => {
+            if let Ok(value) = CString::new(directory.as_str()) {
+                unsafe { libc::setenv(WORKING_DIRECTORY_VARIABLE.as_ptr(), value.as_ptr(), 1) };
+            }
+        }
+        None if was_inside => unsafe {
+            libc::unsetenv(WORKING_DIRECTORY_VARIABLE.as_ptr());
+        },
+        None => {}
+    }
+    let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
+    *directory = full;
+}
+
+/// The variable's name as a C string (see `process::WORKING_DIRECTORY_VARIABLE`).
+const WORKING_DIRECTORY_VARIABLE: &std::ffi::CStr = c"RINGFS_PRELOAD_CWD";
+
+/// Takes ringfs path `path` as the working directory inherited from the program that
+/// executed this one (the environment says so already).
+pub(crate) fn adopt_working_directory(path: &str) {
+    let full = config().map(|config| full_path(&config.mount, path));
     let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
     *directory = full;

@@ -7,8 +7,24 @@
 //! first touches it (`OpenDescription::handle`); positions are copied, not shared, from then
 //! on. The library's locks are held across the `fork` so that the child never inherits one
 //! taken by another thread.
+//!
+//! Across `exec`, a working directory inside ringfs is handed on in the environment
+//! (`RINGFS_PRELOAD_CWD`), set on `chdir` (for `execvp`, `posix_spawn`, `system`, which pass
+//! the process's environment) and added by `execve` to the environment it is given (shells
+//! pass their own). Descriptors of ringfs files do not survive an `exec`: the new program
+//! //! `execve` also hands on the ringfs descriptors that are not close-on-exec
+//! (`RINGFS_PRELOAD_FDS`: number, flags, position, file id and path of each), so that
+//! `sh -c 'cmd > /ringfs/out'` and `tar -z` (whose `gzip` writes to tar's descriptor) work:
+//! the new program reopens each file by id on first use. Its position is then its own, no
+//! longer shared with the process that executed it.
 
+use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Once;
+
+use ringfs_client::FileId;
+
+use crate::descriptors::OpenDescription;
+use crate::real::real;
 
 static INSTALLED: Once = Once::new();
 
@@ -34,4 +50,125 @@ extern "C" fn child() {
     crate::descriptors::unlock_after_fork();
     crate::state::unlock_client_after_fork();
     crate::state::forget_client_after_fork();
+}
+
+/// The variable that hands a working directory inside ringfs to the programs this process
+/// executes (the kernel's working directory cannot be there).
+pub(crate) const WORKING_DIRECTORY_VARIABLE: &str = "RINGFS_PRELOAD_CWD";
+
+/// Runs when the library is loaded: a working directory inside ringfs inherited through
+/// `exec` becomes this process's.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INITIALIZE: extern "C" fn() = initialize;
+
+/// The variable that hands ringfs descriptors to executed programs.
+const DESCRIPTORS_VARIABLE: &str = "RINGFS_PRELOAD_FDS";
+
+extern "C" fn initialize() {
+    let Some(config) = crate::state::config() else { return };
+    if let Ok(encoded) = std::env::var(DESCRIPTORS_VARIABLE) {
+        // Programs this one executes by other means than `execve` (`execvp`, `posix_spawn`)
+        // must not take the list for theirs: the numbers may mean other files by then.
+        // SAFETY: a NUL-terminated name; no other thread runs yet.
+        unsafe { libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()) };
+        for (fd, description) in encoded.split(';').filter_map(decode_descriptor) {
+            if is_placeholder(fd) {
+                crate::descriptors::adopt(fd, description);
+            }
+        }
+    }
+    if let Ok(directory) = std::env::var(WORKING_DIRECTORY_VARIABLE)
+        && let Some(path) = crate::paths::inside(&config.mount, &directory)
+    {
+        crate::paths::adopt_working_directory(&path);
+    }
+}
+
+/// Whether `fd` is open on a placeholder (`/dev/null` with `O_PATH`), as an inherited ringfs
+/// descriptor must be.
+fn is_placeholder(fd: c_int) -> bool {
+    let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GETFL, 0);
+    // SAFETY: all-zero is a valid `struct stat`; fstat fills it.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    let stated = real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, &mut stat);
+    flags >= 0
+        && flags & libc::O_PATH != 0
+        && stated == 0
+        && stat.st_mode & libc::S_IFMT == libc::S_IFCHR
+        && stat.st_rdev == libc::makedev(1, 3)
+}
+
+/// `fd,flags,position,anchor,serial,directory,hex(path)` of a descriptor handed on.
+fn encode_descriptor(fd: c_int, description: &OpenDescription) -> String {
+    let position = *description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let path: String = description.path.bytes().map(|byte| format!("{byte:02x}")).collect();
+    let file = description.file;
+    format!("{fd},{},{position},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
+}
+
+fn decode_descriptor(text: &str) -> Option<(c_int, OpenDescription)> {
+    let fields: Vec<&str> = text.split(',').collect();
+    let [fd, flags, position, anchor, serial, directory, path] = fields[..] else { return None };
+    let path = (0..path.len())
+        .step_by(2)
+        .map(|at| path.get(at..at + 2).and_then(|hex| u8::from_str_radix(hex, 16).ok()))
+        .collect::<Option<Vec<u8>>>()
+        .and_then(|bytes| String::from_utf8(bytes).ok())?;
+    let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
+    let description = OpenDescription::inherited(path, file, directory == "1", flags.parse().ok()?, position.parse().ok()?);
+    Some((fd.parse().ok()?, description))
+}
+
+/// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
+fn inherited_descriptors() -> String {
+    crate::descriptors::all()
+        .into_iter()
+        .filter(|(fd, _)| {
+            let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; *fd, libc::F_GETFD, 0);
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .map(|(fd, description)| encode_descriptor(fd, &description))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// `execve`: the program gets the working directory inside ringfs, if this process has one,
+/// in [`WORKING_DIRECTORY_VARIABLE`] (and not a stale one otherwise).
+///
+/// # Safety
+/// As `execve(2)`: NUL-terminated strings and NULL-terminated arrays.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    let real_execve = |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp);
+    if crate::state::config().is_none() || envp.is_null() {
+        return real_execve(envp);
+    }
+    let prefix = format!("{WORKING_DIRECTORY_VARIABLE}=");
+    let descriptors_prefix = format!("{DESCRIPTORS_VARIABLE}=");
+    // SAFETY: a NULL-terminated array of NUL-terminated strings, by contract.
+    let entries: Vec<*const c_char> = unsafe {
+        let mut entries = Vec::new();
+        let mut at = envp;
+        while !(*at).is_null() {
+            entries.push(*at);
+            at = at.add(1);
+        }
+        entries
+    };
+    let ours = |entry: &*const c_char| {
+        // SAFETY: each entry is NUL-terminated.
+        let entry = unsafe { CStr::from_ptr(*entry) }.to_bytes();
+        entry.starts_with(prefix.as_bytes()) || entry.starts_with(descriptors_prefix.as_bytes())
+    };
+    let directory = crate::paths::working_directory().and_then(|directory| CString::new(format!("{prefix}{directory}")).ok());
+    let descriptors = Some(inherited_descriptors()).filter(|encoded| !encoded.is_empty());
+    let descriptors = descriptors.and_then(|encoded| CString::new(format!("{descriptors_prefix}{encoded}")).ok());
+    if directory.is_none() && descriptors.is_none() && !entries.iter().any(ours) {
+        return real_execve(envp);
+    }
+    let mut environment: Vec<*const c_char> = entries.into_iter().filter(|entry| !ours(entry)).collect();
+    environment.extend(directory.iter().chain(&descriptors).map(|entry| entry.as_ptr()));
+    environment.push(std::ptr::null());
+    real_execve(environment.as_ptr())
 }

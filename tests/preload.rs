@@ -1,0 +1,275 @@
+//! The LD_PRELOAD library: unmodified programs (coreutils, tar, Python, a C program using
+//! stdio) run under `libringfs_preload.so` against a live cluster. Each runs the same script
+//! on ringfs (under the prefix) and on a local directory; the outputs must match, and what
+//! the programs wrote is checked through the native client.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{TestCluster, read_file, scratch_dir, workspace_root, write_file};
+
+/// The preload library of the build under test, built if needed (`cargo test` builds only
+/// the test's own package).
+fn preload_library() -> PathBuf {
+    let dir = Path::new(common::ringfs_binary()).parent().unwrap().to_path_buf();
+    let library = dir.join("libringfs_preload.so");
+    if !library.exists() {
+        let mut build = Command::new(env!("CARGO"));
+        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-preload"]);
+        if dir.file_name().is_some_and(|profile| profile == "release") {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building libringfs_preload failed");
+    }
+    library
+}
+
+/// A cluster with the environment that puts it under a prefix for preloaded programs.
+struct Preloaded {
+    cluster: TestCluster,
+    /// The prefix (`/ringfs-e2e-…`): absent from the kernel's file system.
+    prefix: String,
+    library: PathBuf,
+    /// A local directory for the comparison runs.
+    local: PathBuf,
+}
+
+impl Preloaded {
+    fn start(servers: usize) -> Preloaded {
+        let cluster = TestCluster::start(servers);
+        let prefix = format!("/ringfs-e2e-{:x}", ringfs_rpc::memory::random_u64());
+        Preloaded { cluster, prefix, library: preload_library(), local: scratch_dir("preload-local") }
+    }
+
+    /// A command with the preload environment.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("LD_PRELOAD", &self.library)
+            .env("RINGFS_MOUNT", &self.prefix)
+            .env("RINGFS_SERVER", self.cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &self.cluster.secret)
+            .env("RINGFS_TIMEOUT_MS", "5000")
+            .env("LC_ALL", "C");
+        command
+    }
+
+    /// Runs a shell script under the library with `$ROOT` set to `root`; panics on failure.
+    fn script(&self, root: &str, script: &str) -> String {
+        let output = self.command("sh").arg("-euc").arg(script).env("ROOT", root).output().unwrap();
+        succeeded(&output, script);
+        String::from_utf8_lossy(&output.stdout).replace(root, "$ROOT")
+    }
+
+    /// Runs `script` on ringfs (`$ROOT` a fresh directory under the prefix) and on a fresh
+    /// local directory; asserts both print the same; returns the ringfs path of `$ROOT`.
+    fn same_as_local(&self, name: &str, script: &str) -> String {
+        let ringfs_root = format!("{}/{name}", self.prefix);
+        let local_root = self.local.join(name);
+        std::fs::create_dir_all(&local_root).unwrap();
+        self.script(&self.prefix, &format!("mkdir {name}", name = ringfs_root));
+        let on_ringfs = self.script(&ringfs_root, script);
+        let on_local = self.script(local_root.to_str().unwrap(), script);
+        assert_eq!(on_ringfs, on_local, "the script printed differently on ringfs and on a local directory:\n{script}");
+        format!("/{name}")
+    }
+}
+
+impl Drop for Preloaded {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.local);
+    }
+}
+
+fn succeeded(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what}\nfailed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A local source tree: text, a 3 MiB file spanning chunks, an empty file, a symbolic link,
+/// nested directories.
+fn source_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("a/b/c")).unwrap();
+    std::fs::write(dir.join("a/hello.txt"), "hello, ringfs\n").unwrap();
+    std::fs::write(dir.join("a/empty"), "").unwrap();
+    let mut random = common::Random::new(15);
+    let mut big = vec![0u8; 3 << 20];
+    random.fill(&mut big);
+    std::fs::write(dir.join("a/b/big.bin"), &big).unwrap();
+    std::fs::write(dir.join("a/b/c/deep.txt"), "deep\n".repeat(100)).unwrap();
+    std::os::unix::fs::symlink("hello.txt", dir.join("a/link")).unwrap();
+}
+
+#[test]
+fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
+    let preloaded = Preloaded::start(3);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    let script = format!(
+        r#"
+        SRC={source}
+        mkdir -p "$ROOT/x/y/z"
+        cp -r "$SRC" "$ROOT/copy"
+        cat "$ROOT/copy/a/hello.txt" "$ROOT/copy/a/link"
+        cmp "$SRC/a/b/big.bin" "$ROOT/copy/a/b/big.bin"
+        # mode, size (files) and name of every entry
+        ls -l "$ROOT/copy/a" | awk 'NR > 1 {{ print $1, ($1 ~ /^-/ ? $5 : "-"), $NF }}'
+        ls -a "$ROOT/copy/a/b"
+        find "$ROOT" | sort
+        find "$ROOT" -type f -name '*.txt' | sort
+        find "$ROOT/copy" -type f -exec du -b {{}} + | sort -k2
+        du -sb "$ROOT/copy/a/b/big.bin"
+        mv "$ROOT/copy/a/b" "$ROOT/x/moved"
+        mv "$ROOT/copy/a/hello.txt" "$ROOT/copy/a/renamed.txt"
+        ls "$ROOT/x" "$ROOT/copy/a"
+        cd "$ROOT/x" && pwd && ls && cat moved/c/deep.txt | wc -l && cd /
+        rm -r "$ROOT/x"
+        rm "$ROOT/copy/a/link"
+        ls "$ROOT" "$ROOT/copy/a"
+        test ! -e "$ROOT/x" && echo gone
+        "#,
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("coreutils", &script);
+    // What the tools left, read with the native client.
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/copy/a/renamed.txt")).unwrap(), b"hello, ringfs\n");
+    assert!(client.stat(&format!("{root}/x")).is_err());
+}
+
+#[test]
+fn tar_archives_and_extracts_a_tree_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    let script = format!(
+        r#"
+        tar -C {parent} -cf "$ROOT/tree.tar" source
+        tar -tvf "$ROOT/tree.tar" | awk '{{ print $1, $3, $NF }}' | sort -k3
+        mkdir "$ROOT/out"
+        tar -C "$ROOT/out" -xf "$ROOT/tree.tar"
+        diff -r {source} "$ROOT/out/source" && echo identical
+        tar -C "$ROOT" -czf "$ROOT/again.tgz" out
+        tar -tzf "$ROOT/again.tgz" | sort
+        "#,
+        parent = preloaded.local.display(),
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("tar", &script);
+    let client = preloaded.cluster.client();
+    let big = read_file(&client, &format!("{root}/out/source/a/b/big.bin")).unwrap();
+    assert_eq!(big, std::fs::read(source.join("a/b/big.bin")).unwrap());
+    assert_eq!(client.readlink(&format!("{root}/out/source/a/link")).unwrap(), "hello.txt");
+}
+
+#[test]
+fn python_open_os_and_shutil_work_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let program = r#"
+import os, shutil, sys
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "d/e"), exist_ok=True)
+with open(os.path.join(root, "f.txt"), "w") as f:
+    f.write("hello\n" * 1000)
+with open(os.path.join(root, "f.txt")) as f:
+    assert f.read() == "hello\n" * 1000
+with open(os.path.join(root, "blob"), "wb") as f:
+    f.write(bytes(range(256)) * 8192)
+shutil.copy(os.path.join(root, "f.txt"), os.path.join(root, "d/g.txt"))
+shutil.copyfile(os.path.join(root, "blob"), os.path.join(root, "d/blob"))
+shutil.copytree(os.path.join(root, "d"), os.path.join(root, "d2"))
+print(sorted(os.listdir(root)))
+print(sorted((entry.name, entry.is_dir(), entry.is_file()) for entry in os.scandir(root)))
+os.rename(os.path.join(root, "d2"), os.path.join(root, "d3"))
+print(os.stat(os.path.join(root, "d3/blob")).st_size, os.path.getsize(os.path.join(root, "d/g.txt")))
+for path, dirs, files in sorted(os.walk(root)):
+    print(path.replace(root, "ROOT"), sorted(dirs), sorted(files))
+os.chdir(root)
+print(os.path.basename(os.getcwd()), sorted(os.listdir(".")), open("f.txt").read(6).strip())
+with open("f.txt", "r+b") as f:
+    f.seek(2)
+    f.write(b"XY")
+    f.seek(0)
+    print(f.read(8))
+os.truncate("f.txt", 3)
+print(os.stat("f.txt").st_size, os.path.exists("missing"), os.path.isdir("d"))
+shutil.rmtree("d3")
+os.remove("blob")
+os.chdir("/")
+print(sorted(os.listdir(root)))
+"#;
+    let script_path = preloaded.local.join("program.py");
+    std::fs::write(&script_path, program).unwrap();
+    let root = preloaded.same_as_local("python", &format!("python3 {} \"$ROOT\"", script_path.display()));
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/f.txt")).unwrap(), b"heX");
+    assert_eq!(read_file(&client, &format!("{root}/d/blob")).unwrap().len(), 256 * 8192);
+}
+
+#[test]
+fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let program = preloaded.local.join("preload_stdio");
+    let compiled = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(workspace_root().join("tests/c/preload_stdio.c"))
+        .arg("-o")
+        .arg(&program)
+        .output()
+        .unwrap();
+    succeeded(&compiled, "cc tests/c/preload_stdio.c");
+    // The program prints the last component of its working directory: both are named "c".
+    let script = format!("mkdir \"$ROOT/c\" && {} \"$ROOT/c\"", program.display());
+    let root = preloaded.same_as_local("cprogram", &script);
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/c/forked.txt")).unwrap(), b"parent\nchild\n");
+    assert_eq!(read_file(&client, &format!("{root}/c/child.txt")).unwrap(), b"from the child\n");
+}
+
+#[test]
+fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_untouched() {
+    let preloaded = Preloaded::start(2);
+    let client = preloaded.cluster.client();
+    client.mkdir("/native", 0o755).unwrap();
+    write_file(&client, "/native/note.txt", b"written by the native client\n");
+    let local_file = preloaded.local.join("local.txt");
+    std::fs::write(&local_file, "kernel file\n").unwrap();
+    let script = format!(
+        r#"
+        cat "$ROOT/native/note.txt" {local}
+        wc -c < "$ROOT/native/note.txt"
+        ls "$ROOT"
+        cp {local} "$ROOT/native/from-kernel.txt"
+        cat "$ROOT/native/from-kernel.txt"
+        # A rename between ringfs and the kernel's file system is EXDEV; mv then copies.
+        mv "$ROOT/native/from-kernel.txt" {local}.moved
+        cat {local}.moved
+        "#,
+        local = local_file.display()
+    );
+    let output = preloaded.script(&preloaded.prefix, &script);
+    assert_eq!(
+        output, "written by the native client\nkernel file\n29\nnative\nkernel file\nkernel file\n",
+        "preloaded programs see what the native client wrote"
+    );
+    assert!(client.stat("/native/from-kernel.txt").is_err(), "mv removed the source on ringfs");
+}
+
+#[test]
+fn ringfs_run_preload_runs_a_command_with_the_library() {
+    preload_library();
+    let output = Command::new(common::ringfs_binary())
+        .args(["run", "--servers", "2", "--preload", "/rfs-run", "--"])
+        .args(["sh", "-c", "mkdir /rfs-run/d && echo job > /rfs-run/d/out && cat /rfs-run/d/out && ls /rfs-run"])
+        .output()
+        .unwrap();
+    succeeded(&output, "ringfs run --preload");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "job\nd\n");
+}
