@@ -177,8 +177,10 @@ pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
     }
     let mut table = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
     let removed = table.get_mut(fd as usize).and_then(Option::take);
+    drop(table);
     if removed.is_some() {
         OPEN_COUNT.fetch_sub(1, Ordering::AcqRel);
+        crate::process::descriptors_changed();
     }
     removed
 }
@@ -192,6 +194,7 @@ pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Resu
         return Err(Errno(crate::errno()));
     }
     drop(install(fd, description));
+    crate::process::descriptors_changed();
     Ok(fd)
 }
 
@@ -200,6 +203,7 @@ pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Resu
 /// dropped (the kernel closed it).
 pub(crate) fn duplicated(new_fd: i32, description: Arc<OpenDescription>) {
     drop(install(new_fd, description));
+    crate::process::descriptors_changed();
 }
 
 /// Takes the table's lock before `fork` (see `process.rs`).

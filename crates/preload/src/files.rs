@@ -598,7 +598,13 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, argument: usize) -> c_int {
             ringfs_call(-1, || crate::locks::fcntl_lock(&client()?, &description, cmd, argument as *mut libc::flock))
         }
         // F_GETFD and F_SETFD (close-on-exec) and the rest: the placeholder answers.
-        _ => real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument),
+        _ => {
+            let result = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
+            if cmd == libc::F_SETFD {
+                crate::process::descriptors_changed();
+            }
+            result
+        }
     }
 }
 

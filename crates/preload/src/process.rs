@@ -20,6 +20,7 @@
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringfs_client::FileId;
 
@@ -50,6 +51,8 @@ extern "C" fn child() {
     crate::descriptors::unlock_after_fork();
     crate::state::unlock_client_after_fork();
     crate::state::forget_client_after_fork();
+    FORKED.store(true, Ordering::Relaxed);
+    descriptors_changed();
 }
 
 /// The variable that hands a working directory inside ringfs to the programs this process
@@ -140,9 +143,23 @@ fn inherited_descriptors() -> String {
 /// As `execve(2)`: NUL-terminated strings and NULL-terminated arrays.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
-    let real_execve = |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp);
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_handed_on_environment(
+            envp,
+            |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp),
+        )
+    }
+}
+
+/// Calls `exec` with `envp` plus what this process hands on to the program it executes (its
+/// working directory inside ringfs, its inheritable ringfs descriptors), minus stale values.
+///
+/// # Safety
+/// `envp` must be NULL or a NULL-terminated array of NUL-terminated strings.
+unsafe fn with_handed_on_environment(envp: *const *const c_char, exec: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
     if crate::state::config().is_none() || envp.is_null() {
-        return real_execve(envp);
+        return exec(envp);
     }
     let prefix = format!("{WORKING_DIRECTORY_VARIABLE}=");
     let descriptors_prefix = format!("{DESCRIPTORS_VARIABLE}=");
@@ -165,10 +182,70 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
     let descriptors = Some(inherited_descriptors()).filter(|encoded| !encoded.is_empty());
     let descriptors = descriptors.and_then(|encoded| CString::new(format!("{descriptors_prefix}{encoded}")).ok());
     if directory.is_none() && descriptors.is_none() && !entries.iter().any(ours) {
-        return real_execve(envp);
+        return exec(envp);
     }
     let mut environment: Vec<*const c_char> = entries.into_iter().filter(|entry| !ours(entry)).collect();
     environment.extend(directory.iter().chain(&descriptors).map(|entry| entry.as_ptr()));
     environment.push(std::ptr::null());
-    real_execve(environment.as_ptr())
+    exec(environment.as_ptr())
+}
+
+/// `execv`: [`execve`] with the process's environment.
+///
+/// # Safety
+/// As `execv(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract; `environ` is the process's environment.
+    unsafe { execve(path, argv, environ) }
+}
+
+/// `execvp`: [`execvpe`] with the process's environment.
+///
+/// # Safety
+/// As `execvp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// `execvpe`: the C library searches `PATH`, with the environment [`execve`] would give.
+///
+/// # Safety
+/// As `execvpe(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_handed_on_environment(
+            envp,
+            |envp| real!("execvpe", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; file, argv, envp),
+        )
+    }
+}
+
+unsafe extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// Whether this process is the child of a `fork` (its next step is often an `exec`).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// In the child of a `fork`, the ringfs descriptors an `exec` would keep are also written
+/// to the process's environment after every change, for the `exec` variants that reach the
+/// kernel without passing through this library (`execl`, `execlp`: glibc calls its internal
+/// `execve`). `tar -z` runs `gzip` that way on its archive's descriptor.
+pub(crate) fn descriptors_changed() {
+    if !FORKED.load(Ordering::Relaxed) {
+        return;
+    }
+    let encoded = inherited_descriptors();
+    // SAFETY: NUL-terminated strings; a forked child normally runs one thread.
+    unsafe {
+        match CString::new(encoded) {
+            Ok(value) if !value.is_empty() => libc::setenv(c"RINGFS_PRELOAD_FDS".as_ptr(), value.as_ptr(), 1),
+            _ => libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()),
+        };
+    }
 }
