@@ -185,11 +185,46 @@ pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
     removed
 }
 
+/// The first placeholder, which new ones are copied from (`F_DUPFD` costs a third of an
+/// `open`); -1 until needed, or after the program closed its number.
+static BASE_PLACEHOLDER: AtomicI32 = AtomicI32::new(-1);
+
+fn open_placeholder(flags: libc::c_int) -> libc::c_int {
+    real!("open", fn(*const libc::c_char, libc::c_int, libc::c_uint) -> libc::c_int; c"/dev/null".as_ptr(), libc::O_PATH | flags, 0)
+}
+
+/// The base placeholder's number, or -1.
+pub(crate) fn base_placeholder() -> i32 {
+    BASE_PLACEHOLDER.load(Ordering::Acquire)
+}
+
+/// The program closed (or replaced) kernel descriptor `fd`: if it was the base placeholder,
+/// a new one is opened when next needed.
+pub(crate) fn kernel_descriptor_closed(fd: i32) {
+    let _ = BASE_PLACEHOLDER.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+}
+
 /// A new descriptor for `description`: reserves a kernel descriptor number (close-on-exec
 /// when `cloexec`) and maps it.
 pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Result<i32, Errno> {
-    let flags = libc::O_PATH | if cloexec { libc::O_CLOEXEC } else { 0 };
-    let fd = real!("open", fn(*const libc::c_char, libc::c_int, libc::c_uint) -> libc::c_int; c"/dev/null".as_ptr(), flags, 0);
+    let mut base = BASE_PLACEHOLDER.load(Ordering::Acquire);
+    if base < 0 {
+        base = open_placeholder(libc::O_CLOEXEC);
+        if base < 0 {
+            return Err(Errno(crate::errno()));
+        }
+        if let Err(other) = BASE_PLACEHOLDER.compare_exchange(-1, base, Ordering::AcqRel, Ordering::Acquire) {
+            real!("close", fn(libc::c_int) -> libc::c_int; base);
+            base = other;
+        }
+    }
+    let command = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    let mut fd = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; base, command, 0);
+    if fd < 0 && crate::errno() == libc::EBADF {
+        // Closed behind the library's back (a direct system call): open one afresh.
+        kernel_descriptor_closed(base);
+        fd = open_placeholder(if cloexec { libc::O_CLOEXEC } else { 0 });
+    }
     if fd < 0 {
         return Err(Errno(crate::errno()));
     }

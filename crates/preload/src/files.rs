@@ -170,6 +170,7 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     // The description (and with its last descriptor, the client's open) goes after the
     // placeholder: the number stays taken until the ringfs state is gone.
     let description = descriptors::remove(fd);
+    descriptors::kernel_descriptor_closed(fd);
     let closed = real!("close", fn(c_int) -> c_int; fd);
     if let Some(description) = description {
         crate::locks::release_process_locks(&description);
@@ -554,6 +555,7 @@ fn duplicate_onto(fd: c_int, new_fd: c_int, flags: c_int, with_flags: bool) -> c
         real!("dup2", fn(c_int, c_int) -> c_int; fd, new_fd)
     };
     if result >= 0 && fd != new_fd {
+        descriptors::kernel_descriptor_closed(new_fd);
         match description {
             Some(description) => descriptors::duplicated(new_fd, description),
             None => drop(descriptors::remove(new_fd)),
@@ -580,6 +582,7 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, argument: usize) -> c_int {
     };
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            // (The new number was free: it cannot be the base placeholder.)
             let new_fd = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
             if new_fd >= 0 {
                 descriptors::duplicated(new_fd, description);
@@ -694,4 +697,22 @@ pub extern "C" fn mmap(address: *mut c_void, len: usize, protection: c_int, flag
 #[unsafe(no_mangle)]
 pub extern "C" fn mmap64(address: *mut c_void, len: usize, protection: c_int, flags: c_int, fd: c_int, at: libc::off_t) -> *mut c_void {
     mmap(address, len, protection, flags, fd, at)
+}
+
+/// `close_range`: the ringfs descriptors in the range are closed like `close` closes them.
+#[unsafe(no_mangle)]
+pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let ringfs: Vec<c_int> =
+        descriptors::all().into_iter().map(|(fd, _)| fd).filter(|fd| (first..=last).contains(&(*fd as c_uint))).collect();
+    let result = real!("close_range", fn(c_uint, c_uint, c_int) -> c_int; first, last, flags);
+    if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        for fd in ringfs {
+            drop(descriptors::remove(fd));
+        }
+    }
+    let base = descriptors::base_placeholder();
+    if result == 0 && base >= 0 && (first..=last).contains(&(base as c_uint)) && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        descriptors::kernel_descriptor_closed(base);
+    }
+    result
 }
