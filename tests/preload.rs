@@ -129,6 +129,10 @@ fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
         mv "$ROOT/copy/a/b" "$ROOT/x/moved"
         mv "$ROOT/copy/a/hello.txt" "$ROOT/copy/a/renamed.txt"
         ls "$ROOT/x" "$ROOT/copy/a"
+        # Standard output redirected to ringfs: ls writes it through stdio, at exit.
+        ls -l "$ROOT/copy/a" > "$ROOT/listing" && printf '%s\n' appended >> "$ROOT/listing"
+        awk 'NR > 1 {{ print $NF }}' < "$ROOT/listing"
+        echo "$(cat "$ROOT/copy/a/renamed.txt" | tr a-z A-Z)" > "$ROOT/upper" && cat "$ROOT/upper"
         cd "$ROOT/x" && pwd && ls && cat moved/c/deep.txt | wc -l && cd /
         rm -r "$ROOT/x"
         rm "$ROOT/copy/a/link"
@@ -173,7 +177,7 @@ fn tar_archives_and_extracts_a_tree_on_ringfs() {
 fn python_open_os_and_shutil_work_on_ringfs() {
     let preloaded = Preloaded::start(2);
     let program = r#"
-import os, shutil, sys
+import os, shutil, subprocess, sys
 root = sys.argv[1]
 os.makedirs(os.path.join(root, "d/e"), exist_ok=True)
 with open(os.path.join(root, "f.txt"), "w") as f:
@@ -200,6 +204,11 @@ with open("f.txt", "r+b") as f:
     print(f.read(8))
 os.truncate("f.txt", 3)
 print(os.stat("f.txt").st_size, os.path.exists("missing"), os.path.isdir("d"))
+with open("from-child.txt", "w") as out:
+    subprocess.run(["ls", "d3"], stdout=out, check=True)
+    subprocess.run(["sh", "-c", "echo second; echo to-stderr >&2"], stdout=out, stderr=subprocess.DEVNULL, check=True)
+print("parent's stdout is intact", open("from-child.txt").read().split())
+print(subprocess.run(["cat", "from-child.txt"], capture_output=True, text=True).stdout.split())
 shutil.rmtree("d3")
 os.remove("blob")
 os.chdir("/")

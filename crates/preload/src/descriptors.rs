@@ -1,12 +1,15 @@
 //! The ringfs descriptors of the process: kernel descriptor numbers, each holding a
 //! placeholder, mapped to the open file they stand for.
 //!
-//! Every ringfs open reserves a kernel descriptor (`/dev/null` opened with `O_PATH`) and
-//! hands out its number, so ringfs and kernel descriptors can never collide, and what the
-//! kernel keeps per descriptor — the close-on-exec flag, `dup2` onto a number in use, the
-//! lowest free number — is the kernel's own doing. A program that reaches the placeholder
-//! behind the library's back (a direct system call) gets EBADF for reads and writes, never
-//! another file's bytes.
+//! Every ringfs open reserves a kernel descriptor — a placeholder: an empty `memfd`, sealed
+//! against writes and growth — and hands out its number, so ringfs and kernel descriptors can
+//! never collide, and what the kernel keeps per descriptor or open file description is the
+//! kernel's own doing: the close-on-exec flag, `dup2` onto a number in use, the lowest free
+//! number, and the **file position**, which the library keeps as the placeholder's offset
+//! (`lseek` on it). So the position is shared as POSIX wants between `dup`s, and with
+//! children after `fork` and `exec` (`(ls; ls) > /ringfs/out` appends the second listing). A
+//! program that reaches the placeholder behind the library's back (a direct system call) reads
+//! nothing and cannot write (EPERM), never another file's bytes.
 //!
 //! Several descriptors (`dup`, `fcntl(F_DUPFD)`) share one [`OpenDescription`] — its position
 //! and status flags — as POSIX says. Invariant: no lock of this module is held while the
@@ -37,7 +40,9 @@ pub(crate) struct OpenDescription {
     pub is_directory: bool,
     /// The open's flags (`O_ACCMODE`, `O_APPEND`, `O_NONBLOCK`, …), as `F_GETFL` reports them.
     pub status_flags: AtomicI32,
-    /// The position reads and writes start at.
+    /// Serializes this process's reads, writes and seeks at the position (which the kernel
+    /// keeps on the placeholder, see the module doc); for a directory, the index of the next
+    /// entry `getdents64` gives.
     pub position: Mutex<u64>,
     /// The client's descriptor of a regular file, with the generation it was opened in (a
     /// child after `fork` opens the file again by id). `None` for directories, `O_PATH`
@@ -77,13 +82,13 @@ impl OpenDescription {
 
     /// An open file inherited through `exec`: the client's descriptor is opened by id on
     /// first use (as after `fork`).
-    pub(crate) fn inherited(path: String, file: FileId, is_directory: bool, flags: i32, position: u64) -> OpenDescription {
+    pub(crate) fn inherited(path: String, file: FileId, is_directory: bool, flags: i32) -> OpenDescription {
         OpenDescription {
             path,
             file,
             is_directory,
             status_flags: AtomicI32::new(flags),
-            position: Mutex::new(position),
+            position: Mutex::new(0),
             // Generation 0 is never current: the first use opens the file.
             handle: Mutex::new((!is_directory && flags & libc::O_PATH == 0).then_some((0, Fd(0)))),
             listing: Mutex::new(Vec::new()),
@@ -185,50 +190,42 @@ pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
     removed
 }
 
-/// The first placeholder, which new ones are copied from (`F_DUPFD` costs a third of an
-/// `open`); -1 until needed, or after the program closed its number.
-static BASE_PLACEHOLDER: AtomicI32 = AtomicI32::new(-1);
+/// The seals of a placeholder: it stays empty and cannot be written.
+pub(crate) const PLACEHOLDER_SEALS: libc::c_int = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
 
-fn open_placeholder(flags: libc::c_int) -> libc::c_int {
-    real!("open", fn(*const libc::c_char, libc::c_int, libc::c_uint) -> libc::c_int; c"/dev/null".as_ptr(), libc::O_PATH | flags, 0)
+/// A new placeholder (close-on-exec when `cloexec`).
+fn new_placeholder(cloexec: bool) -> Result<i32, Errno> {
+    let flags = libc::MFD_ALLOW_SEALING | if cloexec { libc::MFD_CLOEXEC } else { 0 };
+    let fd = real!("memfd_create", fn(*const libc::c_char, libc::c_uint) -> libc::c_int; c"ringfs-placeholder".as_ptr(), flags);
+    if fd < 0 {
+        return Err(Errno(crate::errno()));
+    }
+    if real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; fd, libc::F_ADD_SEALS, PLACEHOLDER_SEALS as usize) != 0 {
+        let errno = crate::errno();
+        real!("close", fn(libc::c_int) -> libc::c_int; fd);
+        return Err(Errno(errno));
+    }
+    Ok(fd)
 }
 
-/// The base placeholder's number, or -1.
-pub(crate) fn base_placeholder() -> i32 {
-    BASE_PLACEHOLDER.load(Ordering::Acquire)
+/// The position of the open file behind ringfs descriptor `fd`: its placeholder's offset.
+pub(crate) fn position(fd: i32) -> Result<u64, Errno> {
+    let at = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, 0, libc::SEEK_CUR);
+    u64::try_from(at).map_err(|_| Errno(crate::errno()))
 }
 
-/// The program closed (or replaced) kernel descriptor `fd`: if it was the base placeholder,
-/// a new one is opened when next needed.
-pub(crate) fn kernel_descriptor_closed(fd: i32) {
-    let _ = BASE_PLACEHOLDER.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
+pub(crate) fn set_position(fd: i32, at: u64) -> Result<(), Errno> {
+    let offset = libc::off_t::try_from(at).map_err(|_| Errno::EFBIG)?;
+    let moved = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, offset, libc::SEEK_SET);
+    if moved < 0 { Err(Errno(crate::errno())) } else { Ok(()) }
 }
 
 /// A new descriptor for `description`: reserves a kernel descriptor number (close-on-exec
 /// when `cloexec`) and maps it.
 pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Result<i32, Errno> {
-    let mut base = BASE_PLACEHOLDER.load(Ordering::Acquire);
-    if base < 0 {
-        base = open_placeholder(libc::O_CLOEXEC);
-        if base < 0 {
-            return Err(Errno(crate::errno()));
-        }
-        if let Err(other) = BASE_PLACEHOLDER.compare_exchange(-1, base, Ordering::AcqRel, Ordering::Acquire) {
-            real!("close", fn(libc::c_int) -> libc::c_int; base);
-            base = other;
-        }
-    }
-    let command = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
-    let mut fd = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; base, command, 0);
-    if fd < 0 && crate::errno() == libc::EBADF {
-        // Closed behind the library's back (a direct system call): open one afresh.
-        kernel_descriptor_closed(base);
-        fd = open_placeholder(if cloexec { libc::O_CLOEXEC } else { 0 });
-    }
-    if fd < 0 {
-        return Err(Errno(crate::errno()));
-    }
+    let fd = new_placeholder(cloexec)?;
     drop(install(fd, description));
+    reserve_vfork_room();
     crate::process::descriptors_changed();
     Ok(fd)
 }
@@ -255,4 +252,76 @@ type TableGuard = std::sync::RwLockWriteGuard<'static, Vec<Option<Arc<OpenDescri
 
 thread_local! {
     static FORK_GUARD: std::cell::RefCell<Option<TableGuard>> = const { std::cell::RefCell::new(None) };
+}
+
+// ---- vfork children ----
+//
+// A `vfork` child (Python's `subprocess`, `posix_spawn`) runs in its parent's memory until it
+// executes a program: changing the table there would change the parent's. So in such a child
+// the kernel's descriptors change as asked, and the table's changes are noted aside, by the
+// child's process id, for `exec` to hand on; the parent's table stays as it was.
+
+/// The process id this library's state belongs to (set at load and after `fork`).
+static PROCESS_ID: AtomicI32 = AtomicI32::new(0);
+
+/// Records the id of the process the state belongs to.
+pub(crate) fn note_process() {
+    // SAFETY: getpid has no preconditions.
+    PROCESS_ID.store(unsafe { libc::getpid() }, Ordering::Release);
+}
+
+/// Whether this is a `vfork` child running in the memory of the process that owns the table.
+pub(crate) fn in_vfork_child() -> bool {
+    let owner = PROCESS_ID.load(Ordering::Acquire);
+    // SAFETY: getpid has no preconditions.
+    owner != 0 && unsafe { libc::getpid() } != owner
+}
+
+/// A change of descriptor `fd` made by `vfork` child `pid`: now `description`, or closed.
+struct VforkChange {
+    pid: i32,
+    fd: i32,
+    description: Option<std::sync::Weak<OpenDescription>>,
+}
+
+/// Room is reserved while the owner runs, so a `vfork` child never allocates for it.
+const VFORK_CHANGES_ROOM: usize = 64;
+static VFORK_CHANGES: Mutex<Vec<VforkChange>> = Mutex::new(Vec::new());
+
+fn reserve_vfork_room() {
+    let mut changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if changes.capacity() < VFORK_CHANGES_ROOM {
+        changes.reserve_exact(VFORK_CHANGES_ROOM);
+    }
+}
+
+/// In a `vfork` child: notes that `fd` now stands for `description` (`None`: closed).
+pub(crate) fn changed_in_vfork_child(fd: i32, description: Option<&Arc<OpenDescription>>) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let mut changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Changes of earlier children are stale; their weak references free nothing.
+    changes.retain(|change| change.pid == pid && change.fd != fd);
+    if changes.len() < changes.capacity() {
+        changes.push(VforkChange { pid, fd, description: description.map(Arc::downgrade) });
+    }
+}
+
+/// The ringfs descriptors of this process as an `exec` sees them: the table, with the
+/// changes a `vfork` child made.
+pub(crate) fn all_for_exec() -> Vec<(i32, Arc<OpenDescription>)> {
+    let mut descriptors = all();
+    if !in_vfork_child() {
+        return descriptors;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    for change in changes.iter().filter(|change| change.pid == pid) {
+        descriptors.retain(|(fd, _)| *fd != change.fd);
+        if let Some(description) = change.description.as_ref().and_then(std::sync::Weak::upgrade) {
+            descriptors.push((change.fd, description));
+        }
+    }
+    descriptors
 }

@@ -167,10 +167,13 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: Mode) -> c_int {
 
 #[unsafe(no_mangle)]
 pub extern "C" fn close(fd: c_int) -> c_int {
+    if descriptors::lookup(fd).is_some() && descriptors::in_vfork_child() {
+        descriptors::changed_in_vfork_child(fd, None);
+        return real!("close", fn(c_int) -> c_int; fd);
+    }
     // The description (and with its last descriptor, the client's open) goes after the
     // placeholder: the number stays taken until the ringfs state is gone.
     let description = descriptors::remove(fd);
-    descriptors::kernel_descriptor_closed(fd);
     let closed = real!("close", fn(c_int) -> c_int; fd);
     if let Some(description) = description {
         crate::locks::release_process_locks(&description);
@@ -203,22 +206,25 @@ fn write_at(client: &Client, description: &OpenDescription, bytes: &[u8], offset
     client.pwrite(description.handle(client)?, bytes, offset)
 }
 
-/// Reads at the open file's position, which advances.
-fn read_here(client: &Client, description: &OpenDescription, buffer: &mut [u8]) -> Result<usize, Errno> {
-    let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let count = read_at(client, description, buffer, *position)?;
-    *position += count as u64;
+/// Reads at the position of descriptor `fd`, which advances.
+fn read_here(client: &Client, description: &OpenDescription, fd: c_int, buffer: &mut [u8]) -> Result<usize, Errno> {
+    let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let at = descriptors::position(fd)?;
+    let count = read_at(client, description, buffer, at)?;
+    descriptors::set_position(fd, at + count as u64)?;
     Ok(count)
 }
 
-/// Writes at the open file's position (at its end with `O_APPEND`), which advances.
-fn write_here(client: &Client, description: &OpenDescription, bytes: &[u8]) -> Result<usize, Errno> {
-    let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if description.flags() & libc::O_APPEND != 0 && description.writable() {
-        *position = description.stat(client)?.size;
-    }
-    let count = write_at(client, description, bytes, *position)?;
-    *position += count as u64;
+/// Writes at the position of descriptor `fd` (at the end with `O_APPEND`), which advances.
+fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: &[u8]) -> Result<usize, Errno> {
+    let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let at = if description.flags() & libc::O_APPEND != 0 && description.writable() {
+        description.stat(client)?.size
+    } else {
+        descriptors::position(fd)?
+    };
+    let count = write_at(client, description, bytes, at)?;
+    descriptors::set_position(fd, at + count as u64)?;
     Ok(count)
 }
 
@@ -260,7 +266,7 @@ fn offset(value: libc::off_t) -> Result<u64, Errno> {
 pub unsafe extern "C" fn read(fd: c_int, buffer: *mut c_void, count: usize) -> isize {
     // SAFETY: the caller's buffer.
     with_description(fd, -1, |client, description| {
-        read_here(client, description, unsafe { buffer_mut(buffer, count) }?).map(|n| n as isize)
+        read_here(client, description, fd, unsafe { buffer_mut(buffer, count) }?).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("read", fn(c_int, *mut c_void, usize) -> isize; fd, buffer, count))
 }
@@ -270,8 +276,10 @@ pub unsafe extern "C" fn read(fd: c_int, buffer: *mut c_void, count: usize) -> i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn write(fd: c_int, bytes: *const c_void, count: usize) -> isize {
     // SAFETY: the caller's buffer.
-    with_description(fd, -1, |client, description| write_here(client, description, unsafe { buffer(bytes, count) }?).map(|n| n as isize))
-        .unwrap_or_else(|| real!("write", fn(c_int, *const c_void, usize) -> isize; fd, bytes, count))
+    with_description(fd, -1, |client, description| {
+        write_here(client, description, fd, unsafe { buffer(bytes, count) }?).map(|n| n as isize)
+    })
+    .unwrap_or_else(|| real!("write", fn(c_int, *const c_void, usize) -> isize; fd, bytes, count))
 }
 
 /// # Safety
@@ -361,9 +369,10 @@ pub unsafe extern "C" fn readv(fd: c_int, vectors: *const libc::iovec, count: c_
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's vectors.
         let vectors = unsafe { iovecs(vectors, count) }?;
-        let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let total = read_vectors(client, description, vectors, *position)?;
-        *position += total as u64;
+        let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = descriptors::position(fd)?;
+        let total = read_vectors(client, description, vectors, at)?;
+        descriptors::set_position(fd, at + total as u64)?;
         Ok(total as isize)
     })
     .unwrap_or_else(|| real!("readv", fn(c_int, *const libc::iovec, c_int) -> isize; fd, vectors, count))
@@ -381,7 +390,7 @@ pub unsafe extern "C" fn writev(fd: c_int, vectors: *const libc::iovec, count: c
             // SAFETY: each iovec describes the caller's readable memory.
             gathered.extend_from_slice(unsafe { buffer(vector.iov_base, vector.iov_len) }?);
         }
-        write_here(client, description, &gathered).map(|n| n as isize)
+        write_here(client, description, fd, &gathered).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("writev", fn(c_int, *const libc::iovec, c_int) -> isize; fd, vectors, count))
 }
@@ -426,8 +435,11 @@ pub unsafe extern "C" fn pwritev64(fd: c_int, vectors: *const libc::iovec, count
 
 /// `lseek` of a ringfs descriptor. `SEEK_DATA` and `SEEK_HOLE` see one extent of data
 /// covering the file.
-fn seek(client: &Client, description: &OpenDescription, offset: libc::off_t, whence: c_int) -> Result<libc::off_t, Errno> {
+fn seek(client: &Client, description: &OpenDescription, fd: c_int, offset: libc::off_t, whence: c_int) -> Result<libc::off_t, Errno> {
     let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if !description.is_directory {
+        *position = descriptors::position(fd)?;
+    }
     let size = || -> Result<i64, Errno> { Ok(description.stat(client)?.size as i64) };
     let target = match whence {
         libc::SEEK_SET => offset,
@@ -442,12 +454,15 @@ fn seek(client: &Client, description: &OpenDescription, offset: libc::off_t, whe
         return Err(Errno::EINVAL);
     }
     *position = target as u64;
+    if !description.is_directory {
+        descriptors::set_position(fd, target as u64)?;
+    }
     Ok(target)
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn lseek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
-    with_description(fd, -1, |client, description| seek(client, description, offset, whence))
+    with_description(fd, -1, |client, description| seek(client, description, fd, offset, whence))
         .unwrap_or_else(|| real!("lseek64", fn(c_int, libc::off_t, c_int) -> libc::off_t; fd, offset, whence))
 }
 
@@ -540,7 +555,11 @@ pub extern "C" fn dup(fd: c_int) -> c_int {
     if let Some(description) = description
         && new_fd >= 0
     {
-        descriptors::duplicated(new_fd, description);
+        if descriptors::in_vfork_child() {
+            descriptors::changed_in_vfork_child(new_fd, Some(&description));
+        } else {
+            descriptors::duplicated(new_fd, description);
+        }
     }
     new_fd
 }
@@ -554,8 +573,11 @@ fn duplicate_onto(fd: c_int, new_fd: c_int, flags: c_int, with_flags: bool) -> c
     } else {
         real!("dup2", fn(c_int, c_int) -> c_int; fd, new_fd)
     };
+    if result >= 0 && fd != new_fd && (description.is_some() || descriptors::lookup(new_fd).is_some()) && descriptors::in_vfork_child() {
+        descriptors::changed_in_vfork_child(new_fd, description.as_ref());
+        return result;
+    }
     if result >= 0 && fd != new_fd {
-        descriptors::kernel_descriptor_closed(new_fd);
         match description {
             Some(description) => descriptors::duplicated(new_fd, description),
             None => drop(descriptors::remove(new_fd)),
@@ -584,7 +606,9 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, argument: usize) -> c_int {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             // (The new number was free: it cannot be the base placeholder.)
             let new_fd = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
-            if new_fd >= 0 {
+            if new_fd >= 0 && descriptors::in_vfork_child() {
+                descriptors::changed_in_vfork_child(new_fd, Some(&description));
+            } else if new_fd >= 0 {
                 descriptors::duplicated(new_fd, description);
             }
             new_fd
@@ -598,7 +622,7 @@ pub extern "C" fn fcntl(fd: c_int, cmd: c_int, argument: usize) -> c_int {
             0
         }
         libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
-            ringfs_call(-1, || crate::locks::fcntl_lock(&client()?, &description, cmd, argument as *mut libc::flock))
+            ringfs_call(-1, || crate::locks::fcntl_lock(&client()?, &description, fd, cmd, argument as *mut libc::flock))
         }
         // F_GETFD and F_SETFD (close-on-exec) and the rest: the placeholder answers.
         _ => {
@@ -705,14 +729,16 @@ pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_in
     let ringfs: Vec<c_int> =
         descriptors::all().into_iter().map(|(fd, _)| fd).filter(|fd| (first..=last).contains(&(*fd as c_uint))).collect();
     let result = real!("close_range", fn(c_uint, c_uint, c_int) -> c_int; first, last, flags);
+    if !ringfs.is_empty() && descriptors::in_vfork_child() {
+        if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+            ringfs.into_iter().for_each(|fd| descriptors::changed_in_vfork_child(fd, None));
+        }
+        return result;
+    }
     if result == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
         for fd in ringfs {
             drop(descriptors::remove(fd));
         }
-    }
-    let base = descriptors::base_placeholder();
-    if result == 0 && base >= 0 && (first..=last).contains(&(base as c_uint)) && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        descriptors::kernel_descriptor_closed(base);
     }
     result
 }

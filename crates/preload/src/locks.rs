@@ -71,7 +71,13 @@ pub(crate) fn release_at_close(client: &Client, file: FileId, fd: Fd, descriptio
 }
 
 /// `fcntl(fd, cmd, lock)` for the lock commands on a ringfs descriptor.
-pub(crate) fn fcntl_lock(client: &Client, description: &OpenDescription, cmd: c_int, lock: *mut libc::flock) -> Result<c_int, Errno> {
+pub(crate) fn fcntl_lock(
+    client: &Client,
+    description: &OpenDescription,
+    descriptor: c_int,
+    cmd: c_int,
+    lock: *mut libc::flock,
+) -> Result<c_int, Errno> {
     if lock.is_null() {
         return Err(Errno::EFAULT);
     }
@@ -91,7 +97,7 @@ pub(crate) fn fcntl_lock(client: &Client, description: &OpenDescription, cmd: c_
     let kind = lock_kind(c_int::from(lock.l_type))?;
     let base = match c_int::from(lock.l_whence) {
         libc::SEEK_SET => 0,
-        libc::SEEK_CUR => *description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) as i64,
+        libc::SEEK_CUR => descriptors::position(descriptor)? as i64,
         libc::SEEK_END => description.stat(client)?.size as i64,
         _ => return Err(Errno::EINVAL),
     };

@@ -1,22 +1,21 @@
-//! Processes: what `fork` does to the ringfs state.
+//! Processes: what `fork` and `exec` do to the ringfs state.
 //!
 //! A child after `fork` has the parent's descriptors (the kernel copies the placeholders and
 //! this library's table is copied with the memory), but not the parent's client: its
 //! connections are shared with the parent and its background thread is not running. The
 //! child therefore connects anew on first use, and reopens each inherited file by id when it
-//! first touches it (`OpenDescription::handle`); positions are copied, not shared, from then
-//! on. The library's locks are held across the `fork` so that the child never inherits one
-//! taken by another thread.
+//! first touches it (`OpenDescription::handle`); positions stay shared (the kernel keeps them
+//! as the placeholders' offsets, see `descriptors.rs`). The library's locks are held across
+//! the `fork` so that the child never inherits one taken by another thread.
 //!
 //! Across `exec`, a working directory inside ringfs is handed on in the environment
 //! (`RINGFS_PRELOAD_CWD`), set on `chdir` (for `execvp`, `posix_spawn`, `system`, which pass
 //! the process's environment) and added by `execve` to the environment it is given (shells
-//! pass their own). Descriptors of ringfs files do not survive an `exec`: the new program
-//! //! `execve` also hands on the ringfs descriptors that are not close-on-exec
-//! (`RINGFS_PRELOAD_FDS`: number, flags, position, file id and path of each), so that
+//! pass their own). The ringfs descriptors that are not close-on-exec are handed on the same
+//! way (`RINGFS_PRELOAD_FDS`: number, flags, file id and path of each), so that
 //! `sh -c 'cmd > /ringfs/out'` and `tar -z` (whose `gzip` writes to tar's descriptor) work:
-//! the new program reopens each file by id on first use. Its position is then its own, no
-//! longer shared with the process that executed it.
+//! the new program reopens each file by id on first use, and takes a ringfs standard stream
+//! into its stdio (`stdio::adopt_standard_streams`).
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Once;
@@ -51,6 +50,7 @@ extern "C" fn child() {
     crate::descriptors::unlock_after_fork();
     crate::state::unlock_client_after_fork();
     crate::state::forget_client_after_fork();
+    crate::descriptors::note_process();
     FORKED.store(true, Ordering::Relaxed);
     descriptors_changed();
 }
@@ -69,7 +69,11 @@ static INITIALIZE: extern "C" fn() = initialize;
 const DESCRIPTORS_VARIABLE: &str = "RINGFS_PRELOAD_FDS";
 
 extern "C" fn initialize() {
+    crate::descriptors::note_process();
     let Some(config) = crate::state::config() else { return };
+    // Before any descriptor is inherited or opened: a fork child must know it is one (a
+    // process id that is not the table's owner otherwise means a vfork child).
+    install_fork_handlers();
     if let Ok(encoded) = std::env::var(DESCRIPTORS_VARIABLE) {
         // Programs this one executes by other means than `execve` (`execvp`, `posix_spawn`)
         // must not take the list for theirs: the numbers may mean other files by then.
@@ -80,6 +84,7 @@ extern "C" fn initialize() {
                 crate::descriptors::adopt(fd, description);
             }
         }
+        crate::stdio::adopt_standard_streams();
     }
     if let Ok(directory) = std::env::var(WORKING_DIRECTORY_VARIABLE)
         && let Some(path) = crate::paths::inside(&config.mount, &directory)
@@ -88,44 +93,40 @@ extern "C" fn initialize() {
     }
 }
 
-/// Whether `fd` is open on a placeholder (`/dev/null` with `O_PATH`), as an inherited ringfs
-/// descriptor must be.
+/// Whether `fd` is open on a placeholder (an empty memfd with the placeholder's seals), as an
+/// inherited ringfs descriptor must be.
 fn is_placeholder(fd: c_int) -> bool {
-    let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GETFL, 0);
+    let seals = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GET_SEALS, 0);
     // SAFETY: all-zero is a valid `struct stat`; fstat fills it.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
     let stated = real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, &mut stat);
-    flags >= 0
-        && flags & libc::O_PATH != 0
-        && stated == 0
-        && stat.st_mode & libc::S_IFMT == libc::S_IFCHR
-        && stat.st_rdev == libc::makedev(1, 3)
+    seals == crate::descriptors::PLACEHOLDER_SEALS && stated == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFREG && stat.st_size == 0
 }
 
-/// `fd,flags,position,anchor,serial,directory,hex(path)` of a descriptor handed on.
+/// `fd,flags,anchor,serial,directory,hex(path)` of a descriptor handed on (its position
+/// travels as its placeholder's offset).
 fn encode_descriptor(fd: c_int, description: &OpenDescription) -> String {
-    let position = *description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let path: String = description.path.bytes().map(|byte| format!("{byte:02x}")).collect();
     let file = description.file;
-    format!("{fd},{},{position},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
+    format!("{fd},{},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
 }
 
 fn decode_descriptor(text: &str) -> Option<(c_int, OpenDescription)> {
     let fields: Vec<&str> = text.split(',').collect();
-    let [fd, flags, position, anchor, serial, directory, path] = fields[..] else { return None };
+    let [fd, flags, anchor, serial, directory, path] = fields[..] else { return None };
     let path = (0..path.len())
         .step_by(2)
         .map(|at| path.get(at..at + 2).and_then(|hex| u8::from_str_radix(hex, 16).ok()))
         .collect::<Option<Vec<u8>>>()
         .and_then(|bytes| String::from_utf8(bytes).ok())?;
     let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
-    let description = OpenDescription::inherited(path, file, directory == "1", flags.parse().ok()?, position.parse().ok()?);
+    let description = OpenDescription::inherited(path, file, directory == "1", flags.parse().ok()?);
     Some((fd.parse().ok()?, description))
 }
 
 /// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
 fn inherited_descriptors() -> String {
-    crate::descriptors::all()
+    crate::descriptors::all_for_exec()
         .into_iter()
         .filter(|(fd, _)| {
             let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; *fd, libc::F_GETFD, 0);
@@ -237,7 +238,8 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 /// kernel without passing through this library (`execl`, `execlp`: glibc calls its internal
 /// `execve`). `tar -z` runs `gzip` that way on its archive's descriptor.
 pub(crate) fn descriptors_changed() {
-    if !FORKED.load(Ordering::Relaxed) {
+    // (A vfork child shares its parent's environment: it must not change it.)
+    if !FORKED.load(Ordering::Relaxed) || crate::descriptors::in_vfork_child() {
         return;
     }
     let encoded = inherited_descriptors();

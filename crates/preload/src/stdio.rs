@@ -184,3 +184,40 @@ mod tests {
         assert_eq!(mode_flags(b"q"), None);
     }
 }
+
+unsafe extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// A program executed with a ringfs file as its standard input, output or error (`ls >
+/// /ringfs/list`) would read or write it through glibc's own stream, whose internal calls
+/// never reach this library: that stream is replaced by a ringfs one (called when the
+/// library is loaded, after the inherited descriptors are adopted; stderr stays unbuffered).
+pub(crate) fn adopt_standard_streams() {
+    for fd in 0..=2 {
+        let Some(description) = descriptors::lookup(fd) else { continue };
+        let mode = match fd {
+            0 if description.readable() => c"r",
+            1 | 2 if description.writable() => c"a",
+            _ => continue,
+        };
+        let stream = cookie_stream(fd, mode.as_ptr());
+        if stream.is_null() {
+            continue;
+        }
+        // SAFETY: the C library's standard stream variables, replaced before `main` runs (no
+        // other thread exists yet); the old streams stay valid, unused.
+        unsafe {
+            match fd {
+                0 => stdin = stream,
+                1 => stdout = stream,
+                _ => {
+                    real!("setvbuf", fn(*mut libc::FILE, *mut c_char, c_int, usize) -> c_int; stream, std::ptr::null_mut(), libc::_IONBF, 0);
+                    stderr = stream;
+                }
+            }
+        }
+    }
+}
