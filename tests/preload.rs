@@ -132,6 +132,8 @@ fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
         # Standard output redirected to ringfs: ls writes it through stdio, at exit.
         ls -l "$ROOT/copy/a" > "$ROOT/listing" && printf '%s\n' appended >> "$ROOT/listing"
         awk 'NR > 1 {{ print $NF }}' < "$ROOT/listing"
+        # Two programs writing one open file in turn share its position.
+        {{ ls "$ROOT/copy/a"; ls "$ROOT/copy"; echo end; }} > "$ROOT/twice" && cat "$ROOT/twice"
         echo "$(cat "$ROOT/copy/a/renamed.txt" | tr a-z A-Z)" > "$ROOT/upper" && cat "$ROOT/upper"
         cd "$ROOT/x" && pwd && ls && cat moved/c/deep.txt | wc -l && cd /
         rm -r "$ROOT/x"

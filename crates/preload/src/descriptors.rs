@@ -1,15 +1,17 @@
 //! The ringfs descriptors of the process: kernel descriptor numbers, each holding a
 //! placeholder, mapped to the open file they stand for.
 //!
-//! Every ringfs open reserves a kernel descriptor — a placeholder: an empty `memfd`, sealed
-//! against writes and growth — and hands out its number, so ringfs and kernel descriptors can
-//! never collide, and what the kernel keeps per descriptor or open file description is the
-//! kernel's own doing: the close-on-exec flag, `dup2` onto a number in use, the lowest free
-//! number, and the **file position**, which the library keeps as the placeholder's offset
-//! (`lseek` on it). So the position is shared as POSIX wants between `dup`s, and with
-//! children after `fork` and `exec` (`(ls; ls) > /ringfs/out` appends the second listing). A
-//! program that reaches the placeholder behind the library's back (a direct system call) reads
-//! nothing and cannot write (EPERM), never another file's bytes.
+//! Every ringfs open reserves a kernel descriptor — a *placeholder* — and hands out its
+//! number, so ringfs and kernel descriptors can never collide, and what the kernel keeps per
+//! descriptor is the kernel's own doing: the close-on-exec flag, `dup2` onto a number in use,
+//! the lowest free number. A placeholder starts as `/dev/null` opened with `O_PATH` (copied
+//! with `F_DUPFD` from one base placeholder: 0.5 µs), and the file position lives in the
+//! [`OpenDescription`]. When the process is about to share its descriptors with another one
+//! (`fork`, `exec`), each placeholder is replaced by an empty `memfd` sealed against writes
+//! and growth (10 µs) whose kernel offset holds the position from then on: the kernel shares
+//! it between the processes as POSIX wants (`(ls; ls) > /ringfs/out` appends the second
+//! listing after the first). A program that reaches a placeholder behind the library's back
+//! (a direct system call) reads nothing and cannot write, never another file's bytes.
 //!
 //! Several descriptors (`dup`, `fcntl(F_DUPFD)`) share one [`OpenDescription`] — its position
 //! and status flags — as POSIX says. Invariant: no lock of this module is held while the
@@ -40,10 +42,12 @@ pub(crate) struct OpenDescription {
     pub is_directory: bool,
     /// The open's flags (`O_ACCMODE`, `O_APPEND`, `O_NONBLOCK`, …), as `F_GETFL` reports them.
     pub status_flags: AtomicI32,
-    /// Serializes this process's reads, writes and seeks at the position (which the kernel
-    /// keeps on the placeholder, see the module doc); for a directory, the index of the next
-    /// entry `getdents64` gives.
+    /// The position (for a directory, the index of the next entry `getdents64` gives); once
+    /// `shared_position`, the placeholder's kernel offset is, and this lock only serializes
+    /// this process's reads, writes and seeks.
     pub position: Mutex<u64>,
+    /// The position is the placeholder's offset (a memfd), shared with other processes.
+    shared_position: std::sync::atomic::AtomicBool,
     /// The client's descriptor of a regular file, with the generation it was opened in (a
     /// child after `fork` opens the file again by id). `None` for directories, `O_PATH`
     /// opens and other kinds: they are reached by file id.
@@ -60,6 +64,7 @@ impl OpenDescription {
             is_directory: stat.is_dir(),
             status_flags: AtomicI32::new(flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY)),
             position: Mutex::new(0),
+            shared_position: std::sync::atomic::AtomicBool::new(false),
             handle: Mutex::new(handle.map(|fd| (generation(), fd))),
             listing: Mutex::new(Vec::new()),
         }
@@ -82,17 +87,40 @@ impl OpenDescription {
 
     /// An open file inherited through `exec`: the client's descriptor is opened by id on
     /// first use (as after `fork`).
-    pub(crate) fn inherited(path: String, file: FileId, is_directory: bool, flags: i32) -> OpenDescription {
+    pub(crate) fn inherited(path: String, file: FileId, is_directory: bool, flags: i32, shared_position: bool) -> OpenDescription {
         OpenDescription {
             path,
             file,
             is_directory,
             status_flags: AtomicI32::new(flags),
             position: Mutex::new(0),
+            shared_position: std::sync::atomic::AtomicBool::new(shared_position),
             // Generation 0 is never current: the first use opens the file.
             handle: Mutex::new((!is_directory && flags & libc::O_PATH == 0).then_some((0, Fd(0)))),
             listing: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The position of descriptor `fd` of this open file; `held` is the locked
+    /// [`OpenDescription::position`].
+    pub(crate) fn position_at(&self, held: &u64, fd: i32) -> Result<u64, Errno> {
+        if !self.shared_position.load(Ordering::Acquire) {
+            return Ok(*held);
+        }
+        let at = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, 0, libc::SEEK_CUR);
+        u64::try_from(at).map_err(|_| Errno(crate::errno()))
+    }
+
+    /// Moves the position of descriptor `fd` of this open file to `at`.
+    pub(crate) fn move_to(&self, held: &mut u64, fd: i32, at: u64) -> Result<(), Errno> {
+        *held = at;
+        if self.shared_position.load(Ordering::Acquire) {
+            let offset = libc::off_t::try_from(at).map_err(|_| Errno::EFBIG)?;
+            if real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, offset, libc::SEEK_SET) < 0 {
+                return Err(Errno(crate::errno()));
+            }
+        }
+        Ok(())
     }
 
     /// The file's attributes.
@@ -193,9 +221,9 @@ pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
 /// The seals of a placeholder: it stays empty and cannot be written.
 pub(crate) const PLACEHOLDER_SEALS: libc::c_int = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
 
-/// A new placeholder (close-on-exec when `cloexec`).
-fn new_placeholder(cloexec: bool) -> Result<i32, Errno> {
-    let flags = libc::MFD_ALLOW_SEALING | if cloexec { libc::MFD_CLOEXEC } else { 0 };
+/// A placeholder that can hold a position: a sealed, empty memfd (close-on-exec).
+fn new_shared_placeholder() -> Result<i32, Errno> {
+    let flags = libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC;
     let fd = real!("memfd_create", fn(*const libc::c_char, libc::c_uint) -> libc::c_int; c"ringfs-placeholder".as_ptr(), flags);
     if fd < 0 {
         return Err(Errno(crate::errno()));
@@ -208,22 +236,74 @@ fn new_placeholder(cloexec: bool) -> Result<i32, Errno> {
     Ok(fd)
 }
 
-/// The position of the open file behind ringfs descriptor `fd`: its placeholder's offset.
-pub(crate) fn position(fd: i32) -> Result<u64, Errno> {
-    let at = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, 0, libc::SEEK_CUR);
-    u64::try_from(at).map_err(|_| Errno(crate::errno()))
+/// Before this process shares its descriptors (`fork`, `exec`): every open file whose
+/// position still lives in this process gets a placeholder that holds it in the kernel, on
+/// all its descriptor numbers (each keeping its close-on-exec flag). Directories keep theirs
+/// (a listing index). Best effort: a placeholder that cannot be made leaves the position here.
+pub(crate) fn share_positions() {
+    let descriptors = all();
+    for (index, (_, description)) in descriptors.iter().enumerate() {
+        let first = descriptors.iter().position(|(_, other)| Arc::ptr_eq(other, description)) == Some(index);
+        if !first || description.is_directory || description.shared_position.load(Ordering::Acquire) {
+            continue;
+        }
+        let held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Ok(placeholder) = new_shared_placeholder() else { continue };
+        let offset = libc::off_t::try_from(*held).unwrap_or(0);
+        real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; placeholder, offset, libc::SEEK_SET);
+        for (fd, _) in descriptors.iter().filter(|(_, other)| Arc::ptr_eq(other, description)) {
+            let fd_flags = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; *fd, libc::F_GETFD, 0);
+            let cloexec = if fd_flags >= 0 && fd_flags & libc::FD_CLOEXEC != 0 { libc::O_CLOEXEC } else { 0 };
+            real!("dup3", fn(libc::c_int, libc::c_int, libc::c_int) -> libc::c_int; placeholder, *fd, cloexec);
+        }
+        real!("close", fn(libc::c_int) -> libc::c_int; placeholder);
+        description.shared_position.store(true, Ordering::Release);
+    }
 }
 
-pub(crate) fn set_position(fd: i32, at: u64) -> Result<(), Errno> {
-    let offset = libc::off_t::try_from(at).map_err(|_| Errno::EFBIG)?;
-    let moved = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, offset, libc::SEEK_SET);
-    if moved < 0 { Err(Errno(crate::errno())) } else { Ok(()) }
+/// The first placeholder, which new ones are copied from (`F_DUPFD` costs a sixth of an
+/// `open` of `/dev/null`); -1 until needed, or after the program closed its number.
+static BASE_PLACEHOLDER: AtomicI32 = AtomicI32::new(-1);
+
+fn open_placeholder(flags: libc::c_int) -> libc::c_int {
+    real!("open", fn(*const libc::c_char, libc::c_int, libc::c_uint) -> libc::c_int; c"/dev/null".as_ptr(), libc::O_PATH | flags, 0)
+}
+
+/// The base placeholder's number, or -1.
+pub(crate) fn base_placeholder() -> i32 {
+    BASE_PLACEHOLDER.load(Ordering::Acquire)
+}
+
+/// The program closed (or replaced) kernel descriptor `fd`: if it was the base placeholder,
+/// a new one is opened when next needed.
+pub(crate) fn kernel_descriptor_closed(fd: i32) {
+    let _ = BASE_PLACEHOLDER.compare_exchange(fd, -1, Ordering::AcqRel, Ordering::Acquire);
 }
 
 /// A new descriptor for `description`: reserves a kernel descriptor number (close-on-exec
 /// when `cloexec`) and maps it.
 pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Result<i32, Errno> {
-    let fd = new_placeholder(cloexec)?;
+    let mut base = BASE_PLACEHOLDER.load(Ordering::Acquire);
+    if base < 0 {
+        base = open_placeholder(libc::O_CLOEXEC);
+        if base < 0 {
+            return Err(Errno(crate::errno()));
+        }
+        if let Err(other) = BASE_PLACEHOLDER.compare_exchange(-1, base, Ordering::AcqRel, Ordering::Acquire) {
+            real!("close", fn(libc::c_int) -> libc::c_int; base);
+            base = other;
+        }
+    }
+    let command = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
+    let mut fd = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; base, command, 0);
+    if fd < 0 && crate::errno() == libc::EBADF {
+        // Closed behind the library's back (a direct system call): open one afresh.
+        kernel_descriptor_closed(base);
+        fd = open_placeholder(if cloexec { libc::O_CLOEXEC } else { 0 });
+    }
+    if fd < 0 {
+        return Err(Errno(crate::errno()));
+    }
     drop(install(fd, description));
     reserve_vfork_room();
     crate::process::descriptors_changed();

@@ -174,6 +174,7 @@ pub extern "C" fn close(fd: c_int) -> c_int {
     // The description (and with its last descriptor, the client's open) goes after the
     // placeholder: the number stays taken until the ringfs state is gone.
     let description = descriptors::remove(fd);
+    descriptors::kernel_descriptor_closed(fd);
     let closed = real!("close", fn(c_int) -> c_int; fd);
     if let Some(description) = description {
         crate::locks::release_process_locks(&description);
@@ -208,23 +209,23 @@ fn write_at(client: &Client, description: &OpenDescription, bytes: &[u8], offset
 
 /// Reads at the position of descriptor `fd`, which advances.
 fn read_here(client: &Client, description: &OpenDescription, fd: c_int, buffer: &mut [u8]) -> Result<usize, Errno> {
-    let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let at = descriptors::position(fd)?;
+    let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let at = description.position_at(&held, fd)?;
     let count = read_at(client, description, buffer, at)?;
-    descriptors::set_position(fd, at + count as u64)?;
+    description.move_to(&mut held, fd, at + count as u64)?;
     Ok(count)
 }
 
 /// Writes at the position of descriptor `fd` (at the end with `O_APPEND`), which advances.
 fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: &[u8]) -> Result<usize, Errno> {
-    let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let at = if description.flags() & libc::O_APPEND != 0 && description.writable() {
         description.stat(client)?.size
     } else {
-        descriptors::position(fd)?
+        description.position_at(&held, fd)?
     };
     let count = write_at(client, description, bytes, at)?;
-    descriptors::set_position(fd, at + count as u64)?;
+    description.move_to(&mut held, fd, at + count as u64)?;
     Ok(count)
 }
 
@@ -369,10 +370,10 @@ pub unsafe extern "C" fn readv(fd: c_int, vectors: *const libc::iovec, count: c_
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's vectors.
         let vectors = unsafe { iovecs(vectors, count) }?;
-        let _serial = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let at = descriptors::position(fd)?;
+        let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = description.position_at(&held, fd)?;
         let total = read_vectors(client, description, vectors, at)?;
-        descriptors::set_position(fd, at + total as u64)?;
+        description.move_to(&mut held, fd, at + total as u64)?;
         Ok(total as isize)
     })
     .unwrap_or_else(|| real!("readv", fn(c_int, *const libc::iovec, c_int) -> isize; fd, vectors, count))
@@ -437,13 +438,11 @@ pub unsafe extern "C" fn pwritev64(fd: c_int, vectors: *const libc::iovec, count
 /// covering the file.
 fn seek(client: &Client, description: &OpenDescription, fd: c_int, offset: libc::off_t, whence: c_int) -> Result<libc::off_t, Errno> {
     let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    if !description.is_directory {
-        *position = descriptors::position(fd)?;
-    }
+    let current = description.position_at(&position, fd)?;
     let size = || -> Result<i64, Errno> { Ok(description.stat(client)?.size as i64) };
     let target = match whence {
         libc::SEEK_SET => offset,
-        libc::SEEK_CUR => (*position as i64).checked_add(offset).ok_or(Errno::EINVAL)?,
+        libc::SEEK_CUR => (current as i64).checked_add(offset).ok_or(Errno::EINVAL)?,
         libc::SEEK_END => size()?.checked_add(offset).ok_or(Errno::EINVAL)?,
         libc::SEEK_DATA if offset >= 0 && offset < size()? => offset,
         libc::SEEK_HOLE if offset >= 0 && offset < size()? => size()?,
@@ -453,10 +452,7 @@ fn seek(client: &Client, description: &OpenDescription, fd: c_int, offset: libc:
     if target < 0 {
         return Err(Errno::EINVAL);
     }
-    *position = target as u64;
-    if !description.is_directory {
-        descriptors::set_position(fd, target as u64)?;
-    }
+    description.move_to(&mut position, fd, target as u64)?;
     Ok(target)
 }
 
@@ -578,6 +574,7 @@ fn duplicate_onto(fd: c_int, new_fd: c_int, flags: c_int, with_flags: bool) -> c
         return result;
     }
     if result >= 0 && fd != new_fd {
+        descriptors::kernel_descriptor_closed(new_fd);
         match description {
             Some(description) => descriptors::duplicated(new_fd, description),
             None => drop(descriptors::remove(new_fd)),
@@ -739,6 +736,10 @@ pub extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_in
         for fd in ringfs {
             drop(descriptors::remove(fd));
         }
+    }
+    let base = descriptors::base_placeholder();
+    if result == 0 && base >= 0 && (first..=last).contains(&(base as c_uint)) && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        descriptors::kernel_descriptor_closed(base);
     }
     result
 }

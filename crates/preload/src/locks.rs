@@ -97,7 +97,10 @@ pub(crate) fn fcntl_lock(
     let kind = lock_kind(c_int::from(lock.l_type))?;
     let base = match c_int::from(lock.l_whence) {
         libc::SEEK_SET => 0,
-        libc::SEEK_CUR => descriptors::position(descriptor)? as i64,
+        libc::SEEK_CUR => {
+            let held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            description.position_at(&held, descriptor)? as i64
+        }
         libc::SEEK_END => description.stat(client)?.size as i64,
         _ => return Err(Errno::EINVAL),
     };

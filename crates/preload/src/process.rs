@@ -37,6 +37,8 @@ pub(crate) fn install_fork_handlers() {
 }
 
 extern "C" fn prepare() {
+    // Parent and child will share the positions of their descriptors.
+    crate::descriptors::share_positions();
     crate::state::lock_client_for_fork();
     crate::descriptors::lock_for_fork();
 }
@@ -79,9 +81,9 @@ extern "C" fn initialize() {
         // must not take the list for theirs: the numbers may mean other files by then.
         // SAFETY: a NUL-terminated name; no other thread runs yet.
         unsafe { libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()) };
-        for (fd, description) in encoded.split(';').filter_map(decode_descriptor) {
-            if is_placeholder(fd) {
-                crate::descriptors::adopt(fd, description);
+        for (fd, (path, file, directory, flags)) in encoded.split(';').filter_map(decode_descriptor) {
+            if let Some(shared_position) = placeholder_kind(fd) {
+                crate::descriptors::adopt(fd, OpenDescription::inherited(path, file, directory, flags, shared_position));
             }
         }
         crate::stdio::adopt_standard_streams();
@@ -93,14 +95,22 @@ extern "C" fn initialize() {
     }
 }
 
-/// Whether `fd` is open on a placeholder (an empty memfd with the placeholder's seals), as an
-/// inherited ringfs descriptor must be.
-fn is_placeholder(fd: c_int) -> bool {
-    let seals = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GET_SEALS, 0);
+/// What kind of placeholder `fd` is open on, as an inherited ringfs descriptor must be:
+/// `Some(true)` for one holding the position (a sealed, empty memfd), `Some(false)` for
+/// `/dev/null` with `O_PATH`, `None` for anything else.
+fn placeholder_kind(fd: c_int) -> Option<bool> {
     // SAFETY: all-zero is a valid `struct stat`; fstat fills it.
     let mut stat: libc::stat = unsafe { std::mem::zeroed() };
-    let stated = real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, &mut stat);
-    seals == crate::descriptors::PLACEHOLDER_SEALS && stated == 0 && stat.st_mode & libc::S_IFMT == libc::S_IFREG && stat.st_size == 0
+    if real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, &mut stat) != 0 {
+        return None;
+    }
+    let kind = stat.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFCHR && stat.st_rdev == libc::makedev(1, 3) {
+        let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GETFL, 0);
+        return (flags >= 0 && flags & libc::O_PATH != 0).then_some(false);
+    }
+    let seals = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GET_SEALS, 0);
+    (kind == libc::S_IFREG && stat.st_size == 0 && seals == crate::descriptors::PLACEHOLDER_SEALS).then_some(true)
 }
 
 /// `fd,flags,anchor,serial,directory,hex(path)` of a descriptor handed on (its position
@@ -111,7 +121,8 @@ fn encode_descriptor(fd: c_int, description: &OpenDescription) -> String {
     format!("{fd},{},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
 }
 
-fn decode_descriptor(text: &str) -> Option<(c_int, OpenDescription)> {
+/// A handed-on descriptor: its number, and the path, file id, kind and flags of its open file.
+fn decode_descriptor(text: &str) -> Option<(c_int, (String, FileId, bool, i32))> {
     let fields: Vec<&str> = text.split(',').collect();
     let [fd, flags, anchor, serial, directory, path] = fields[..] else { return None };
     let path = (0..path.len())
@@ -120,8 +131,7 @@ fn decode_descriptor(text: &str) -> Option<(c_int, OpenDescription)> {
         .collect::<Option<Vec<u8>>>()
         .and_then(|bytes| String::from_utf8(bytes).ok())?;
     let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
-    let description = OpenDescription::inherited(path, file, directory == "1", flags.parse().ok()?);
-    Some((fd.parse().ok()?, description))
+    Some((fd.parse().ok()?, (path, file, directory == "1", flags.parse().ok()?)))
 }
 
 /// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
@@ -161,6 +171,10 @@ pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char,
 unsafe fn with_handed_on_environment(envp: *const *const c_char, exec: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
     if crate::state::config().is_none() || envp.is_null() {
         return exec(envp);
+    }
+    if !crate::descriptors::in_vfork_child() {
+        // The program will share the positions of the descriptors it inherits.
+        crate::descriptors::share_positions();
     }
     let prefix = format!("{WORKING_DIRECTORY_VARIABLE}=");
     let descriptors_prefix = format!("{DESCRIPTORS_VARIABLE}=");
@@ -250,4 +264,13 @@ pub(crate) fn descriptors_changed() {
             _ => libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()),
         };
     }
+}
+
+/// `vfork` is `fork` under the library (POSIX allows it): a `vfork` child runs in its
+/// parent's memory, where the library's state is the parent's, and a wrapper cannot return
+/// twice from its own frame. Costs the copy of the page tables `vfork` avoids.
+#[unsafe(no_mangle)]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no preconditions; the caller expects a child either way.
+    unsafe { libc::fork() }
 }
