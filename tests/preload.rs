@@ -274,6 +274,37 @@ fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_un
 }
 
 #[test]
+fn fio_writes_and_verifies_files_with_processes_and_threads() {
+    if Command::new("fio").arg("--version").output().is_err() {
+        // scripts/setup.sh installs it; without it there is nothing to run.
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let preloaded = Preloaded::start(3);
+    let client = preloaded.cluster.client();
+    client.mkdir("/fio", 0o755).unwrap();
+    let directory = format!("{}/fio", preloaded.prefix);
+    // Processes (fork) with a random mix, then threads: every block is checked (crc32c).
+    for job in [&["--name=processes", "--rw=randrw", "--numjobs=2"][..], &["--name=threads", "--rw=write", "--thread", "--numjobs=2"][..]] {
+        let output = preloaded
+            .command("fio")
+            .args(["--ioengine=psync", "--bs=64k", "--size=8m", "--verify=crc32c", "--do_verify=1", "--group_reporting"])
+            .arg(format!("--directory={directory}"))
+            .args(job)
+            .output()
+            .unwrap();
+        succeeded(&output, &format!("fio {job:?}"));
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(report.contains("err= 0"), "{report}");
+    }
+    let names: Vec<String> = client.readdir("/fio").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["processes.0.0", "processes.1.0", "threads.0.0", "threads.1.0"]);
+    for entry in client.readdir("/fio").unwrap() {
+        assert_eq!(entry.stat.size, 8 << 20, "{}", entry.name);
+    }
+}
+
+#[test]
 fn ringfs_run_preload_runs_a_command_with_the_library() {
     preload_library();
     let output = Command::new(common::ringfs_binary())
