@@ -134,6 +134,10 @@ fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
         awk 'NR > 1 {{ print $NF }}' < "$ROOT/listing"
         # Two programs writing one open file in turn share its position.
         {{ ls "$ROOT/copy/a"; ls "$ROOT/copy"; echo end; }} > "$ROOT/twice" && cat "$ROOT/twice"
+        # Tools that make temporary files beside their output, or redirect their stdout.
+        printf 'b\na\n' > "$ROOT/unsorted" && sort -o "$ROOT/sorted" "$ROOT/unsorted" && cat "$ROOT/sorted"
+        sed -i 's/a/A/' "$ROOT/sorted" && cat "$ROOT/sorted"
+        made=$(mktemp -d "$ROOT/tmp.XXXXXX") && test -d "$made" && rmdir "$made" && echo mktemp-ok
         echo "$(cat "$ROOT/copy/a/renamed.txt" | tr a-z A-Z)" > "$ROOT/upper" && cat "$ROOT/upper"
         cd "$ROOT/x" && pwd && ls && cat moved/c/deep.txt | wc -l && cd /
         rm -r "$ROOT/x"

@@ -576,7 +576,10 @@ fn duplicate_onto(fd: c_int, new_fd: c_int, flags: c_int, with_flags: bool) -> c
     if result >= 0 && fd != new_fd {
         descriptors::kernel_descriptor_closed(new_fd);
         match description {
-            Some(description) => descriptors::duplicated(new_fd, description),
+            Some(description) => {
+                descriptors::duplicated(new_fd, description);
+                crate::stdio::adopt_standard_stream(new_fd);
+            }
             None => drop(descriptors::remove(new_fd)),
         }
     }

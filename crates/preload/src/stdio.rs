@@ -191,33 +191,190 @@ unsafe extern "C" {
     static mut stderr: *mut libc::FILE;
 }
 
+/// Which standard streams were replaced by ringfs ones.
+static ADOPTED: [std::sync::atomic::AtomicBool; 3] = [const { std::sync::atomic::AtomicBool::new(false) }; 3];
+
 /// A program executed with a ringfs file as its standard input, output or error (`ls >
-/// /ringfs/list`) would read or write it through glibc's own stream, whose internal calls
-/// never reach this library: that stream is replaced by a ringfs one (called when the
-/// library is loaded, after the inherited descriptors are adopted; stderr stays unbuffered).
-pub(crate) fn adopt_standard_streams() {
-    for fd in 0..=2 {
-        let Some(description) = descriptors::lookup(fd) else { continue };
-        let mode = match fd {
-            0 if description.readable() => c"r",
-            1 | 2 if description.writable() => c"a",
-            _ => continue,
-        };
-        let stream = cookie_stream(fd, mode.as_ptr());
-        if stream.is_null() {
-            continue;
-        }
-        // SAFETY: the C library's standard stream variables, replaced before `main` runs (no
-        // other thread exists yet); the old streams stay valid, unused.
-        unsafe {
-            match fd {
-                0 => stdin = stream,
-                1 => stdout = stream,
-                _ => {
-                    real!("setvbuf", fn(*mut libc::FILE, *mut c_char, c_int, usize) -> c_int; stream, std::ptr::null_mut(), libc::_IONBF, 0);
-                    stderr = stream;
-                }
+/// /ringfs/list`), or that makes one of them a ringfs file (`sort -o`: `dup2` onto 1),
+/// would read or write it through glibc's own stream, whose internal calls never reach this
+/// library: that stream is replaced by a ringfs one, which reaches whatever the descriptor
+/// is from then on (this library's `read` and `write` route by descriptor). stderr stays
+/// unbuffered.
+pub(crate) fn adopt_standard_stream(fd: c_int) {
+    let Some(adopted) = usize::try_from(fd).ok().and_then(|index| ADOPTED.get(index)) else { return };
+    let Some(description) = descriptors::lookup(fd) else { return };
+    let mode = match fd {
+        0 if description.readable() => c"r",
+        1 | 2 if description.writable() => c"a",
+        _ => return,
+    };
+    if adopted.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    let stream = cookie_stream(fd, mode.as_ptr());
+    if stream.is_null() {
+        adopted.store(false, std::sync::atomic::Ordering::Release);
+        return;
+    }
+    // SAFETY: the C library's standard stream variables; the old streams stay valid, unused
+    // (a program that keeps a copy of the old pointer writes through glibc to the placeholder).
+    unsafe {
+        match fd {
+            0 => stdin = stream,
+            1 => stdout = stream,
+            _ => {
+                real!("setvbuf", fn(*mut libc::FILE, *mut c_char, c_int, usize) -> c_int; stream, std::ptr::null_mut(), libc::_IONBF, 0);
+                stderr = stream;
             }
         }
+    }
+}
+
+/// [`adopt_standard_stream`] for each inherited standard descriptor (at load, before `main`).
+pub(crate) fn adopt_standard_streams() {
+    (0..=2).for_each(adopt_standard_stream);
+}
+
+// ---- temporary files ----
+//
+// glibc's `mkstemp` family and `mkdtemp` create with internal calls: for a template under
+// the prefix they are done here (`sed -i` makes its temporary file beside the one it edits).
+
+/// Characters of the random part of a temporary name.
+const NAME_CHARACTERS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+/// Names tried before giving up with EEXIST.
+const NAME_ATTEMPTS: usize = 100;
+
+/// Fills the six `X` before the last `suffix_len` bytes of `template` with new random
+/// characters, then runs `create` with the ringfs path it names, until one does not exist.
+///
+/// # Safety
+/// `template` must be a writable NUL-terminated string.
+unsafe fn make_temporary<T>(template: *mut c_char, suffix_len: usize, create: impl Fn(&str) -> Result<T, Errno>) -> Result<T, Errno> {
+    // SAFETY: by contract.
+    let length = unsafe { CStr::from_ptr(template) }.to_bytes().len();
+    let end = length.checked_sub(suffix_len).filter(|end| *end >= 6).ok_or(Errno::EINVAL)?;
+    // SAFETY: within the string.
+    let name = unsafe { std::slice::from_raw_parts_mut(template.cast::<u8>(), length) };
+    if name[end - 6..end].iter().any(|byte| *byte != b'X') {
+        return Err(Errno::EINVAL);
+    }
+    let mut state = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |time| time.as_nanos() as u64)
+        ^ (u64::from(std::process::id()) << 32)
+        ^ (template as u64);
+    for _ in 0..NAME_ATTEMPTS {
+        for byte in &mut name[end - 6..end] {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            *byte = NAME_CHARACTERS[(state % NAME_CHARACTERS.len() as u64) as usize];
+        }
+        // SAFETY: still the caller's NUL-terminated string.
+        let Route::Ringfs(path) = (unsafe { route_at(libc::AT_FDCWD, template) }) else { return Err(Errno::EINVAL) };
+        match create(&path) {
+            Err(errno) if errno == Errno::EEXIST => continue,
+            outcome => return outcome,
+        }
+    }
+    Err(Errno::EEXIST)
+}
+
+/// Whether `template` names a ringfs path.
+///
+/// # Safety
+/// `template` must be NULL or NUL-terminated.
+unsafe fn is_ringfs_template(template: *const c_char) -> bool {
+    // SAFETY: forwarded contract.
+    matches!(unsafe { route_at(libc::AT_FDCWD, template) }, Route::Ringfs(_))
+}
+
+/// # Safety
+/// As `mkostemps(3)`.
+unsafe fn make_temporary_file(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c_int {
+    let suffix_len = usize::try_from(suffix_len).unwrap_or(usize::MAX);
+    let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    // SAFETY: forwarded contract.
+    ringfs_call(-1, || unsafe { make_temporary(template, suffix_len, |path| open_ringfs(path, flags, 0o600)) })
+}
+
+/// # Safety
+/// As `mkstemp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !is_ringfs_template(template) {
+            return real!("mkstemp", fn(*mut c_char) -> c_int; template);
+        }
+        make_temporary_file(template, 0, 0)
+    }
+}
+
+/// # Safety
+/// As `mkstemp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { mkstemp(template) }
+}
+
+/// # Safety
+/// As `mkostemp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !is_ringfs_template(template) {
+            return real!("mkostemp", fn(*mut c_char, c_int) -> c_int; template, flags);
+        }
+        make_temporary_file(template, 0, flags)
+    }
+}
+
+/// # Safety
+/// As `mkostemp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { mkostemp(template, flags) }
+}
+
+/// # Safety
+/// As `mkstemps(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix_len: c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !is_ringfs_template(template) {
+            return real!("mkstemps", fn(*mut c_char, c_int) -> c_int; template, suffix_len);
+        }
+        make_temporary_file(template, suffix_len, 0)
+    }
+}
+
+/// # Safety
+/// As `mkostemps(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemps(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !is_ringfs_template(template) {
+            return real!("mkostemps", fn(*mut c_char, c_int, c_int) -> c_int; template, suffix_len, flags);
+        }
+        make_temporary_file(template, suffix_len, flags)
+    }
+}
+
+/// # Safety
+/// As `mkdtemp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
+    // SAFETY: forwarded contract.
+    unsafe {
+        if !is_ringfs_template(template) {
+            return real!("mkdtemp", fn(*mut c_char) -> *mut c_char; template);
+        }
+        let made = ringfs_call(-1, || make_temporary(template, 0, |path| crate::state::client()?.mkdir(path, 0o700).map(|()| 0)));
+        if made == 0 { template } else { std::ptr::null_mut() }
     }
 }
