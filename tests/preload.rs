@@ -293,6 +293,8 @@ fn fio_writes_and_verifies_files_with_processes_and_threads() {
         let output = preloaded
             .command("fio")
             .args(["--ioengine=psync", "--bs=64k", "--size=8m", "--verify=crc32c", "--do_verify=1", "--group_reporting"])
+            // (No verify state files in the working directory.)
+            .arg("--verify_state_save=0")
             .arg(format!("--directory={directory}"))
             .args(job)
             .output()
