@@ -229,6 +229,31 @@ print(sorted(os.listdir(root)))
 }
 
 #[test]
+fn numpy_save_load_and_memory_maps_work_on_ringfs() {
+    let probe = Command::new("python3").args(["-c", "import numpy"]).output().unwrap();
+    if !probe.status.success() {
+        eprintln!("SKIPPED: numpy is not installed for python3");
+        return;
+    }
+    let preloaded = Preloaded::start(2);
+    let program = r#"
+import numpy as np, sys
+root = sys.argv[1]
+a = np.arange(300000, dtype=np.float64).reshape(1000, 300)
+np.save(root + "/a.npy", a)
+assert (np.load(root + "/a.npy") == a).all()
+mapped = np.load(root + "/a.npy", mmap_mode="r")
+np.savez_compressed(root + "/z.npz", a=a, b=a[:5])
+print("numpy", mapped.shape, float(mapped[10].sum()), (np.load(root + "/z.npz")["b"] == a[:5]).all())
+"#;
+    let script_path = preloaded.local.join("numpy_program.py");
+    std::fs::write(&script_path, program).unwrap();
+    let root = preloaded.same_as_local("numpy", &format!("python3 {} \"$ROOT\"", script_path.display()));
+    let stat = preloaded.cluster.client().stat(&format!("{root}/a.npy")).unwrap();
+    assert_eq!(stat.size, 300000 * 8 + 128, "the .npy header is 128 bytes");
+}
+
+#[test]
 fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
     let preloaded = Preloaded::start(2);
     let program = preloaded.local.join("preload_stdio");
