@@ -6,9 +6,10 @@
 #   rsync, python3,  tools the FUSE tests run through the mount
 #   git
 #   iproute2         `ip`, for the fault tests with servers in network namespaces
+#   fio              run under the LD_PRELOAD library by tests/preload.rs
 
 need_packages=()
-for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2; do
+for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2 fio:fio; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
 if [ ${#need_packages[@]} -gt 0 ]; then

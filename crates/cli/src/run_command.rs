@@ -1,7 +1,8 @@
 //! `ringfs run [options] -- CMD ARGS`: a whole job in one command — start a cluster, mount it
 //! if asked, run CMD with the client environment (or `--ranks P` copies of it, the ranks of a
 //! global-memory program), and stop everything afterwards, also when CMD fails or the job is
-//! interrupted. Exits with CMD's status (the first failing rank's).
+//! interrupted. Exits with CMD's status (the first failing rank's). With `--preload`, CMD runs
+//! under `libringfs_preload.so`, which shows ringfs under a path prefix without FUSE.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -32,6 +33,14 @@ pub struct RunArgs {
     /// baseline of cooperative caching). Sets RINGFS_GMEM_COOP=0.
     #[arg(long)]
     pub no_gmem_coop: bool,
+    /// Run the command under the LD_PRELOAD library (libringfs_preload.so): ringfs appears
+    /// under PREFIX (default /ringfs) for unmodified programs, without FUSE.
+    #[arg(long, value_name = "PREFIX", num_args = 0..=1, default_missing_value = "/ringfs")]
+    pub preload: Option<PathBuf>,
+    /// The preload library (default: libringfs_preload.so beside the ringfs executable, or in
+    /// ../lib from it).
+    #[arg(long, value_name = "PATH", requires = "preload")]
+    pub preload_library: Option<PathBuf>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -73,6 +82,10 @@ fn run_in(
     if let Some(cache) = &args.gmem_cache {
         crate::server_command::parse_bytes(cache).context("--gmem-cache")?;
     }
+    let preload = match &args.preload {
+        Some(prefix) => Some((prefix, preload_library(args.preload_library.as_deref(), executable)?)),
+        None => None,
+    };
     let job = format!("{:016x}", ringfs_rpc::memory::random_u64());
     let mut children = Vec::new();
     for rank in 0..args.ranks {
@@ -80,6 +93,10 @@ fn run_in(
         command.args(arguments).envs(cluster.environment());
         if let Some(directory) = &args.mount {
             command.env("RINGFS_MOUNT", directory);
+        }
+        if let Some((prefix, library)) = &preload {
+            // (The preload prefix wins over a FUSE mount's directory: both show the same files.)
+            command.env("RINGFS_MOUNT", prefix).env("LD_PRELOAD", preload_list(library));
         }
         if args.ranks > 1 {
             command.env("RINGFS_GMEM_RANK", rank.to_string()).env("RINGFS_GMEM_RANKS", args.ranks.to_string()).env("RINGFS_GMEM_JOB", &job);
@@ -107,6 +124,32 @@ fn run_in(
         }
     }
     wait_all(children, wait_for_signal)
+}
+
+/// The preload library: the one given, or `libringfs_preload.so` beside the executable or in
+/// `../lib` from it.
+fn preload_library(given: Option<&std::path::Path>, executable: &std::path::Path) -> Result<PathBuf> {
+    const NAME: &str = "libringfs_preload.so";
+    if let Some(library) = given {
+        return Ok(library.to_path_buf());
+    }
+    let directory = executable.parent().context("the ringfs executable has no directory")?;
+    [directory.join(NAME), directory.join("../lib").join(NAME)].into_iter().find(|candidate| candidate.exists()).with_context(|| {
+        format!(
+            "{NAME} is neither beside {} nor in ../lib (build it: cargo build -p ringfs-preload, or give --preload-library)",
+            executable.display()
+        )
+    })
+}
+
+/// `LD_PRELOAD` with `library` first, keeping what the environment preloads already.
+fn preload_list(library: &std::path::Path) -> std::ffi::OsString {
+    let mut list = library.as_os_str().to_os_string();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|existing| !existing.is_empty()) {
+        list.push(":");
+        list.push(existing);
+    }
+    list
 }
 
 /// Waits for every rank; the first to fail (or the last to end) gives the status, and a

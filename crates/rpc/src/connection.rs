@@ -292,18 +292,23 @@ impl Connection {
     }
 
     fn send(&self, request: &Request, data: &[u8], request_id: u64) -> std::io::Result<()> {
-        BODY.with(|body| {
-            let mut body = body.borrow_mut();
+        let encode_and_write = |body: &mut Vec<u8>| {
             body.clear();
-            request.encode(&mut body);
+            request.encode(body);
             let header = FrameHeader {
                 body_len: body.len() as u32,
                 data_len: data.len() as u32,
                 request_id,
                 epoch: self.local_epoch.load(Ordering::Relaxed),
             };
-            write_frame(lock(&self.writer).as_mut(), &header, &body, data)
-        })
+            write_frame(lock(&self.writer).as_mut(), &header, body, data)
+        };
+        match BODY.try_with(|body| encode_and_write(&mut body.borrow_mut())) {
+            Ok(sent) => sent,
+            // The thread is exiting and its buffer is gone: a client called from an exit
+            // handler (a program flushing its stdout at exit under the LD_PRELOAD library).
+            Err(_) => encode_and_write(&mut Vec::new()),
+        }
     }
 
     /// Marks the connection broken: every waiting request fails with the returned error.

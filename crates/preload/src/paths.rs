@@ -1,0 +1,190 @@
+//! Which paths are ringfs's: an absolute path under the mount prefix, a relative one while
+//! the working directory is inside it, or one relative to a ringfs directory descriptor.
+//!
+//! The working directory inside ringfs is kept here (the kernel's stays where it was): the
+//! kernel has no such directory. Paths are resolved lexically (`..` removes a component), as
+//! the kernel does not see these names either.
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ringfs_client::Errno;
+
+use crate::descriptors;
+use crate::state::config;
+
+/// Where a path argument leads.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// A ringfs path (`/dir/file`, absolute inside ringfs).
+    Ringfs(String),
+    /// The kernel's, unchanged.
+    Kernel,
+    /// The kernel's, but written relative to the ringfs working directory or directory
+    /// descriptor, which the kernel does not know: here made absolute.
+    KernelPath(CString),
+    /// The path cannot be used (relative to a ringfs descriptor that is not a directory).
+    Error(Errno),
+}
+
+/// The working directory when it is inside ringfs: the full path, prefix included.
+static WORKING_DIRECTORY: RwLock<Option<String>> = RwLock::new(None);
+static IN_RINGFS_DIRECTORY: AtomicBool = AtomicBool::new(false);
+
+/// The ringfs path of `absolute` (a canonical absolute path) under `mount`, if it is one.
+pub(crate) fn inside(mount: &str, absolute: &str) -> Option<String> {
+    let rest = absolute.strip_prefix(mount)?;
+    if rest.is_empty() {
+        Some("/".to_string())
+    } else if rest.starts_with('/') {
+        Some(rest.to_string())
+    } else {
+        None
+    }
+}
+
+/// `path` resolved against `base` (an absolute path) lexically; canonical.
+pub(crate) fn resolve(base: &str, path: &str) -> Result<String, Errno> {
+    if path.starts_with('/') { ringfs_proto::path::canonicalize(path) } else { ringfs_proto::path::canonicalize(&format!("{base}/{path}")) }
+}
+
+/// Routes an absolute or relative `path` for a call relative to `dirfd` (`AT_FDCWD`: the
+/// working directory).
+///
+/// # Safety
+/// `path` must be NULL or a NUL-terminated string.
+pub(crate) unsafe fn route_at(dirfd: c_int, path: *const c_char) -> Route {
+    let Some(config) = config() else { return Route::Kernel };
+    if path.is_null() {
+        return Route::Kernel;
+    }
+    // SAFETY: non-null and NUL-terminated by the caller's contract.
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let Ok(text) = std::str::from_utf8(bytes) else { return Route::Kernel };
+    route_text(&config.mount, dirfd, text)
+}
+
+fn route_text(mount: &str, dirfd: c_int, text: &str) -> Route {
+    if text.starts_with('/') {
+        if !text.starts_with(mount) {
+            // Quick exit for the common case; `..` could still lead inside (`/x/../ringfs`).
+            if !text.contains("/..") {
+                return Route::Kernel;
+            }
+        }
+        return match ringfs_proto::path::canonicalize(text) {
+            Ok(absolute) => match inside(mount, &absolute) {
+                Some(path) => Route::Ringfs(path),
+                // `/ringfs/..`: the kernel has no `/ringfs` to go up from.
+                None if inside(mount, text).is_some() => CString::new(absolute).map_or(Route::Kernel, Route::KernelPath),
+                None => Route::Kernel,
+            },
+            Err(_) => Route::Kernel,
+        };
+    }
+    if text.is_empty() {
+        // AT_EMPTY_PATH and friends are the caller's to handle; the kernel says ENOENT.
+        return Route::Kernel;
+    }
+    let base = if dirfd == libc::AT_FDCWD {
+        if !IN_RINGFS_DIRECTORY.load(Ordering::Acquire) {
+            return Route::Kernel;
+        }
+        match WORKING_DIRECTORY.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone() {
+            Some(directory) => directory,
+            None => return Route::Kernel,
+        }
+    } else {
+        match descriptors::lookup(dirfd) {
+            Some(description) if description.is_directory => full_path(mount, &description.path),
+            Some(_) => return Route::Error(Errno::ENOTDIR),
+            None => return Route::Kernel,
+        }
+    };
+    match resolve(&base, text) {
+        Ok(absolute) => match inside(mount, &absolute) {
+            Some(path) => Route::Ringfs(path),
+            None => CString::new(absolute).map_or(Route::Error(Errno::EINVAL), Route::KernelPath),
+        },
+        Err(errno) => Route::Error(errno),
+    }
+}
+
+/// The path the program sees for ringfs path `path`.
+pub(crate) fn full_path(mount: &str, path: &str) -> String {
+    if path == "/" { mount.to_string() } else { format!("{mount}{path}") }
+}
+
+/// Makes ringfs path `path` the working directory (`None`: the kernel's is again), and tells
+/// the programs this process will execute (see `process.rs`).
+pub(crate) fn set_working_directory(path: Option<&str>) {
+    let full = path.and_then(|path| config().map(|config| full_path(&config.mount, path)));
+    let was_inside = IN_RINGFS_DIRECTORY.load(Ordering::Acquire);
+    match &full {
+        // SAFETY: setenv and unsetenv with NUL-terminated strings (a program that reads its
+        // environment in another thread at this moment races, as with its own setenv).
+        Some(directory) => {
+            if let Ok(value) = CString::new(directory.as_str()) {
+                unsafe { libc::setenv(WORKING_DIRECTORY_VARIABLE.as_ptr(), value.as_ptr(), 1) };
+            }
+        }
+        None if was_inside => unsafe {
+            libc::unsetenv(WORKING_DIRECTORY_VARIABLE.as_ptr());
+        },
+        None => {}
+    }
+    let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
+    *directory = full;
+}
+
+/// The variable's name as a C string (see `process::WORKING_DIRECTORY_VARIABLE`).
+const WORKING_DIRECTORY_VARIABLE: &std::ffi::CStr = c"RINGFS_PRELOAD_CWD";
+
+/// Takes ringfs path `path` as the working directory inherited from the program that
+/// executed this one (the environment says so already).
+pub(crate) fn adopt_working_directory(path: &str) {
+    let full = config().map(|config| full_path(&config.mount, path));
+    let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
+    *directory = full;
+}
+
+/// The working directory when it is inside ringfs.
+pub(crate) fn working_directory() -> Option<String> {
+    if !IN_RINGFS_DIRECTORY.load(Ordering::Acquire) {
+        return None;
+    }
+    WORKING_DIRECTORY.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn absolute_paths_under_the_prefix_are_ringfs_paths() {
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/ringfs"), Route::Ringfs("/".into()));
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/ringfs/"), Route::Ringfs("/".into()));
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/ringfs/a//b/./c"), Route::Ringfs("/a/b/c".into()));
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/tmp/../ringfs/x"), Route::Ringfs("/x".into()));
+    }
+
+    #[test]
+    fn other_paths_are_the_kernels() {
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/ringfsx/a"), Route::Kernel);
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/ringfs/../etc/passwd"), Route::KernelPath(c"/etc/passwd".into()));
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "/etc/passwd"), Route::Kernel);
+        // Relative paths while the working directory is the kernel's.
+        assert_eq!(route_text("/ringfs", libc::AT_FDCWD, "a/b"), Route::Kernel);
+    }
+
+    #[test]
+    fn resolution_is_lexical() {
+        assert_eq!(resolve("/ringfs/a", "../b").unwrap(), "/ringfs/b");
+        assert_eq!(resolve("/ringfs/a", "/x").unwrap(), "/x");
+        assert_eq!(inside("/ringfs", "/ringfs/a"), Some("/a".into()));
+        assert_eq!(inside("/ringfs", "/ringfsa"), None);
+    }
+}

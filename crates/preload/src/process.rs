@@ -1,0 +1,276 @@
+//! Processes: what `fork` and `exec` do to the ringfs state.
+//!
+//! A child after `fork` has the parent's descriptors (the kernel copies the placeholders and
+//! this library's table is copied with the memory), but not the parent's client: its
+//! connections are shared with the parent and its background thread is not running. The
+//! child therefore connects anew on first use, and reopens each inherited file by id when it
+//! first touches it (`OpenDescription::handle`); positions stay shared (the kernel keeps them
+//! as the placeholders' offsets, see `descriptors.rs`). The library's locks are held across
+//! the `fork` so that the child never inherits one taken by another thread.
+//!
+//! Across `exec`, a working directory inside ringfs is handed on in the environment
+//! (`RINGFS_PRELOAD_CWD`), set on `chdir` (for `execvp`, `posix_spawn`, `system`, which pass
+//! the process's environment) and added by `execve` to the environment it is given (shells
+//! pass their own). The ringfs descriptors that are not close-on-exec are handed on the same
+//! way (`RINGFS_PRELOAD_FDS`: number, flags, file id and path of each), so that
+//! `sh -c 'cmd > /ringfs/out'` and `tar -z` (whose `gzip` writes to tar's descriptor) work:
+//! the new program reopens each file by id on first use, and takes a ringfs standard stream
+//! into its stdio (`stdio::adopt_standard_streams`).
+
+use std::ffi::{CStr, CString, c_char, c_int};
+use std::sync::Once;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use ringfs_client::FileId;
+
+use crate::descriptors::OpenDescription;
+use crate::real::real;
+
+static INSTALLED: Once = Once::new();
+
+/// Registers the `fork` handlers (once, when the client is first connected).
+pub(crate) fn install_fork_handlers() {
+    INSTALLED.call_once(|| {
+        // SAFETY: registering handlers with the C library; they are plain functions.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
+}
+
+extern "C" fn prepare() {
+    // Parent and child will share the positions of their descriptors.
+    crate::descriptors::share_positions();
+    crate::state::lock_client_for_fork();
+    crate::descriptors::lock_for_fork();
+}
+
+extern "C" fn parent() {
+    crate::descriptors::unlock_after_fork();
+    crate::state::unlock_client_after_fork();
+}
+
+extern "C" fn child() {
+    crate::descriptors::unlock_after_fork();
+    crate::state::unlock_client_after_fork();
+    crate::state::forget_client_after_fork();
+    crate::descriptors::note_process();
+    FORKED.store(true, Ordering::Relaxed);
+    descriptors_changed();
+}
+
+/// The variable that hands a working directory inside ringfs to the programs this process
+/// executes (the kernel's working directory cannot be there).
+pub(crate) const WORKING_DIRECTORY_VARIABLE: &str = "RINGFS_PRELOAD_CWD";
+
+/// Runs when the library is loaded: a working directory inside ringfs inherited through
+/// `exec` becomes this process's.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static INITIALIZE: extern "C" fn() = initialize;
+
+/// The variable that hands ringfs descriptors to executed programs.
+const DESCRIPTORS_VARIABLE: &str = "RINGFS_PRELOAD_FDS";
+
+extern "C" fn initialize() {
+    crate::descriptors::note_process();
+    let Some(config) = crate::state::config() else { return };
+    // Before any descriptor is inherited or opened: a fork child must know it is one (a
+    // process id that is not the table's owner otherwise means a vfork child).
+    install_fork_handlers();
+    if let Ok(encoded) = std::env::var(DESCRIPTORS_VARIABLE) {
+        // Programs this one executes by other means than `execve` (`execvp`, `posix_spawn`)
+        // must not take the list for theirs: the numbers may mean other files by then.
+        // SAFETY: a NUL-terminated name; no other thread runs yet.
+        unsafe { libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()) };
+        for (fd, (path, file, directory, flags)) in encoded.split(';').filter_map(decode_descriptor) {
+            if let Some(shared_position) = placeholder_kind(fd) {
+                crate::descriptors::adopt(fd, OpenDescription::inherited(path, file, directory, flags, shared_position));
+            }
+        }
+        crate::stdio::adopt_standard_streams();
+    }
+    if let Ok(directory) = std::env::var(WORKING_DIRECTORY_VARIABLE)
+        && let Some(path) = crate::paths::inside(&config.mount, &directory)
+    {
+        crate::paths::adopt_working_directory(&path);
+    }
+}
+
+/// What kind of placeholder `fd` is open on, as an inherited ringfs descriptor must be:
+/// `Some(true)` for one holding the position (a sealed, empty memfd), `Some(false)` for
+/// `/dev/null` with `O_PATH`, `None` for anything else.
+fn placeholder_kind(fd: c_int) -> Option<bool> {
+    // SAFETY: all-zero is a valid `struct stat`; fstat fills it.
+    let mut stat: libc::stat = unsafe { std::mem::zeroed() };
+    if real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, &mut stat) != 0 {
+        return None;
+    }
+    let kind = stat.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFCHR && stat.st_rdev == libc::makedev(1, 3) {
+        let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GETFL, 0);
+        return (flags >= 0 && flags & libc::O_PATH != 0).then_some(false);
+    }
+    let seals = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, libc::F_GET_SEALS, 0);
+    (kind == libc::S_IFREG && stat.st_size == 0 && seals == crate::descriptors::PLACEHOLDER_SEALS).then_some(true)
+}
+
+/// `fd,flags,anchor,serial,directory,hex(path)` of a descriptor handed on (its position
+/// travels as its placeholder's offset).
+fn encode_descriptor(fd: c_int, description: &OpenDescription) -> String {
+    let path: String = description.path.bytes().map(|byte| format!("{byte:02x}")).collect();
+    let file = description.file;
+    format!("{fd},{},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
+}
+
+/// A handed-on descriptor: its number, and the path, file id, kind and flags of its open file.
+fn decode_descriptor(text: &str) -> Option<(c_int, (String, FileId, bool, i32))> {
+    let fields: Vec<&str> = text.split(',').collect();
+    let [fd, flags, anchor, serial, directory, path] = fields[..] else { return None };
+    let path = (0..path.len())
+        .step_by(2)
+        .map(|at| path.get(at..at + 2).and_then(|hex| u8::from_str_radix(hex, 16).ok()))
+        .collect::<Option<Vec<u8>>>()
+        .and_then(|bytes| String::from_utf8(bytes).ok())?;
+    let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
+    Some((fd.parse().ok()?, (path, file, directory == "1", flags.parse().ok()?)))
+}
+
+/// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
+fn inherited_descriptors() -> String {
+    crate::descriptors::all_for_exec()
+        .into_iter()
+        .filter(|(fd, _)| {
+            let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; *fd, libc::F_GETFD, 0);
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .map(|(fd, description)| encode_descriptor(fd, &description))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// `execve`: the program gets the working directory inside ringfs, if this process has one,
+/// in [`WORKING_DIRECTORY_VARIABLE`] (and not a stale one otherwise).
+///
+/// # Safety
+/// As `execve(2)`: NUL-terminated strings and NULL-terminated arrays.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_handed_on_environment(
+            envp,
+            |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp),
+        )
+    }
+}
+
+/// Calls `exec` with `envp` plus what this process hands on to the program it executes (its
+/// working directory inside ringfs, its inheritable ringfs descriptors), minus stale values.
+///
+/// # Safety
+/// `envp` must be NULL or a NULL-terminated array of NUL-terminated strings.
+unsafe fn with_handed_on_environment(envp: *const *const c_char, exec: impl FnOnce(*const *const c_char) -> c_int) -> c_int {
+    if crate::state::config().is_none() || envp.is_null() {
+        return exec(envp);
+    }
+    if !crate::descriptors::in_vfork_child() {
+        // The program will share the positions of the descriptors it inherits.
+        crate::descriptors::share_positions();
+    }
+    let prefix = format!("{WORKING_DIRECTORY_VARIABLE}=");
+    let descriptors_prefix = format!("{DESCRIPTORS_VARIABLE}=");
+    // SAFETY: a NULL-terminated array of NUL-terminated strings, by contract.
+    let entries: Vec<*const c_char> = unsafe {
+        let mut entries = Vec::new();
+        let mut at = envp;
+        while !(*at).is_null() {
+            entries.push(*at);
+            at = at.add(1);
+        }
+        entries
+    };
+    let ours = |entry: &*const c_char| {
+        // SAFETY: each entry is NUL-terminated.
+        let entry = unsafe { CStr::from_ptr(*entry) }.to_bytes();
+        entry.starts_with(prefix.as_bytes()) || entry.starts_with(descriptors_prefix.as_bytes())
+    };
+    let directory = crate::paths::working_directory().and_then(|directory| CString::new(format!("{prefix}{directory}")).ok());
+    let descriptors = Some(inherited_descriptors()).filter(|encoded| !encoded.is_empty());
+    let descriptors = descriptors.and_then(|encoded| CString::new(format!("{descriptors_prefix}{encoded}")).ok());
+    if directory.is_none() && descriptors.is_none() && !entries.iter().any(ours) {
+        return exec(envp);
+    }
+    let mut environment: Vec<*const c_char> = entries.into_iter().filter(|entry| !ours(entry)).collect();
+    environment.extend(directory.iter().chain(&descriptors).map(|entry| entry.as_ptr()));
+    environment.push(std::ptr::null());
+    exec(environment.as_ptr())
+}
+
+/// `execv`: [`execve`] with the process's environment.
+///
+/// # Safety
+/// As `execv(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract; `environ` is the process's environment.
+    unsafe { execve(path, argv, environ) }
+}
+
+/// `execvp`: [`execvpe`] with the process's environment.
+///
+/// # Safety
+/// As `execvp(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe { execvpe(file, argv, environ) }
+}
+
+/// `execvpe`: the C library searches `PATH`, with the environment [`execve`] would give.
+///
+/// # Safety
+/// As `execvpe(3)`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: forwarded contract.
+    unsafe {
+        with_handed_on_environment(
+            envp,
+            |envp| real!("execvpe", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; file, argv, envp),
+        )
+    }
+}
+
+unsafe extern "C" {
+    static environ: *const *const c_char;
+}
+
+/// Whether this process is the child of a `fork` (its next step is often an `exec`).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// In the child of a `fork`, the ringfs descriptors an `exec` would keep are also written
+/// to the process's environment after every change, for the `exec` variants that reach the
+/// kernel without passing through this library (`execl`, `execlp`: glibc calls its internal
+/// `execve`). `tar -z` runs `gzip` that way on its archive's descriptor.
+pub(crate) fn descriptors_changed() {
+    // (A vfork child shares its parent's environment: it must not change it.)
+    if !FORKED.load(Ordering::Relaxed) || crate::descriptors::in_vfork_child() {
+        return;
+    }
+    let encoded = inherited_descriptors();
+    // SAFETY: NUL-terminated strings; a forked child normally runs one thread.
+    unsafe {
+        match CString::new(encoded) {
+            Ok(value) if !value.is_empty() => libc::setenv(c"RINGFS_PRELOAD_FDS".as_ptr(), value.as_ptr(), 1),
+            _ => libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()),
+        };
+    }
+}
+
+/// `vfork` is `fork` under the library (POSIX allows it): a `vfork` child runs in its
+/// parent's memory, where the library's state is the parent's, and a wrapper cannot return
+/// twice from its own frame. Costs the copy of the page tables `vfork` avoids.
+#[unsafe(no_mangle)]
+pub extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: fork has no preconditions; the caller expects a child either way.
+    unsafe { libc::fork() }
+}

@@ -1,0 +1,348 @@
+//! The LD_PRELOAD library: unmodified programs (coreutils, tar, Python, a C program using
+//! stdio) run under `libringfs_preload.so` against a live cluster. Each runs the same script
+//! on ringfs (under the prefix) and on a local directory; the outputs must match, and what
+//! the programs wrote is checked through the native client.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{TestCluster, read_file, scratch_dir, workspace_root, write_file};
+
+/// The preload library of the build under test, brought up to date (`cargo test` builds
+/// only the test's own package; a stale library would test old code). Built once per run.
+fn preload_library() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = Path::new(common::ringfs_binary()).parent().unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let mut build = Command::new(env!("CARGO"));
+        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-preload"]);
+        if dir.file_name().is_some_and(|profile| profile == "release") {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building libringfs_preload failed");
+    });
+    dir.join("libringfs_preload.so")
+}
+
+/// A cluster with the environment that puts it under a prefix for preloaded programs.
+struct Preloaded {
+    cluster: TestCluster,
+    /// The prefix (`/ringfs-e2e-…`): absent from the kernel's file system.
+    prefix: String,
+    library: PathBuf,
+    /// A local directory for the comparison runs.
+    local: PathBuf,
+}
+
+impl Preloaded {
+    fn start(servers: usize) -> Preloaded {
+        let cluster = TestCluster::start(servers);
+        let prefix = format!("/ringfs-e2e-{:x}", ringfs_rpc::memory::random_u64());
+        Preloaded { cluster, prefix, library: preload_library(), local: scratch_dir("preload-local") }
+    }
+
+    /// A command with the preload environment.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        command
+            .env("LD_PRELOAD", &self.library)
+            .env("RINGFS_MOUNT", &self.prefix)
+            .env("RINGFS_SERVER", self.cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &self.cluster.secret)
+            .env("RINGFS_TIMEOUT_MS", "5000")
+            .env("LC_ALL", "C");
+        command
+    }
+
+    /// Runs a shell script under the library with `$ROOT` set to `root`; panics on failure.
+    fn script(&self, root: &str, script: &str) -> String {
+        let output = self.command("sh").arg("-euc").arg(script).env("ROOT", root).output().unwrap();
+        succeeded(&output, script);
+        String::from_utf8_lossy(&output.stdout).replace(root, "$ROOT")
+    }
+
+    /// Runs `script` on ringfs (`$ROOT` a fresh directory under the prefix) and on a fresh
+    /// local directory; asserts both print the same; returns the ringfs path of `$ROOT`.
+    fn same_as_local(&self, name: &str, script: &str) -> String {
+        let ringfs_root = format!("{}/{name}", self.prefix);
+        let local_root = self.local.join(name);
+        std::fs::create_dir_all(&local_root).unwrap();
+        self.script(&self.prefix, &format!("mkdir {name}", name = ringfs_root));
+        let on_ringfs = self.script(&ringfs_root, script);
+        let on_local = self.script(local_root.to_str().unwrap(), script);
+        assert_eq!(on_ringfs, on_local, "the script printed differently on ringfs and on a local directory:\n{script}");
+        format!("/{name}")
+    }
+}
+
+impl Drop for Preloaded {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.local);
+    }
+}
+
+fn succeeded(output: &Output, what: &str) {
+    assert!(
+        output.status.success(),
+        "{what}\nfailed ({}):\n--- stdout\n{}\n--- stderr\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A local source tree: text, a 3 MiB file spanning chunks, an empty file, a symbolic link,
+/// nested directories.
+fn source_tree(dir: &Path) {
+    std::fs::create_dir_all(dir.join("a/b/c")).unwrap();
+    std::fs::write(dir.join("a/hello.txt"), "hello, ringfs\n").unwrap();
+    std::fs::write(dir.join("a/empty"), "").unwrap();
+    let mut random = common::Random::new(15);
+    let mut big = vec![0u8; 3 << 20];
+    random.fill(&mut big);
+    std::fs::write(dir.join("a/b/big.bin"), &big).unwrap();
+    std::fs::write(dir.join("a/b/c/deep.txt"), "deep\n".repeat(100)).unwrap();
+    std::os::unix::fs::symlink("hello.txt", dir.join("a/link")).unwrap();
+}
+
+#[test]
+fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
+    let preloaded = Preloaded::start(3);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    let script = format!(
+        r#"
+        SRC={source}
+        mkdir -p "$ROOT/x/y/z"
+        cp -r "$SRC" "$ROOT/copy"
+        cat "$ROOT/copy/a/hello.txt" "$ROOT/copy/a/link"
+        cmp "$SRC/a/b/big.bin" "$ROOT/copy/a/b/big.bin"
+        # mode, size (files) and name of every entry
+        ls -l "$ROOT/copy/a" | awk 'NR > 1 {{ print $1, ($1 ~ /^-/ ? $5 : "-"), $NF }}'
+        ls -a "$ROOT/copy/a/b"
+        find "$ROOT" | sort
+        find "$ROOT" -type f -name '*.txt' | sort
+        find "$ROOT/copy" -type f -exec du -b {{}} + | sort -k2
+        du -sb "$ROOT/copy/a/b/big.bin"
+        mv "$ROOT/copy/a/b" "$ROOT/x/moved"
+        mv "$ROOT/copy/a/hello.txt" "$ROOT/copy/a/renamed.txt"
+        ls "$ROOT/x" "$ROOT/copy/a"
+        # Standard output redirected to ringfs: ls writes it through stdio, at exit.
+        ls -l "$ROOT/copy/a" > "$ROOT/listing" && printf '%s\n' appended >> "$ROOT/listing"
+        awk 'NR > 1 {{ print $NF }}' < "$ROOT/listing"
+        # Two programs writing one open file in turn share its position.
+        {{ ls "$ROOT/copy/a"; ls "$ROOT/copy"; echo end; }} > "$ROOT/twice" && cat "$ROOT/twice"
+        # Tools that make temporary files beside their output, or redirect their stdout.
+        printf 'b\na\n' > "$ROOT/unsorted" && sort -o "$ROOT/sorted" "$ROOT/unsorted" && cat "$ROOT/sorted"
+        sed -i 's/a/A/' "$ROOT/sorted" && cat "$ROOT/sorted"
+        made=$(mktemp -d "$ROOT/tmp.XXXXXX") && test -d "$made" && rmdir "$made" && echo mktemp-ok
+        echo "$(cat "$ROOT/copy/a/renamed.txt" | tr a-z A-Z)" > "$ROOT/upper" && cat "$ROOT/upper"
+        cd "$ROOT/x" && pwd && ls && cat moved/c/deep.txt | wc -l && cd /
+        rm -r "$ROOT/x"
+        rm "$ROOT/copy/a/link"
+        ls "$ROOT" "$ROOT/copy/a"
+        test ! -e "$ROOT/x" && echo gone
+        "#,
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("coreutils", &script);
+    // What the tools left, read with the native client.
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/copy/a/renamed.txt")).unwrap(), b"hello, ringfs\n");
+    assert!(client.stat(&format!("{root}/x")).is_err());
+}
+
+#[test]
+fn tar_archives_and_extracts_a_tree_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    let script = format!(
+        r#"
+        tar -C {parent} -cf "$ROOT/tree.tar" source
+        tar -tvf "$ROOT/tree.tar" | awk '{{ print $1, $3, $NF }}' | sort -k3
+        mkdir "$ROOT/out"
+        tar -C "$ROOT/out" -xf "$ROOT/tree.tar"
+        diff -r {source} "$ROOT/out/source" && echo identical
+        tar -C "$ROOT" -czf "$ROOT/again.tgz" out
+        tar -tzf "$ROOT/again.tgz" | sort
+        "#,
+        parent = preloaded.local.display(),
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("tar", &script);
+    let client = preloaded.cluster.client();
+    let big = read_file(&client, &format!("{root}/out/source/a/b/big.bin")).unwrap();
+    assert_eq!(big, std::fs::read(source.join("a/b/big.bin")).unwrap());
+    assert_eq!(client.readlink(&format!("{root}/out/source/a/link")).unwrap(), "hello.txt");
+}
+
+#[test]
+fn python_open_os_and_shutil_work_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let program = r#"
+import os, shutil, subprocess, sys
+root = sys.argv[1]
+os.makedirs(os.path.join(root, "d/e"), exist_ok=True)
+with open(os.path.join(root, "f.txt"), "w") as f:
+    f.write("hello\n" * 1000)
+with open(os.path.join(root, "f.txt")) as f:
+    assert f.read() == "hello\n" * 1000
+with open(os.path.join(root, "blob"), "wb") as f:
+    f.write(bytes(range(256)) * 8192)
+shutil.copy(os.path.join(root, "f.txt"), os.path.join(root, "d/g.txt"))
+shutil.copyfile(os.path.join(root, "blob"), os.path.join(root, "d/blob"))
+shutil.copytree(os.path.join(root, "d"), os.path.join(root, "d2"))
+print(sorted(os.listdir(root)))
+print(sorted((entry.name, entry.is_dir(), entry.is_file()) for entry in os.scandir(root)))
+os.rename(os.path.join(root, "d2"), os.path.join(root, "d3"))
+print(os.stat(os.path.join(root, "d3/blob")).st_size, os.path.getsize(os.path.join(root, "d/g.txt")))
+for path, dirs, files in sorted(os.walk(root)):
+    print(path.replace(root, "ROOT"), sorted(dirs), sorted(files))
+os.chdir(root)
+print(os.path.basename(os.getcwd()), sorted(os.listdir(".")), open("f.txt").read(6).strip())
+with open("f.txt", "r+b") as f:
+    f.seek(2)
+    f.write(b"XY")
+    f.seek(0)
+    print(f.read(8))
+os.truncate("f.txt", 3)
+print(os.stat("f.txt").st_size, os.path.exists("missing"), os.path.isdir("d"))
+with open("from-child.txt", "w") as out:
+    subprocess.run(["ls", "d3"], stdout=out, check=True)
+    subprocess.run(["sh", "-c", "echo second; echo to-stderr >&2"], stdout=out, stderr=subprocess.DEVNULL, check=True)
+print("parent's stdout is intact", open("from-child.txt").read().split())
+print(subprocess.run(["cat", "from-child.txt"], capture_output=True, text=True).stdout.split())
+shutil.rmtree("d3")
+os.remove("blob")
+os.chdir("/")
+print(sorted(os.listdir(root)))
+"#;
+    let script_path = preloaded.local.join("program.py");
+    std::fs::write(&script_path, program).unwrap();
+    let root = preloaded.same_as_local("python", &format!("python3 {} \"$ROOT\"", script_path.display()));
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/f.txt")).unwrap(), b"heX");
+    assert_eq!(read_file(&client, &format!("{root}/d/blob")).unwrap().len(), 256 * 8192);
+}
+
+#[test]
+fn numpy_save_load_and_memory_maps_work_on_ringfs() {
+    let probe = Command::new("python3").args(["-c", "import numpy"]).output().unwrap();
+    if !probe.status.success() {
+        eprintln!("SKIPPED: numpy is not installed for python3");
+        return;
+    }
+    let preloaded = Preloaded::start(2);
+    let program = r#"
+import numpy as np, sys
+root = sys.argv[1]
+a = np.arange(300000, dtype=np.float64).reshape(1000, 300)
+np.save(root + "/a.npy", a)
+assert (np.load(root + "/a.npy") == a).all()
+mapped = np.load(root + "/a.npy", mmap_mode="r")
+np.savez_compressed(root + "/z.npz", a=a, b=a[:5])
+print("numpy", mapped.shape, float(mapped[10].sum()), (np.load(root + "/z.npz")["b"] == a[:5]).all())
+"#;
+    let script_path = preloaded.local.join("numpy_program.py");
+    std::fs::write(&script_path, program).unwrap();
+    let root = preloaded.same_as_local("numpy", &format!("python3 {} \"$ROOT\"", script_path.display()));
+    let stat = preloaded.cluster.client().stat(&format!("{root}/a.npy")).unwrap();
+    assert_eq!(stat.size, 300000 * 8 + 128, "the .npy header is 128 bytes");
+}
+
+#[test]
+fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
+    let preloaded = Preloaded::start(2);
+    let program = preloaded.local.join("preload_stdio");
+    let compiled = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-O1"])
+        .arg(workspace_root().join("tests/c/preload_stdio.c"))
+        .arg("-o")
+        .arg(&program)
+        .output()
+        .unwrap();
+    succeeded(&compiled, "cc tests/c/preload_stdio.c");
+    // The program prints the last component of its working directory: both are named "c".
+    let script = format!("mkdir \"$ROOT/c\" && {} \"$ROOT/c\"", program.display());
+    let root = preloaded.same_as_local("cprogram", &script);
+    let client = preloaded.cluster.client();
+    assert_eq!(read_file(&client, &format!("{root}/c/forked.txt")).unwrap(), b"parent\nchild\n");
+    assert_eq!(read_file(&client, &format!("{root}/c/child.txt")).unwrap(), b"from the child\n");
+}
+
+#[test]
+fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_untouched() {
+    let preloaded = Preloaded::start(2);
+    let client = preloaded.cluster.client();
+    client.mkdir("/native", 0o755).unwrap();
+    write_file(&client, "/native/note.txt", b"written by the native client\n");
+    let local_file = preloaded.local.join("local.txt");
+    std::fs::write(&local_file, "kernel file\n").unwrap();
+    let script = format!(
+        r#"
+        cat "$ROOT/native/note.txt" {local}
+        wc -c < "$ROOT/native/note.txt"
+        ls "$ROOT"
+        cp {local} "$ROOT/native/from-kernel.txt"
+        cat "$ROOT/native/from-kernel.txt"
+        # A rename between ringfs and the kernel's file system is EXDEV; mv then copies.
+        mv "$ROOT/native/from-kernel.txt" {local}.moved
+        cat {local}.moved
+        "#,
+        local = local_file.display()
+    );
+    let output = preloaded.script(&preloaded.prefix, &script);
+    assert_eq!(
+        output, "written by the native client\nkernel file\n29\nnative\nkernel file\nkernel file\n",
+        "preloaded programs see what the native client wrote"
+    );
+    assert!(client.stat("/native/from-kernel.txt").is_err(), "mv removed the source on ringfs");
+}
+
+#[test]
+fn fio_writes_and_verifies_files_with_processes_and_threads() {
+    if Command::new("fio").arg("--version").output().is_err() {
+        // scripts/setup.sh installs it; without it there is nothing to run.
+        eprintln!("SKIPPED: fio is not installed");
+        return;
+    }
+    let preloaded = Preloaded::start(3);
+    let client = preloaded.cluster.client();
+    client.mkdir("/fio", 0o755).unwrap();
+    let directory = format!("{}/fio", preloaded.prefix);
+    // Processes (fork) with a random mix, then threads: every block is checked (crc32c).
+    for job in [&["--name=processes", "--rw=randrw", "--numjobs=2"][..], &["--name=threads", "--rw=write", "--thread", "--numjobs=2"][..]] {
+        let output = preloaded
+            .command("fio")
+            .args(["--ioengine=psync", "--bs=64k", "--size=8m", "--verify=crc32c", "--do_verify=1", "--group_reporting"])
+            // (No verify state files in the working directory.)
+            .arg("--verify_state_save=0")
+            .arg(format!("--directory={directory}"))
+            .args(job)
+            .output()
+            .unwrap();
+        succeeded(&output, &format!("fio {job:?}"));
+        let report = String::from_utf8_lossy(&output.stdout);
+        assert!(report.contains("err= 0"), "{report}");
+    }
+    let names: Vec<String> = client.readdir("/fio").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, ["processes.0.0", "processes.1.0", "threads.0.0", "threads.1.0"]);
+    for entry in client.readdir("/fio").unwrap() {
+        assert_eq!(entry.stat.size, 8 << 20, "{}", entry.name);
+    }
+}
+
+#[test]
+fn ringfs_run_preload_runs_a_command_with_the_library() {
+    preload_library();
+    let output = Command::new(common::ringfs_binary())
+        .args(["run", "--servers", "2", "--preload", "/rfs-run", "--"])
+        .args(["sh", "-c", "mkdir /rfs-run/d && echo job > /rfs-run/d/out && cat /rfs-run/d/out && ls /rfs-run"])
+        .output()
+        .unwrap();
+    succeeded(&output, "ringfs run --preload");
+    assert_eq!(String::from_utf8_lossy(&output.stdout), "job\nd\n");
+}
