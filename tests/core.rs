@@ -451,3 +451,22 @@ fn a_file_that_grows_past_chunk_zero_after_open_reads_whole() {
     reader.close(read_fd).unwrap();
     writer.close(fd).unwrap();
 }
+
+/// A modification time set explicitly on a file of several chunks reads back as set (the
+/// chunks' own write times, which count for files extended past chunk 0, must not win), and
+/// the next write moves it on again (`rsync -a`, `touch -d`, `cp -p` of large files).
+#[test]
+fn an_explicit_mtime_on_a_file_of_many_chunks_holds_until_the_next_write() {
+    let cluster = TestCluster::start(3);
+    let client = small_chunk_client(&cluster, true);
+    let fd = open_rw(&client, "/big");
+    client.pwrite(fd, &vec![7u8; 5 * 64 * 1024 + 10], 0).unwrap();
+    let set = 1_500_000_000_123_456_789i64;
+    client.utimens("/big", None, Some(set)).unwrap();
+    assert_eq!(client.stat("/big").unwrap().mtime_ns, set, "the time as set, not the chunks' write times");
+    let before = client.stat("/big").unwrap().ctime_ns;
+    client.pwrite(fd, b"later", 3 * 64 * 1024).unwrap();
+    let after = client.stat("/big").unwrap().mtime_ns;
+    assert!(after > set && after >= before, "a write to a later chunk moves the mtime on ({after})");
+    client.close(fd).unwrap();
+}

@@ -588,7 +588,8 @@ pub struct Close {
 }
 wire_struct!(Close { client, files });
 
-/// A change of a file's name count at its inode (`AddLink`, `DropLink`).
+/// A file and a time: a change of its name count at its inode (`AddLink`, `DropLink`), or
+/// the explicit modification time its chunks must not pass (`ClampChunkTimes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkCount {
     pub file: FileId,
@@ -848,6 +849,10 @@ wire_enum! {
         43 => SetChunkLen(SetChunkLen),
         /// Ends leases granted by `Read` replies. Sent with request id 0: no response.
         44 => Release(Release),
+        /// Server to server, from a file's inode after an explicit modification time was
+        /// set: the chunks of the file held here keep no later time (so the file's mtime,
+        /// the newest of its inode and chunks, reads as set until the next write).
+        45 => ClampChunkTimes(LinkCount),
         /// Cache mode: flush what was dirty when the sync began. `ticket` 0 begins a sync; the
         /// answer says how much of it is left, and the caller repeats with the ticket it got
         /// until nothing is (each answer comes within about a second).
@@ -985,6 +990,7 @@ impl Request {
                 | Request::BackendOf(_)
                 | Request::Rebind(_)
                 | Request::Redirty(_)
+                | Request::ClampChunkTimes(_)
                 | Request::MissingFiles(_)
                 | Request::TouchDir(_)
                 | Request::ForgetDirAttrs(_)
@@ -1064,6 +1070,7 @@ impl Request {
             | Request::RemoveChunks(_)
             | Request::Release(_)
             | Request::Redirty(_)
+            | Request::ClampChunkTimes(_)
             | Request::MissingFiles(_)
             | Request::Sync(_)
             | Request::AsUser(_)

@@ -438,7 +438,14 @@ impl ServerState {
                 if attr.is_dir() && (set.mode.is_some() || set.uid.is_some() || set.gid.is_some()) {
                     self.spread_dir_attr_change(set.file);
                 }
+                if set.mtime_ns.is_some() && attr.is_regular() && attr.is_extended() {
+                    self.clamp_chunk_times(set.file, attr.mtime_ns)?;
+                }
                 Ok(Response::Attr(attr))
+            }
+            Request::ClampChunkTimes(clamp) => {
+                self.store.clamp_tail_mtimes(clamp.file, clamp.time_ns).map_err(store_errno)?;
+                Ok(Response::Done)
             }
             Request::ForgetDirAttrs(forget) => {
                 self.dir_attrs.forget_file(forget.file);
@@ -560,6 +567,14 @@ impl ServerState {
                 Ok(Response::Done)
             }
         }
+    }
+
+    /// An explicit mtime was set on an extended file: its chunks everywhere keep no later
+    /// time (EIO if a server holding chunks could not be told; the inode has the time).
+    fn clamp_chunk_times(&self, file: FileId, mtime_ns: i64) -> Result<(), Errno> {
+        self.store.clamp_tail_mtimes(file, mtime_ns).map_err(store_errno)?;
+        let request = Request::ClampChunkTimes(ringfs_proto::LinkCount { file, time_ns: mtime_ns });
+        self.broadcast(&request).into_iter().find_map(Result::err).map_or(Ok(()), Err)
     }
 
     /// Cache mode: where the bytes of the file of `chunk` are in the backend, when the chunk

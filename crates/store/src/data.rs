@@ -420,6 +420,20 @@ impl ChunkStore {
         removed.len() as u64
     }
 
+    /// An explicit modification time `mtime_ns` was set on `file`: its chunks here (index
+    /// >= 1) keep no later time, so that the file's mtime (the newest of its inode's and its
+    /// chunks') reads as set until the next write.
+    pub fn clamp_tail_mtimes(&self, file: FileId, mtime_ns: i64) -> Result<(), StoreError> {
+        for (_, handle) in self.index.tail_of(file) {
+            let mut chunk = lock(&handle);
+            if !chunk.removed && chunk.attr.mtime_ns > mtime_ns {
+                chunk.attr.mtime_ns = mtime_ns;
+                self.persist(&mut chunk)?;
+            }
+        }
+        Ok(())
+    }
+
     /// This store's part of a file after chunk 0: its highest chunk index (>= 1) with that
     /// chunk's logical length, and the newest modification time among its chunks.
     pub fn tail_summary(&self, file: FileId) -> TailSummary {

@@ -154,6 +154,7 @@ pub fn requests() -> Vec<Request> {
         Request::Truncate(Truncate { file: file(3), size: 1 << 33, time_ns: 1 }),
         Request::MarkExtended(FileOnly { file: file(1) }),
         Request::AddLink(LinkCount { file: file(1), time_ns: 2 }),
+        Request::ClampChunkTimes(LinkCount { file: file(1), time_ns: 3 }),
         Request::DropLink(LinkCount { file: file(1), time_ns: 2 }),
         Request::Fsync(FileOnly { file: file(1) }),
         Request::LastChunk(FileOnly { file: file(2) }),
