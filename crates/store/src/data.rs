@@ -420,9 +420,9 @@ impl ChunkStore {
         removed.len() as u64
     }
 
-    /// An explicit modification time `mtime_ns` was set on `file`: its chunks here (index
-    /// >= 1) keep no later time, so that the file's mtime (the newest of its inode's and its
-    /// chunks') reads as set until the next write.
+    /// An explicit modification time `mtime_ns` was set on `file`: its chunks here after
+    /// chunk 0 keep no later time, so that the file's mtime (the newest of its inode's and
+    /// its chunks') reads as set until the next write.
     pub fn clamp_tail_mtimes(&self, file: FileId, mtime_ns: i64) -> Result<(), StoreError> {
         for (_, handle) in self.index.tail_of(file) {
             let mut chunk = lock(&handle);
