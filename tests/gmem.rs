@@ -63,6 +63,7 @@ fn rank_main() {
         "storm" => storm(&world),
         "monotonic" => monotonic(&world),
         "turns" => turns(&world),
+        "dead-holder" => dead_holder(&world),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -417,6 +418,44 @@ fn turns(world: &World) {
     world.barrier().unwrap();
 }
 
+/// Rank 0 writes blocks into its cache (the only current copies) and is killed; rank 1
+/// then gets EIO for those blocks, within the deadline and every time after — never the
+/// older bytes the home still has — and the other blocks work.
+fn dead_holder(world: &World) {
+    let array = world.alloc(16 * 4096, Distribution::Cyclic(1), 4096).unwrap();
+    if world.rank() == 1 {
+        array.put(0, &vec![1u8; 16 * 4096]).unwrap();
+        world.flush_cache().unwrap();
+    }
+    world.barrier().unwrap();
+    if world.rank() == 0 {
+        array.put(0, &vec![2u8; 4 * 4096]).unwrap();
+        std::fs::write(std::env::var("RINGFS_GMEM_TEST_READY").unwrap(), b"ready").unwrap();
+        std::thread::sleep(Duration::from_secs(120));
+        panic!("rank 0 was to be killed");
+    }
+    let killed = std::env::var("RINGFS_GMEM_TEST_KILLED").unwrap();
+    let waiting = Instant::now();
+    while !std::path::Path::new(&killed).exists() {
+        assert!(waiting.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for round in 0..2 {
+        for block in 0..16u64 {
+            let started = Instant::now();
+            let mut bytes = [0u8; 64];
+            let outcome = array.get(block * 4096, &mut bytes);
+            if block < 4 {
+                assert_eq!(outcome, Err(Errno::EIO), "round {round}: block {block}, whose only current copy died");
+            } else {
+                outcome.unwrap();
+                assert_eq!(bytes, [1u8; 64], "block {block}");
+            }
+            assert!(started.elapsed() < Duration::from_secs(12), "a get took {:?}", started.elapsed());
+        }
+    }
+}
+
 fn gmem_cluster(servers: usize, extra: &[&str]) -> TestCluster {
     let mut extra_args: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
     extra_args.extend(["--gmem-dram".into(), "64M".into()]);
@@ -595,4 +634,49 @@ fn tempfile_dir(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ringfs-test-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+#[test]
+fn blocks_whose_only_copy_died_with_a_rank_give_eio_never_older_bytes() {
+    let cluster = gmem_cluster(2, &[]);
+    let dir = tempfile_dir("dead-holder");
+    let (ready, killed) = (dir.join("ready"), dir.join("killed"));
+    let job = format!("{:x}", ringfs_rpc::memory::random_u64());
+    let mut children: Vec<_> = (0..2)
+        .map(|rank| {
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "rank_main", "--ignored", "--nocapture"])
+                .env("RINGFS_SERVER", cluster.addresses().join(","))
+                .env("RINGFS_SECRET", &cluster.secret)
+                .env("RINGFS_TIMEOUT_MS", "5000")
+                .env("RINGFS_GMEM_RANK", rank.to_string())
+                .env("RINGFS_GMEM_RANKS", "2")
+                .env("RINGFS_GMEM_JOB", &job)
+                .env("RINGFS_GMEM_TEST", "dead-holder")
+                .env("RINGFS_GMEM_CACHE", "256K")
+                .env("RINGFS_GMEM_TEST_READY", &ready)
+                .env("RINGFS_GMEM_TEST_KILLED", &killed)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let waiting = Instant::now();
+    while !ready.exists() {
+        if waiting.elapsed() > Duration::from_secs(60) {
+            for child in &mut children {
+                let _ = child.kill();
+            }
+            panic!("rank 0 did not get ready");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut holder = children.remove(0);
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    std::fs::write(&killed, b"killed").unwrap();
+    let output = children.remove(0).wait_with_output().unwrap();
+    assert_all_succeeded(&[output], "a dead holder");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
