@@ -467,3 +467,44 @@ fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
     assert_eq!(small_chunks.pread(fd, &mut back, 0).unwrap(), 300_000);
     assert!(back.iter().all(|byte| *byte == 7), "the live file keeps its chunks");
 }
+
+/// A write that reaches its server after its client stopped waiting (stamped 10 s ago, by a
+/// client whose deadline is 5 s) is refused, not stored: the client has moved on, and its
+/// next requests (truncating the file, writing the next version) may already have been
+/// answered. (The simulation found a version's chunk 0 over an older version's later chunks:
+/// a delayed write of the old version landing after the file was truncated and rewritten.)
+/// A write stamped now is stored.
+#[test]
+fn a_write_arriving_after_its_client_gave_up_is_not_stored() {
+    use ringfs_proto::{ChunkKey, ChunkTemplate, Errno, FileId, Request, Write, WriteSource};
+    use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
+
+    let cluster = TestCluster::start(1);
+    let client = cluster.client();
+    let connection = Connection::open(
+        &Endpoint::parse(cluster.address(0)).unwrap(),
+        &ConnectionConfig {
+            secret: cluster.secret.clone().into_bytes(),
+            timeout: Duration::from_secs(5),
+            host_id: 0x0b,
+            from_server: false,
+            poll: Duration::ZERO,
+            client_id: 0x0b,
+            credentials: Default::default(),
+        },
+    )
+    .unwrap();
+    let chunks = || -> u64 { client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum() };
+    let before = chunks();
+    let file = FileId { anchor: 0x4321, serial: 0x77 | 1 };
+    let template = ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: 65536, backend_len: 0 };
+    let now = ringfs_rpc::wall_clock_ns();
+    let write =
+        |index: u64, time_ns: i64| Write { chunk: ChunkKey::new(file, index), offset: 0, source: WriteSource::Inline, template, time_ns };
+    // A request stamped now first, so the server knows this client's clock.
+    connection.call(&Request::Write(write(1, now)), &[1u8; 100]).unwrap();
+    assert_eq!(chunks(), before + 1);
+    let late = connection.call(&Request::Write(write(2, now - 10_000_000_000)), &[2u8; 100]).unwrap();
+    assert_eq!(late.response, ringfs_proto::Response::Error(Errno::ETIMEDOUT));
+    assert_eq!(chunks(), before + 1, "the late write stored nothing");
+}

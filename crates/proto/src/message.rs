@@ -1000,10 +1000,13 @@ impl Request {
         )
     }
 
-    /// When the client sent this change of names, by its clock (the `time_ns` it stamps
-    /// on it); `None` for other requests.
+    /// When the client sent this change (of names, or of a file's bytes or length), by its
+    /// clock (the `time_ns` it stamps on it); `None` for other requests. A server does not
+    /// begin such a change once the client has stopped waiting for it.
     pub fn client_time_ns(&self) -> Option<i64> {
         match self {
+            Request::Write(write) => Some(write.time_ns),
+            Request::Truncate(truncate) => Some(truncate.time_ns),
             Request::Create(create) => Some(create.time_ns),
             Request::Unlink(unlink) => Some(unlink.time_ns),
             Request::Rmdir(rmdir) => Some(rmdir.time_ns),

@@ -452,6 +452,10 @@ impl ServerState {
                 Ok(Response::Done)
             }
             Request::AsUser(_) => Err(Errno::EPROTO),
+            // A write or truncation its client stopped waiting for is not begun: the client's
+            // next requests (a truncation, another write) may already have been answered, and
+            // landing after them would mix versions of the file.
+            Request::Write(_) | Request::Truncate(_) if crate::locks::past_request_deadline() => Err(Errno::ETIMEDOUT),
             Request::Truncate(truncate) => self.across_backend_moves(|_| self.truncate(truncate.file, truncate.size, truncate.time_ns)),
             Request::MarkExtended(request) => {
                 self.store.mark_extended(request.file).map_err(store_errno)?;
