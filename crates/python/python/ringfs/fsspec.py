@@ -53,7 +53,8 @@ class RingFileSystem(AbstractFileSystem):
 
     ``RingFileSystem()`` connects as the environment says (``Client.from_env()``);
     ``RingFileSystem(client=...)`` or ``RingFileSystem(servers=[...], secret=...)`` names
-    the cluster. ``info`` gives ``name``, ``size``, ``type``, ``mode``, ``ino``, ``nlink``,
+    the cluster. With ``auto_mkdir`` (the default, as object stores behave and zarr and
+    Dask expect) writing a file makes its missing parent directories. ``info`` gives ``name``, ``size``, ``type``, ``mode``, ``ino``, ``nlink``,
     ``uid``, ``gid``, ``mtime``, ``created`` (ringfs keeps no birth time: the change time)
     and ``chunk_size``.
     """
@@ -64,8 +65,9 @@ class RingFileSystem(AbstractFileSystem):
     # instances by arguments would hand out a client of a cluster since stopped.
     cachable = False
 
-    def __init__(self, client=None, servers=None, secret=None, **storage_options):
+    def __init__(self, client=None, servers=None, secret=None, auto_mkdir=True, **storage_options):
         super().__init__(**storage_options)
+        self.auto_mkdir = auto_mkdir
         if client is not None:
             self.client = client
         elif servers is not None:
@@ -139,7 +141,7 @@ class RingFileSystem(AbstractFileSystem):
             raise NotImplementedError("ringfs writes go straight to the servers: no transactions")
         path = self._strip_protocol(path)
         buffering = block_size if isinstance(block_size, int) and block_size > 0 else -1
-        file = self.client.open(path, mode, buffering=buffering)
+        file = self._parents_made(lambda: self.client.open(path, mode, buffering=buffering), path, mode)
         if "b" in mode:
             # fsspec's callers look for .path and .fs on the files they get.
             try:
@@ -164,7 +166,18 @@ class RingFileSystem(AbstractFileSystem):
         path = self._strip_protocol(path)
         if mode == "create" and self.client.exists(path):
             raise FileExistsError(path)
-        self.client.write_bytes(path, value)
+        self._parents_made(lambda: self.client.write_bytes(path, value), path, "wb")
+
+    def _parents_made(self, write, path, mode):
+        """``write()``; if the parent directory is missing (and ``auto_mkdir``), makes it and
+        tries again."""
+        try:
+            return write()
+        except FileNotFoundError:
+            if not self.auto_mkdir or mode.startswith("r"):
+                raise
+            self.client.makedirs(self._parent(path), exist_ok=True)
+            return write()
 
     def mkdir(self, path, create_parents=True, **kwargs):
         path = self._strip_protocol(path)
@@ -215,7 +228,8 @@ class RingFileSystem(AbstractFileSystem):
         if self.client.isdir(path1):
             self.client.makedirs(path2, exist_ok=True)
             return
-        with self.client.open(path1, "rb", buffering=0) as source, self.client.open(path2, "wb", buffering=0) as target:
+        open_target = lambda: self.client.open(path2, "wb", buffering=0)  # noqa: E731
+        with self.client.open(path1, "rb", buffering=0) as source, self._parents_made(open_target, path2, "wb") as target:
             buffer = bytearray(max(source.chunk_size, 1 << 20))
             view = memoryview(buffer)
             while True:
