@@ -10,6 +10,8 @@ use ringfs_launch::{LaunchCache, LaunchConfig};
 /// all have joined. `store` is `mem` or `dir:PATH`; `backend` (a directory) turns on cache
 /// mode, shown at `mount_path`. Returns the client environment as a dict (RINGFS_SERVER,
 /// RINGFS_SECRET, RINGFS_RUN_DIR, RINGFS_CHUNK_SIZE).
+// Python keyword arguments, each with its default: a struct would only move the list.
+#[allow(clippy::too_many_arguments)]
 #[pyfunction]
 #[pyo3(signature = (executable, servers=2, store="mem".to_string(), chunk_size=None, run_dir=None, backend=None, mount_path="/".to_string()))]
 pub fn launch_local(
