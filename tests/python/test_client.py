@@ -248,3 +248,11 @@ def test_help_documents_the_package():
     assert "Cluster" in ringfs.__doc__ and "fsspec" in ringfs.__doc__
     for documented in (ringfs.Client, ringfs.Client.open, ringfs.RawFile, ringfs.Cluster, ringfs.Client.walk):
         assert documented.__doc__
+
+
+def test_a_cluster_stops_when_its_block_fails():
+    with pytest.raises(RuntimeError, match="inside the block"):
+        with ringfs.Cluster(servers=1) as failing:
+            run_dir = failing.run_dir
+            raise RuntimeError("inside the block")
+    assert not failing.running and not os.path.exists(run_dir)
