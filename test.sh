@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check of ringfs: formatting, lints, unit tests and the multi-process
-# end-to-end tests (real servers on loopback, FUSE mounts, the C library). Exits non-zero if
+# end-to-end tests (real servers on loopback, FUSE mounts, the C library, the Python package). Exits non-zero if
 # anything fails.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -27,4 +27,7 @@ else
 fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
+echo "== Python package (crates/python, built with maturin) and its pytest suite"
+# The debug builds made above: the extension reuses their artifacts, the tests run target/debug/ringfs.
+RINGFS_PYTHON_PROFILE=debug scripts/python-test.sh
 echo "== all tests passed"

@@ -7,11 +7,15 @@
 #   git
 #   iproute2         `ip`, for the fault tests with servers in network namespaces
 #   fio              run under the LD_PRELOAD library by tests/preload.rs
+#   python3-venv     the venv the Python package is built and tested in (scripts/python-test.sh)
 
 need_packages=()
 for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2 fio:fio; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+    need_packages+=(python3-venv)
+fi
 if [ ${#need_packages[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         echo "installing ${need_packages[*]}"
