@@ -627,6 +627,10 @@ impl Shared {
             let had = frame.state;
             frame.state = on_forward(had, forward.exclusive).unwrap_or(CacheState::Invalid);
             let bytes = frame.data.clone();
+            if frame.state == CacheState::Invalid && frame.phase == Phase::Idle {
+                // Ownership went to the requester: the frame is free again.
+                table.remove(key);
+            }
             self.changed.notify_all();
             (had, bytes, requester)
         };
