@@ -558,9 +558,18 @@ fn with_caches_every_scenario_gives_the_same_results() {
 #[test]
 fn eviction_storms_in_tiny_caches_read_exactly_what_was_written() {
     let cluster = gmem_cluster(2, &[]);
-    for (seed, bytes, cooperative, ranks) in
-        [(1, "4K", true, 4), (2, "4K", false, 4), (3, "16K", true, 3), (4, "16K", false, 3), (5, "12K", true, 2), (6, "0", true, 3)]
-    {
+    let mut runs =
+        vec![(1, "4K", true, 4), (2, "4K", false, 4), (3, "16K", true, 3), (4, "16K", false, 3), (5, "12K", true, 2), (6, "0", true, 3)];
+    // RINGFS_GMEM_STORM_SEEDS=FIRST-LAST searches further: each seed with a cache, cooperation
+    // and a rank count of its own.
+    if let Ok(range) = std::env::var("RINGFS_GMEM_STORM_SEEDS") {
+        let (first, last) = range.split_once('-').expect("FIRST-LAST");
+        for seed in first.parse::<u64>().unwrap()..=last.parse::<u64>().unwrap() {
+            let cache = ["4K", "8K", "16K", "32K"][(seed % 4) as usize];
+            runs.push((seed, cache, seed % 3 != 0, 2 + (seed % 4) as u32));
+        }
+    }
+    for (seed, bytes, cooperative, ranks) in runs {
         let seed_text = seed.to_string();
         let mut env = cached(bytes, cooperative);
         env.push(("RINGFS_GMEM_TEST_SEED", Box::leak(seed_text.into_boxed_str())));
