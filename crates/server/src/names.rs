@@ -569,23 +569,51 @@ impl ServerState {
         }
         // Both steps may have happened though their answer was lost (EIO): repeating them is
         // harmless (installing the same file again replaces it with itself; removing checks
-        // the file), and giving up half-way would leave the file two names and one link.
-        let replaced = crate::locks::past_point_of_no_return(|| {
-            let replaced = retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))?;
-            if !retry_uncertain(|| self.remove_at(from, source.file, token))? {
-                log::warn!("rename {from} -> {to}: the old name vanished while locked");
+        // the file). A step that still fails (its server stays unreachable) leaves the file
+        // perhaps two names: it then gets a link for the second, so that removing either name
+        // cannot free the file under the other (a name answering ESTALE for good). At worst
+        // the file keeps a link too many.
+        let installed = crate::locks::past_point_of_no_return(|| {
+            retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))
+        });
+        let replaced = match installed {
+            Ok(replaced) => replaced,
+            Err(errno) => {
+                // Other errors (the new name's parent is gone…) say the step did not happen.
+                if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
+                    self.link_uncertain_name(source.file, from, to, time_ns);
+                }
+                return Err(errno);
             }
-            Ok::<_, Errno>(replaced)
-        })?;
+        };
+        let removed = crate::locks::past_point_of_no_return(|| retry_uncertain(|| self.remove_at(from, source.file, token)));
+        match removed {
+            Ok(true) => {}
+            Ok(false) => log::warn!("rename {from} -> {to}: the old name vanished while locked"),
+            // The new name is there, and the old one may be too.
+            Err(_) => self.link_uncertain_name(source.file, from, to, time_ns),
+        }
         if let Some(replaced) = replaced
             && replaced.file != source.file
         {
             self.drop_link(replaced.file, time_ns)?;
         }
+        removed?;
         if let Err(errno) = self.touch_ctime(source.file, time_ns) {
             log::debug!("rename {from} -> {to}: ctime not updated: {errno}");
         }
         Ok(Response::Done)
+    }
+
+    /// A rename stopped half-way: `file` may have both names now. Counts a link for the
+    /// second (logged if even that fails).
+    fn link_uncertain_name(&self, file: FileId, from: &str, to: &str, time_ns: i64) {
+        log::warn!("rename {from} -> {to} stopped half-way: the file may have both names; counting a link for the second");
+        if let Err(errno) = self.ask_home(file, Request::AddLink(LinkCount { file, time_ns })) {
+            log::error!(
+                "rename {from} -> {to}: the file's link count could not be raised ({errno}); removing one name may free it under the other"
+            );
+        }
     }
 
     /// Sets a file's change time (a rename changes it).
