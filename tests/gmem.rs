@@ -573,6 +573,10 @@ fn eviction_storms_in_tiny_caches_read_exactly_what_was_written() {
         let seed_text = seed.to_string();
         let mut env = cached(bytes, cooperative);
         env.push(("RINGFS_GMEM_TEST_SEED", Box::leak(seed_text.into_boxed_str())));
+        // Up to 5 ranks and 2 servers on 2 cores beside other tests: a longer deadline, so a
+        // starved machine does not turn slowness into EIO (once seen with a clean build and a
+        // soak beside; a hang would still end in it).
+        env.push(("RINGFS_TIMEOUT_MS", "15000"));
         assert_all_succeeded(
             &run_ranks(&cluster, "storm", ranks, &env),
             &format!("storm seed {seed}, cache {bytes}, cooperative {cooperative}"),
