@@ -120,8 +120,20 @@ impl ServerState {
         Ok(attr)
     }
 
-    /// The attributes of what `path` names (`None` if nothing), from its name's server.
+    /// The attributes of what `path` names (`None` if nothing), from its name's server. A
+    /// name whose file went while it was read (ESTALE: renamed over or removed meanwhile) is
+    /// read again; one that keeps going stale counts as gone.
     fn entry_attr(&self, path: &str) -> Result<Option<Attr>, Errno> {
+        for _ in 0..8 {
+            match self.entry_attr_once(path) {
+                Err(Errno::ESTALE) => continue,
+                outcome => return outcome,
+            }
+        }
+        Ok(None)
+    }
+
+    fn entry_attr_once(&self, path: &str) -> Result<Option<Attr>, Errno> {
         let owner = self.owner_of_path(path);
         if self.is_self(&owner) {
             // The usual case (the name of the request's own path): read the index directly.
