@@ -389,7 +389,8 @@ impl BlockCache {
         let key = (layout.array, block);
         let block_size = layout.block_size as usize;
         let writes = usage != Use::Read;
-        let deadline = Instant::now() + shared.peer_config.timeout;
+        // Set at the first wait: a hit reads no clock.
+        let mut deadline = None;
         let mut table = lock(&shared.table);
         loop {
             let over = table.used + block_size as u64 > shared.capacity;
@@ -408,14 +409,14 @@ impl BlockCache {
                     frame.phase = Phase::Requesting { fill: None };
                     break;
                 }
-                Some(_) => table = wait(&shared.changed, table, deadline)?,
+                Some(_) => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
                 None if over => match table.choose_victim() {
                     Some(victim) => {
                         drop(table);
                         self.evict(victim, send);
                         table = lock(&shared.table);
                     }
-                    None => table = wait(&shared.changed, table, deadline)?,
+                    None => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
                 },
                 None => {
                     table.insert(key, block_size);
@@ -537,8 +538,15 @@ fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) ->
     Ok(())
 }
 
-/// Waits for a change, up to `deadline` (then EIO: something that should have come did not).
-fn wait<'a>(changed: &Condvar, table: MutexGuard<'a, Table>, deadline: Instant) -> Result<MutexGuard<'a, Table>> {
+/// Waits for a change, up to `deadline` (set `timeout` from now by the first wait; then EIO:
+/// something that should have come did not).
+fn wait<'a>(
+    changed: &Condvar,
+    table: MutexGuard<'a, Table>,
+    deadline: &mut Option<Instant>,
+    timeout: Duration,
+) -> Result<MutexGuard<'a, Table>> {
+    let deadline = *deadline.get_or_insert_with(|| Instant::now() + timeout);
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         log::warn!("global memory: a block's request or eviction did not complete in time");

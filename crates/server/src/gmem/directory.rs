@@ -74,7 +74,7 @@ impl Directory {
 
 impl ServerState {
     /// The layout of a cached array, and whether `rank` and `block` are in it.
-    fn cached_layout(&self, array: u64, block: u64, rank: u32) -> Result<ringfs_proto::gmem::ArrayLayout, Errno> {
+    fn cached_layout(&self, array: u64, block: u64, rank: u32) -> Result<Arc<ringfs_proto::gmem::ArrayLayout>, Errno> {
         let layout = self.gmem.layout(array).ok_or(Errno::ESTALE)?;
         if layout.cache == CacheMode::Uncached || rank as usize >= layout.nodes.len() {
             return Err(Errno::EINVAL);

@@ -63,7 +63,7 @@ pub struct Gmem {
     pub memory: GlobalMemory,
     /// The arrays with blocks homed here (all arrays: the coordinator defines each on every
     /// server).
-    arrays: Mutex<HashMap<u64, ArrayLayout>>,
+    arrays: Mutex<HashMap<u64, std::sync::Arc<ArrayLayout>>>,
     collectives: Mutex<Collectives>,
     /// Woken when a collective step completes.
     progress: Condvar,
@@ -89,11 +89,11 @@ impl Gmem {
     }
 
     /// The layout of `array`, if it is known here.
-    pub fn layout(&self, array: u64) -> Option<ArrayLayout> {
+    pub fn layout(&self, array: u64) -> Option<std::sync::Arc<ArrayLayout>> {
         self.arrays().get(&array).cloned()
     }
 
-    fn arrays(&self) -> MutexGuard<'_, HashMap<u64, ArrayLayout>> {
+    fn arrays(&self) -> MutexGuard<'_, HashMap<u64, std::sync::Arc<ArrayLayout>>> {
         self.arrays.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -236,7 +236,7 @@ impl ServerState {
             return Err(Errno::EINVAL);
         }
         self.gmem.memory.define(layout.array, layout.block_size)?;
-        self.gmem.arrays().insert(layout.array, layout);
+        self.gmem.arrays().insert(layout.array, std::sync::Arc::new(layout));
         Ok(Response::Done)
     }
 
