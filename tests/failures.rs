@@ -10,6 +10,14 @@ use common::{ClusterOptions, Random, TestCluster, read_file, write_file};
 use ringfs_client::{Client, ConnectError, Errno, OpenFlags};
 use ringfs_proto::{FrameHeader, Hello, PROTOCOL_VERSION, Request, Response};
 
+/// Whether `path`'s name lives on `server` (by the client's view of placement).
+fn owns(client: &Client, server: &str, path: &str) -> bool {
+    let list = client.members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    placement.ring()[placement.owner_of_path(path)] == server
+}
+
 /// Paths whose chunk 0 lives on `server` (by the client's view of placement).
 fn paths_owned_by(client: &Client, server: &str, count: usize) -> Vec<String> {
     let list = client.members();
@@ -507,4 +515,49 @@ fn a_write_arriving_after_its_client_gave_up_is_not_stored() {
     let late = connection.call(&Request::Write(write(2, now - 10_000_000_000)), &[2u8; 100]).unwrap();
     assert_eq!(late.response, ringfs_proto::Response::Error(Errno::ETIMEDOUT));
     assert_eq!(chunks(), before + 1, "the late write stored nothing");
+}
+
+/// A rename's step (installing its new name) that reaches the name's server after the rename
+/// has ended — held up in TCP while a link was down, or queued at a paused server, while its
+/// coordinator gave up on it, answered and gave the names back — must change nothing. Found
+/// by the network-namespace soak (seed 49809): such a step installed an old version of a file
+/// over the name after the client had renamed newer versions over it, and once the old
+/// version's file was freed the name answered ESTALE for good. Here the late step is sent by
+/// hand, as a server would, with the token of a rename that holds no lock.
+#[test]
+fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    write_file(&client, "/old-version", b"old");
+    write_file(&client, "/name", b"current");
+    let old = client.stat("/old-version").unwrap();
+    let config = ringfs_rpc::ConnectionConfig {
+        secret: cluster.secret.clone().into_bytes(),
+        timeout: Duration::from_secs(5),
+        host_id: 0x57a1e,
+        from_server: true,
+        poll: Duration::ZERO,
+        client_id: 0,
+        credentials: Default::default(),
+    };
+    // Servers do not forward each other's requests: each step goes to its name's owner.
+    let send_to_owner = |path: &str, request: Request| {
+        let owner = (0..2).find(|server| owns(&client, cluster.name(*server), path));
+        let endpoint = ringfs_rpc::Endpoint::parse(cluster.address(owner.expect("an owner"))).unwrap();
+        ringfs_rpc::Connection::open(&endpoint, &config).unwrap().call(&request, &[]).unwrap().response
+    };
+    let late_step = Request::InstallEntry(ringfs_proto::InstallEntry {
+        path: "/name".into(),
+        entry: ringfs_proto::EntryRef::new(old.file, ringfs_proto::FileKind::Regular),
+        mode: ringfs_proto::InstallMode::REPLACE,
+        expect: Default::default(),
+        replace_empty_dir: false,
+        token: 0x5eed_0001,
+    });
+    assert_eq!(send_to_owner("/name", late_step), Response::Error(Errno::ETIMEDOUT), "a step of a rename holding no lock is refused");
+    let late_removal = Request::RemoveEntry(ringfs_proto::RemoveEntry { path: "/old-version".into(), expect: old.file, token: 0x5eed_0003 });
+    assert_eq!(send_to_owner("/old-version", late_removal), Response::Error(Errno::ETIMEDOUT), "so is a late removal of the old name");
+    assert_eq!(read_file(&client, "/name").unwrap(), b"current");
+    assert_eq!(read_file(&client, "/old-version").unwrap(), b"old");
+    assert_eq!(client.stat("/old-version").unwrap().nlink, 1);
 }

@@ -237,6 +237,23 @@ impl NameLocks {
             .map(|(path, held)| format!("{path} (held by {:x}, {} ago)", held.token, humantime(LEASE.saturating_sub(held.until - now))))
     }
 
+    /// Admits a step of the rename or link `token` at `path` (installing or removing the
+    /// name): waits while another token holds the name, then checks that `token` still does.
+    /// A step that arrives after its lock was given back or lapsed — held up in the network
+    /// while its coordinator gave up on it, answered the client and released the name — is
+    /// refused (ETIMEDOUT): it would change a name after the rename had answered, under the
+    /// client's later operations.
+    pub fn admit_step(&self, path: &str, token: u64) -> Result<(), Errno> {
+        self.wait_free(path, token)?;
+        match lock(&self.held).get(path) {
+            Some(holder) if holder.token == token && holder.until > Instant::now() => Ok(()),
+            _ => {
+                log::warn!("refusing a late step of {token:x} at {path}: its name lock is not held any more");
+                Err(Errno::ETIMEDOUT)
+            }
+        }
+    }
+
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
     pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
         let deadline = wait_end(Instant::now());
@@ -423,6 +440,23 @@ mod tests {
         locks.release("/a", 1);
         assert_eq!(waiter.join().unwrap(), Err(Errno::ETIMEDOUT));
         assert!(locks.wait_free("/a", 0).is_ok(), "nobody holds /a");
+    }
+
+    #[test]
+    fn a_step_whose_lock_was_given_back_is_refused() {
+        // Found by the network-namespace soak (seed 49809): an install of a rename's new name,
+        // held up in TCP while a link was down, arrived after the coordinator had given up on
+        // it and released the names: it installed the name then, after the rename had failed
+        // and the client had removed the temporary name — the file's last link.
+        let locks = NameLocks::default();
+        assert_eq!(locks.admit_step("/a", 7), Err(Errno::ETIMEDOUT), "never locked");
+        locks.acquire("/a", 7).unwrap();
+        assert_eq!(locks.admit_step("/a", 7), Ok(()));
+        locks.release("/a", 7);
+        assert_eq!(locks.admit_step("/a", 7), Err(Errno::ETIMEDOUT), "given back");
+        locks.acquire("/a", 8).unwrap();
+        locks.release("/a", 8);
+        assert!(locks.wait_free("/a", 0).is_ok());
     }
 
     #[test]

@@ -111,7 +111,7 @@ impl ServerState {
         let hold = if token == 0 {
             Some(self.name_locks.hold(path)?)
         } else {
-            self.name_locks.wait_free(path, token)?;
+            self.name_locks.admit_step(path, token)?;
             None
         };
         let pass = self.gate.pass(&[path], token)?;
@@ -442,10 +442,7 @@ impl ServerState {
                 _ => return Err(Errno::EPROTO),
             }
             if let Err(errno) = self.install_at(to, entry, InstallMode::NO_REPLACE, FileId::default(), false, token) {
-                // Undo the count; the name did not appear.
-                if let Err(undo) = self.drop_link(entry.file, time_ns) {
-                    log::warn!("could not undo the link count of {from}: {undo}");
-                }
+                self.undo_link_count(entry.file, to, errno, time_ns);
                 return Err(errno);
             }
             Ok(Response::Done)
@@ -479,9 +476,7 @@ impl ServerState {
             };
             let kind = attr.kind().ok_or(Errno::EPROTO)?;
             if let Err(errno) = self.install_at(to, EntryRef::new(file, kind), InstallMode::NO_REPLACE, FileId::default(), false, token) {
-                if let Err(undo) = self.drop_link(file, time_ns) {
-                    log::warn!("could not undo the link count of file {file}: {undo}");
-                }
+                self.undo_link_count(file, to, errno, time_ns);
                 return Err(errno);
             }
             Ok(Response::Done)
@@ -491,6 +486,18 @@ impl ServerState {
             self.touch_parent(to, time_ns);
         }
         outcome
+    }
+
+    /// A link's new name failed with `errno`: its count is given back if the name surely did
+    /// not appear. After EIO or ETIMEDOUT it may have (only the answer was lost): the count
+    /// stays, as taking it back would leave the name with a link too few (removing the other
+    /// name would then free the file under it).
+    fn undo_link_count(&self, file: FileId, to: &str, errno: Errno, time_ns: i64) {
+        if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
+            log::warn!("link to {to} failed ({errno}) and may have happened: the file keeps the link counted for it");
+        } else if let Err(undo) = self.drop_link(file, time_ns) {
+            log::warn!("could not undo the link count of file {file}: {undo}");
+        }
     }
 
     /// Whether `path` lies in the cached tree (cache mode).
@@ -556,32 +563,44 @@ impl ServerState {
             Some(target) if target.file == source.file => return Ok(Response::Done),
             _ => {}
         }
-        let cached = self.in_cached_tree(from) || self.in_cached_tree(to);
-        if cached {
+        // The new name is counted before it appears, and the count given back once the old
+        // name is gone: at every moment the file has at least as many links as names, so no
+        // failure half-way can leave a name whose file was freed under it (removing the other
+        // name would take the last link). A step whose answer was lost (EIO) may have
+        // happened: it is repeated (installing the same file again replaces it with itself;
+        // removing checks the file), and if it still fails the extra link stays — at worst
+        // the file keeps a link too many. Without the file's server nothing changes (EIO).
+        match self.ask_home(source.file, Request::AddLink(LinkCount { file: source.file, time_ns }))? {
+            Response::Attr(_) => {}
+            _ => return Err(Errno::EPROTO),
+        }
+        if self.in_cached_tree(from) || self.in_cached_tree(to) {
             // The replaced file's backend bytes are loaded before the renamed file is bound
             // to its backend path, whose flushed creation replaces them.
-            if let Some(target) = target
-                && self.in_cached_tree(to)
-            {
-                self.keep_backend_bytes_if_open(target.file)?;
+            let prepared = (|| {
+                if let Some(target) = target
+                    && self.in_cached_tree(to)
+                {
+                    self.keep_backend_bytes_if_open(target.file)?;
+                }
+                self.move_in_backend(source.file, to)
+            })();
+            if let Err(errno) = prepared {
+                self.give_back_link(source.file, from, time_ns);
+                return Err(errno);
             }
-            self.move_in_backend(source.file, to)?;
         }
-        // Both steps may have happened though their answer was lost (EIO): repeating them is
-        // harmless (installing the same file again replaces it with itself; removing checks
-        // the file). A step that still fails (its server stays unreachable) leaves the file
-        // perhaps two names: it then gets a link for the second, so that removing either name
-        // cannot free the file under the other (a name answering ESTALE for good). At worst
-        // the file keeps a link too many.
         let installed = crate::locks::past_point_of_no_return(|| {
             retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))
         });
         let replaced = match installed {
             Ok(replaced) => replaced,
             Err(errno) => {
-                // Other errors (the new name's parent is gone…) say the step did not happen.
                 if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
-                    self.link_uncertain_name(source.file, from, to, time_ns);
+                    log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each");
+                } else {
+                    // Other errors (the new name's parent is gone…) say the step did not happen.
+                    self.give_back_link(source.file, from, time_ns);
                 }
                 return Err(errno);
             }
@@ -589,9 +608,9 @@ impl ServerState {
         let removed = crate::locks::past_point_of_no_return(|| retry_uncertain(|| self.remove_at(from, source.file, token)));
         match removed {
             Ok(true) => {}
+            // Removed by an unlink, which gave back its link.
             Ok(false) => log::warn!("rename {from} -> {to}: the old name vanished while locked"),
-            // The new name is there, and the old one may be too.
-            Err(_) => self.link_uncertain_name(source.file, from, to, time_ns),
+            Err(errno) => log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each"),
         }
         if let Some(replaced) = replaced
             && replaced.file != source.file
@@ -599,20 +618,16 @@ impl ServerState {
             self.drop_link(replaced.file, time_ns)?;
         }
         removed?;
-        if let Err(errno) = self.touch_ctime(source.file, time_ns) {
-            log::debug!("rename {from} -> {to}: ctime not updated: {errno}");
-        }
+        // Giving back the second link also sets the file's change time (a rename changes it).
+        self.give_back_link(source.file, from, time_ns);
         Ok(Response::Done)
     }
 
-    /// A rename stopped half-way: `file` may have both names now. Counts a link for the
-    /// second (logged if even that fails).
-    fn link_uncertain_name(&self, file: FileId, from: &str, to: &str, time_ns: i64) {
-        log::warn!("rename {from} -> {to} stopped half-way: the file may have both names; counting a link for the second");
-        if let Err(errno) = self.ask_home(file, Request::AddLink(LinkCount { file, time_ns })) {
-            log::error!(
-                "rename {from} -> {to}: the file's link count could not be raised ({errno}); removing one name may free it under the other"
-            );
+    /// Gives back the link a rename counted for its new name (logged if that fails: the file
+    /// then keeps a link too many, which is safe).
+    fn give_back_link(&self, file: FileId, from: &str, time_ns: i64) {
+        if let Err(errno) = self.drop_link(file, time_ns) {
+            log::warn!("rename of {from}: the file's extra link could not be given back ({errno}); it keeps a link too many");
         }
     }
 
