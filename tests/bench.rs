@@ -198,6 +198,25 @@ fn io500_on_a_running_cluster_with_three_processes() {
     assert!(cluster.client().readdir("/").unwrap().is_empty(), "the run removes its data directory");
 }
 
+#[test]
+fn io500_through_the_preload_library_runs_every_phase_on_ringfs() {
+    common::preload_library();
+    let cluster = TestCluster::start(2);
+    let scratch = Scratch::new("io500-preload");
+    let results = scratch.results().display().to_string();
+    let prefix = format!("/ringfs-bench-{}", std::process::id());
+    let environment = [("RINGFS_SERVER", cluster.addresses().join(",")), ("RINGFS_SECRET", cluster.secret.clone())];
+    let target = format!("preload:{prefix}");
+    let output =
+        bench(&["io500", "--target", &target, "--use-running", "--config", &scratch.config(), "--results", &results], &environment);
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let (rows, json) = check_result_files(&scratch.results());
+    check_run(&stdout, &rows, &json, "ringfs-preload", 2);
+    assert!(!Path::new(&prefix).exists(), "the workers' files went to ringfs, not to the local {prefix}");
+    assert!(cluster.client().readdir("/").unwrap().is_empty(), "the run removes its data directory from ringfs");
+}
+
 /// Runs the tiny configuration with `before_reads` run between the writes and the reads;
 /// the run must fail naming the damaged file.
 fn assert_damage_is_detected(target: &str, before_reads: &str, environment: &[(&str, String)], damaged: &str) {

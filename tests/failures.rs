@@ -555,7 +555,8 @@ fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
         token: 0x5eed_0001,
     });
     assert_eq!(send_to_owner("/name", late_step), Response::Error(Errno::ETIMEDOUT), "a step of a rename holding no lock is refused");
-    let late_removal = Request::RemoveEntry(ringfs_proto::RemoveEntry { path: "/old-version".into(), expect: old.file, token: 0x5eed_0003 });
+    let late_removal =
+        Request::RemoveEntry(ringfs_proto::RemoveEntry { path: "/old-version".into(), expect: old.file, token: 0x5eed_0003 });
     assert_eq!(send_to_owner("/old-version", late_removal), Response::Error(Errno::ETIMEDOUT), "so is a late removal of the old name");
     assert_eq!(read_file(&client, "/name").unwrap(), b"current");
     assert_eq!(read_file(&client, "/old-version").unwrap(), b"old");

@@ -8,23 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{TestCluster, read_file, scratch_dir, workspace_root, write_file};
-
-/// The preload library of the build under test, brought up to date (`cargo test` builds
-/// only the test's own package; a stale library would test old code). Built once per run.
-fn preload_library() -> PathBuf {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    let dir = Path::new(common::ringfs_binary()).parent().unwrap().to_path_buf();
-    BUILT.call_once(|| {
-        let mut build = Command::new(env!("CARGO"));
-        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-preload"]);
-        if dir.file_name().is_some_and(|profile| profile == "release") {
-            build.arg("--release");
-        }
-        assert!(build.status().unwrap().success(), "building libringfs_preload failed");
-    });
-    dir.join("libringfs_preload.so")
-}
+use common::{TestCluster, preload_library, read_file, scratch_dir, workspace_root, write_file};
 
 /// A cluster with the environment that puts it under a prefix for preloaded programs.
 struct Preloaded {

@@ -471,3 +471,21 @@ pub fn library_dir() -> (PathBuf, String) {
     }
     (dir, profile)
 }
+
+/// The preload library of the build under test (beside the ringfs binary), brought up to
+/// date: `cargo test` builds only the test's own package, and a stale library would test
+/// old code. Built once per test process.
+#[allow(dead_code)]
+pub fn preload_library() -> PathBuf {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    let dir = Path::new(ringfs_binary()).parent().unwrap().to_path_buf();
+    BUILT.call_once(|| {
+        let mut build = Command::new(env!("CARGO"));
+        build.current_dir(workspace_root()).args(["build", "--quiet", "-p", "ringfs-preload"]);
+        if dir.file_name().is_some_and(|profile| profile == "release") {
+            build.arg("--release");
+        }
+        assert!(build.status().unwrap().success(), "building libringfs_preload failed");
+    });
+    dir.join("libringfs_preload.so")
+}

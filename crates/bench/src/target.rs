@@ -6,7 +6,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use ringfs_client::{Client, Fd, FindFilter, FindSummary, OpenFlags};
 use ringfs_proto::path::glob_match;
@@ -24,13 +24,16 @@ pub enum Handle {
     Posix(File),
 }
 
-/// How to reach a target, as given on the command line: `ringfs`, `posix:DIR`, or
-/// `fuse:DIR` (a ringfs FUSE mount, used like any POSIX directory but labelled as ringfs).
+/// How to reach a target, as given on the command line: `ringfs`, `posix:DIR`, `fuse:DIR`
+/// (a ringfs FUSE mount, used like any POSIX directory but labelled as ringfs), or
+/// `preload:PREFIX` (ringfs shown under PREFIX by `libringfs_preload.so` in the worker
+/// processes, which use plain libc file calls there; no mount).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TargetSpec {
     Ringfs,
     Posix(PathBuf),
     Fuse(PathBuf),
+    Preload(PathBuf),
 }
 
 impl TargetSpec {
@@ -39,7 +42,8 @@ impl TargetSpec {
             None if text == "ringfs" => Ok(TargetSpec::Ringfs),
             Some(("posix", dir)) if !dir.is_empty() => Ok(TargetSpec::Posix(PathBuf::from(dir))),
             Some(("fuse", dir)) if !dir.is_empty() => Ok(TargetSpec::Fuse(PathBuf::from(dir))),
-            _ => Err(format!("invalid target {text:?}: expected ringfs, posix:DIR or fuse:DIR")),
+            Some(("preload", prefix)) if prefix.starts_with('/') && prefix.len() > 1 => Ok(TargetSpec::Preload(PathBuf::from(prefix))),
+            _ => Err(format!("invalid target {text:?}: expected ringfs, posix:DIR, fuse:DIR or preload:/PREFIX")),
         }
     }
 
@@ -49,6 +53,24 @@ impl TargetSpec {
             TargetSpec::Ringfs => "ringfs".into(),
             TargetSpec::Posix(dir) => format!("posix:{}", dir.display()),
             TargetSpec::Fuse(dir) => format!("fuse:{}", dir.display()),
+            TargetSpec::Preload(prefix) => format!("preload:{}", prefix.display()),
+        }
+    }
+
+    /// Whether the target needs a ringfs cluster (started for the benchmark).
+    pub fn needs_cluster(&self) -> bool {
+        matches!(self, TargetSpec::Ringfs | TargetSpec::Preload(_))
+    }
+
+    /// What a worker process of this target needs in its environment beyond the cluster's
+    /// `RINGFS_*` variables: for `preload:`, the library and its prefix.
+    pub fn worker_environment(&self, executable: &Path) -> io::Result<Vec<(&'static str, String)>> {
+        match self {
+            TargetSpec::Preload(prefix) => {
+                let library = preload_library(executable)?;
+                Ok(vec![("RINGFS_MOUNT", prefix.display().to_string()), ("LD_PRELOAD", preload_list(&library))])
+            }
+            _ => Ok(Vec::new()),
         }
     }
 
@@ -56,6 +78,7 @@ impl TargetSpec {
     pub fn label(&self) -> String {
         match self {
             TargetSpec::Fuse(_) => "ringfs-fuse".into(),
+            TargetSpec::Preload(_) => "ringfs-preload".into(),
             other => other.spec(),
         }
     }
@@ -65,7 +88,9 @@ impl TargetSpec {
     pub fn outside_path(&self, path: &str) -> String {
         match self {
             TargetSpec::Ringfs => path.to_string(),
-            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) => dir.join(path.trim_start_matches('/')).display().to_string(),
+            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) | TargetSpec::Preload(dir) => {
+                dir.join(path.trim_start_matches('/')).display().to_string()
+            }
         }
     }
 
@@ -73,8 +98,38 @@ impl TargetSpec {
     pub fn connect(&self) -> io::Result<Target> {
         match self {
             TargetSpec::Ringfs => Client::from_env().map(Target::Ringfs).map_err(|error| io::Error::other(error.to_string())),
-            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) => Ok(Target::Posix(dir.clone())),
+            // Under the preload library, the prefix is an ordinary directory to this process.
+            TargetSpec::Posix(dir) | TargetSpec::Fuse(dir) | TargetSpec::Preload(dir) => Ok(Target::Posix(dir.clone())),
         }
+    }
+}
+
+/// The file name of the LD_PRELOAD library.
+pub const PRELOAD_LIBRARY: &str = "libringfs_preload.so";
+
+/// Where the preload library is: beside `executable` (the ringfs binary: `target/release`
+/// holds both), or in `../lib` from it (an installation).
+pub fn preload_library(executable: &Path) -> io::Result<PathBuf> {
+    let directory = executable.parent().ok_or_else(|| io::Error::other("the ringfs executable has no directory"))?;
+    [directory.join(PRELOAD_LIBRARY), directory.join("../lib").join(PRELOAD_LIBRARY)]
+        .into_iter()
+        .find(|candidate| candidate.exists())
+        .ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!(
+                    "{PRELOAD_LIBRARY} is neither beside {} nor in ../lib (build it: cargo build --release -p ringfs-preload)",
+                    executable.display()
+                ),
+            )
+        })
+}
+
+/// `LD_PRELOAD` with `library` first, keeping what this process's environment preloads.
+pub fn preload_list(library: &Path) -> String {
+    match std::env::var("LD_PRELOAD").ok().filter(|existing| !existing.is_empty()) {
+        Some(existing) => format!("{}:{existing}", library.display()),
+        None => library.display().to_string(),
     }
 }
 
@@ -266,6 +321,9 @@ mod tests {
         assert_eq!(TargetSpec::parse("posix:/dev/shm"), Ok(TargetSpec::Posix("/dev/shm".into())));
         assert_eq!(TargetSpec::parse("fuse:/mnt"), Ok(TargetSpec::Fuse("/mnt".into())));
         assert!(TargetSpec::parse("posix:").is_err());
+        assert_eq!(TargetSpec::parse("preload:/ringfs"), Ok(TargetSpec::Preload("/ringfs".into())));
+        assert!(TargetSpec::parse("preload:relative").is_err(), "the prefix is absolute");
+        assert!(TargetSpec::parse("preload:/").is_err(), "the prefix is not the root");
         assert!(TargetSpec::parse("nfs").is_err());
     }
 

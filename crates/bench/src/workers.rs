@@ -62,7 +62,7 @@ pub struct Workers {
 impl Workers {
     /// Starts `count` worker processes of `workload` on `target`: each runs
     /// `executable bench worker WORKLOAD --target SPEC --rank R --processes COUNT` with
-    /// `environment` set.
+    /// `environment` set (and, for a `preload:` target, the preload library).
     pub fn spawn(
         executable: &Path,
         workload: &str,
@@ -70,6 +70,7 @@ impl Workers {
         count: usize,
         environment: &[(&str, String)],
     ) -> Result<Workers, BenchError> {
+        let target_environment = target.worker_environment(executable).map_err(|error| BenchError::Worker(error.to_string()))?;
         let target = target.spec();
         let arguments = |rank: usize| {
             ["bench", "worker", workload, "--target", &target, "--rank", &rank.to_string(), "--processes", &count.to_string()]
@@ -79,7 +80,7 @@ impl Workers {
         for rank in 0..count {
             let mut child = Command::new(executable)
                 .args(arguments(rank))
-                .envs(environment.iter().map(|(name, value)| (*name, value.as_str())))
+                .envs(environment.iter().chain(&target_environment).map(|(name, value)| (*name, value.as_str())))
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::inherit())

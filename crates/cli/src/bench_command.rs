@@ -113,7 +113,11 @@ pub struct MicroArgs {
     /// Also measure through a FUSE mount of the cluster.
     #[arg(long)]
     pub fuse: bool,
-    /// Options for that mount (e.g. "--direct-io").
+    /// Also measure through the LD_PRELOAD library, which shows the cluster under this
+    /// path prefix to the worker processes (e.g. /ringfs).
+    #[arg(long, value_name = "PREFIX")]
+    pub preload: Option<PathBuf>,
+    /// Options for the FUSE mount (e.g. "--direct-io").
     #[arg(long, default_value = "", allow_hyphen_values = true)]
     pub fuse_options: String,
     /// Also write the results as JSON to this file.
@@ -357,6 +361,9 @@ fn run_micro(args: &MicroArgs) -> Result<()> {
     if args.fuse {
         targets.push(TargetSpec::Fuse(cluster.mount(&args.fuse_options)?));
     }
+    if let Some(prefix) = &args.preload {
+        targets.push(TargetSpec::Preload(prefix.clone()));
+    }
     if !args.no_baseline {
         targets.push(TargetSpec::Posix(args.baseline.clone()));
     }
@@ -432,7 +439,7 @@ fn run_io500_command(args: &Io500Args) -> Result<()> {
     if let Some(rendezvous) = &args.rendezvous {
         return run_io500_ranked(&target, &config, rendezvous, &args.options);
     }
-    let cluster = if target == TargetSpec::Ringfs { BenchCluster::start(&args.cluster)? } else { BenchCluster::none() };
+    let cluster = if target.needs_cluster() { BenchCluster::start(&args.cluster)? } else { BenchCluster::none() };
     let result = run_io500(&target, &cluster, &config)?;
     save_results(&args.options.results_dir()?, &[result])
 }

@@ -96,7 +96,7 @@ fn run_in(
         }
         if let Some((prefix, library)) = &preload {
             // (The preload prefix wins over a FUSE mount's directory: both show the same files.)
-            command.env("RINGFS_MOUNT", prefix).env("LD_PRELOAD", preload_list(library));
+            command.env("RINGFS_MOUNT", prefix).env("LD_PRELOAD", ringfs_bench::target::preload_list(library));
         }
         if args.ranks > 1 {
             command.env("RINGFS_GMEM_RANK", rank.to_string()).env("RINGFS_GMEM_RANKS", args.ranks.to_string()).env("RINGFS_GMEM_JOB", &job);
@@ -129,27 +129,10 @@ fn run_in(
 /// The preload library: the one given, or `libringfs_preload.so` beside the executable or in
 /// `../lib` from it.
 fn preload_library(given: Option<&std::path::Path>, executable: &std::path::Path) -> Result<PathBuf> {
-    const NAME: &str = "libringfs_preload.so";
-    if let Some(library) = given {
-        return Ok(library.to_path_buf());
+    match given {
+        Some(library) => Ok(library.to_path_buf()),
+        None => Ok(ringfs_bench::target::preload_library(executable).context("or give --preload-library")?),
     }
-    let directory = executable.parent().context("the ringfs executable has no directory")?;
-    [directory.join(NAME), directory.join("../lib").join(NAME)].into_iter().find(|candidate| candidate.exists()).with_context(|| {
-        format!(
-            "{NAME} is neither beside {} nor in ../lib (build it: cargo build -p ringfs-preload, or give --preload-library)",
-            executable.display()
-        )
-    })
-}
-
-/// `LD_PRELOAD` with `library` first, keeping what the environment preloads already.
-fn preload_list(library: &std::path::Path) -> std::ffi::OsString {
-    let mut list = library.as_os_str().to_os_string();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|existing| !existing.is_empty()) {
-        list.push(":");
-        list.push(existing);
-    }
-    list
 }
 
 /// Waits for every rank; the first to fail (or the last to end) gives the status, and a

@@ -610,7 +610,9 @@ impl ServerState {
             Ok(true) => {}
             // Removed by an unlink, which gave back its link.
             Ok(false) => log::warn!("rename {from} -> {to}: the old name vanished while locked"),
-            Err(errno) => log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each"),
+            Err(errno) => {
+                log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each")
+            }
         }
         if let Some(replaced) = replaced
             && replaced.file != source.file
