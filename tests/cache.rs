@@ -346,6 +346,35 @@ fn a_server_killed_with_dirty_data_flushes_it_after_a_restart() {
     });
 }
 
+/// Hard links not yet in the backend when the servers are killed are made there after a
+/// restart (the `dir` store's chunk headers keep the files' other names).
+#[test]
+fn hard_links_not_flushed_before_a_kill_reach_the_backend_after_a_restart() {
+    let backend = Backend::new("crash-links");
+    let mut options = caching(&backend, 2, "none", 200);
+    options.dir_store = true;
+    let mut cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let bytes = random_bytes(&mut Random::new(17), 300_000);
+    client.mkdir("/d", 0o755).unwrap();
+    write_whole(&client, "/d/first", &bytes);
+    for name in ["/d/second", "/third"] {
+        client.link("/d/first", name).unwrap();
+    }
+    drop(client);
+    cluster.kill(0);
+    cluster.kill(1);
+    assert!(!backend.path("/d/first").exists() && !backend.path("/third").exists(), "nothing was flushed before the kill");
+    cluster.set_extra_arg("--flush", "io-aware");
+    for index in 0..2 {
+        cluster.restart(index);
+    }
+    cluster.wait_for_alive(2);
+    cluster.client().sync().unwrap();
+    let names = BTreeMap::from([("/d/first".to_string(), 0), ("/d/second".to_string(), 0), ("/third".to_string(), 0)]);
+    check_backend_links(&backend, &names, &[bytes], &["/d".to_string()], "after the restart");
+}
+
 #[test]
 fn io_aware_flushing_steps_aside_for_application_io() {
     let backend = Backend::new("aware");
@@ -1029,4 +1058,169 @@ fn extended_attributes_reach_the_backend() {
     };
     assert_eq!(backend_xattrs("/in/file"), "[('user.added', b'ringfs')]");
     assert_eq!(backend_xattrs("/in/new"), "[('user.fresh', b'1')]");
+}
+
+/// A backend file's bytes and its (device, inode).
+type BackendFile = (Vec<u8>, (u64, u64));
+
+/// The backend's files below its root by path, and its directories.
+fn backend_files(backend: &Backend) -> (BTreeMap<String, BackendFile>, Vec<String>) {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<String, BackendFile>, dirs: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = format!("{prefix}/{}", entry.file_name().to_string_lossy());
+            let metadata = entry.metadata().unwrap();
+            if metadata.is_dir() {
+                dirs.push(path.clone());
+                walk(&entry.path(), &path, files, dirs);
+            } else {
+                files.insert(path, (std::fs::read(entry.path()).unwrap(), (metadata.dev(), metadata.ino())));
+            }
+        }
+    }
+    let (mut files, mut dirs) = (BTreeMap::new(), Vec::new());
+    walk(&backend.0, "", &mut files, &mut dirs);
+    dirs.sort();
+    (files, dirs)
+}
+
+/// Random hard links, unlinks, renames (of files with several names, over them, and of the
+/// directories holding them), overwrites and new files in the cached tree, with flushes
+/// running all the while; after every sync the backend must hold exactly the files ringfs
+/// shows, under the same names, with the names of one file sharing one backend file (a hard
+/// link there too) and no others; every stat shows the model's link count.
+#[test]
+fn hard_links_reach_the_backend_as_hard_links() {
+    let backend = Backend::new("hard-links");
+    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(31);
+    let mut random = Random::new(seed);
+    // The model: each name's file (an index into `contents`), and the directories.
+    let mut contents: Vec<Vec<u8>> = Vec::new();
+    let mut names: BTreeMap<String, usize> = BTreeMap::new();
+    let mut dirs: Vec<String> = vec!["/d1".into(), "/d2".into()];
+    for dir in &dirs {
+        std::fs::create_dir_all(backend.path(dir)).unwrap();
+    }
+    for (path, len) in [("/d1/a", 300_000), ("/d2/b", 70_000), ("/top", 10)] {
+        let bytes = random_bytes(&mut random, len);
+        backend.write(path, &bytes);
+        names.insert(path.to_string(), contents.len());
+        contents.push(bytes);
+    }
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    let mut fresh = 0;
+    let (mut links, mut renames, mut tree_renames, mut syncs) = (0, 0, 0, 0);
+    for step in 0..250 {
+        let paths: Vec<String> = names.keys().cloned().collect();
+        let pick = |random: &mut Random, list: &[String]| list[random.below(list.len() as u64) as usize].clone();
+        let new_name = |random: &mut Random, fresh: &mut u32| {
+            *fresh += 1;
+            match random.below(dirs.len() as u64 + 1) as usize {
+                0 => format!("/n{fresh}"),
+                index => format!("{}/n{fresh}", dirs[index - 1]),
+            }
+        };
+        match random.below(100) {
+            0..=11 => {
+                let path = new_name(&mut random, &mut fresh);
+                let len = random.below(400_000) as usize;
+                let bytes = random_bytes(&mut random, len);
+                write_whole(&client, &path, &bytes);
+                names.insert(path, contents.len());
+                contents.push(bytes);
+            }
+            12..=21 if !paths.is_empty() => {
+                // An overwrite through one name: every name of the file shows it.
+                let path = pick(&mut random, &paths);
+                let len = random.below(400_000) as usize;
+                let bytes = random_bytes(&mut random, len);
+                write_whole(&client, &path, &bytes);
+                contents[names[&path]] = bytes;
+            }
+            22..=46 if !paths.is_empty() => {
+                let from = pick(&mut random, &paths);
+                let to = new_name(&mut random, &mut fresh);
+                client.link(&from, &to).unwrap_or_else(|errno| panic!("step {step}: link {from} {to}: {errno}"));
+                names.insert(to, names[&from]);
+                links += 1;
+            }
+            47..=58 if !paths.is_empty() => {
+                let path = pick(&mut random, &paths);
+                client.unlink(&path).unwrap_or_else(|errno| panic!("step {step}: unlink {path}: {errno}"));
+                names.remove(&path);
+            }
+            59..=72 if !paths.is_empty() => {
+                let from = pick(&mut random, &paths);
+                let to = if random.below(2) == 0 { pick(&mut random, &paths) } else { new_name(&mut random, &mut fresh) };
+                client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                // Two names of one file: rename does nothing.
+                if names.get(&to) != Some(&names[&from]) {
+                    let file = names.remove(&from).unwrap();
+                    names.insert(to, file);
+                }
+                renames += 1;
+            }
+            73..=77 => {
+                let path = new_name(&mut random, &mut fresh);
+                client.mkdir(&path, 0o755).unwrap_or_else(|errno| panic!("step {step}: mkdir {path}: {errno}"));
+                dirs.push(path);
+            }
+            78..=84 => {
+                // A directory (with whatever names of linked files it holds) moves.
+                let from = pick(&mut random, &dirs);
+                let to = new_name(&mut random, &mut fresh);
+                if is_at_or_below(&to, &from) {
+                    continue;
+                }
+                client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                let moved = |path: &String| if is_at_or_below(path, &from) { format!("{to}{}", &path[from.len()..]) } else { path.clone() };
+                names = names.iter().map(|(path, file)| (moved(path), *file)).collect();
+                dirs = dirs.iter().map(moved).collect();
+                tree_renames += 1;
+            }
+            85..=92 if !paths.is_empty() => {
+                let path = pick(&mut random, &paths);
+                let file = names[&path];
+                assert_same(&format!("step {step}: {path}"), &read_whole(&client, &path), &contents[file]);
+                let expected = names.values().filter(|other| **other == file).count() as u32;
+                assert_eq!(client.stat(&path).unwrap().nlink, expected, "step {step}: the link count of {path}");
+            }
+            93..=99 => {
+                client.sync().unwrap();
+                check_backend_links(&backend, &names, &contents, &dirs, &format!("step {step}"));
+                syncs += 1;
+            }
+            _ => {}
+        }
+    }
+    eprintln!("{links} links, {renames} renames, {tree_renames} directory renames, {syncs} syncs; {} names at the end", names.len());
+    assert!(links > 20 && renames > 10 && tree_renames > 5 && syncs > 5, "the random steps did what they are for");
+    client.sync().unwrap();
+    check_backend_links(&backend, &names, &contents, &dirs, "the end");
+    for (path, file) in &names {
+        assert_same(&format!("ringfs at the end: {path}"), &read_whole(&client, path), &contents[*file]);
+    }
+}
+
+/// The backend holds exactly the model's names with their files' bytes, its directories, and
+/// one backend file per model file (names of one file are hard links of each other).
+#[track_caller]
+fn check_backend_links(backend: &Backend, names: &BTreeMap<String, usize>, contents: &[Vec<u8>], dirs: &[String], when: &str) {
+    let (files, backend_dirs) = backend_files(backend);
+    let mut want_dirs: Vec<String> = dirs.to_vec();
+    want_dirs.sort();
+    assert_eq!(backend_dirs, want_dirs, "{when}: the backend's directories");
+    assert_eq!(files.keys().collect::<Vec<_>>(), names.keys().collect::<Vec<_>>(), "{when}: the backend's file names");
+    let mut inode_of_file: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
+    let mut file_of_inode: BTreeMap<(u64, u64), usize> = BTreeMap::new();
+    for (path, (bytes, inode)) in &files {
+        let file = names[path];
+        assert_same(&format!("{when}: {path} in the backend"), bytes, &contents[file]);
+        let first = *inode_of_file.entry(file).or_insert(*inode);
+        assert_eq!(first, *inode, "{when}: {path} is a hard link of the file's other names in the backend");
+        let owner = *file_of_inode.entry(*inode).or_insert(file);
+        assert_eq!(owner, file, "{when}: {path} shares its backend file with another file's names");
+    }
 }

@@ -19,7 +19,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 7;
+pub const PROTOCOL_VERSION: u16 = 8;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -386,15 +386,18 @@ pub struct NameLock {
 }
 wire_struct!(NameLock { path, token, acquire });
 
-/// Cache mode, to a file's inode: the file now lives at `path` in the backend (renamed into,
-/// within or out of the cached tree: `None`); it is made there anew and all its data is
-/// flushed there again.
+/// Cache mode, to a file's inode: the file's name `from` (if known) moved to `path` in the
+/// backend (renamed into, within or out of the cached tree: `None`). A file with one name
+/// is made there anew and all its data is flushed there again; a file with other names in
+/// the cached tree gets `path` as another link in the backend (see the store's
+/// `cache::links`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rebind {
     pub file: FileId,
     pub path: Option<String>,
+    pub from: Option<String>,
 }
-wire_struct!(Rebind { file, path });
+wire_struct!(Rebind { file, path, from });
 
 /// Where a file's bytes are in the backend (the answer to `BackendOf`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -588,8 +591,26 @@ pub struct Close {
 }
 wire_struct!(Close { client, files });
 
-/// A file and a time: a change of its name count at its inode (`AddLink`, `DropLink`), or
-/// the explicit modification time its chunks must not pass (`ClampChunkTimes`).
+/// A change of a file's name count at its inode (`AddLink`, `DropLink`) at `time_ns`; in
+/// cache mode, `name` is the name that appeared or went when it lies in the cached tree (the
+/// backend gets or loses it as a hard link), `None` otherwise.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameCount {
+    pub file: FileId,
+    pub time_ns: i64,
+    pub name: Option<String>,
+}
+wire_struct!(NameCount { file, time_ns, name });
+
+impl NameCount {
+    /// A change of the count alone (no name in the cached tree).
+    pub fn new(file: FileId, time_ns: i64) -> NameCount {
+        NameCount { file, time_ns, name: None }
+    }
+}
+
+/// A file and a time: the explicit modification time its chunks must not pass
+/// (`ClampChunkTimes`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkCount {
     pub file: FileId,
@@ -832,10 +853,10 @@ wire_enum! {
         /// Record on chunk 0 that chunks after it may exist.
         35 => MarkExtended(FileOnly),
         /// Server to server: one more name of a file.
-        36 => AddLink(LinkCount),
+        36 => AddLink(NameCount),
         /// Server to server: one name fewer of a file (it goes when none is left and nobody
         /// has it open).
-        37 => DropLink(LinkCount),
+        37 => DropLink(NameCount),
         /// Make this server's chunks of a file durable (broadcast; `dir` store).
         38 => Fsync(FileOnly),
         /// This server's highest chunk index (>= 1) of the file, with that chunk's length
@@ -1114,7 +1135,8 @@ impl Request {
             Request::RemoveEntry(remove) => vec![&remove.path],
             Request::NameLock(lock) => vec![&lock.path],
             Request::TouchDir(touch) if !touch.path.is_empty() => vec![&touch.path],
-            Request::Rebind(rebind) => rebind.path.iter().map(String::as_str).collect(),
+            Request::Rebind(rebind) => rebind.path.iter().chain(&rebind.from).map(String::as_str).collect(),
+            Request::AddLink(count) | Request::DropLink(count) => count.name.iter().map(String::as_str).collect(),
             Request::Freeze(subtree) | Request::MoveSubtree(subtree) | Request::Thaw(subtree) => vec![&subtree.from, &subtree.to],
             Request::PutEntries(put) => put.entries.iter().map(|entry| entry.path.as_str()).collect(),
             _ => Vec::new(),

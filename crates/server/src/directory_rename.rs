@@ -303,7 +303,7 @@ impl ServerState {
         }
         outcome?;
         if let Some(replaced) = replaced_dir {
-            self.drop_link(replaced.file, time_ns)?;
+            self.drop_link(replaced.file, time_ns, None)?;
         }
         Ok(Response::Done)
     }

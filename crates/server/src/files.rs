@@ -3,7 +3,7 @@
 //! cache mode the move of a file to another place in the backend.
 
 use ringfs_proto::{
-    BackendFileReply, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LinkCount, LoadChunk, Rebind, RemoveChunks, Request,
+    BackendFileReply, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks, Request,
     Response, SetChunkLen,
 };
 
@@ -84,9 +84,11 @@ impl ServerState {
         }
     }
 
-    /// One name fewer of `file`, told to the file's inode server.
-    pub fn drop_link(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
-        match self.ask_home(file, Request::DropLink(LinkCount { file, time_ns })) {
+    /// One name fewer of `file`, told to the file's inode server: `name` (cache mode: the
+    /// backend loses it as a link of the file when it lies in the cached tree).
+    pub fn drop_link(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(), Errno> {
+        let name = name.filter(|name| self.in_cached_tree(name)).map(str::to_string);
+        match self.ask_home(file, Request::DropLink(NameCount { file, time_ns, name })) {
             // The file is gone already (a concurrent removal of its other name, say).
             Err(Errno::ESTALE) => Ok(()),
             other => other.map(drop),
@@ -95,8 +97,12 @@ impl ServerState {
 
     /// At the inode's server: one name fewer; the file goes when it has neither names nor
     /// opens.
-    pub fn drop_link_here(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
-        match self.store.drop_link(file, time_ns).map_err(store_errno)? {
+    pub fn drop_link_here(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(), Errno> {
+        let (deleted, rewrite) = self.store.drop_link_named(file, time_ns, name).map_err(store_errno)?;
+        if rewrite {
+            self.redirty_everywhere(file)?;
+        }
+        match deleted {
             Some(deleted) if deleted.extended => self.remove_chunks_everywhere(file, 1),
             Some(_) => {}
             None => {
@@ -107,7 +113,7 @@ impl ServerState {
                     && attr.nlink == 0
                     && attr.has(EntryFlags::BACKED)
                 {
-                    self.rebind_here(file, None)?;
+                    self.rebind_here(file, None, None)?;
                 }
             }
         }
@@ -115,8 +121,8 @@ impl ServerState {
     }
 
     /// Cache mode: before a name of `file` goes from the backend (an unlink, or a rename over
-    /// it), the bytes it still has there are loaded if the file is open: its readers keep
-    /// reading it after the backend file is gone. (A file opened between this check and the
+    /// it), the bytes it still has there are loaded if the file is open or has other names:
+    /// its readers keep reading it after the backend file is gone. (A file opened between this check and the
     /// name's removal may find its backend bytes gone: EIO.)
     pub(crate) fn keep_backend_bytes_if_open(&self, file: FileId) -> Result<(), Errno> {
         let attr = match self.ask_home(file, Request::Stat(FileOnly { file })) {
@@ -125,7 +131,9 @@ impl ServerState {
             Err(Errno::ESTALE) => return Ok(()),
             Err(errno) => return Err(errno),
         };
-        if attr.has(EntryFlags::OPEN) && attr.has(EntryFlags::BACKED) && attr.backend_len > 0 {
+        // A file with other names may be made anew at one of them (when the name its data
+        // goes to leaves): it takes its bytes along as a renamed file does.
+        if (attr.has(EntryFlags::OPEN) || attr.nlink > 1) && attr.has(EntryFlags::BACKED) && attr.backend_len > 0 {
             self.load_backend_data(file)?;
         }
         Ok(())
@@ -178,18 +186,30 @@ impl ServerState {
         }
     }
 
-    /// Cache mode, for a rename: `file` moves to `to` in the backend. Its bytes still in the
-    /// backend are loaded first (its old backend file goes with the old name), then its inode
-    /// takes the new place and all its chunks are flushed there again.
-    pub(crate) fn move_in_backend(&self, file: FileId, to: &str) -> Result<(), Errno> {
+    /// Cache mode, for a rename: `file`'s name `from` moves to `to` in the backend. Its bytes
+    /// still in the backend are loaded first (its old backend file goes with the old name),
+    /// then its inode takes the new place and all its chunks are flushed there again — or,
+    /// for a file with other names in the cached tree, the backend gets `to` as another
+    /// link of its file.
+    pub(crate) fn move_in_backend(&self, file: FileId, from: &str, to: &str) -> Result<(), Errno> {
         self.load_backend_data(file)?;
         let path = self.in_cached_tree(to).then(|| to.to_string());
-        self.ask_home(file, Request::Rebind(Rebind { file, path })).map(drop)
+        let from = self.in_cached_tree(from).then(|| from.to_string());
+        self.ask_home(file, Request::Rebind(Rebind { file, path, from })).map(drop)
     }
 
-    /// At the inode's server: the file's new backend place; every server marks its chunks.
-    pub fn rebind_here(&self, file: FileId, path: Option<&str>) -> Result<(), Errno> {
-        self.store.rebind(file, path).map_err(store_errno)?;
+    /// At the inode's server: the file's new backend place (see `ChunkStore::rebind`); every
+    /// server marks its chunks if the file's data must be flushed again.
+    pub fn rebind_here(&self, file: FileId, path: Option<&str>, from: Option<&str>) -> Result<(), Errno> {
+        if self.store.rebind(file, path, from).map_err(store_errno)? {
+            self.redirty_everywhere(file)?;
+        }
+        Ok(())
+    }
+
+    /// Every server marks its chunks of `file` to be flushed again (or, for a file out of the
+    /// cached tree, not any more).
+    pub(crate) fn redirty_everywhere(&self, file: FileId) -> Result<(), Errno> {
         for answer in self.broadcast(&Request::Redirty(FileOnly { file })) {
             answer?;
         }

@@ -16,7 +16,7 @@
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, LinkCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
     Request, Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
@@ -228,7 +228,7 @@ impl ServerState {
             self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
         };
         self.touch_parent(path, time_ns);
-        self.drop_link(entry.file, time_ns)?;
+        self.drop_link(entry.file, time_ns, Some(path))?;
         Ok(Response::Done)
     }
 
@@ -252,7 +252,7 @@ impl ServerState {
         outcome?;
         finished?;
         self.touch_parent(path, time_ns);
-        self.drop_link(directory.file, time_ns)?;
+        self.drop_link(directory.file, time_ns, None)?;
         Ok(Response::Done)
     }
 
@@ -422,10 +422,6 @@ impl ServerState {
         if from == "/" || to == "/" {
             return Err(Errno::EEXIST);
         }
-        if self.in_cached_tree(from) || self.in_cached_tree(to) {
-            // Hard links do not reach a cache-mode backend yet (docs/CONSISTENCY.md).
-            return Err(Errno::EXDEV);
-        }
         let token = new_token();
         log::trace!("link {from} -> {to} is {token:x}");
         let entries = self.lock_names(&[from, to], token)?;
@@ -437,7 +433,7 @@ impl ServerState {
             if entries[1].is_some() {
                 return Err(Errno::EEXIST);
             }
-            match self.ask_home(entry.file, Request::AddLink(LinkCount { file: entry.file, time_ns }))? {
+            match self.ask_home(entry.file, Request::AddLink(self.name_count(entry.file, time_ns, to)))? {
                 Response::Attr(_) => {}
                 _ => return Err(Errno::EPROTO),
             }
@@ -461,16 +457,13 @@ impl ServerState {
         if to == "/" {
             return Err(Errno::EEXIST);
         }
-        if self.in_cached_tree(to) {
-            return Err(Errno::EXDEV);
-        }
         let token = new_token();
         let entries = self.lock_names(&[to], token)?;
         let outcome = (|| {
             if entries[0].is_some() {
                 return Err(Errno::EEXIST);
             }
-            let attr = match self.ask_home(file, Request::AddLink(LinkCount { file, time_ns }))? {
+            let attr = match self.ask_home(file, Request::AddLink(self.name_count(file, time_ns, to)))? {
                 Response::Attr(attr) => attr,
                 _ => return Err(Errno::EPROTO),
             };
@@ -495,9 +488,15 @@ impl ServerState {
     fn undo_link_count(&self, file: FileId, to: &str, errno: Errno, time_ns: i64) {
         if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
             log::warn!("link to {to} failed ({errno}) and may have happened: the file keeps the link counted for it");
-        } else if let Err(undo) = self.drop_link(file, time_ns) {
+        } else if let Err(undo) = self.drop_link(file, time_ns, Some(to)) {
             log::warn!("could not undo the link count of file {file}: {undo}");
         }
+    }
+
+    /// A change of `file`'s name count for the new name `name`, which the backend gets as a
+    /// link when it lies in the cached tree.
+    fn name_count(&self, file: FileId, time_ns: i64, name: &str) -> NameCount {
+        NameCount { file, time_ns, name: self.in_cached_tree(name).then(|| name.to_string()) }
     }
 
     /// Whether `path` lies in the cached tree (cache mode).
@@ -570,7 +569,7 @@ impl ServerState {
         // happened: it is repeated (installing the same file again replaces it with itself;
         // removing checks the file), and if it still fails the extra link stays — at worst
         // the file keeps a link too many. Without the file's server nothing changes (EIO).
-        match self.ask_home(source.file, Request::AddLink(LinkCount { file: source.file, time_ns }))? {
+        match self.ask_home(source.file, Request::AddLink(NameCount::new(source.file, time_ns)))? {
             Response::Attr(_) => {}
             _ => return Err(Errno::EPROTO),
         }
@@ -583,7 +582,7 @@ impl ServerState {
                 {
                     self.keep_backend_bytes_if_open(target.file)?;
                 }
-                self.move_in_backend(source.file, to)
+                self.move_in_backend(source.file, from, to)
             })();
             if let Err(errno) = prepared {
                 self.give_back_link(source.file, from, time_ns);
@@ -617,7 +616,7 @@ impl ServerState {
         if let Some(replaced) = replaced
             && replaced.file != source.file
         {
-            self.drop_link(replaced.file, time_ns)?;
+            self.drop_link(replaced.file, time_ns, Some(to))?;
         }
         removed?;
         // Giving back the second link also sets the file's change time (a rename changes it).
@@ -628,7 +627,7 @@ impl ServerState {
     /// Gives back the link a rename counted for its new name (logged if that fails: the file
     /// then keeps a link too many, which is safe).
     fn give_back_link(&self, file: FileId, from: &str, time_ns: i64) {
-        if let Err(errno) = self.drop_link(file, time_ns) {
+        if let Err(errno) = self.drop_link(file, time_ns, None) {
             log::warn!("rename of {from}: the file's extra link could not be given back ({errno}); it keeps a link too many");
         }
     }

@@ -461,9 +461,15 @@ impl ServerState {
                 self.store.mark_extended(request.file).map_err(store_errno)?;
                 Ok(Response::Done)
             }
-            Request::AddLink(count) => Ok(Response::Attr(self.store.add_link(count.file, count.time_ns).map_err(store_errno)?)),
+            Request::AddLink(count) => {
+                let (attr, rewrite) = self.store.add_link_named(count.file, count.time_ns, count.name.as_deref()).map_err(store_errno)?;
+                if rewrite {
+                    self.redirty_everywhere(count.file)?;
+                }
+                Ok(Response::Attr(attr))
+            }
             Request::DropLink(count) => {
-                self.drop_link_here(count.file, count.time_ns)?;
+                self.drop_link_here(count.file, count.time_ns, count.name.as_deref())?;
                 Ok(Response::Done)
             }
             Request::Fsync(request) => {
@@ -562,7 +568,7 @@ impl ServerState {
                 Ok(Response::BackendFile(backend.map(|backend| BackendFileReply { path: backend.path, len: backend.len })))
             }
             Request::Rebind(rebind) => {
-                self.rebind_here(rebind.file, rebind.path.as_deref())?;
+                self.rebind_here(rebind.file, rebind.path.as_deref(), rebind.from.as_deref())?;
                 Ok(Response::Done)
             }
             Request::Redirty(request) => {

@@ -364,6 +364,29 @@ impl BackendDir {
         })
     }
 
+    /// Makes `to` another name of the backend file at `from` (a hard link; a symbolic link
+    /// is linked itself, not followed), replacing what is at `to`: it was removed or replaced
+    /// in ringfs. Parents of `to` are made as needed. The link is made under a temporary name
+    /// and renamed into place, so `to` never shows nothing.
+    pub fn link_replacing(&self, from: &str, to: &str) -> io::Result<()> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let (source, target) = (self.location(from)?, self.location(to)?);
+        with_write_permission(parent_of(&target), || {
+            if fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
+                Self::remove_location(&target)?;
+            }
+            Self::make_parents(&target)?;
+            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let temporary = target.with_file_name(format!(".ringfs-link-{}-{serial}", std::process::id()));
+            fs::hard_link(&source, &temporary)?;
+            let renamed = fs::rename(&temporary, &target);
+            // A rename onto another name of the same file does nothing: the temporary name
+            // is then still there (and after a failed rename too).
+            let _ = fs::remove_file(&temporary);
+            renamed
+        })
+    }
+
     /// The extended attributes of the backend entry at `path` that ringfs mirrors (`user.`
     /// and `trusted.`); none where the backend keeps none.
     pub fn read_xattrs(&self, path: &str) -> io::Result<std::collections::BTreeMap<String, Vec<u8>>> {

@@ -78,21 +78,40 @@ impl ChunkStore {
         }
     }
 
-    /// Cache mode, at a file's inode: the file now lives at `path` in the backend (`None`:
-    /// nowhere — renamed out of the cached tree). It is made there anew when flushed, with
-    /// all its data: the caller marks the file's chunks on the other servers dirty
-    /// ([`ChunkStore::redirty`]).
-    pub fn rebind(&self, file: FileId, path: Option<&str>) -> Result<(), StoreError> {
+    /// Cache mode, at a file's inode: the file's name `from` (if known) moved to `path`
+    /// (`None`: out of the cached tree). A file with no other name in the cached tree now
+    /// lives at `path` in the backend: it is made there anew, with all its data — the caller
+    /// marks the file's chunks on the other servers dirty ([`ChunkStore::redirty`]). A file
+    /// with other names there keeps its backend file: `path` becomes another link of it and
+    /// `from` stops being one (see `cache::links`). Returns whether the file's data must be
+    /// flushed again.
+    pub fn rebind(&self, file: FileId, path: Option<&str>, from: Option<&str>) -> Result<bool, StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
+        // The file's names in the cached tree other than the one that moves.
+        let others = match (chunk.attr.has(EntryFlags::BACKED), chunk.cache.backend_path.as_deref()) {
+            (true, Some(primary)) => {
+                usize::from(Some(primary) != from) + chunk.cache.links.iter().filter(|link| Some(link.path.as_str()) != from).count()
+            }
+            _ => 0,
+        };
+        if others > 0 {
+            // One name of several moves: a new link, and one link fewer.
+            let mut rewrite = path.is_some_and(|path| self.add_backend_name(&mut chunk, path));
+            if let Some(from) = from {
+                rewrite |= self.drop_backend_name(&mut chunk, from);
+            }
+            self.persist(&mut chunk)?;
+            drop(chunk);
+            if rewrite {
+                self.redirty(file, true);
+            }
+            return Ok(rewrite);
+        }
         chunk.cache.moves += 1;
         match path {
             Some(path) if self.cache.as_ref().is_some_and(|cache| cache.backend.covers(path)) => {
-                chunk.cache.backend_path = Some(path.to_string());
-                chunk.cache.pending = Some(crate::chunk::PendingOp::Create);
-                chunk.attr.flags |= EntryFlags::BACKED;
-                chunk.attr.flags &= !EntryFlags::IN_BACKEND;
-                self.touched(&mut chunk);
+                self.make_anew_at(&mut chunk, path);
             }
             _ => {
                 chunk.cache = crate::chunk::CacheState {
@@ -107,7 +126,82 @@ impl ChunkStore {
         self.persist(&mut chunk)?;
         drop(chunk);
         self.redirty(file, path.is_some());
-        Ok(())
+        Ok(true)
+    }
+
+    /// The file (whose inode is `chunk`) lives at `path` in the backend from now on, made
+    /// there anew when next flushed; its data must then be flushed again.
+    fn make_anew_at(&self, chunk: &mut crate::chunk::Chunk, path: &str) {
+        chunk.cache.moves += 1;
+        chunk.cache.backend_path = Some(path.to_string());
+        chunk.cache.pending = Some(crate::chunk::PendingOp::Create);
+        chunk.attr.flags |= EntryFlags::BACKED;
+        chunk.attr.flags &= !EntryFlags::IN_BACKEND;
+        self.touched(chunk);
+    }
+
+    /// Cache mode, at a file's inode: `name` is a new name of the file. In the cached tree
+    /// the backend gets it as a hard link to the file's backend file when the inode is next
+    /// flushed; a file with no name in the cached tree yet enters it with this one (made
+    /// there anew). Returns whether the file's data must be flushed again by every server.
+    pub(crate) fn add_backend_name(&self, chunk: &mut crate::chunk::Chunk, name: &str) -> bool {
+        let Some(cache) = &self.cache else { return false };
+        if !cache.backend.covers(name) {
+            return false;
+        }
+        match chunk.cache.backend_path.as_deref() {
+            Some(primary) if chunk.attr.has(EntryFlags::BACKED) => {
+                if primary != name && !chunk.cache.links.iter().any(|link| link.path == name) {
+                    chunk.cache.links.push(crate::chunk::BackendLink { path: name.to_string(), made: false });
+                    self.queue_chunk(chunk);
+                }
+                false
+            }
+            _ => {
+                self.make_anew_at(chunk, name);
+                true
+            }
+        }
+    }
+
+    /// Cache mode, at a file's inode: `name` is no longer a name of the file (it has others).
+    /// If the file's data went to the backend under that name, another name takes over: one
+    /// the backend has already (the same backend file), or else one it has not, where the
+    /// file is made anew (the caller loaded the file's backend bytes into ringfs first).
+    /// Returns whether the file's data must be flushed again by every server.
+    pub(crate) fn drop_backend_name(&self, chunk: &mut crate::chunk::Chunk, name: &str) -> bool {
+        if self.cache.is_none() {
+            return false;
+        }
+        if let Some(position) = chunk.cache.links.iter().position(|link| link.path == name) {
+            chunk.cache.links.remove(position);
+            return false;
+        }
+        if chunk.cache.backend_path.as_deref() != Some(name) {
+            return false;
+        }
+        match chunk.cache.links.iter().position(|link| link.made) {
+            Some(made) => {
+                let link = chunk.cache.links.remove(made);
+                chunk.cache.moves += 1;
+                chunk.cache.backend_path = Some(link.path);
+                false
+            }
+            None if !chunk.cache.links.is_empty() => {
+                let link = chunk.cache.links.remove(0);
+                self.make_anew_at(chunk, &link.path);
+                true
+            }
+            // Its only name in the cached tree (the others are outside it): the file leaves the
+            // cached tree, and its chunks' flushes find no backend place (they are dropped).
+            None => {
+                chunk.cache.moves += 1;
+                chunk.cache.backend_path = None;
+                chunk.cache.pending = None;
+                chunk.attr.flags &= !(EntryFlags::BACKED | EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
+                false
+            }
+        }
     }
 
     /// Cache mode: marks this store's chunks of a file (after chunk 0) dirty, to be flushed

@@ -72,13 +72,66 @@ pub(crate) struct CacheState {
     /// `redirty`): a flush under way, which learnt the old place, must not mark the chunk
     /// clean. (Not kept across a restart: no flush survives one.)
     pub moves: u64,
+    /// Chunk 0: the file's other names in the cached tree (hard links), which the backend
+    /// gets as hard links to the file at `backend_path` (see `cache::links`).
+    pub links: Vec<BackendLink>,
 }
 
+/// Another name of a file in the cached tree, and whether the backend has it yet (a hard
+/// link to the backend file at the inode's `backend_path`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BackendLink {
+    pub path: String,
+    pub made: bool,
+}
+
+/// Longest backend record a `dir` store's chunk header holds (its length is a u16).
+const MAX_BACKEND_RECORD: usize = u16::MAX as usize;
+
 impl CacheState {
+    /// Whether the entry has a change that must reach the backend before its data: a
+    /// pending operation, or a name the backend does not have yet.
+    pub fn has_pending_change(&self) -> bool {
+        self.pending.is_some() || self.links.iter().any(|link| !link.made)
+    }
+
+    /// The file's place in the backend as a `dir` store's chunk header keeps it: the path,
+    /// then for each other name a NUL, `1` (made) or `0`, and the name. Names that do not fit
+    /// the header are left out (logged): after a restart the backend keeps those it has.
+    pub fn backend_record(&self) -> Option<String> {
+        let mut record = self.backend_path.clone()?;
+        for link in &self.links {
+            if record.len() + 2 + link.path.len() > MAX_BACKEND_RECORD {
+                log::warn!("too many names in the cached tree to record for {record:?}: {} not kept across a restart", link.path);
+                break;
+            }
+            record.push('\0');
+            record.push(if link.made { '1' } else { '0' });
+            record.push_str(&link.path);
+        }
+        Some(record)
+    }
+
+    /// Reads back a [`CacheState::backend_record`]: the path and the other names; `None` if
+    /// it is damaged (a path that is not canonical).
+    pub fn parse_backend_record(record: &str) -> Option<(String, Vec<BackendLink>)> {
+        let mut parts = record.split('\0');
+        let primary = parts.next()?.to_string();
+        ringfs_proto::path::validate(&primary).ok()?;
+        let links = parts
+            .map(|part| {
+                let (made, path) = part.split_at_checked(1)?;
+                ringfs_proto::path::validate(path).ok()?;
+                Some(BackendLink { path: path.to_string(), made: made == "1" })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some((primary, links))
+    }
+
     /// Checks the invariants that hold whenever the chunk's lock is free (debug builds).
     pub fn check(&self, attr: &Attr) {
         if !attr.has(EntryFlags::BACKED) {
-            debug_assert!(self.pending.is_none() && !self.cutting && self.backend_path.is_none());
+            debug_assert!(self.pending.is_none() && !self.cutting && self.backend_path.is_none() && self.links.is_empty());
             debug_assert!(!attr.has(EntryFlags::DIRTY) && !attr.has(EntryFlags::BACKEND_DATA));
         }
     }
@@ -153,4 +206,24 @@ pub(crate) type ChunkHandle = Arc<Mutex<Chunk>>;
 /// request that panics must not take the whole server down).
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backend_record_keeps_the_path_and_the_other_names() {
+        let state = CacheState {
+            backend_path: Some("/out/a".into()),
+            links: vec![BackendLink { path: "/out/b".into(), made: true }, BackendLink { path: "/c d".into(), made: false }],
+            ..CacheState::default()
+        };
+        let record = state.backend_record().unwrap();
+        assert_eq!(CacheState::parse_backend_record(&record), Some(("/out/a".to_string(), state.links.clone())));
+        assert_eq!(CacheState::parse_backend_record("/plain"), Some(("/plain".to_string(), Vec::new())), "a record of older stores");
+        assert_eq!(CacheState::parse_backend_record("/a\0"), None, "a damaged record");
+        assert_eq!(CacheState::parse_backend_record("/a\u{0}1relative"), None);
+        assert_eq!(CacheState::default().backend_record(), None);
+    }
 }

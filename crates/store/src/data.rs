@@ -76,6 +76,14 @@ impl ChunkStore {
     /// One more name of a file (a hard link). ENOENT if the file has no name left; EPERM for
     /// a directory; EMLINK when the count is at its limit.
     pub fn add_link(&self, file: FileId, time_ns: i64) -> Result<Attr, StoreError> {
+        self.add_link_named(file, time_ns, None).map(|(attr, _)| attr)
+    }
+
+    /// [`ChunkStore::add_link`] of the new name `name` (cache mode: the backend gets it as a
+    /// hard link if it lies in the cached tree). Also says whether the file's data must be
+    /// flushed again by every server (it entered the cached tree with this name; see
+    /// [`ChunkStore::redirty`]).
+    pub fn add_link_named(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(Attr, bool), StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = lock(&handle);
         if chunk.attr.is_dir() {
@@ -86,31 +94,46 @@ impl ChunkStore {
         }
         chunk.attr.nlink = chunk.attr.nlink.checked_add(1).filter(|count| *count < u32::MAX).ok_or(Errno::EMLINK)?;
         chunk.attr.ctime_ns = time_ns;
+        let rewrite = match name {
+            Some(name) => self.add_backend_name(&mut chunk, name),
+            None => false,
+        };
         self.persist(&mut chunk)?;
-        Ok(chunk.attr)
+        Ok((chunk.attr, rewrite))
     }
 
     /// One name fewer of a file (a directory: its only name). When the file has no name left
     /// it leaves the backend's view (cache mode), and it goes if nobody has it open.
     pub fn drop_link(&self, file: FileId, time_ns: i64) -> Result<Option<Deleted>, StoreError> {
+        self.drop_link_named(file, time_ns, None).map(|(deleted, _)| deleted)
+    }
+
+    /// [`ChunkStore::drop_link`] of the name `name` (cache mode: the backend's link of that
+    /// name is no longer the file's). Also says whether the file's data must be flushed again
+    /// by every server (it is made anew at another of its names).
+    pub fn drop_link_named(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(Option<Deleted>, bool), StoreError> {
         let handle = self.inode_checked(file)?;
-        let doomed = {
+        let (doomed, rewrite) = {
             let mut chunk = lock(&handle);
             if chunk.is_gone() {
                 return Err(Errno::ESTALE.into());
             }
             chunk.attr.nlink = if chunk.attr.is_dir() { 0 } else { chunk.attr.nlink.saturating_sub(1) };
             chunk.attr.ctime_ns = time_ns;
+            let mut rewrite = false;
             if chunk.attr.nlink == 0 {
                 // Nothing of a file without a name is flushed (its names' removals reach the
                 // backend instead).
                 chunk.cache.pending = None;
                 chunk.cache.backend_path = None;
+                chunk.cache.links.clear();
+            } else if let Some(name) = name {
+                rewrite = self.drop_backend_name(&mut chunk, name);
             }
             self.persist(&mut chunk)?;
-            chunk.doom_if_unreferenced()
+            (chunk.doom_if_unreferenced(), rewrite)
         };
-        Ok(doomed.then(|| Deleted { file, extended: self.delete_file(file) }))
+        Ok((doomed.then(|| Deleted { file, extended: self.delete_file(file) }), rewrite))
     }
 
     /// Writes `source` at `offset` inside a chunk and returns the chunk's new logical length.

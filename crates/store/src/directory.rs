@@ -11,14 +11,15 @@
 //! offset  size  field
 //!      0     4  magic "RFSC"
 //!      4     2  format version (3)
-//!      6     2  length of the backend path (cache mode, inodes; 0 otherwise)
+//!      6     2  length of the backend record (cache mode, inodes; 0 otherwise)
 //!      8     4  data offset (header length rounded up to 512)
 //!     12     4  reserved (0)
 //!     16     8  chunk index
 //!     24    84  attributes (ringfs_proto::Attr::to_bytes; they hold the file id)
 //!    108     4  pending backend operation of an inode (cache mode): 0 none, 1 create, 2 trim
 //!    112     8  its argument (the trim length)
-//!    120     …  backend path (UTF-8)
+//!    120     …  backend record (UTF-8): the file's backend path, then for each other name
+//!                 in the cached tree (hard links) NUL, `1` if the backend has it or `0`, name
 //! ```
 //!
 //! Chunk files live at `<root>/chunks/<first two hex digits>/<anchor><serial>.<index>`.
@@ -418,7 +419,7 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
         0 => None,
         _ => Some(String::from_utf8(path).map_err(|_| invalid("backend path is not UTF-8"))?),
     };
-    if backend_path.as_deref().is_some_and(|path| ringfs_proto::path::validate(path).is_err())
+    if backend_path.as_deref().is_some_and(|record| crate::chunk::CacheState::parse_backend_record(record).is_none())
         || data_offset < (FIXED_HEADER_BYTES + path_len) as u64
     {
         return Err(invalid("damaged header"));

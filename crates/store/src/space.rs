@@ -153,7 +153,7 @@ impl Space {
         debug_assert_eq!(key.file, attr.file_id);
         let body = match &self.directory {
             None => Ok(Body::Memory(Arc::default())),
-            Some(directory) => directory.create(key, &attr, cache.pending, cache.backend_path.as_deref()).map(Body::File),
+            Some(directory) => directory.create(key, &attr, cache.pending, cache.backend_record().as_deref()).map(Body::File),
         };
         let body = body.inspect_err(|_| self.refund(CHUNK_OVERHEAD_BYTES))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
@@ -178,7 +178,7 @@ impl Space {
         chunk.cache.check(&chunk.attr);
         let key = chunk.key();
         if let (Some(directory), Body::File(file)) = (&self.directory, &mut chunk.body) {
-            directory.update_attr(file, key, &chunk.attr, chunk.cache.pending, chunk.cache.backend_path.as_deref())?;
+            directory.update_attr(file, key, &chunk.attr, chunk.cache.pending, chunk.cache.backend_record().as_deref())?;
         }
         Ok(())
     }

@@ -99,7 +99,11 @@ impl ChunkStore {
         for chunk in recovered {
             let xattr_bytes = chunk.xattrs.as_ref().map_or(0, crate::chunk::xattr_bytes);
             self.space.count_recovered(chunk.file.stored_len + xattr_bytes);
-            let cache = CacheState { pending: chunk.pending, backend_path: chunk.backend_path, ..CacheState::default() };
+            let (backend_path, links) = match chunk.backend_path.as_deref().and_then(CacheState::parse_backend_record) {
+                Some((path, links)) => (Some(path), links),
+                None => (None, Vec::new()),
+            };
+            let cache = CacheState { pending: chunk.pending, backend_path, links, ..CacheState::default() };
             let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
             recovered.xattrs = chunk.xattrs.filter(|xattrs| !xattrs.is_empty()).map(Box::new);
             let handle = Arc::new(std::sync::Mutex::new(recovered));
@@ -108,7 +112,7 @@ impl ChunkStore {
                 if chunk.key.index == 0 && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {
                     // A file whose last name went while it was open: nobody has it open now.
                     unreferenced.push(chunk.key.file);
-                } else if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.cache.pending.is_some() {
+                } else if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.cache.has_pending_change() {
                     // Cache mode: what was dirty before the restart is queued again.
                     self.queue_chunk(&mut recovered_chunk);
                 } else {

@@ -153,9 +153,9 @@ pub fn requests() -> Vec<Request> {
         Request::ForgetDirAttrs(FileOnly { file: file(12) }),
         Request::Truncate(Truncate { file: file(3), size: 1 << 33, time_ns: 1 }),
         Request::MarkExtended(FileOnly { file: file(1) }),
-        Request::AddLink(LinkCount { file: file(1), time_ns: 2 }),
+        Request::AddLink(NameCount { file: file(1), time_ns: 2, name: Some("/m/b".into()) }),
         Request::ClampChunkTimes(LinkCount { file: file(1), time_ns: 3 }),
-        Request::DropLink(LinkCount { file: file(1), time_ns: 2 }),
+        Request::DropLink(NameCount::new(file(1), 2)),
         Request::Fsync(FileOnly { file: file(1) }),
         Request::LastChunk(FileOnly { file: file(2) }),
         Request::RemoveChunks(RemoveChunks { file: file(2), from_index: 1 }),
@@ -176,7 +176,7 @@ pub fn requests() -> Vec<Request> {
         Request::ReadBackendDir(ReadDir { path: "/d".into(), after: None, limit: 7 }),
         Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), 2), backend_len: 9, backend: None }),
         Request::BackendOf(FileOnly { file: file(3) }),
-        Request::Rebind(Rebind { file: file(3), path: Some("/new".into()) }),
+        Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
     ]
 }

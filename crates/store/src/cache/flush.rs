@@ -114,24 +114,52 @@ impl Cache {
     pub fn rebase_backend_paths(&self, index: &Index, space: &Space, from: &str, to: &str, exchange: bool) -> Result<(), StoreError> {
         let moved =
             |path: &str, old: &str, new: &str| (path == old || path::is_inside(path, old)).then(|| format!("{new}{}", &path[old.len()..]));
+        // Where a backend path is after the rename: `None` unchanged, `Some(None)` gone (it
+        // was below the replaced directory), `Some(Some(path))` moved.
+        let rebase = |current: &str| -> Option<Option<String>> {
+            match moved(current, from, to) {
+                Some(path) => Some(Some(path)),
+                None if exchange => moved(current, to, from).map(Some),
+                None if current == to || path::is_inside(current, to) => Some(None),
+                None => None,
+            }
+        };
         for handle in index.inodes() {
             let mut chunk = lock(&handle);
             let Some(current) = chunk.cache.backend_path.clone() else { continue };
-            let rebased = match moved(&current, from, to) {
-                Some(path) => Some(path),
-                None if exchange => match moved(&current, to, from) {
-                    Some(path) => Some(path),
-                    None => continue,
-                },
-                None if current == to || path::is_inside(&current, to) => None,
-                None => continue,
-            };
-            if rebased.is_none() {
-                chunk.cache.pending = None;
-                chunk.attr.flags &= !(EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
+            let mut changed = false;
+            // The file's other names (hard links) move with their directories too.
+            let mut links = std::mem::take(&mut chunk.cache.links);
+            links.retain_mut(|link| match rebase(&link.path) {
+                None => true,
+                Some(Some(path)) => {
+                    link.path = path;
+                    changed = true;
+                    true
+                }
+                Some(None) => {
+                    changed = true;
+                    false
+                }
+            });
+            chunk.cache.links = links;
+            match rebase(&current) {
+                None => {}
+                Some(Some(path)) => {
+                    chunk.cache.backend_path = Some(path);
+                    changed = true;
+                }
+                Some(None) => {
+                    chunk.cache.pending = None;
+                    chunk.cache.links.clear();
+                    chunk.attr.flags &= !(EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
+                    chunk.cache.backend_path = None;
+                    changed = true;
+                }
             }
-            chunk.cache.backend_path = rebased;
-            space.persist(&mut chunk)?;
+            if changed {
+                space.persist(&mut chunk)?;
+            }
         }
         Ok(())
     }
@@ -153,6 +181,7 @@ impl Cache {
             return Err(Errno::EBUSY.into());
         }
         self.apply_pending(space, &mut chunk)?;
+        self.make_links(space, &mut chunk)?;
         Ok(chunk.cache.backend_path.clone())
     }
 
@@ -233,7 +262,7 @@ impl Cache {
             }
             // From here on a change queues the chunk again.
             chunk.cache.queued = false;
-            if !chunk.attr.has(EntryFlags::DIRTY) && chunk.cache.pending.is_none() {
+            if !chunk.attr.has(EntryFlags::DIRTY) && !chunk.cache.has_pending_change() {
                 return Ok(FlushOutcome::Skipped);
             }
             (chunk.attr.is_regular(), chunk.attr.mode, chunk.cache.moves)

@@ -30,6 +30,7 @@
 mod evict;
 mod flush;
 mod holds;
+mod links;
 mod load;
 mod queue;
 
@@ -155,7 +156,7 @@ fn evictable(chunk: &Chunk) -> bool {
         && chunk.attr.has(EntryFlags::BACKED)
         && !chunk.attr.has(EntryFlags::DIRTY)
         && !chunk.attr.has(EntryFlags::BACKEND_DATA)
-        && chunk.cache.pending.is_none()
+        && !chunk.cache.has_pending_change()
         && chunk.attr.is_regular()
         && chunk.body.stored_len() > 0
 }
@@ -220,7 +221,7 @@ impl Cache {
                     if chunk.removed {
                         continue;
                     }
-                    if chunk.cache.pending.is_some() {
+                    if chunk.cache.has_pending_change() {
                         stats.pending_entries += 1;
                     }
                     if chunk.attr.has(EntryFlags::DIRTY) {

@@ -358,7 +358,7 @@ fn a_flush_that_learnt_a_place_before_a_rename_leaves_the_chunk_dirty() {
     let prepare = |asked: FileId| {
         let place = store.prepare(asked).map_err(|error| error.errno());
         if !renamed.replace(true) {
-            store.rebind(file, Some("/result")).unwrap();
+            store.rebind(file, Some("/result"), Some("/work")).unwrap();
         }
         place
     };
