@@ -1224,3 +1224,28 @@ fn check_backend_links(backend: &Backend, names: &BTreeMap<String, usize>, conte
         assert_eq!(owner, file, "{when}: {path} shares its backend file with another file's names");
     }
 }
+
+/// A small new file renamed over a large file whose chunks are being flushed, again and
+/// again with immediate flushing: the backend file at the name must end up as the new file,
+/// never with bytes of the replaced one written into it (the replaced file's flush learnt
+/// the name as its place just before the rename took it).
+#[test]
+fn a_file_renamed_over_a_file_being_flushed_is_not_mixed_with_it_in_the_backend() {
+    let backend = Backend::new("replace-under-flush");
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    let mut random = Random::new(41);
+    let rounds = std::env::var("RINGFS_TEST_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(60);
+    for round in 0..rounds {
+        let large = random_bytes(&mut random, 900_000);
+        let small = random_bytes(&mut random, 20_000 + round);
+        write_whole(&client, "/f", &large);
+        write_whole(&client, "/new", &small);
+        client.rename("/new", "/f").unwrap();
+        if round % 10 == 9 {
+            client.sync().unwrap();
+            assert_same(&format!("round {round}: /f in the backend"), &backend.read("/f"), &small);
+        }
+    }
+    client.sync().unwrap();
+}
