@@ -3,7 +3,7 @@
 # pytest suite (tests/python) against local clusters it starts. Run by test.sh; exits non-zero
 # if anything fails. Needs target/<profile>/ringfs (RINGFS_EXECUTABLE) built beforehand.
 #   RINGFS_PYTHON_PROFILE  release (default) or debug: which build of ringfs the tests run
-#   RINGFS_PYTHON_FULL=0   skip pandas/pyarrow/zarr (their tests then report SKIPPED)
+#   RINGFS_PYTHON_FULL=0   skip pandas/pyarrow/zarr/dask (their tests then report SKIPPED)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${RINGFS_PYTHON_PROFILE:-release}"
@@ -14,7 +14,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 packages=(maturin pytest fsspec numpy)
 if [ "${RINGFS_PYTHON_FULL:-1}" != 0 ]; then
-    packages+=(pandas pyarrow zarr)
+    packages+=(pandas pyarrow zarr "dask[dataframe]")
 fi
 # Only what is missing is fetched: a second run costs no download.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
