@@ -399,6 +399,25 @@ pub struct Rebind {
 }
 wire_struct!(Rebind { file, path, from });
 
+/// Where a file's data goes in the backend (the answer to `FlushPrepare`): the path, and
+/// which backend file the inode made or found there (`dev`, `ino`; both 0: not known). A
+/// flush writes only into that file: one found at the path that is another (the path was
+/// given to another file, whose rename over this one is under way) is left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendPlace {
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
+}
+wire_struct!(BackendPlace { path, dev, ino });
+
+impl BackendPlace {
+    /// The backend file's (device, inode), if known.
+    pub fn identity(&self) -> Option<(u64, u64)> {
+        (self.dev != 0 || self.ino != 0).then_some((self.dev, self.ino))
+    }
+}
+
 /// Where a file's bytes are in the backend (the answer to `BackendOf`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BackendFileReply {
@@ -1316,7 +1335,7 @@ wire_enum! {
         143 => Stats(ServerStats),
         /// Result of `FlushPrepare`: where in the backend the file's bytes go (`None`: the
         /// file has no name there any more; its data is not flushed).
-        144 => BackendTarget(Option<String>),
+        144 => BackendTarget(Option<BackendPlace>),
         /// Result of `BackendOf`.
         145 => BackendFile(Option<BackendFileReply>),
         /// Result of `MissingFiles`.

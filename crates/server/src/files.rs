@@ -179,9 +179,9 @@ impl ServerState {
 
     /// Asks the inode's server of `file` to apply the inode's pending operation and say where
     /// the file lives in the backend (see `ChunkStore::prepare`).
-    pub(crate) fn prepare_at_home(&self, file: FileId) -> Result<Option<String>, Errno> {
+    pub(crate) fn prepare_at_home(&self, file: FileId) -> Result<Option<ringfs_proto::BackendPlace>, Errno> {
         match self.ask_home(file, Request::FlushPrepare(FileOnly { file }))? {
-            Response::BackendTarget(path) => Ok(path),
+            Response::BackendTarget(place) => Ok(place),
             _ => Err(Errno::EPROTO),
         }
     }

@@ -86,8 +86,13 @@ impl BackendDir {
     /// The attributes of the backend entry at `path` as a cached ringfs entry would carry
     /// them, or `None` if there is none (or it is of a type ringfs does not store).
     pub fn entry_attr(&self, path: &str, chunk_size: u32) -> io::Result<Option<Attr>> {
+        Ok(self.entry(path, chunk_size)?.map(|(attr, _)| attr))
+    }
+
+    /// [`BackendDir::entry_attr`], with which backend file it is (device, inode).
+    pub fn entry(&self, path: &str, chunk_size: u32) -> io::Result<Option<(Attr, (u64, u64))>> {
         match self.metadata_beneath(path) {
-            Ok(metadata) => Ok(attr_of(&metadata, chunk_size)),
+            Ok(metadata) => Ok(attr_of(&metadata, chunk_size).map(|attr| (attr, (metadata.dev(), metadata.ino())))),
             // A symbolic link on the way (ELOOP): ringfs paths do not go through links.
             Err(error) if not_found(&error) || matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)) => Ok(None),
             Err(error) => Err(error),
@@ -170,7 +175,7 @@ impl BackendDir {
         for entry in entries {
             let entry = entry?;
             let Ok(name) = entry.file_name().into_string() else { continue };
-            if path::validate(&path::join(dir, &name)).is_err() {
+            if path::validate(&path::join(dir, &name)).is_err() || is_temporary(&name) {
                 continue;
             }
             match entry.metadata() {
@@ -187,7 +192,9 @@ impl BackendDir {
     /// that are not UTF-8 come lossily converted, so no ringfs name matches them).
     pub fn all_names(&self, dir: &str) -> io::Result<Vec<String>> {
         let Some(entries) = self.read_dir(dir)? else { return Ok(Vec::new()) };
-        entries.map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned())).collect()
+        let names: io::Result<Vec<String>> =
+            entries.map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned())).collect();
+        Ok(names?.into_iter().filter(|name| !is_temporary(name)).collect())
     }
 
     // ----- flushing -------------------------------------------------------------------------
@@ -214,19 +221,30 @@ impl BackendDir {
     }
 
     /// Makes `path` a new empty regular file with `mode`, replacing what is there. The file
-    /// is a new inode, so a flush that opened the old file cannot write into the new one.
+    /// is a new inode, so a flush that opened the old file cannot write into the new one; it
+    /// is made under a temporary name and renamed over the old one, so the two exist at once
+    /// and the new one never takes the old one's inode number (a flush of the old file that
+    /// still knows its number then never mistakes the new one for it).
     pub fn create_file(&self, path: &str, mode: u32) -> io::Result<()> {
+        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || {
-            Self::remove_location(&location)?;
-            let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&location);
+            if fs::symlink_metadata(&location).is_ok_and(|metadata| metadata.is_dir()) {
+                Self::remove_location(&location)?;
+            }
+            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let temporary = location.with_file_name(format!(".ringfs-new-{}-{serial}", std::process::id()));
+            let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&temporary);
             match open() {
                 Err(error) if not_found(&error) => {
                     Self::make_parents(&location)?;
-                    open().map(drop)
+                    open().map(drop)?
                 }
-                other => other.map(drop),
+                other => other.map(drop)?,
             }
+            fs::rename(&temporary, &location).inspect_err(|_| {
+                let _ = fs::remove_file(&temporary);
+            })
         })
     }
 
@@ -281,11 +299,16 @@ impl BackendDir {
     }
 
     /// Cuts the backend file at `path` to at most `len` bytes (a missing file is fine).
-    pub fn trim(&self, path: &str, len: u64) -> io::Result<()> {
+    pub fn trim(&self, path: &str, len: u64, identity: Option<(u64, u64)>) -> io::Result<()> {
         let location = self.location(path)?;
         match with_write_permission(&location, || OpenOptions::new().write(true).open(&location)) {
             Ok(file) => {
-                if file.metadata()?.len() > len {
+                let metadata = file.metadata()?;
+                if identity.is_some_and(|identity| identity != (metadata.dev(), metadata.ino())) {
+                    // Another file's now: the cut is not for it.
+                    return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                }
+                if metadata.len() > len {
                     file.set_len(len)?;
                 }
                 Ok(())
@@ -304,6 +327,16 @@ impl BackendDir {
     pub fn open_existing(&self, path: &str) -> io::Result<File> {
         let location = self.location(path)?;
         with_write_permission(&location, || OpenOptions::new().write(true).open(&location))
+    }
+
+    /// Which backend file is at `path` now (device, inode), not following a final link;
+    /// `None` if nothing is.
+    pub fn identity_of(&self, path: &str) -> io::Result<Option<(u64, u64)>> {
+        match fs::symlink_metadata(self.location(path)?) {
+            Ok(metadata) => Ok(Some((metadata.dev(), metadata.ino()))),
+            Err(error) if not_found(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
     }
 
     /// Opens the backend file at `path` for writing chunk data, creating it (and its parent
@@ -459,6 +492,13 @@ impl BackendDir {
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || Self::remove_location(&location))
     }
+}
+
+/// Whether `name` is one of the temporary names ringfs makes new backend files and links
+/// under before renaming them into place (`create_file`, `link_replacing`): never shown,
+/// and not counted against an empty directory (one left by a crash stays behind).
+fn is_temporary(name: &str) -> bool {
+    name.starts_with(".ringfs-new-") || name.starts_with(".ringfs-link-")
 }
 
 /// The namespaces of extended attributes ringfs keeps in step with the backend (`security.`
@@ -665,7 +705,7 @@ mod tests {
         file.write_all_at(&[1u8; 20], 5).unwrap();
         extend_to(&file, 1 << 20).unwrap();
         assert_eq!(fs::metadata(root.join("new/deep/file")).unwrap().len(), 1 << 20);
-        backend.trim("/new/deep/file", 10).unwrap();
+        backend.trim("/new/deep/file", 10, None).unwrap();
         assert_eq!(fs::read(root.join("new/deep/file")).unwrap(), [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]);
         assert!(backend.open_existing("/not/there").is_err());
 

@@ -61,7 +61,7 @@ impl ChunkStore {
     /// At a file's inode, before data of it is flushed: applies the inode's pending
     /// operation and answers where the file lives in the backend (`None`: nowhere). ESTALE if
     /// the file is gone; EAGAIN while a cut of it is under way.
-    pub fn prepare(&self, file: FileId) -> Result<Option<String>, StoreError> {
+    pub fn prepare(&self, file: FileId) -> Result<Option<ringfs_proto::BackendPlace>, StoreError> {
         self.cache_or_eio()?.prepare(&self.index, &self.space, file)
     }
 
@@ -134,6 +134,8 @@ impl ChunkStore {
     fn make_anew_at(&self, chunk: &mut crate::chunk::Chunk, path: &str) {
         chunk.cache.moves += 1;
         chunk.cache.backend_path = Some(path.to_string());
+        // Its own backend file is the one its creation makes.
+        chunk.cache.backend_identity = None;
         chunk.cache.pending = Some(crate::chunk::PendingOp::Create);
         chunk.attr.flags |= EntryFlags::BACKED;
         chunk.attr.flags &= !EntryFlags::IN_BACKEND;
@@ -197,6 +199,7 @@ impl ChunkStore {
             None => {
                 chunk.cache.moves += 1;
                 chunk.cache.backend_path = None;
+                chunk.cache.backend_identity = None;
                 chunk.cache.pending = None;
                 chunk.attr.flags &= !(EntryFlags::BACKED | EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
                 false

@@ -75,6 +75,11 @@ pub(crate) struct CacheState {
     /// Chunk 0: the file's other names in the cached tree (hard links), which the backend
     /// gets as hard links to the file at `backend_path` (see `cache::links`).
     pub links: Vec<BackendLink>,
+    /// Chunk 0: which backend file (device, inode) the file's data goes to — the one its
+    /// creation made, or the one it was loaded from. A flush writes into nothing else: the
+    /// path may have been given to another file meanwhile (a rename over this one under
+    /// way). In memory only: after a restart it is learnt at the next flush.
+    pub backend_identity: Option<(u64, u64)>,
 }
 
 /// Another name of a file in the cached tree, and whether the backend has it yet (a hard

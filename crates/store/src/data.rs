@@ -126,6 +126,7 @@ impl ChunkStore {
                 // backend instead).
                 chunk.cache.pending = None;
                 chunk.cache.backend_path = None;
+                chunk.cache.backend_identity = None;
                 chunk.cache.links.clear();
             } else if let Some(name) = name {
                 rewrite = self.drop_backend_name(&mut chunk, name);

@@ -240,7 +240,7 @@ pub fn responses() -> Vec<Response> {
             })),
             ..ServerStats::default()
         }),
-        Response::BackendTarget(Some("/lustre/project/a".into())),
+        Response::BackendTarget(Some(BackendPlace { path: "/lustre/project/a".into(), dev: 64769, ino: 1234 })),
         Response::BackendTarget(None),
         Response::BackendFile(Some(BackendFileReply { path: "/a".into(), len: 7 })),
         Response::Files(FileList { files: vec![file(3)] }),

@@ -1,7 +1,7 @@
 //! A full store: eviction of clean chunks, and writes that go through to the backend when
 //! only dirty data is left.
 
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
 
@@ -70,9 +70,12 @@ impl Cache {
             return Err(Errno::ESTALE.into());
         }
         let chunk_index = chunk.index;
-        let path = if chunk_index == 0 {
+        let place = if chunk_index == 0 {
             self.apply_pending(space, &mut chunk)?;
-            chunk.cache.backend_path.clone()
+            chunk.cache.backend_path.clone().map(|path| {
+                let (dev, ino) = chunk.cache.backend_identity.unwrap_or((0, 0));
+                ringfs_proto::BackendPlace { path, dev, ino }
+            })
         } else {
             match prepare(chunk.attr.file_id) {
                 Ok(path) => path,
@@ -84,9 +87,13 @@ impl Cache {
             }
         };
         // A file without a backend name cannot go through: the store is simply full.
-        let Some(path) = path else { return Err(Errno::ENOSPC.into()) };
-        let path = path.as_str();
-        let file = self.backend.open_for_flush(path, chunk.attr.mode).map_err(io_errno)?;
+        let Some(place) = place else { return Err(Errno::ENOSPC.into()) };
+        let file = self.backend.open_for_flush(&place.path, chunk.attr.mode).map_err(io_errno)?;
+        let metadata = file.metadata().map_err(io_errno)?;
+        if place.identity().is_some_and(|identity| identity != (metadata.dev(), metadata.ino())) {
+            // The path is another file's now (a rename over this file under way).
+            return Err(Errno::ENOSPC.into());
+        }
         let chunk_start = chunk_index * chunk.attr.chunk_size as u64;
         // The bytes held here go first, so the backend file holds the whole chunk.
         if !chunk.attr.has(EntryFlags::BACKEND_DATA) {

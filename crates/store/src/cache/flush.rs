@@ -2,11 +2,11 @@
 //! dirty chunks there.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::atomic::Ordering;
 
 use ringfs_proto::path;
-use ringfs_proto::{ChunkKey, EntryFlags, Errno, FileId, FileKind};
+use ringfs_proto::{BackendPlace, ChunkKey, EntryFlags, Errno, FileId, FileKind};
 
 use super::{Cache, FlushOutcome, FlushPace, Prepare, WorkItem, io_errno};
 use crate::StoreError;
@@ -154,6 +154,7 @@ impl Cache {
                     chunk.cache.links.clear();
                     chunk.attr.flags &= !(EntryFlags::DIRTY | EntryFlags::IN_BACKEND);
                     chunk.cache.backend_path = None;
+                    chunk.cache.backend_identity = None;
                     changed = true;
                 }
             }
@@ -168,7 +169,7 @@ impl Cache {
 
     /// At the inode's store, before data of `file` is flushed: applies the inode's pending
     /// operation and answers where the file lives in the backend (see [`Prepare`]).
-    pub fn prepare(&self, index: &Index, space: &Space, file: FileId) -> Result<Option<String>, StoreError> {
+    pub fn prepare(&self, index: &Index, space: &Space, file: FileId) -> Result<Option<BackendPlace>, StoreError> {
         let handle = index.inode(file).ok_or(Errno::ESTALE)?;
         let mut chunk = lock(&handle);
         if chunk.removed {
@@ -181,8 +182,15 @@ impl Cache {
             return Err(Errno::EBUSY.into());
         }
         self.apply_pending(space, &mut chunk)?;
+        let Some(path) = chunk.cache.backend_path.clone() else { return Ok(None) };
+        if chunk.cache.backend_identity.is_none() && chunk.attr.is_regular() {
+            // Loaded before a restart (or the file was missing when loaded): the file at the
+            // path now is taken for the file's own.
+            chunk.cache.backend_identity = self.backend.identity_of(&path).map_err(io_errno)?;
+        }
         self.make_links(space, &mut chunk)?;
-        Ok(chunk.cache.backend_path.clone())
+        let (dev, ino) = chunk.cache.backend_identity.unwrap_or((0, 0));
+        Ok(Some(BackendPlace { path, dev, ino }))
     }
 
     /// A regular file in the cached tree was cut to `len` and its chunks past the cut are gone
@@ -210,7 +218,11 @@ impl Cache {
         };
         let backend = &self.backend;
         let applied = match (op, chunk.attr.kind()) {
-            (PendingOp::Create, Some(FileKind::Regular)) => backend.create_file(&path, chunk.attr.mode),
+            (PendingOp::Create, Some(FileKind::Regular)) => backend.create_file(&path, chunk.attr.mode).and_then(|()| {
+                // The file made here is the file's own from now on.
+                chunk.cache.backend_identity = backend.identity_of(&path)?;
+                Ok(())
+            }),
             (PendingOp::Create, Some(FileKind::Directory)) => backend.make_dir(&path, chunk.attr.mode),
             (PendingOp::Create, Some(FileKind::Symlink)) => {
                 let target = String::from_utf8_lossy(&chunk.body.to_vec()?).into_owned();
@@ -218,7 +230,7 @@ impl Cache {
             }
             (PendingOp::Create, Some(_special)) => backend.make_special(&path, chunk.attr.mode, chunk.attr.rdev),
             (PendingOp::Create, None) => Ok(()),
-            (PendingOp::Trim(len), _) => backend.trim(&path, len),
+            (PendingOp::Trim(len), _) => backend.trim(&path, len, chunk.cache.backend_identity),
         };
         applied.map_err(io_errno)?;
         self.backend_changed();
@@ -271,8 +283,8 @@ impl Cache {
         let prepare: Prepare<'_> = if key.index == 0 { &local_prepare } else { prepare };
         // The inode's pending creation or cut reaches the backend before any of its data.
         // (Never without it: a creation applied later would replace the file, data and all.)
-        let backend_path = match prepare(key.file) {
-            Ok(Some(path)) => path,
+        let place = match prepare(key.file) {
+            Ok(Some(place)) => place,
             // The file has no name in the backend (it lost its last name while open): its data
             // is never flushed.
             Ok(None) => return Ok(self.forget_dirty(&handle, space)),
@@ -283,11 +295,11 @@ impl Cache {
             Err(Errno::EBUSY) => return Ok(FlushOutcome::Held),
             Err(errno) => return Err(errno.into()),
         };
-        if self.holds.covers(&backend_path) {
+        if self.holds.covers(&place.path) {
             return Ok(FlushOutcome::Held);
         }
         let file = match kind_is_regular {
-            true => match self.open_flushed_file(&backend_path, key.file, mode, prepare) {
+            true => match self.open_flushed_file(&place, key.file, mode, prepare) {
                 Ok(Some(file)) => Some(file),
                 Ok(None) => return Ok(Self::inode_missing(&handle)),
                 Err(error) if error.errno() == Errno::EBUSY => return Ok(FlushOutcome::Held),
@@ -334,8 +346,8 @@ impl Cache {
             self.backend_changed();
         }
         if attr.has(EntryFlags::DIRTY) && key.index == 0 && (attr.is_dir() || attr.is_regular()) {
-            self.backend.set_mode(&backend_path, attr.mode).map_err(io_errno)?;
-            self.backend.write_xattrs(&backend_path, chunk.xattrs.as_deref()).map_err(io_errno)?;
+            self.backend.set_mode(&place.path, attr.mode).map_err(io_errno)?;
+            self.backend.write_xattrs(&place.path, chunk.xattrs.as_deref()).map_err(io_errno)?;
         }
         // Still under the lock taken (or retaken) after the chunk's last check: unchanged.
         chunk.attr.flags &= !EntryFlags::DIRTY;
@@ -376,9 +388,21 @@ impl Cache {
     /// the file was renamed meanwhile (then it is opened, or made, at its new place). (A
     /// file deleted behind ringfs's back is not made again: its chunks wait, and are dropped
     /// from the queue after a while.)
-    fn open_flushed_file(&self, path: &str, file: FileId, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
-        match self.backend.open_existing(path) {
-            Ok(file) => return Ok(Some(file)),
+    ///
+    /// A file found at the path that is not the one the inode made or found there (`place`'s
+    /// identity) is another file's: the path was given to it (a rename over this file is
+    /// under way, or an unlink and a new file). Nothing is written into it (`None`); the
+    /// inode soon says where this file's data goes, if anywhere.
+    fn open_flushed_file(&self, place: &BackendPlace, file: FileId, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
+        let own = |opened: File| -> Result<Option<File>, StoreError> {
+            let metadata = opened.metadata().map_err(io_errno)?;
+            match place.identity() {
+                Some(identity) if identity != (metadata.dev(), metadata.ino()) => Ok(None),
+                _ => Ok(Some(opened)),
+            }
+        };
+        match self.backend.open_existing(&place.path) {
+            Ok(file) => return own(file),
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(io_errno(error)),
             Err(_) => {}
         }
@@ -389,8 +413,21 @@ impl Cache {
             // not heard of it yet (an unlink removes the name first, then the link). Making
             // the file again would leave a file in the backend that no name in ringfs has;
             // the chunk waits instead (the inode soon says "nowhere").
-            Ok(Some(current)) if current == path => Ok(None),
-            Ok(Some(current)) => self.backend.open_for_flush(&current, mode).map(Some).map_err(io_errno),
+            Ok(Some(current)) if current.path == place.path => Ok(None),
+            // Renamed meanwhile: its own file there (made by its creation), or made now.
+            Ok(Some(current)) => match self.backend.open_existing(&current.path) {
+                Ok(opened) => {
+                    let metadata = opened.metadata().map_err(io_errno)?;
+                    match current.identity() {
+                        Some(identity) if identity != (metadata.dev(), metadata.ino()) => Ok(None),
+                        _ => Ok(Some(opened)),
+                    }
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    self.backend.open_for_flush(&current.path, mode).map(Some).map_err(io_errno)
+                }
+                Err(error) => Err(io_errno(error)),
+            },
         }
     }
 }

@@ -35,7 +35,7 @@ impl Cache {
                 }
                 names.backend_removals
             };
-            let Some(mut attr) = self.backend.entry_attr(path, self.chunk_size).map_err(io_errno)? else { return Ok(None) };
+            let Some((mut attr, identity)) = self.backend.entry(path, self.chunk_size).map_err(io_errno)? else { return Ok(None) };
             attr.file_id.anchor = anchor;
             let link_target = if attr.is_symlink() { Some(self.backend.read_link(path).map_err(io_errno)?) } else { None };
             let parent = path::parent(path).unwrap_or("/");
@@ -51,7 +51,7 @@ impl Cache {
                 continue;
             }
             let entry = Entry { target: EntryRef { file: attr.file_id, kind_bits: attr.mode & 0o170000 }, removing: false };
-            self.insert_loaded_inode(index, space, path, attr, link_target)?;
+            self.insert_loaded_inode(index, space, path, attr, identity, link_target)?;
             self.charge(space, entry_cost(path))?;
             if let Some(directory) = &space.directory {
                 directory.put_entry(path, entry.target).map_err(StoreError::Directory)?;
@@ -72,6 +72,7 @@ impl Cache {
         space: &Space,
         path: &str,
         attr: Attr,
+        identity: (u64, u64),
         link_target: Option<String>,
     ) -> Result<(), StoreError> {
         let file = attr.file_id;
@@ -79,7 +80,7 @@ impl Cache {
             return Ok(());
         }
         self.charge(space, CHUNK_OVERHEAD_BYTES)?;
-        let cache = CacheState { backend_path: Some(path.to_string()), ..CacheState::default() };
+        let cache = CacheState { backend_path: Some(path.to_string()), backend_identity: Some(identity), ..CacheState::default() };
         let handle = space.new_chunk_charged(ChunkKey::inode(file), attr, cache)?;
         // Extended attributes come along (a failure to read them is not a failure to load).
         if attr.is_regular() || attr.is_dir() {

@@ -98,10 +98,10 @@ pub struct QueuedWork {
 }
 
 /// The inode's server, asked before chunk data of a file is written: it applies the inode's
-/// pending operation and answers where the file lives in the backend (`None`: nowhere — the
-/// file lost its last name; its data is not flushed). ESTALE or ENOENT: the file is gone;
-/// EAGAIN: a cut of it is under way.
-pub type Prepare<'a> = &'a dyn Fn(FileId) -> Result<Option<String>, Errno>;
+/// pending operation and answers where the file lives in the backend and which backend file
+/// it is (`None`: nowhere — the file lost its last name; its data is not flushed). ESTALE or
+/// ENOENT: the file is gone; EAGAIN: a cut of it is under way.
+pub type Prepare<'a> = &'a dyn Fn(FileId) -> Result<Option<ringfs_proto::BackendPlace>, Errno>;
 
 /// Where a file's bytes are in the backend: its backend path and `backend_len` (asked of the
 /// file's inode before a chunk is loaded from there).

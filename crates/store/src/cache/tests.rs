@@ -388,3 +388,43 @@ fn a_chunk_flushed_between_a_names_removal_and_its_last_link_makes_no_file() {
     flush_all(&store);
     assert!(!setup.backend().join("p").exists());
 }
+
+#[test]
+fn a_file_renamed_over_a_file_whose_chunk_is_being_flushed_is_not_mixed_with_it() {
+    // The replaced file's chunk flush learns its place ("/f"); right then a smaller file is
+    // renamed over "/f": it is bound to "/f" and made there, the name moves to it and the
+    // replaced file loses its name. The flush under way must not write the replaced file's
+    // bytes into the new file's backend file.
+    let setup = Setup::new("replaced-under-flush");
+    let store = setup.store();
+    let replaced = new_file(&store, "/f", &pattern(3 * CHUNK as usize, 1));
+    let small = pattern(CHUNK as usize / 2, 2);
+    let renamed_file = new_file(&store, "/new", &small);
+    flush_all(&store);
+    // The replaced file changes again: its last chunk is dirty.
+    let backend_place = store.backend_file(replaced).unwrap();
+    let changed = pattern(CHUNK as usize, 9);
+    store.write(ChunkKey::new(replaced, 2), 0, &mut &changed[..], template(3 * CHUNK as u64), 6, backend_place.as_ref()).unwrap();
+    // Someone has it open, so its chunks stay while it has no name (on other servers they
+    // stay until its removal reaches them, whether it is open or not).
+    store.open_file(replaced).unwrap();
+    let renamed = std::cell::Cell::new(false);
+    let prepare = |asked: FileId| {
+        let place = store.prepare(asked).map_err(|error| error.errno());
+        if !renamed.replace(true) {
+            store.rebind(renamed_file, Some("/f"), Some("/new")).unwrap();
+            store.prepare(renamed_file).unwrap();
+            let entry = ringfs_proto::EntryRef::new(renamed_file, ringfs_proto::FileKind::Regular);
+            store.install_entry("/f", entry, ringfs_proto::InstallMode::REPLACE, FileId::default(), false).unwrap();
+            store.remove_entry("/new", renamed_file).unwrap();
+            store.drop_link_named(replaced, 7, Some("/f")).unwrap();
+        }
+        place
+    };
+    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(replaced, 2)), &prepare, FlushPace::Complete).unwrap();
+    assert!(renamed.get(), "the flush asked where the replaced file lives ({outcome:?})");
+    flush_all(&store);
+    let backend = fs::read(setup.backend().join("f")).unwrap();
+    assert_eq!(backend.len(), small.len(), "the backend file is the renamed file's, without the replaced file's tail");
+    assert!(backend == small);
+}
