@@ -35,7 +35,7 @@ pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
-pub use locks::{LockConflict, LockRange};
+pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
 

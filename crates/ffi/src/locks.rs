@@ -83,12 +83,7 @@ pub unsafe extern "C" fn ringfs_fcntl_lock(fd: c_int, cmd: c_int, lock: *mut lib
             libc::F_OFD_SETLKW => (description_owner(fd), false, true),
             _ => return Err(Errno::EINVAL),
         };
-        let kind = match c_int::from(lock.l_type) {
-            libc::F_RDLCK => LockKind::Read,
-            libc::F_WRLCK => LockKind::Write,
-            libc::F_UNLCK => LockKind::Unlock,
-            _ => return Err(Errno::EINVAL),
-        };
+        let kind = ringfs_client::lock_kind_of(c_int::from(lock.l_type))?;
         let base = match c_int::from(lock.l_whence) {
             libc::SEEK_SET => 0,
             libc::SEEK_CUR => client.seek(fd, SeekFrom::Current(0))? as i64,
@@ -100,16 +95,7 @@ pub unsafe extern "C" fn ringfs_fcntl_lock(fd: c_int, cmd: c_int, lock: *mut lib
             if kind == LockKind::Unlock {
                 return Err(Errno::EINVAL);
             }
-            match client.test_lock(fd, owner, kind, range)? {
-                Some(conflict) => {
-                    lock.l_type = if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK } as libc::c_short;
-                    lock.l_whence = libc::SEEK_SET as libc::c_short;
-                    lock.l_start = conflict.range.start as libc::off_t;
-                    lock.l_len = conflict.range.flock_len();
-                    lock.l_pid = if owner == PROCESS_OWNER { conflict.pid as libc::pid_t } else { -1 };
-                }
-                None => lock.l_type = libc::F_UNLCK as libc::c_short,
-            }
+            ringfs_client::report_conflict(lock, client.test_lock(fd, owner, kind, range)?, owner == PROCESS_OWNER);
             return Ok(0);
         }
         let (readable, writable) = client.access_mode(fd)?;

@@ -177,16 +177,6 @@ fn name_str(name: &OsStr) -> Result<&str, Errno> {
     name.to_str().ok_or(Errno::EINVAL)
 }
 
-/// The lock kind of a kernel lock request's type (`F_RDLCK`, `F_WRLCK`, `F_UNLCK`).
-fn lock_kind(typ: i32) -> Result<LockKind, Errno> {
-    match typ {
-        libc::F_RDLCK => Ok(LockKind::Read),
-        libc::F_WRLCK => Ok(LockKind::Write),
-        libc::F_UNLCK => Ok(LockKind::Unlock),
-        _ => Err(Errno::EINVAL),
-    }
-}
-
 /// A kernel lock range (`end` inclusive, `OFFSET_MAX` for "to the end").
 fn lock_range(start: u64, end: u64) -> LockRange {
     LockRange { start, end: if end >= i64::MAX as u64 { u64::MAX } else { end } }
@@ -633,7 +623,8 @@ impl Filesystem for RingfsFilesystem {
         _pid: u32,
         reply: fuser::ReplyLock,
     ) {
-        let outcome = lock_kind(typ).and_then(|kind| self.client.test_lock(fd_of(handle), lock_owner.0, kind, lock_range(start, end)));
+        let outcome = ringfs_client::lock_kind_of(typ)
+            .and_then(|kind| self.client.test_lock(fd_of(handle), lock_owner.0, kind, lock_range(start, end)));
         match outcome {
             Ok(Some(conflict)) => {
                 let typ = if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK };
@@ -658,7 +649,7 @@ impl Filesystem for RingfsFilesystem {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let outcome = lock_kind(typ).and_then(|kind| {
+        let outcome = ringfs_client::lock_kind_of(typ).and_then(|kind| {
             if kind != LockKind::Unlock {
                 let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 let owners = owners.entry(inode.0).or_default();

@@ -94,7 +94,7 @@ pub(crate) fn fcntl_lock(
         libc::F_OFD_SETLKW => (description_owner(description), false, true),
         _ => return Err(Errno::EINVAL),
     };
-    let kind = lock_kind(c_int::from(lock.l_type))?;
+    let kind = ringfs_client::lock_kind_of(c_int::from(lock.l_type))?;
     let base = match c_int::from(lock.l_whence) {
         libc::SEEK_SET => 0,
         libc::SEEK_CUR => {
@@ -109,16 +109,7 @@ pub(crate) fn fcntl_lock(
         if kind == LockKind::Unlock {
             return Err(Errno::EINVAL);
         }
-        match client.test_lock(fd, owner, kind, range)? {
-            Some(conflict) => {
-                lock.l_type = if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK } as libc::c_short;
-                lock.l_whence = libc::SEEK_SET as libc::c_short;
-                lock.l_start = conflict.range.start as libc::off_t;
-                lock.l_len = conflict.range.flock_len();
-                lock.l_pid = if owner == PROCESS_OWNER { conflict.pid as libc::pid_t } else { -1 };
-            }
-            None => lock.l_type = libc::F_UNLCK as libc::c_short,
-        }
+        ringfs_client::report_conflict(lock, client.test_lock(fd, owner, kind, range)?, owner == PROCESS_OWNER);
         return Ok(0);
     }
     if (kind == LockKind::Read && !description.readable()) || (kind == LockKind::Write && !description.writable()) {
@@ -129,15 +120,6 @@ pub(crate) fn fcntl_lock(
         remember(description.file, owner);
     }
     Ok(0)
-}
-
-fn lock_kind(l_type: c_int) -> Result<LockKind, Errno> {
-    match l_type {
-        libc::F_RDLCK => Ok(LockKind::Read),
-        libc::F_WRLCK => Ok(LockKind::Write),
-        libc::F_UNLCK => Ok(LockKind::Unlock),
-        _ => Err(Errno::EINVAL),
-    }
 }
 
 /// `flock(fd, operation)`: a whole-file lock of the open file description.
