@@ -1249,3 +1249,60 @@ fn a_file_renamed_over_a_file_being_flushed_is_not_mixed_with_it_in_the_backend(
     }
     client.sync().unwrap();
 }
+
+/// A directory tree made outside the cached tree (a job's scratch output) renamed into it —
+/// nested directories, files of several chunks, a symbolic link, a file with two names in
+/// the tree and one outside — reaches the backend whole at the next sync; ringfs shows it at
+/// once. A tree renamed out of the cached tree, or exchanged across its border, answers
+/// EXDEV (`mv` copies).
+#[test]
+fn a_directory_renamed_into_the_cached_tree_reaches_the_backend() {
+    let backend = Backend::new("rename-in");
+    backend.write("/existing", b"already there");
+    let mut options = caching(&backend, 3, "immediate", 1000);
+    options.extra_args.extend(["--mount-path".to_string(), "/pfs".to_string()]);
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let mut random = Random::new(51);
+    client.mkdir("/scratch", 0o755).unwrap();
+    client.mkdir("/scratch/out", 0o750).unwrap();
+    client.mkdir("/scratch/out/deep", 0o755).unwrap();
+    let mut files = BTreeMap::new();
+    for (path, len) in [("/scratch/out/a", 700_000), ("/scratch/out/deep/b", 5), ("/scratch/out/deep/c", 300_000)] {
+        let bytes = random_bytes(&mut random, len);
+        write_whole(&client, path, &bytes);
+        files.insert(path.replace("/scratch/out", "/results"), bytes);
+    }
+    client.symlink("deep/b", "/scratch/out/link").unwrap();
+    client.link("/scratch/out/a", "/scratch/out/deep/a-again").unwrap();
+    client.link("/scratch/out/a", "/scratch/a-outside").unwrap();
+    files.insert("/results/deep/a-again".into(), files["/results/a"].clone());
+    client.rename("/scratch/out", "/pfs/results").unwrap();
+    for (path, bytes) in &files {
+        assert_same(&format!("ringfs {path}"), &read_whole(&client, &format!("/pfs{path}")), bytes);
+    }
+    assert!(client.stat("/pfs/results/deep/c").unwrap().backed, "the moved files are in the cached tree now");
+    client.sync().unwrap();
+    for (path, bytes) in &files {
+        assert_same(&format!("the backend's {path}"), &backend.read(path), bytes);
+    }
+    assert_eq!(std::fs::read_link(backend.path("/results/link")).unwrap(), Path::new("deep/b"));
+    use std::os::unix::fs::MetadataExt;
+    let (first, second) =
+        (std::fs::metadata(backend.path("/results/a")).unwrap(), std::fs::metadata(backend.path("/results/deep/a-again")).unwrap());
+    assert_eq!(first.ino(), second.ino(), "two names of one file in the tree are hard links in the backend");
+    assert_eq!(std::fs::metadata(backend.path("/results")).unwrap().mode() & 0o777, 0o750, "the directory keeps its mode");
+    assert_eq!(backend.read("/existing"), b"already there");
+    // Written after the move: reaches the backend too; the name outside stays outside.
+    write_whole(&client, "/pfs/results/deep/c", b"changed");
+    assert_same("/scratch/a-outside", &read_whole(&client, "/scratch/a-outside"), &files["/results/a"]);
+    client.sync().unwrap();
+    assert_eq!(backend.read("/results/deep/c"), b"changed");
+    // Out of the cached tree, or exchanged across its border: EXDEV.
+    client.mkdir("/scratch/other", 0o755).unwrap();
+    assert_eq!(client.rename("/pfs/results", "/scratch/back").unwrap_err(), ringfs_client::Errno::EXDEV);
+    assert_eq!(
+        client.rename_with_flags("/scratch/other", "/pfs/results", ringfs_client::RenameFlags::EXCHANGE).unwrap_err(),
+        ringfs_client::Errno::EXDEV
+    );
+}

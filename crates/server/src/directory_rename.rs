@@ -69,6 +69,9 @@ struct SubtreeMove {
     /// Names taken out here whose new server has not confirmed them yet: a repeated
     /// `MoveSubtree` sends them again (they must never be dropped: they exist nowhere else).
     unsent: Vec<MovedEntry>,
+    /// A tree moving into the cached tree: names taken out here whose files' inodes have not
+    /// confirmed their backend place yet (a repeated `MoveSubtree` tells them again).
+    unbound: Vec<MovedEntry>,
 }
 
 impl SubtreeMoves {
@@ -107,6 +110,39 @@ impl ServerState {
         if !state.unsent.is_empty() && self.send_moved(token, state.unsent).is_err() {
             log::error!("directory rename: names moved from here could not reach their new servers and are lost");
         }
+    }
+
+    /// A tree moving into the cached tree: tells the inodes of the names taken out here
+    /// where their files now live in the backend (each is made there anew, data and all,
+    /// when flushed; a file with two names in the tree gets the second as a hard link).
+    /// Done within the rename's freeze, so no later rename of those names can come first.
+    /// EIO if an inode could not be told (a repeated step tells the rest again).
+    fn bind_moved_into_cached_tree(&self, token: u64) -> Result<(), Errno> {
+        let unbound = match self.subtree_moves.lock().get_mut(&token) {
+            Some(state) => std::mem::take(&mut state.unbound),
+            None => return Ok(()),
+        };
+        let mut left = Vec::new();
+        for moved in unbound {
+            if let Err(errno) =
+                crate::names::retry_uncertain_for(Duration::from_secs(2), || self.bind_into_cached_tree(moved.entry.file, &moved.path))
+            {
+                log::warn!("directory rename into the cached tree: {} not bound to its backend place yet: {errno}", moved.path);
+                left.push(moved);
+            }
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        if let Some(state) = self.subtree_moves.lock().get_mut(&token) {
+            state.unbound.extend(left);
+        }
+        Err(Errno::EIO)
+    }
+
+    /// Tells `file`'s inode that its name `path` entered the cached tree.
+    fn bind_into_cached_tree(&self, file: FileId, path: &str) -> Result<(), Errno> {
+        self.ask_home(file, Request::Rebind(ringfs_proto::Rebind { file, path: Some(path.to_string()), from: None })).map(drop)
     }
 
     /// Sends names taken out for a directory rename to their new servers; those that could
@@ -177,9 +213,12 @@ impl ServerState {
 
     /// Renames a directory, or exchanges two names (see the module documentation).
     pub fn rename_tree(&self, from: &str, to: &str, time_ns: i64, flags: u32) -> Result<Response, Errno> {
-        if self.in_cached_tree(from) != self.in_cached_tree(to) {
-            // A tree moving into or out of the cached tree would have to be made anew or
-            // taken out of the backend file by file; `mv` falls back to copying.
+        if self.in_cached_tree(from) && !self.in_cached_tree(to)
+            || moves_into_cached_tree(self, from, to) && flags & RenameFlags::EXCHANGE != 0
+        {
+            // A tree leaving the cached tree would take along everything the backend holds
+            // in it, loaded file by file — a copy, which `mv` does itself on EXDEV. (A tree
+            // entering it is made there anew: below.)
             return Err(Errno::EXDEV);
         }
         let token = new_token();
@@ -295,6 +334,10 @@ impl ServerState {
                     }
                     Ok(())
                 })?;
+                if moves_into_cached_tree(self, from, to) {
+                    // The names below moved with their servers' steps; the directory itself:
+                    retry(&|| self.bind_into_cached_tree(source.file, to))?;
+                }
             }
             self.touch_ctime(source.file, time_ns)
         });
@@ -378,6 +421,9 @@ impl ServerState {
                 if subtree.exchange {
                     moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
                 }
+                if !subtree.exchange && moves_into_cached_tree(self, &subtree.from, &subtree.to) {
+                    state.unbound = moved.clone();
+                }
                 state.taken = true;
                 // Cache mode: the backend tree has moved (the coordinator did it under the
                 // hold); the inodes here now live at the new paths.
@@ -388,6 +434,7 @@ impl ServerState {
             }
         };
         self.store.put_entries(&held_back).map_err(store_errno)?;
+        self.bind_moved_into_cached_tree(subtree.token)?;
         let count = moved.len() as u64;
         if let Err(unsent) = self.send_moved(subtree.token, moved) {
             if let Some(state) = self.subtree_moves.lock().get_mut(&subtree.token) {
@@ -397,4 +444,9 @@ impl ServerState {
         }
         Ok(Response::Count(count))
     }
+}
+
+/// Whether a rename from `from` to `to` moves a tree into the cached tree (from outside it).
+fn moves_into_cached_tree(server: &ServerState, from: &str, to: &str) -> bool {
+    !server.in_cached_tree(from) && server.in_cached_tree(to)
 }
