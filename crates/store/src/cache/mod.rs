@@ -100,7 +100,9 @@ pub struct QueuedWork {
 /// The inode's server, asked before chunk data of a file is written: it applies the inode's
 /// pending operation and answers where the file lives in the backend and which backend file
 /// it is (`None`: nowhere — the file lost its last name; its data is not flushed). ESTALE or
-/// ENOENT: the file is gone; EAGAIN: a cut of it is under way.
+/// ENOENT: the file is gone; EAGAIN: not now, the flush waits — a cut of it is under way, or
+/// its backend path now holds another file (a rename over this one is under way; the inode
+/// soon learns where its file goes).
 pub type Prepare<'a> = &'a dyn Fn(FileId) -> Result<Option<ringfs_proto::BackendPlace>, Errno>;
 
 /// Where a file's bytes are in the backend: its backend path and `backend_len` (asked of the
