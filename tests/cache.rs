@@ -620,6 +620,10 @@ fn shell_tools_through_fuse_see_and_change_the_backend_tree() {
     assert_eq!(shell("ls in"), "large.bin\nnotes.txt\nrenamed.txt\nsub\n", "the listing merges the changes before any flush");
     assert_eq!(shell("cat in/notes.txt"), "line one\nline two\n");
     assert_eq!(shell("find copy -type f | sort"), "copy/large.bin\ncopy/name.txt\ncopy/notes.txt\ncopy/old.txt\ncopy/sub/deep.txt\n");
+    // Hard links, and rsync -aH keeping them.
+    shell("ln in/large.bin in/sub/large-link && mkdir linked && echo one > linked/a && ln linked/a linked/b");
+    assert_eq!(shell("stat -c %h in/large.bin"), "2\n");
+    shell("rsync -aH linked/ linked-copy/ && test $(stat -c %h linked-copy/a) = 2");
     assert!(backend.path("/in/old.txt").exists(), "policy none: the backend is untouched before the sync");
     let sync = Command::new(ringfs_binary())
         .arg("sync")
@@ -635,6 +639,11 @@ fn shell_tools_through_fuse_see_and_change_the_backend_tree() {
     assert_eq!(backend.read("/in/sub/deep.txt"), b"");
     assert_same("/copy/large.bin in the backend", &backend.read("/copy/large.bin"), &large);
     assert_eq!(backend.read("/copy/old.txt"), b"to be removed\n");
+    use std::os::unix::fs::MetadataExt;
+    let inode = |path: &str| std::fs::metadata(backend.path(path)).unwrap().ino();
+    assert_eq!(inode("/in/large.bin"), inode("/in/sub/large-link"), "ln in the mount made a hard link in the backend");
+    assert_eq!(inode("/linked-copy/a"), inode("/linked-copy/b"), "rsync -aH through the mount kept the link in the backend");
+    assert_eq!(backend.read("/linked-copy/b"), b"one\n");
 }
 
 #[test]
