@@ -1121,6 +1121,8 @@ fn hard_links_reach_the_backend_as_hard_links() {
     let client = cluster.client();
     let mut fresh = 0;
     let (mut links, mut renames, mut tree_renames, mut syncs) = (0, 0, 0, 0);
+    // What each step did, for a failure's message.
+    let mut history: Vec<String> = Vec::new();
     for step in 0..250 {
         let paths: Vec<String> = names.keys().cloned().collect();
         let pick = |random: &mut Random, list: &[String]| list[random.below(list.len() as u64) as usize].clone();
@@ -1137,6 +1139,7 @@ fn hard_links_reach_the_backend_as_hard_links() {
                 let len = random.below(400_000) as usize;
                 let bytes = random_bytes(&mut random, len);
                 write_whole(&client, &path, &bytes);
+                history.push(format!("{step}: new {path} (file {})", contents.len()));
                 names.insert(path, contents.len());
                 contents.push(bytes);
             }
@@ -1146,24 +1149,28 @@ fn hard_links_reach_the_backend_as_hard_links() {
                 let len = random.below(400_000) as usize;
                 let bytes = random_bytes(&mut random, len);
                 write_whole(&client, &path, &bytes);
+                history.push(format!("{step}: overwrite {path} (file {})", names[&path]));
                 contents[names[&path]] = bytes;
             }
             22..=46 if !paths.is_empty() => {
                 let from = pick(&mut random, &paths);
                 let to = new_name(&mut random, &mut fresh);
                 client.link(&from, &to).unwrap_or_else(|errno| panic!("step {step}: link {from} {to}: {errno}"));
+                history.push(format!("{step}: link {from} {to} (file {})", names[&from]));
                 names.insert(to, names[&from]);
                 links += 1;
             }
             47..=58 if !paths.is_empty() => {
                 let path = pick(&mut random, &paths);
                 client.unlink(&path).unwrap_or_else(|errno| panic!("step {step}: unlink {path}: {errno}"));
+                history.push(format!("{step}: unlink {path} (file {})", names[&path]));
                 names.remove(&path);
             }
             59..=72 if !paths.is_empty() => {
                 let from = pick(&mut random, &paths);
                 let to = if random.below(2) == 0 { pick(&mut random, &paths) } else { new_name(&mut random, &mut fresh) };
                 client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                history.push(format!("{step}: rename {from} {to} (file {} over {:?})", names[&from], names.get(&to)));
                 // Two names of one file: rename does nothing.
                 if names.get(&to) != Some(&names[&from]) {
                     let file = names.remove(&from).unwrap();
@@ -1174,6 +1181,7 @@ fn hard_links_reach_the_backend_as_hard_links() {
             73..=77 => {
                 let path = new_name(&mut random, &mut fresh);
                 client.mkdir(&path, 0o755).unwrap_or_else(|errno| panic!("step {step}: mkdir {path}: {errno}"));
+                history.push(format!("{step}: mkdir {path}"));
                 dirs.push(path);
             }
             78..=84 => {
@@ -1184,6 +1192,7 @@ fn hard_links_reach_the_backend_as_hard_links() {
                     continue;
                 }
                 client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
+                history.push(format!("{step}: rename directory {from} {to}"));
                 let moved = |path: &String| if is_at_or_below(path, &from) { format!("{to}{}", &path[from.len()..]) } else { path.clone() };
                 names = names.iter().map(|(path, file)| (moved(path), *file)).collect();
                 dirs = dirs.iter().map(moved).collect();
@@ -1198,7 +1207,14 @@ fn hard_links_reach_the_backend_as_hard_links() {
             }
             93..=99 => {
                 client.sync().unwrap();
-                check_backend_links(&backend, &names, &contents, &dirs, &format!("step {step}"));
+                history.push(format!("{step}: sync"));
+                check_backend_links(
+                    &backend,
+                    &names,
+                    &contents,
+                    &dirs,
+                    &format!("step {step} (seed {seed}); the steps:\n{}\n", history.join("\n")),
+                );
                 syncs += 1;
             }
             _ => {}
@@ -1207,7 +1223,7 @@ fn hard_links_reach_the_backend_as_hard_links() {
     eprintln!("{links} links, {renames} renames, {tree_renames} directory renames, {syncs} syncs; {} names at the end", names.len());
     assert!(links > 20 && renames > 10 && tree_renames > 5 && syncs > 5, "the random steps did what they are for");
     client.sync().unwrap();
-    check_backend_links(&backend, &names, &contents, &dirs, "the end");
+    check_backend_links(&backend, &names, &contents, &dirs, &format!("the end (seed {seed}); the steps:\n{}\n", history.join("\n")));
     for (path, file) in &names {
         assert_same(&format!("ringfs at the end: {path}"), &read_whole(&client, path), &contents[*file]);
     }

@@ -23,6 +23,12 @@ impl Cache {
         if chunk.cache.links.iter().all(|link| link.made) {
             return Ok(());
         }
+        if chunk.cache.links.iter().any(|link| !link.made && self.holds.covers(&link.path)) {
+            // A directory rename holds the name's directory: made now, the link would make
+            // that directory again where the backend moved it away (and the rename's removal
+            // of the old name would take it away, link and all). It waits (EBUSY: `Held`).
+            return Err(crate::StoreError::Fs(ringfs_proto::Errno::EBUSY));
+        }
         let identity = chunk.cache.backend_identity;
         if identity.is_some() && self.backend.identity_of(&primary).map_err(io_errno)? != identity {
             // The path is another file's now (a rename over this file under way): the links

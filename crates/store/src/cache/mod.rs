@@ -102,7 +102,8 @@ pub struct QueuedWork {
 /// it is (`None`: nowhere — the file lost its last name; its data is not flushed). ESTALE or
 /// ENOENT: the file is gone; EAGAIN: not now, the flush waits — a cut of it is under way, or
 /// its backend path now holds another file (a rename over this one is under way; the inode
-/// soon learns where its file goes).
+/// soon learns where its file goes). EBUSY: a directory rename holds one of its backend
+/// paths (the flush waits for it: `Held`).
 pub type Prepare<'a> = &'a dyn Fn(FileId) -> Result<Option<ringfs_proto::BackendPlace>, Errno>;
 
 /// Where a file's bytes are in the backend: its backend path and `backend_len` (asked of the

@@ -428,3 +428,30 @@ fn a_file_renamed_over_a_file_whose_chunk_is_being_flushed_is_not_mixed_with_it(
     assert_eq!(backend.len(), small.len(), "the backend file is the renamed file's, without the replaced file's tail");
     assert!(backend == small);
 }
+
+#[test]
+fn a_link_waits_while_a_directory_rename_holds_its_path() {
+    // Found by the soak (cache-mode hard links, seed 59410): a link not yet in the backend,
+    // made between the backend's move of its directory and the inode learning the new path,
+    // made the old directory again (its parents are made as needed) and linked there; the
+    // rename's removal of the old name then took that directory away, link and all.
+    let setup = Setup::new("link-under-move");
+    fs::create_dir(setup.backend().join("d")).unwrap();
+    let store = setup.store();
+    let bytes = pattern(CHUNK as usize, 4);
+    let file = new_file(&store, "/p", &bytes);
+    flush_all(&store);
+    store.add_link_named(file, 8, Some("/d/x")).unwrap();
+    store.hold_backend(77, &["/d", "/e"], std::time::Duration::from_secs(30)).unwrap();
+    store.move_in_backend("/d", "/e", false).unwrap();
+    // The link's flush comes now, before this server's step of the rename.
+    assert_eq!(store.prepare(file).map_err(|error| error.errno()), Err(Errno::EBUSY), "the link waits for the rename");
+    assert!(!setup.backend().join("d").exists(), "the old directory is not made again");
+    store.rebase_backend_paths("/d", "/e", false).unwrap();
+    store.release_backend(77);
+    flush_all(&store);
+    use std::os::unix::fs::MetadataExt;
+    let inode = |path: &str| fs::metadata(setup.backend().join(path)).unwrap().ino();
+    assert_eq!(inode("e/x"), inode("p"), "the link is made at the new path");
+    assert!(!setup.backend().join("d").exists());
+}
