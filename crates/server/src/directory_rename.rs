@@ -32,10 +32,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
-use ringfs_proto::{EntryRef, Errno, FileId, InstallMode, MovedEntry, NamespaceLock, PutEntries, RenameFlags, Request, Response, Subtree};
+use ringfs_proto::{Errno, FileId, InstallMode, MovedEntry, NamespaceLock, PutEntries, RenameFlags, Request, Response, Subtree};
 
 use crate::locks::{LEASE, WAIT_LIMIT};
-use crate::names::new_token;
+use crate::names::{LockedRename, new_token};
 use crate::service::{ServerState, store_errno};
 
 /// Why an attempt at a directory rename did not complete.
@@ -237,7 +237,8 @@ impl ServerState {
             // that is tried again late must not end this one's locks or freeze.
             let attempt_token = new_token();
             let attempt = self.lock_names(&names, attempt_token).map_err(TreeRenameError::Failed).and_then(|entries| {
-                let outcome = self.rename_tree_locked(from, to, entries[0], entries[1], time_ns, flags, attempt_token);
+                let locked = LockedRename { from, to, source: entries[0], target: entries[1], time_ns, flags, token: attempt_token };
+                let outcome = self.rename_tree_locked(locked);
                 self.unlock_names(&names, attempt_token);
                 outcome
             });
@@ -264,17 +265,8 @@ impl ServerState {
 
     /// The rename with its names locked; [`TreeRenameError::Busy`] when the freeze could not
     /// take hold (nothing changed).
-    #[allow(clippy::too_many_arguments)]
-    fn rename_tree_locked(
-        &self,
-        from: &str,
-        to: &str,
-        source: Option<EntryRef>,
-        target: Option<EntryRef>,
-        time_ns: i64,
-        flags: u32,
-        token: u64,
-    ) -> Result<Response, TreeRenameError> {
+    fn rename_tree_locked(&self, rename: LockedRename<'_>) -> Result<Response, TreeRenameError> {
+        let LockedRename { from, to, source, target, time_ns, flags, token } = rename;
         let source = source.ok_or(Errno::ENOENT)?;
         let exchange = flags & RenameFlags::EXCHANGE != 0;
         let mut replaced_dir = None;

@@ -70,6 +70,18 @@ pub enum Release {
     Thaw(ringfs_proto::Subtree),
 }
 
+/// A rename whose two names are locked for `token`: what each name referred to when locked
+/// (`source` at `from`, `target` at `to`), its time and `renameat2` flags.
+pub(crate) struct LockedRename<'a> {
+    pub from: &'a str,
+    pub to: &'a str,
+    pub source: Option<EntryRef>,
+    pub target: Option<EntryRef>,
+    pub time_ns: i64,
+    pub flags: u32,
+    pub token: u64,
+}
+
 /// Draws the token of a rename or link (its locks and steps carry it).
 pub fn new_token() -> u64 {
     fast_random_u64() | 1
@@ -533,7 +545,8 @@ impl ServerState {
             self.unlock_names(&[&from, &to], token);
             return self.rename_tree(&from, &to, time_ns, flags);
         }
-        let outcome = self.rename_file(&from, &to, entries[0], entries[1], time_ns, flags, token);
+        let outcome =
+            self.rename_file(LockedRename { from: &from, to: &to, source: entries[0], target: entries[1], time_ns, flags, token });
         self.unlock_names(&[&from, &to], token);
         if outcome.is_ok() {
             self.touch_parent(&from, time_ns);
@@ -542,18 +555,9 @@ impl ServerState {
         outcome
     }
 
-    /// Renames a file (or link, or special file) whose names are locked for `token`.
-    #[allow(clippy::too_many_arguments)]
-    fn rename_file(
-        &self,
-        from: &str,
-        to: &str,
-        source: Option<EntryRef>,
-        target: Option<EntryRef>,
-        time_ns: i64,
-        flags: u32,
-        token: u64,
-    ) -> Result<Response, Errno> {
+    /// Renames a file (or link, or special file) whose names are locked.
+    fn rename_file(&self, rename: LockedRename<'_>) -> Result<Response, Errno> {
+        let LockedRename { from, to, source, target, time_ns, flags, token } = rename;
         let source = source.ok_or(Errno::ENOENT)?;
         match target {
             Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
