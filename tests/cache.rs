@@ -1331,3 +1331,30 @@ fn a_directory_renamed_into_the_cached_tree_reaches_the_backend() {
         ringfs_client::Errno::EXDEV
     );
 }
+
+/// A tree renamed into the cached tree over an empty directory whose backend directory still
+/// holds names removed in ringfs (not flushed yet): after a sync the backend holds the new
+/// tree, the removed names gone — never a new file removed by an old name's removal.
+#[test]
+fn a_directory_renamed_over_one_with_unflushed_removals_keeps_its_new_files() {
+    let backend = Backend::new("rename-in-over");
+    backend.write("/results/c", b"old c");
+    backend.write("/results/old.txt", b"old");
+    let mut options = caching(&backend, 3, "none", 1000);
+    options.extra_args.extend(["--mount-path".to_string(), "/pfs".to_string()]);
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    for name in ["/pfs/results/c", "/pfs/results/old.txt"] {
+        client.unlink(name).unwrap();
+    }
+    assert!(client.readdir("/pfs/results").unwrap().is_empty());
+    client.mkdir("/scratch", 0o755).unwrap();
+    client.mkdir("/scratch/out", 0o755).unwrap();
+    write_whole(&client, "/scratch/out/c", b"new c");
+    write_whole(&client, "/scratch/out/d", b"new d");
+    client.rename("/scratch/out", "/pfs/results").unwrap();
+    client.sync().unwrap();
+    assert_eq!(backend.read("/results/c"), b"new c");
+    assert_eq!(backend.read("/results/d"), b"new d");
+    assert!(!backend.path("/results/old.txt").exists(), "the removed name is gone from the backend");
+}

@@ -418,8 +418,12 @@ impl ServerState {
                 }
                 state.taken = true;
                 // Cache mode: the backend tree has moved (the coordinator did it under the
-                // hold); the inodes here now live at the new paths.
-                if let Err(error) = self.store.rebase_backend_paths(&subtree.from, &subtree.to, subtree.exchange) {
+                // hold); the inodes here now live at the new paths. (A tree entering the
+                // cached tree moved nothing in the backend: its inodes are bound below —
+                // some perhaps already, by other servers' steps, which a rebase would undo.)
+                if self.in_cached_tree(&subtree.from)
+                    && let Err(error) = self.store.rebase_backend_paths(&subtree.from, &subtree.to, subtree.exchange)
+                {
                     log::error!("directory rename: recording the new backend paths failed: {error}");
                 }
                 (moved, std::mem::take(&mut state.held_back))

@@ -395,9 +395,11 @@ impl ServerState {
                     // tries again once it is done.
                     return Err(Errno::EBUSY);
                 }
-                if self.in_cached_tree(&subtree.from) {
-                    // The rename moves the tree in the backend too: no flush may change it
-                    // meanwhile (the one under way ends first).
+                if self.in_cached_tree(&subtree.from) || self.in_cached_tree(&subtree.to) {
+                    // The rename moves the tree in the backend too, or (from outside the
+                    // cached tree) makes it there anew: no flush may change either path
+                    // meanwhile (the one under way ends first), and removals recorded below
+                    // them are applied first (a new name there must not be removed later).
                     self.store.hold_backend(subtree.token, &[&subtree.from, &subtree.to], crate::locks::LEASE).map_err(store_errno)?;
                     self.wait_for_flush_step();
                 }
