@@ -1221,7 +1221,8 @@ fn hard_links_reach_the_backend_as_hard_links() {
         }
     }
     eprintln!("{links} links, {renames} renames, {tree_renames} directory renames, {syncs} syncs; {} names at the end", names.len());
-    assert!(links > 20 && renames > 10 && tree_renames > 5 && syncs > 5, "the random steps did what they are for");
+    // (Loose bounds: with 7 in 100 steps, some seeds draw few directory renames — seed 61913 drew 4.)
+    assert!(links > 20 && renames > 10 && tree_renames > 1 && syncs > 5, "the random steps did what they are for");
     client.sync().unwrap();
     check_backend_links(&backend, &names, &contents, &dirs, &format!("the end (seed {seed}); the steps:\n{}\n", history.join("\n")));
     for (path, file) in &names {
