@@ -124,7 +124,7 @@ impl ServerState {
     /// it), the bytes it still has there are loaded if the file is open or has other names:
     /// its readers keep reading it after the backend file is gone. (A file opened between this check and the
     /// name's removal may find its backend bytes gone: EIO.)
-    pub(crate) fn keep_backend_bytes_if_open(&self, file: FileId) -> Result<(), Errno> {
+    pub(crate) fn keep_backend_bytes_if_still_needed(&self, file: FileId) -> Result<(), Errno> {
         let attr = match self.ask_home(file, Request::Stat(FileOnly { file })) {
             Ok(Response::Attr(attr)) => attr,
             Ok(_) => return Err(Errno::EPROTO),

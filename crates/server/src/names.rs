@@ -229,7 +229,7 @@ impl ServerState {
                 self.store.lookup(path, self.anchor_of(path), false).map_err(store_errno)?.0
             };
             if !found.is_dir() {
-                self.keep_backend_bytes_if_open(found.file)?;
+                self.keep_backend_bytes_if_still_needed(found.file)?;
             }
         }
         let entry = {
@@ -584,7 +584,7 @@ impl ServerState {
                 if let Some(target) = target
                     && self.in_cached_tree(to)
                 {
-                    self.keep_backend_bytes_if_open(target.file)?;
+                    self.keep_backend_bytes_if_still_needed(target.file)?;
                 }
                 self.move_in_backend(source.file, from, to)
             })();

@@ -92,7 +92,7 @@ impl BackendDir {
     /// [`BackendDir::entry_attr`], with which backend file it is (device, inode).
     pub fn entry(&self, path: &str, chunk_size: u32) -> io::Result<Option<(Attr, (u64, u64))>> {
         match self.metadata_beneath(path) {
-            Ok(metadata) => Ok(attr_of(&metadata, chunk_size).map(|attr| (attr, (metadata.dev(), metadata.ino())))),
+            Ok(metadata) => Ok(attr_of(&metadata, chunk_size).map(|attr| (attr, identity(&metadata)))),
             // A symbolic link on the way (ELOOP): ringfs paths do not go through links.
             Err(error) if not_found(&error) || matches!(error.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR | libc::EXDEV)) => Ok(None),
             Err(error) => Err(error),
@@ -226,14 +226,12 @@ impl BackendDir {
     /// and the new one never takes the old one's inode number (a flush of the old file that
     /// still knows its number then never mistakes the new one for it).
     pub fn create_file(&self, path: &str, mode: u32) -> io::Result<()> {
-        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || {
             if fs::symlink_metadata(&location).is_ok_and(|metadata| metadata.is_dir()) {
                 Self::remove_location(&location)?;
             }
-            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let temporary = location.with_file_name(format!(".ringfs-new-{}-{serial}", std::process::id()));
+            let temporary = temporary_beside(&location, NEW_FILE_PREFIX);
             let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&temporary);
             match open() {
                 Err(error) if not_found(&error) => {
@@ -303,12 +301,11 @@ impl BackendDir {
         let location = self.location(path)?;
         match with_write_permission(&location, || OpenOptions::new().write(true).open(&location)) {
             Ok(file) => {
-                let metadata = file.metadata()?;
-                if identity.is_some_and(|identity| identity != (metadata.dev(), metadata.ino())) {
+                if !is_file(&file, identity)? {
                     // Another file's now: the cut is not for it.
                     return Err(io::Error::from_raw_os_error(libc::EAGAIN));
                 }
-                if metadata.len() > len {
+                if file.metadata()?.len() > len {
                     file.set_len(len)?;
                 }
                 Ok(())
@@ -333,7 +330,7 @@ impl BackendDir {
     /// `None` if nothing is.
     pub fn identity_of(&self, path: &str) -> io::Result<Option<(u64, u64)>> {
         match fs::symlink_metadata(self.location(path)?) {
-            Ok(metadata) => Ok(Some((metadata.dev(), metadata.ino()))),
+            Ok(metadata) => Ok(Some(identity(&metadata))),
             Err(error) if not_found(&error) => Ok(None),
             Err(error) => Err(error),
         }
@@ -402,15 +399,13 @@ impl BackendDir {
     /// in ringfs. Parents of `to` are made as needed. The link is made under a temporary name
     /// and renamed into place, so `to` never shows nothing.
     pub fn link_replacing(&self, from: &str, to: &str) -> io::Result<()> {
-        static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let (source, target) = (self.location(from)?, self.location(to)?);
         with_write_permission(parent_of(&target), || {
             if fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
                 Self::remove_location(&target)?;
             }
             Self::make_parents(&target)?;
-            let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let temporary = target.with_file_name(format!(".ringfs-link-{}-{serial}", std::process::id()));
+            let temporary = temporary_beside(&target, NEW_LINK_PREFIX);
             fs::hard_link(&source, &temporary)?;
             let renamed = fs::rename(&temporary, &target);
             // A rename onto another name of the same file does nothing: the temporary name
@@ -494,11 +489,37 @@ impl BackendDir {
     }
 }
 
-/// Whether `name` is one of the temporary names ringfs makes new backend files and links
-/// under before renaming them into place (`create_file`, `link_replacing`): never shown,
-/// and not counted against an empty directory (one left by a crash stays behind).
+/// Which backend file `metadata` describes: its (device, inode).
+pub(crate) fn identity(metadata: &fs::Metadata) -> (u64, u64) {
+    (metadata.dev(), metadata.ino())
+}
+
+/// Whether the open backend file `file` is the one `identity` names (`None`: not known, so
+/// taken to be; no `fstat` then).
+pub(crate) fn is_file(file: &File, identity: Option<(u64, u64)>) -> io::Result<bool> {
+    match identity {
+        Some(identity) => Ok(self::identity(&file.metadata()?) == identity),
+        None => Ok(true),
+    }
+}
+
+/// Prefixes of the temporary names new backend files (`create_file`) and links
+/// (`link_replacing`) are made under before they are renamed into place.
+const NEW_FILE_PREFIX: &str = ".ringfs-new-";
+const NEW_LINK_PREFIX: &str = ".ringfs-link-";
+
+/// A temporary name beside `location`, unique in this process (and, by the process id,
+/// among the servers sharing the backend).
+fn temporary_beside(location: &Path, prefix: &str) -> PathBuf {
+    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    location.with_file_name(format!("{prefix}{}-{serial}", std::process::id()))
+}
+
+/// Whether `name` is one of those temporary names: never shown, and not counted against an
+/// empty directory (one left by a crash stays behind).
 fn is_temporary(name: &str) -> bool {
-    name.starts_with(".ringfs-new-") || name.starts_with(".ringfs-link-")
+    name.starts_with(NEW_FILE_PREFIX) || name.starts_with(NEW_LINK_PREFIX)
 }
 
 /// The namespaces of extended attributes ringfs keeps in step with the backend (`security.`

@@ -103,8 +103,13 @@ impl CacheState {
     /// The file's place in the backend as a `dir` store's chunk header keeps it: the path,
     /// then for each other name a NUL, `1` (made) or `0`, and the name. Names that do not fit
     /// the header are left out (logged): after a restart the backend keeps those it has.
-    pub fn backend_record(&self) -> Option<String> {
-        let mut record = self.backend_path.clone()?;
+    pub fn backend_record(&self) -> Option<std::borrow::Cow<'_, str>> {
+        let path = self.backend_path.as_deref()?;
+        if self.links.is_empty() {
+            // Nearly always: the path alone, as it is (no copy on every persist).
+            return Some(std::borrow::Cow::Borrowed(path));
+        }
+        let mut record = path.to_string();
         for link in &self.links {
             if record.len() + 2 + link.path.len() > MAX_BACKEND_RECORD {
                 log::warn!("too many names in the cached tree to record for {record:?}: {} not kept across a restart", link.path);
@@ -114,7 +119,7 @@ impl CacheState {
             record.push(if link.made { '1' } else { '0' });
             record.push_str(&link.path);
         }
-        Some(record)
+        Some(std::borrow::Cow::Owned(record))
     }
 
     /// Reads back a [`CacheState::backend_record`]: the path and the other names; `None` if

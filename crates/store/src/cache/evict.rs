@@ -1,7 +1,7 @@
 //! A full store: eviction of clean chunks, and writes that go through to the backend when
 //! only dirty data is left.
 
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
 
@@ -89,8 +89,7 @@ impl Cache {
         // A file without a backend name cannot go through: the store is simply full.
         let Some(place) = place else { return Err(Errno::ENOSPC.into()) };
         let file = self.backend.open_for_flush(&place.path, chunk.attr.mode).map_err(io_errno)?;
-        let metadata = file.metadata().map_err(io_errno)?;
-        if place.identity().is_some_and(|identity| identity != (metadata.dev(), metadata.ino())) {
+        if !crate::backend::is_file(&file, place.identity()).map_err(io_errno)? {
             // The path is another file's now (a rename over this file under way).
             return Err(Errno::ENOSPC.into());
         }

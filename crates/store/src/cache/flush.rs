@@ -2,7 +2,7 @@
 //! dirty chunks there.
 
 use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::FileExt;
 use std::sync::atomic::Ordering;
 
 use ringfs_proto::path;
@@ -394,15 +394,12 @@ impl Cache {
     /// under way, or an unlink and a new file). Nothing is written into it (`None`); the
     /// inode soon says where this file's data goes, if anywhere.
     fn open_flushed_file(&self, place: &BackendPlace, file: FileId, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
-        let own = |opened: File| -> Result<Option<File>, StoreError> {
-            let metadata = opened.metadata().map_err(io_errno)?;
-            match place.identity() {
-                Some(identity) if identity != (metadata.dev(), metadata.ino()) => Ok(None),
-                _ => Ok(Some(opened)),
-            }
+        // The file opened at `place`, if it is the place's own.
+        let own = |opened: File, place: &BackendPlace| -> Result<Option<File>, StoreError> {
+            Ok(backend::is_file(&opened, place.identity()).map_err(io_errno)?.then_some(opened))
         };
         match self.backend.open_existing(&place.path) {
-            Ok(file) => return own(file),
+            Ok(file) => return own(file, place),
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(io_errno(error)),
             Err(_) => {}
         }
@@ -416,13 +413,7 @@ impl Cache {
             Ok(Some(current)) if current.path == place.path => Ok(None),
             // Renamed meanwhile: its own file there (made by its creation), or made now.
             Ok(Some(current)) => match self.backend.open_existing(&current.path) {
-                Ok(opened) => {
-                    let metadata = opened.metadata().map_err(io_errno)?;
-                    match current.identity() {
-                        Some(identity) if identity != (metadata.dev(), metadata.ino()) => Ok(None),
-                        _ => Ok(Some(opened)),
-                    }
-                }
+                Ok(opened) => own(opened, &current),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
                     self.backend.open_for_flush(&current.path, mode).map(Some).map_err(io_errno)
                 }
