@@ -562,3 +562,30 @@ fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
     assert_eq!(read_file(&client, "/old-version").unwrap(), b"old");
     assert_eq!(client.stat("/old-version").unwrap().nlink, 1);
 }
+
+/// A rename needs the server of the file's inode (it counts the new name there first): with
+/// that server down, renaming one of the file's names fails with EIO and changes nothing —
+/// never a name installed without its link counted. (The file's names here live on other
+/// servers than its inode.)
+#[test]
+fn a_rename_without_the_files_server_fails_and_changes_nothing() {
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let client = cluster.client();
+    let home = cluster.name(0).to_string();
+    let [created] = paths_owned_by(&client, &home, 1).try_into().unwrap();
+    let elsewhere: Vec<String> =
+        (0..10_000).map(|index| format!("/elsewhere-{index}")).filter(|path| !owns(&client, &home, path)).take(2).collect();
+    write_file(&client, &created, b"the file");
+    client.rename(&created, &elsewhere[0]).unwrap();
+    drop(client);
+    cluster.stop(0);
+    cluster.wait_for_alive(2);
+    let client = cluster.client();
+    assert_eq!(client.rename(&elsewhere[0], &elsewhere[1]), Err(Errno::EIO), "the file's server is down");
+    cluster.restart(0);
+    cluster.wait_for_alive(3);
+    let client = cluster.client();
+    assert_eq!(read_file(&client, &elsewhere[0]).unwrap(), b"the file", "the name is still there");
+    assert_eq!(client.stat(&elsewhere[1]).unwrap_err(), Errno::ENOENT, "the new name never appeared");
+    assert_eq!(client.stat(&elsewhere[0]).unwrap().nlink, 1);
+}
