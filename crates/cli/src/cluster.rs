@@ -45,6 +45,10 @@ pub struct StartArgs {
     /// $TMPDIR/ringfs-<uid>, or under ~/.ringfs with --hostfile so every host can read it).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Microseconds each server's connection threads poll for the next request before they
+    /// sleep (0: never; clients take theirs from RINGFS_POLL_US).
+    #[arg(long, default_value_t = 50)]
+    pub poll_us: u64,
     #[command(flatten)]
     pub cache: crate::server_command::CacheArgs,
     #[command(flatten)]
@@ -67,6 +71,7 @@ impl StartArgs {
         config.hash = self.hash;
         config.placement = self.placement;
         config.run_dir = self.run_dir.clone();
+        config.server_args.extend(["--poll-us".to_string(), self.poll_us.to_string()]);
         config.server_args.extend(self.gmem.server_args());
         if let Some(backend) = &self.cache.backend {
             let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;

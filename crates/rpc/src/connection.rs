@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use ringfs_proto::{FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
 
 use crate::RpcError;
-use crate::frame_io::{FrameReadError, FrameReader, write_frame};
+use crate::frame_io::{FrameReadError, FrameReader, PollBudget, write_frame};
 use crate::memory::{ProcessMemory, memory_probe};
 use crate::transport::{self, Endpoint, WriteHalf};
 
@@ -134,7 +134,7 @@ impl Connection {
         let mut writer = link.writer;
         writer.set_write_timeout(Some(config.timeout)).map_err(|error| connect_error(error.to_string()))?;
         let mut reader =
-            FrameReader::new(link.reader, TICK, config.timeout, config.poll).map_err(|error| connect_error(error.to_string()))?;
+            FrameReader::new(link.reader, TICK, config.timeout, PollBudget::fixed(config.poll)).map_err(|error| connect_error(error.to_string()))?;
 
         let same_host = link.peer.pid.is_some();
         let hello = Request::Hello(Hello {

@@ -10,6 +10,13 @@
 //! yields the CPU between tries. A reply that arrives within the budget is then picked up
 //! without a sleep and a wake-up, which on virtual machines cost far more than the poll
 //! (docs/PERFORMANCE.md). Yielding means polling only uses cycles no other thread wants.
+//!
+//! A fixed budget is a cliff: a peer whose requests come just further apart than the budget
+//! pays a wake-up on every one of them (a program doing 2 µs more work per call ran 25 %
+//! slower). So the budget may *adapt* ([`PollBudget::adaptive`], as Linux's `haltpoll`
+//! does for idle vCPUs): when a frame arrives soon after the poll gave up, the next poll
+//! lasts long enough to have caught it (up to a maximum); when the link stays quiet longer
+//! than the maximum, the budget halves back towards its base.
 
 use std::io::{self, IoSlice};
 use std::time::{Duration, Instant};
@@ -33,6 +40,38 @@ pub enum FrameReadError {
     Io(#[from] io::Error),
 }
 
+/// How long a [`FrameReader`] polls before it sleeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PollBudget {
+    /// The budget a reader starts with and shrinks back to (zero: never poll).
+    pub base: Duration,
+    /// The longest the budget may grow to (equal to `base`: a fixed budget).
+    pub max: Duration,
+}
+
+impl PollBudget {
+    /// Always `budget`.
+    pub const fn fixed(budget: Duration) -> PollBudget {
+        PollBudget { base: budget, max: budget }
+    }
+
+    /// Starts at `base` and adapts between `base` and `max` to how soon frames follow each
+    /// other. A zero `base` never polls.
+    pub fn adaptive(base: Duration, max: Duration) -> PollBudget {
+        PollBudget { base, max: if base.is_zero() { base } else { max.max(base) } }
+    }
+
+    /// The budget after a poll of `current` gave up and the next bytes came `waited` after
+    /// the poll began (`None`: none came within the reader's tick).
+    fn next(&self, current: Duration, waited: Option<Duration>) -> Duration {
+        match waited {
+            // Polling a quarter longer than this gap would have caught the frame.
+            Some(waited) if waited <= self.max => (waited + waited / 4).clamp(current, self.max),
+            _ => (current / 2).max(self.base),
+        }
+    }
+}
+
 /// Buffered frame reader over a [`ReadHalf`].
 pub struct FrameReader {
     reader: Box<dyn ReadHalf>,
@@ -40,6 +79,8 @@ pub struct FrameReader {
     start: usize,
     end: usize,
     stall_limit: Duration,
+    poll: PollBudget,
+    /// The current poll budget, between `poll.base` and `poll.max`.
     poll_budget: Duration,
 }
 
@@ -49,10 +90,23 @@ fn is_timeout(error: &io::Error) -> bool {
 
 impl FrameReader {
     /// Wraps `reader`, whose blocking reads return after `tick` when nothing arrives; before
-    /// blocking it polls for up to `poll_budget` (zero: never).
-    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration, poll_budget: Duration) -> io::Result<FrameReader> {
+    /// blocking it polls as `poll` says.
+    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration, poll: PollBudget) -> io::Result<FrameReader> {
         reader.set_read_timeout(Some(tick))?;
-        Ok(FrameReader { reader, buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, stall_limit, poll_budget })
+        Ok(FrameReader {
+            reader,
+            buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            stall_limit,
+            poll,
+            poll_budget: poll.base,
+        })
+    }
+
+    /// The poll budget the next wait starts with.
+    pub fn poll_budget(&self) -> Duration {
+        self.poll_budget
     }
 
     /// Tries non-blocking reads into `destination` for up to the poll budget.
@@ -89,10 +143,18 @@ impl FrameReader {
             self.end -= self.start;
             self.start = 0;
         }
+        let poll_started = Instant::now();
         let polled = Self::poll(self.reader.as_mut(), &mut self.buffer[self.end..], self.poll_budget)?;
         let read = match polled {
             Some(count) => Ok(count),
-            None => self.reader.read(&mut self.buffer[self.end..]),
+            None => {
+                let read = self.reader.read(&mut self.buffer[self.end..]);
+                if !self.poll_budget.is_zero() {
+                    let waited = matches!(read, Ok(count) if count > 0).then(|| poll_started.elapsed());
+                    self.poll_budget = self.poll.next(self.poll_budget, waited);
+                }
+                read
+            }
         };
         match read {
             Ok(0) => Err(FrameReadError::Closed),
@@ -190,4 +252,64 @@ pub fn write_frame(writer: &mut dyn WriteHalf, header: &FrameHeader, body: &[u8]
         }
     }
     writer.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_fixed_budget_never_changes_and_zero_never_polls() {
+        let fixed = PollBudget::fixed(50 * MS);
+        assert_eq!(fixed.next(50 * MS, Some(60 * MS)), 50 * MS);
+        assert_eq!(fixed.next(50 * MS, None), 50 * MS);
+        assert_eq!(PollBudget::adaptive(Duration::ZERO, 200 * MS), PollBudget::fixed(Duration::ZERO));
+    }
+
+    #[test]
+    fn an_adaptive_budget_grows_to_cover_short_gaps_and_halves_back_after_long_ones() {
+        let budget = PollBudget::adaptive(50 * MS, 200 * MS);
+        // A frame 60 ms after the poll began: next time poll 75 ms (a quarter more).
+        assert_eq!(budget.next(50 * MS, Some(60 * MS)), 75 * MS);
+        // Never beyond the maximum, never below what it is for a gap it already covers.
+        assert_eq!(budget.next(75 * MS, Some(190 * MS)), 200 * MS);
+        assert_eq!(budget.next(150 * MS, Some(60 * MS)), 150 * MS);
+        // A gap longer than the maximum, or none within the tick: halve, down to the base.
+        assert_eq!(budget.next(200 * MS, Some(300 * MS)), 100 * MS);
+        assert_eq!(budget.next(80 * MS, None), 50 * MS);
+    }
+
+    /// Frames sent `gap` apart to a reader polling 1 ms at first: its budget grows past the
+    /// gap, so the next frames are picked up by polling; after a pause longer than the
+    /// maximum it shrinks again.
+    #[test]
+    fn a_reader_adapts_its_budget_to_the_gaps_between_frames() {
+        let (sender, receiver) = UnixStream::pair().unwrap();
+        let gap = 10 * MS;
+        let poll = PollBudget::adaptive(MS, 200 * MS);
+        let mut reader = FrameReader::new(Box::new(receiver), Duration::from_secs(5), Duration::from_secs(5), poll).unwrap();
+        let writer = std::thread::spawn(move || {
+            let mut sender = sender;
+            for (index, pause) in [gap, gap, gap, gap, Duration::from_millis(450)].into_iter().enumerate() {
+                std::thread::sleep(pause);
+                let header = FrameHeader { body_len: 1, data_len: 0, request_id: index as u64, epoch: 0 };
+                write_frame(&mut sender, &header, &[index as u8], &[]).unwrap();
+            }
+        });
+        let mut budgets = Vec::new();
+        for index in 0..5 {
+            let header = reader.next_header().unwrap().expect("a frame within the tick");
+            assert_eq!(header.request_id, index);
+            let mut body = [0u8; 1];
+            reader.read_exact(&mut body).unwrap();
+            budgets.push(reader.poll_budget());
+        }
+        writer.join().unwrap();
+        assert!(budgets[0] >= gap, "the first gap should have grown the budget past it: {budgets:?}");
+        assert!(budgets[3] >= gap && budgets[3] <= poll.max, "{budgets:?}");
+        assert!(budgets[4] < budgets[3], "a pause longer than the maximum should shrink the budget: {budgets:?}");
+    }
 }
