@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{ClusterOptions, Random, TestCluster, read_file, write_file};
-use ringfs_client::{Client, ClientConfig, Errno, FileKind, OpenFlags, RenameFlags};
+use ringfs_client::{Client, ClientConfig, Errno, FileId, FileKind, OpenFlags, RenameFlags};
 
 fn small_chunks(cluster: &TestCluster) -> Client {
     let mut config: ClientConfig = cluster.client_config();
@@ -17,10 +17,17 @@ fn small_chunks(cluster: &TestCluster) -> Client {
     Client::connect(config).unwrap()
 }
 
-/// Every path below `root` (depth first), with its kind and, for files, contents.
+/// Every path below `root` (depth first), with its kind and, for files, contents. The
+/// names-only listing (`getdents`'s) must agree with the full one in every directory.
 fn tree(client: &Client, root: &str) -> BTreeMap<String, (Option<FileKind>, Vec<u8>)> {
     let mut found = BTreeMap::new();
-    for entry in client.readdir(root).unwrap() {
+    let listing = client.readdir(root).unwrap();
+    let names: Vec<(String, FileId, Option<FileKind>)> =
+        client.readdir_names(root).unwrap().into_iter().map(|entry| (entry.name, entry.file, entry.kind)).collect();
+    let expected: Vec<(String, FileId, Option<FileKind>)> =
+        listing.iter().map(|entry| (entry.name.clone(), entry.stat.file, entry.stat.kind())).collect();
+    assert_eq!(names, expected, "names-only and full listings of {root}");
+    for entry in listing {
         let path = if root == "/" { format!("/{}", entry.name) } else { format!("{root}/{}", entry.name) };
         let kind = entry.stat.kind();
         let contents = if kind == Some(FileKind::Regular) { read_file(client, &path).unwrap() } else { Vec::new() };

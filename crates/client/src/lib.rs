@@ -294,6 +294,15 @@ pub struct DirEntry {
     pub stat: Stat,
 }
 
+/// One name of a directory as [`Client::readdir_names`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NameEntry {
+    pub name: String,
+    pub file: FileId,
+    /// The file's type (`None`: a type this client does not know).
+    pub kind: Option<FileKind>,
+}
+
 /// Result of [`Client::find`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct FindSummary {

@@ -16,7 +16,7 @@ use ringfs_proto::{
 };
 use ringfs_rpc::Connection;
 
-use crate::{Client, DirEntry, FindSummary, Result, Stat, now_ns};
+use crate::{Client, DirEntry, FindSummary, NameEntry, Result, Stat, now_ns};
 
 /// Entries asked from each server per page of a directory listing.
 const DIRECTORY_PAGE: u32 = 4096;
@@ -283,6 +283,38 @@ impl Client {
     /// cache mode the backend directory's entries are merged in (each name once), except those
     /// removed in ringfs whose removal has not reached the backend yet.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
+        let mut listing = Vec::new();
+        for entry in self.list_entries(path)? {
+            let attr = match entry.attr {
+                Some(attr) => attr,
+                None => match self.stat_file(entry.entry.file) {
+                    Ok(attr) => attr,
+                    // Removed since the listing was taken.
+                    Err(Errno::ESTALE) => continue,
+                    Err(errno) => return Err(errno),
+                },
+            };
+            listing.push(DirEntry { name: entry.name, stat: self.stat_from_attr(&attr)? });
+        }
+        listing.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(listing)
+    }
+
+    /// Lists a directory's names with their files' ids and types only, as `getdents` gives
+    /// them: no attributes, so no request to inode servers (which [`Client::readdir`] sends
+    /// for every file whose inode lives elsewhere than its name). Sorted by name.
+    pub fn readdir_names(&self, path: &str) -> Result<Vec<NameEntry>> {
+        let mut listing: Vec<NameEntry> = self
+            .list_entries(path)?
+            .into_iter()
+            .map(|entry| NameEntry { name: entry.name, file: entry.entry.file, kind: entry.entry.kind() })
+            .collect();
+        listing.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(listing)
+    }
+
+    /// The raw entries of directory `path` from every server (and the backend), unsorted.
+    fn list_entries(&self, path: &str) -> Result<Vec<ringfs_proto::DirEntry>> {
         let path = path::canonicalize(path)?;
         let stat = self.stat(&path)?;
         if !stat.is_dir() {
@@ -301,21 +333,7 @@ impl Client {
             let known: HashSet<String> = entries.iter().map(|entry| entry.name.clone()).chain(removed).collect();
             entries.extend(backend_entries.into_iter().filter(|entry| !known.contains(&entry.name)));
         }
-        let mut listing = Vec::with_capacity(entries.len());
-        for entry in entries {
-            let attr = match entry.attr {
-                Some(attr) => attr,
-                None => match self.stat_file(entry.entry.file) {
-                    Ok(attr) => attr,
-                    // Removed since the listing was taken.
-                    Err(Errno::ESTALE) => continue,
-                    Err(errno) => return Err(errno),
-                },
-            };
-            listing.push(DirEntry { name: entry.name, stat: self.stat_from_attr(&attr)? });
-        }
-        listing.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(listing)
+        Ok(entries)
     }
 
     /// Pages through a listing on each of `connections` in parallel (`request` builds the

@@ -19,15 +19,17 @@ use crate::real::real;
 use crate::state::client;
 use crate::{entry_type, ringfs_call};
 
-/// The entries of a directory, `.` and `..` first.
+/// The entries of a directory, `.` and `..` first: names, inode numbers and types, as
+/// `getdents` gives them (no attributes: a program that wants them calls `stat`).
 pub(crate) fn listing(client: &Client, description: &OpenDescription) -> Result<Vec<ListedEntry>, Errno> {
-    let entries = client.readdir(&description.path)?;
+    let entries = client.readdir_names(&description.path)?;
     let mut listing = Vec::with_capacity(entries.len() + 2);
     listing.push(ListedEntry { name: c".".to_owned(), ino: description.file.ino(), kind: libc::DT_DIR });
     listing.push(ListedEntry { name: c"..".to_owned(), ino: 1, kind: libc::DT_DIR });
     for entry in entries {
         let Ok(name) = CString::new(entry.name) else { continue };
-        listing.push(ListedEntry { name, ino: entry.stat.ino, kind: entry_type(entry.stat.mode) });
+        let kind = entry.kind.map_or(libc::DT_UNKNOWN, |kind| entry_type(kind.mode_bits()));
+        listing.push(ListedEntry { name, ino: entry.file.ino(), kind });
     }
     Ok(listing)
 }
