@@ -133,8 +133,8 @@ impl Connection {
         })?;
         let mut writer = link.writer;
         writer.set_write_timeout(Some(config.timeout)).map_err(|error| connect_error(error.to_string()))?;
-        let mut reader =
-            FrameReader::new(link.reader, TICK, config.timeout, PollBudget::fixed(config.poll)).map_err(|error| connect_error(error.to_string()))?;
+        let mut reader = FrameReader::new(link.reader, TICK, config.timeout, PollBudget::fixed(config.poll))
+            .map_err(|error| connect_error(error.to_string()))?;
 
         let same_host = link.peer.pid.is_some();
         let hello = Request::Hello(Hello {
