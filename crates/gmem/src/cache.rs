@@ -358,13 +358,10 @@ impl BlockCache {
     /// next blocks (up to the prefetch depth) neither cached nor on their way, to fetch ahead.
     /// Only a cache of some blocks fetches ahead (it must not push out what is in use).
     pub fn prefetch_after(&self, layout: &ArrayLayout, block: u64) -> Vec<u64> {
-        let depth = u64::from(self.config.prefetch);
+        let depth = prefetch_depth(self.config.prefetch, self.shared.capacity, layout.block_size);
         let mut table = lock(&self.shared.table);
         let previous = table.last_access.insert(layout.array, block);
-        if depth == 0
-            || self.shared.capacity < 4 * (depth + 1) * u64::from(layout.block_size)
-            || previous.is_none_or(|previous| previous + 1 != block)
-        {
+        if depth == 0 || previous.is_none_or(|previous| previous + 1 != block) {
             return Vec::new();
         }
         let end = (block + 1 + depth).min(layout.len.div_ceil(u64::from(layout.block_size)));
@@ -704,6 +701,14 @@ impl Shared {
     }
 }
 
+/// How many blocks ahead a sequential reader fetches: the configured depth, as far as a cache
+/// of `capacity` bytes holds four times the blocks read and in flight (a fetch ahead must not
+/// push out what is in use). A depth the cache cannot hold is lowered, not dropped.
+fn prefetch_depth(configured: u32, capacity: u64, block_size: u32) -> u64 {
+    let room = capacity / (4 * u64::from(block_size.max(1)));
+    u64::from(configured).min(room.saturating_sub(1))
+}
+
 /// The directory's record (E standing for E or M) agrees with this rank's state.
 fn agrees(actual: CacheState, recorded: CacheState) -> bool {
     actual == recorded || (recorded == CacheState::Exclusive && actual == CacheState::Modified)
@@ -720,6 +725,20 @@ mod tests {
         assert_eq!(parse_bytes("4MiB"), Some(4 << 20));
         assert_eq!(parse_bytes("2g"), Some(2 << 30));
         assert_eq!(parse_bytes("lots"), None);
+    }
+
+    #[test]
+    fn prefetch_goes_as_deep_as_configured_while_the_cache_holds_four_times_that() {
+        const BLOCK: u32 = 256 << 10;
+        // A 4 MiB cache holds 16 blocks: up to 3 ahead (4 × (3 + 1) blocks).
+        assert_eq!(prefetch_depth(2, 4 << 20, BLOCK), 2);
+        assert_eq!(prefetch_depth(3, 4 << 20, BLOCK), 3);
+        // Deeper than the cache allows: lowered to what it holds, not switched off.
+        assert_eq!(prefetch_depth(8, 4 << 20, BLOCK), 3);
+        assert_eq!(prefetch_depth(8, 64 << 20, BLOCK), 8);
+        // Too small a cache, or no prefetch asked: none.
+        assert_eq!(prefetch_depth(2, 1 << 20, BLOCK), 0);
+        assert_eq!(prefetch_depth(0, 64 << 20, BLOCK), 0);
     }
 
     #[test]
