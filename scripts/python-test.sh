@@ -3,7 +3,9 @@
 # pytest suite (tests/python) against local clusters it starts. Run by test.sh; exits non-zero
 # if anything fails. Needs target/<profile>/ringfs (RINGFS_EXECUTABLE) built beforehand.
 #   RINGFS_PYTHON_PROFILE  release (default) or debug: which build of ringfs the tests run
-#   RINGFS_PYTHON_FULL=0   skip pandas/pyarrow/zarr/dask (their tests then report SKIPPED)
+#   RINGFS_PYTHON_FULL=0   skip pandas/pyarrow/zarr/dask and PyTorch (their tests then report SKIPPED)
+#   RINGFS_PYTHON_TORCH=0  skip only PyTorch (its Linux wheel brings its CUDA libraries: about
+#                          5 GB, 1-2 minutes to install; PyTorch runs on the CPU without a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile="${RINGFS_PYTHON_PROFILE:-release}"
@@ -15,6 +17,9 @@ fi
 packages=(maturin pytest fsspec numpy)
 if [ "${RINGFS_PYTHON_FULL:-1}" != 0 ]; then
     packages+=(pandas pyarrow zarr "dask[dataframe]")
+    if [ "${RINGFS_PYTHON_TORCH:-1}" != 0 ]; then
+        packages+=(torch)
+    fi
 fi
 # Only what is missing is fetched: a second run costs no download.
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"

@@ -384,10 +384,22 @@ fn io_aware_flushing_steps_aside_for_application_io() {
     let bytes = random_bytes(&mut random, 8 << 20);
     // Enough that flushing it all takes longer than noticing that flushing began (an idle
     // machine flushed 96 MiB before the I/O below resumed: soak seed 13464).
+    // A server may rightly flush when this process, starved of CPU (a soak runs niced beside
+    // builds), leaves it without a request for the idle time: then the two "while the
+    // application works" checks below cannot be made. A call slower than half the idle
+    // time is the sign (they take 10-50 ms here).
+    let starved = Duration::from_millis(150);
+    let mut slowest_call = Duration::ZERO;
     for index in 0..24 {
+        let started = Instant::now();
         write_whole(&client, &format!("/snapshot{index}"), &bytes);
+        slowest_call = slowest_call.max(started.elapsed());
     }
-    assert_eq!(cache_totals(&client).flushed_chunks, 0, "nothing is flushed while the application writes");
+    if slowest_call < starved {
+        assert_eq!(cache_totals(&client).flushed_chunks, 0, "nothing is flushed while the application writes");
+    } else {
+        eprintln!("io-aware: a write took {slowest_call:?} (the process was starved): not checking that nothing was flushed");
+    }
     let waiting = Instant::now();
     while cache_totals(&client).flushed_bytes == 0 {
         assert!(waiting.elapsed() < Duration::from_secs(10), "the servers start flushing after 300 ms idle");
@@ -397,11 +409,14 @@ fn io_aware_flushing_steps_aside_for_application_io() {
     let resumed = Instant::now();
     let flushed_at_resume = cache_totals(&client).flushed_bytes;
     let mut flushed_during_io = 0;
+    let mut slowest_step = Duration::ZERO;
     while resumed.elapsed() < Duration::from_secs(1) {
+        let step = Instant::now();
         client.readdir("/").unwrap();
         if resumed.elapsed() > Duration::from_millis(200) && flushed_during_io == 0 {
             flushed_during_io = cache_totals(&client).flushed_bytes;
         }
+        slowest_step = slowest_step.max(step.elapsed());
     }
     let flushed_after_io = cache_totals(&client).flushed_bytes;
     let totals = cache_totals(&client);
@@ -411,7 +426,11 @@ fn io_aware_flushing_steps_aside_for_application_io() {
         totals.longest_stop_us, totals.dirty_bytes
     );
     assert!(totals.longest_stop_us < 500_000, "flushing stopped {} µs after a request arrived", totals.longest_stop_us);
-    assert_eq!(flushed_after_io, flushed_during_io, "no flushing while I/O goes on (at resume: {flushed_at_resume})");
+    if slowest_step < starved {
+        assert_eq!(flushed_after_io, flushed_during_io, "no flushing while I/O goes on (at resume: {flushed_at_resume})");
+    } else {
+        eprintln!("io-aware: a listing took {slowest_step:?} (the process was starved): not checking that flushing stayed stopped");
+    }
     assert!(totals.dirty_bytes > 0, "there was still work, so flushing really stepped aside");
     eventually("flushing resumes and finishes once the I/O stops", Duration::from_secs(60), || cache_totals(&client).dirty_chunks == 0);
     assert_same("/snapshot23", &backend.read("/snapshot23"), &bytes);

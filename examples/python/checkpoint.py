@@ -1,9 +1,15 @@
 #!/usr/bin/env python3
-"""Saves and loads a model's state (a dict of NumPy arrays) through fsspec, and times both.
+"""Saves and loads a model's state through fsspec, and times both.
 
-A checkpoint is a directory: one file per array, written straight from the array's memory and
-read straight into a new array (no ``tobytes()``, no intermediate buffer: the ringfs file
-objects take any buffer), plus ``index.json`` naming each array's dtype and shape.
+Three checkpoint formats (``--format``):
+
+- ``numpy``: a directory with one file per array, written straight from the array's memory
+  and read straight into a new array (no ``tobytes()``, no intermediate buffer: the ringfs
+  file objects take any buffer), plus ``index.json`` naming each array's dtype and shape;
+- ``torch``: ``torch.save`` of the state dict (PyTorch tensors) into one file opened through
+  fsspec, ``torch.load`` back;
+- ``dcp``: ``torch.distributed.checkpoint.save``/``load`` with its fsspec writer and reader
+  (a directory of ``.distcp`` files and ``.metadata``; loading fills tensors in place).
 
 Any fsspec URL works, so the same run measures ringfs against a local directory::
 
@@ -11,6 +17,8 @@ Any fsspec URL works, so the same run measures ringfs against a local directory:
     python3 examples/python/checkpoint.py --start-cluster 2 --size-mb 512
     # a running cluster (eval "$(ringfs start)"), and /dev/shm for comparison
     python3 examples/python/checkpoint.py --url ringfs:///ckpt --url file:///dev/shm/ckpt
+    # the same with PyTorch
+    python3 examples/python/checkpoint.py --format torch --url ringfs:///ckpt --url file:///dev/shm/ckpt
 
 Each URL's write and read bandwidth (best of --repeats) is printed, and ``--json`` writes them.
 """
@@ -69,7 +77,50 @@ def load(fs, directory, threads=1):
         return dict(pool.map(read, index))
 
 
-def measure(url, state, repeats, threads):
+def save_torch(fs, directory, state, threads=1):
+    """``torch.save`` of the state dict into ``directory/model.pt``."""
+    import torch
+
+    fs.makedirs(directory, exist_ok=True)
+    with fs.open(f"{directory}/model.pt", "wb") as f:
+        torch.save(state, f)
+
+
+def load_torch(fs, directory, threads=1):
+    import torch
+
+    with fs.open(f"{directory}/model.pt", "rb") as f:
+        return torch.load(f)
+
+
+def save_dcp(fs, directory, state, threads=1, url=None):
+    """``torch.distributed.checkpoint.save`` with the fsspec writer (one process)."""
+    import torch.distributed.checkpoint as dcp
+
+    # sync_files=False: the writer's fsync wants a kernel descriptor, which a ringfs file has
+    # not (its flush puts the bytes on the servers); the same setting for every target.
+    dcp.save(state, storage_writer=dcp.FsspecWriter(url, sync_files=False, thread_count=threads))
+
+
+def load_dcp(fs, directory, threads=1, url=None, like=None):
+    """``torch.distributed.checkpoint.load`` into new tensors shaped like ``like``."""
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    state = {name: torch.empty_like(tensor) for name, tensor in like.items()}
+    dcp.load(state, storage_reader=dcp.FsspecReader(url))
+    return state
+
+
+def equal(loaded, expected):
+    if hasattr(expected, "numpy"):
+        import torch
+
+        return torch.equal(loaded, expected)
+    return numpy.array_equal(loaded, expected)
+
+
+def measure(url, state, repeats, threads, form="numpy"):
     """Best write and read bandwidth (bytes/s) of ``repeats`` save/load rounds at ``url``."""
     fs, directory = fsspec.core.url_to_fs(url)
     total = sum(array.nbytes for array in state.values())
@@ -78,13 +129,23 @@ def measure(url, state, repeats, threads):
         if fs.exists(directory):
             fs.rm(directory, recursive=True)
         started = time.perf_counter()
-        save(fs, directory, state, threads)
+        if form == "numpy":
+            save(fs, directory, state, threads)
+        elif form == "torch":
+            save_torch(fs, directory, state, threads)
+        else:
+            save_dcp(fs, directory, state, threads, url=url)
         writes.append(total / (time.perf_counter() - started))
         started = time.perf_counter()
-        loaded = load(fs, directory, threads)
+        if form == "numpy":
+            loaded = load(fs, directory, threads)
+        elif form == "torch":
+            loaded = load_torch(fs, directory, threads)
+        else:
+            loaded = load_dcp(fs, directory, threads, url=url, like=state)
         reads.append(total / (time.perf_counter() - started))
         for name, array in state.items():
-            if not numpy.array_equal(loaded[name], array):
+            if not equal(loaded[name], array):
                 raise AssertionError(f"{url}: {name} came back different")
         del loaded
     fs.rm(directory, recursive=True)
@@ -96,6 +157,7 @@ def main():
     parser.add_argument("--url", action="append", help="where to save (repeatable; default ringfs:///checkpoint)")
     parser.add_argument("--size-mb", type=int, default=256, help="checkpoint size in MiB (default 256)")
     parser.add_argument("--arrays", type=int, default=16)
+    parser.add_argument("--format", choices=["numpy", "torch", "dcp"], default="numpy", help="checkpoint format (default numpy)")
     parser.add_argument("--threads", type=int, default=1, help="arrays saved/loaded at once")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--start-cluster", type=int, metavar="SERVERS", help="start a local cluster of SERVERS for the run")
@@ -103,8 +165,12 @@ def main():
     args = parser.parse_args()
     urls = args.url or ["ringfs:///checkpoint"]
     state = make_state(args.size_mb << 20, args.arrays)
+    if args.format != "numpy":
+        import torch
+
+        state = {name: torch.from_numpy(array) for name, array in state.items()}
     total = sum(array.nbytes for array in state.values())
-    print(f"checkpoint: {len(state)} float32 arrays, {total / 2**20:.0f} MiB; {args.threads} thread(s); best of {args.repeats}")
+    print(f"checkpoint ({args.format}): {len(state)} float32 arrays, {total / 2**20:.0f} MiB; {args.threads} thread(s); best of {args.repeats}")
 
     cluster = None
     if args.start_cluster:
@@ -117,7 +183,7 @@ def main():
     results = {}
     try:
         for url in urls:
-            write, read = measure(url, state, args.repeats, args.threads)
+            write, read = measure(url, state, args.repeats, args.threads, args.format)
             results[url] = {"write_bytes_per_second": write, "read_bytes_per_second": read}
             print(f"{url:<32} write {write / 1e9:6.2f} GB/s   read {read / 1e9:6.2f} GB/s")
     finally:
@@ -125,7 +191,7 @@ def main():
             cluster.stop()
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"bytes": total, "threads": args.threads, "results": results}, f, indent=2)
+            json.dump({"bytes": total, "format": args.format, "threads": args.threads, "results": results}, f, indent=2)
 
 
 if __name__ == "__main__":
