@@ -19,7 +19,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 8;
+pub const PROTOCOL_VERSION: u16 = 9;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -398,6 +398,17 @@ pub struct Rebind {
     pub from: Option<String>,
 }
 wire_struct!(Rebind { file, path, from });
+
+/// Cache mode, to a file's inode: the file's name `name` is being given to another file (a
+/// rename over it). If the file has not made its own backend file there yet (a creation is
+/// pending), it gives that up now — before the other file is bound to the path — so that its
+/// creation can never land over the other file's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendName {
+    pub file: FileId,
+    pub name: String,
+}
+wire_struct!(BackendName { file, name });
 
 /// Where a file's data goes in the backend (the answer to `FlushPrepare`): the path, and
 /// which backend file the inode made or found there (`dev`, `ino`; both 0: not known). A
@@ -979,6 +990,10 @@ wire_enum! {
         /// A rank's cache to another's: a block's bytes (the data section), forwarded on a
         /// home's behalf. Answered `Done`.
         83 => CoFill(ArrayBlock),
+        /// Server to server, to a file's inode, before a rename gives the file's name to
+        /// another file (cache mode): give up a pending backend creation there. Answered
+        /// `Count` (1: given up, to be made again if the rename fails; 0: nothing pending).
+        84 => YieldBackendName(BackendName),
     }
 }
 
@@ -1029,6 +1044,7 @@ impl Request {
                 | Request::FlushPrepare(_)
                 | Request::BackendOf(_)
                 | Request::Rebind(_)
+                | Request::YieldBackendName(_)
                 | Request::Redirty(_)
                 | Request::ClampChunkTimes(_)
                 | Request::MissingFiles(_)
@@ -1084,6 +1100,7 @@ impl Request {
             Request::TouchDir(touch) if touch.path.is_empty() => file(&touch.file),
             Request::TouchDir(touch) => Route::Path(&touch.path),
             Request::Rebind(rebind) => file(&rebind.file),
+            Request::YieldBackendName(name) => file(&name.file),
             Request::SetLock(lock) | Request::TestLock(lock) => file(&lock.file),
             Request::SetAttr(set) => file(&set.file),
             Request::Truncate(truncate) => file(&truncate.file),
@@ -1155,6 +1172,7 @@ impl Request {
             Request::NameLock(lock) => vec![&lock.path],
             Request::TouchDir(touch) if !touch.path.is_empty() => vec![&touch.path],
             Request::Rebind(rebind) => rebind.path.iter().chain(&rebind.from).map(String::as_str).collect(),
+            Request::YieldBackendName(name) => vec![&name.name],
             Request::AddLink(count) | Request::DropLink(count) => count.name.iter().map(String::as_str).collect(),
             Request::Freeze(subtree) | Request::MoveSubtree(subtree) | Request::Thaw(subtree) => vec![&subtree.from, &subtree.to],
             Request::PutEntries(put) => put.entries.iter().map(|entry| entry.path.as_str()).collect(),

@@ -198,6 +198,20 @@ impl ServerState {
         self.ask_home(file, Request::Rebind(Rebind { file, path, from })).map(drop)
     }
 
+    /// Cache mode, for a rename over `file`: its name `to` goes to another file; `file`
+    /// gives up a backend creation (or link) still pending there, before the other file is
+    /// bound to `to` (see `ChunkStore::yield_backend_name`). Whether it gave one up.
+    pub(crate) fn yield_backend_name(&self, file: FileId, to: &str) -> Result<bool, Errno> {
+        let request = Request::YieldBackendName(ringfs_proto::BackendName { file, name: to.to_string() });
+        match self.ask_home(file, request) {
+            Ok(Response::Count(yielded)) => Ok(yielded != 0),
+            // The file is gone already: nothing of it can be made at `to`.
+            Err(Errno::ESTALE) => Ok(false),
+            Ok(_) => Err(Errno::EPROTO),
+            Err(errno) => Err(errno),
+        }
+    }
+
     /// At the inode's server: the file's new backend place (see `ChunkStore::rebind`); every
     /// server marks its chunks if the file's data must be flushed again.
     pub fn rebind_here(&self, file: FileId, path: Option<&str>, from: Option<&str>) -> Result<(), Errno> {

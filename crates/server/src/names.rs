@@ -16,8 +16,8 @@
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
-    Request, Response,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, Rebind, RemoveEntry, Rename,
+    RenameFlags, Request, Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
@@ -577,18 +577,27 @@ impl ServerState {
             Response::Attr(_) => {}
             _ => return Err(Errno::EPROTO),
         }
+        // Cache mode: the replaced file gave up a backend creation still pending at `to`
+        // (made again there if the rename fails).
+        let mut yielded = None;
         if self.in_cached_tree(from) || self.in_cached_tree(to) {
             // The replaced file's backend bytes are loaded before the renamed file is bound
-            // to its backend path, whose flushed creation replaces them.
+            // to its backend path, whose flushed creation replaces them; and the replaced
+            // file gives up making its own backend file there first — applied after the
+            // renamed file's, its creation would replace it (soak seed 71052).
             let prepared = (|| {
                 if let Some(target) = target
                     && self.in_cached_tree(to)
                 {
                     self.keep_backend_bytes_if_still_needed(target.file)?;
+                    if self.yield_backend_name(target.file, to)? {
+                        yielded = Some(target.file);
+                    }
                 }
                 self.move_in_backend(source.file, from, to)
             })();
             if let Err(errno) = prepared {
+                self.take_backend_name_back(yielded, to);
                 self.give_back_link(source.file, from, time_ns);
                 return Err(errno);
             }
@@ -603,6 +612,7 @@ impl ServerState {
                     log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each");
                 } else {
                     // Other errors (the new name's parent is gone…) say the step did not happen.
+                    self.take_backend_name_back(yielded, to);
                     self.give_back_link(source.file, from, time_ns);
                 }
                 return Err(errno);
@@ -626,6 +636,16 @@ impl ServerState {
         // Giving back the second link also sets the file's change time (a rename changes it).
         self.give_back_link(source.file, from, time_ns);
         Ok(Response::Done)
+    }
+
+    /// A rename over `file` (which gave up its pending backend creation at `to`) did not
+    /// happen: the file, still named `to`, is made there again (all its bytes are in ringfs:
+    /// a pending creation means its backend file was not made yet).
+    fn take_backend_name_back(&self, yielded: Option<FileId>, to: &str) {
+        let Some(file) = yielded else { return };
+        if let Err(errno) = self.ask_home(file, Request::Rebind(Rebind { file, path: Some(to.to_string()), from: None })) {
+            log::warn!("rename over {to} failed, and the replaced file could not be bound to its name in the backend again ({errno})");
+        }
     }
 
     /// Gives back the link a rename counted for its new name (logged if that fails: the file

@@ -573,6 +573,13 @@ impl ServerState {
                 self.rebind_here(rebind.file, rebind.path.as_deref(), rebind.from.as_deref())?;
                 Ok(Response::Done)
             }
+            Request::YieldBackendName(name) => {
+                let (yielded, rewrite) = self.store.yield_backend_name(name.file, &name.name).map_err(store_errno)?;
+                if rewrite {
+                    self.redirty_everywhere(name.file)?;
+                }
+                Ok(Response::Count(u64::from(yielded)))
+            }
             Request::Redirty(request) => {
                 let backed = self.store.backend_file(request.file).map(|backend| backend.is_some()).unwrap_or(true);
                 self.store.redirty(request.file, backed);

@@ -166,6 +166,29 @@ impl ChunkStore {
         }
     }
 
+    /// Cache mode, at a file's inode, before a rename gives the file's name `name` to another
+    /// file: if the file has not made its backend file (or its link) there yet, it gives
+    /// that up now, before the other file is bound to the path — its creation, applied late,
+    /// would otherwise replace the other file's backend file (soak seed 71052). Returns
+    /// whether something was given up (the rename makes it again if it fails) and whether
+    /// the file's data must be flushed again by every server (another name took over).
+    pub fn yield_backend_name(&self, file: FileId, name: &str) -> Result<(bool, bool), StoreError> {
+        if self.cache.is_none() {
+            return Ok((false, false));
+        }
+        let handle = self.inode_checked(file)?;
+        let mut chunk = lock(&handle);
+        let unmade_link = chunk.cache.links.iter().any(|link| link.path == name && !link.made);
+        let creation_pending =
+            chunk.cache.backend_path.as_deref() == Some(name) && chunk.cache.pending == Some(crate::chunk::PendingOp::Create);
+        if !unmade_link && !creation_pending {
+            return Ok((false, false));
+        }
+        let rewrite = self.drop_backend_name(&mut chunk, name);
+        self.persist(&mut chunk)?;
+        Ok((true, rewrite))
+    }
+
     /// Cache mode, at a file's inode: `name` is no longer a name of the file (it has others).
     /// If the file's data went to the backend under that name, another name takes over: one
     /// the backend has already (the same backend file), or else one it has not, where the

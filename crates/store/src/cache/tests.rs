@@ -455,3 +455,38 @@ fn a_link_waits_while_a_directory_rename_holds_its_path() {
     assert_eq!(inode("e/x"), inode("p"), "the link is made at the new path");
     assert!(!setup.backend().join("d").exists());
 }
+
+#[test]
+fn a_file_renamed_over_a_new_file_is_not_replaced_by_that_files_late_creation() {
+    // Found by the soak (cache-mode hard links, seed 71052): a file created at "/n" and not
+    // yet flushed (its backend creation pending) had another file renamed over it. The
+    // renamed file was bound to "/n", made there and flushed; then the replaced file's
+    // flush applied its pending creation at "/n" — a new empty file over the renamed one's —
+    // and wrote its own bytes into it. The rename now has the replaced file give up its
+    // pending creation there first (`yield_backend_name`).
+    let setup = Setup::new("late-creation");
+    let store = setup.store();
+    let renamed_bytes = pattern(CHUNK as usize / 2, 2);
+    let renamed_file = new_file(&store, "/m", &renamed_bytes);
+    flush_all(&store);
+    let replaced = new_file(&store, "/n", &pattern(CHUNK as usize, 1));
+    assert_eq!(store.yield_backend_name(replaced, "/n").unwrap(), (true, false), "its creation was pending");
+    store.rebind(renamed_file, Some("/n"), Some("/m")).unwrap();
+    store.prepare(renamed_file).unwrap();
+    flush_all(&store);
+    // The replaced file's flush comes late, before its inode has heard that it lost the name.
+    let late = store.flush(
+        &WorkItem::Chunk(ChunkKey::new(replaced, 0)),
+        &|file| store.prepare(file).map_err(|error| error.errno()),
+        FlushPace::Complete,
+    );
+    assert!(late.is_ok(), "{late:?}");
+    let entry = ringfs_proto::EntryRef::new(renamed_file, ringfs_proto::FileKind::Regular);
+    store.install_entry("/n", entry, ringfs_proto::InstallMode::REPLACE, FileId::default(), false).unwrap();
+    store.remove_entry("/m", renamed_file).unwrap();
+    store.drop_link_named(replaced, 7, Some("/n")).unwrap();
+    flush_all(&store);
+    assert_eq!(fs::read(setup.backend().join("n")).unwrap(), renamed_bytes, "the backend file is the renamed file's");
+    // Nothing was pending at "/n" any more: a second rename over it gives nothing up.
+    assert_eq!(store.yield_backend_name(renamed_file, "/n").unwrap(), (false, false));
+}
