@@ -145,6 +145,10 @@ fn a_backend_tree_reads_through_byte_identical() {
 
     let names: Vec<String> = client.readdir("/a").unwrap().into_iter().map(|entry| entry.name).collect();
     assert_eq!(names, ["b", "empty", "emptydir", "link", "small"]);
+    // The names-only listing (getdents's) of backend entries: same names, ids and types.
+    let full: Vec<_> = client.readdir("/a").unwrap().into_iter().map(|entry| (entry.name, entry.stat.file, entry.stat.kind())).collect();
+    let names_only: Vec<_> = client.readdir_names("/a").unwrap().into_iter().map(|entry| (entry.name, entry.file, entry.kind)).collect();
+    assert_eq!(names_only, full);
     let listing = client.readdir("/a/b").unwrap();
     assert_eq!(
         listing.iter().map(|entry| (entry.name.as_str(), entry.stat.size)).collect::<Vec<_>>(),
