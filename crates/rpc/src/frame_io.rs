@@ -109,13 +109,12 @@ impl FrameReader {
         self.poll_budget
     }
 
-    /// Tries non-blocking reads into `destination` for up to the poll budget.
+    /// Tries non-blocking reads into `destination` until `budget` has passed since `started`.
     /// `Ok(Some(n))` when bytes (or EOF: `Some(0)`) arrived, `Ok(None)` when the budget ran out.
-    fn poll(reader: &mut dyn ReadHalf, destination: &mut [u8], budget: Duration) -> io::Result<Option<usize>> {
+    fn poll(reader: &mut dyn ReadHalf, destination: &mut [u8], budget: Duration, started: Instant) -> io::Result<Option<usize>> {
         if budget.is_zero() {
             return Ok(None);
         }
-        let started = Instant::now();
         loop {
             match reader.read_available(destination) {
                 Ok(count) => return Ok(Some(count)),
@@ -144,7 +143,7 @@ impl FrameReader {
             self.start = 0;
         }
         let poll_started = Instant::now();
-        let polled = Self::poll(self.reader.as_mut(), &mut self.buffer[self.end..], self.poll_budget)?;
+        let polled = Self::poll(self.reader.as_mut(), &mut self.buffer[self.end..], self.poll_budget, poll_started)?;
         let read = match polled {
             Some(count) => Ok(count),
             None => {

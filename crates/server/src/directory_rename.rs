@@ -140,8 +140,9 @@ impl ServerState {
         Err(Errno::EIO)
     }
 
-    /// Tells `file`'s inode that its name `path` entered the cached tree.
-    fn bind_into_cached_tree(&self, file: FileId, path: &str) -> Result<(), Errno> {
+    /// Tells `file`'s inode that its name `path` entered the cached tree (it is made there
+    /// anew, or gets `path` as another link).
+    pub(crate) fn bind_into_cached_tree(&self, file: FileId, path: &str) -> Result<(), Errno> {
         self.ask_home(file, Request::Rebind(ringfs_proto::Rebind { file, path: Some(path.to_string()), from: None })).map(drop)
     }
 

@@ -16,8 +16,8 @@
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, Rebind, RemoveEntry, Rename,
-    RenameFlags, Request, Response,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
+    Request, Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
@@ -643,7 +643,7 @@ impl ServerState {
     /// a pending creation means its backend file was not made yet).
     fn take_backend_name_back(&self, yielded: Option<FileId>, to: &str) {
         let Some(file) = yielded else { return };
-        if let Err(errno) = self.ask_home(file, Request::Rebind(Rebind { file, path: Some(to.to_string()), from: None })) {
+        if let Err(errno) = self.bind_into_cached_tree(file, to) {
             log::warn!("rename over {to} failed, and the replaced file could not be bound to its name in the backend again ({errno})");
         }
     }
