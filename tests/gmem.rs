@@ -55,6 +55,7 @@ fn rank_main() {
     let world = World::init().expect("the world forms");
     match scenario.as_str() {
         "exchange" => exchange(&world),
+        "wave" => wave(&world),
         "nonblocking" => nonblocking(&world),
         "atomics" => atomics(&world),
         "spill" => spill(&world),
@@ -418,6 +419,35 @@ fn turns(world: &World) {
     world.barrier().unwrap();
 }
 
+/// Every rank reads the same array at once, block by block, in rounds (caches flushed
+/// between): the reads of a block meet at its home together, which with relaying answers
+/// them as one batch. Every byte is checked; each rank prints its relayed copies.
+fn wave(world: &World) {
+    const BLOCK: u64 = 8192;
+    let len = 48 * BLOCK;
+    let array = world.alloc(len, Distribution::Block, BLOCK as u32).unwrap();
+    let byte = |at: u64, round: u64| ((at / 7 + round * 13) % 253) as u8;
+    for round in 0..3u64 {
+        if world.rank() == round as u32 % world.ranks() {
+            let bytes: Vec<u8> = (0..len).map(|at| byte(at, round)).collect();
+            array.put(0, &bytes).unwrap();
+        }
+        world.flush_cache().unwrap();
+        world.barrier().unwrap();
+        let mut chunk = vec![0u8; BLOCK as usize];
+        for block in 0..len / BLOCK {
+            array.get(block * BLOCK, &mut chunk).unwrap();
+            for (index, value) in chunk.iter().enumerate() {
+                let at = block * BLOCK + index as u64;
+                assert_eq!(*value, byte(at, round), "round {round}: byte {at}");
+            }
+        }
+        world.flush_cache().unwrap();
+        world.barrier().unwrap();
+    }
+    println!("relayed {}", world.cache_stats().expect("a cache").relayed_copies);
+}
+
 /// Rank 0 writes blocks into its cache (the only current copies) and is killed; rank 1
 /// then gets EIO for those blocks, within the deadline and every time after — never the
 /// older bytes the home still has — and the other blocks work.
@@ -539,27 +569,76 @@ fn a_killed_home_gives_eio_not_a_hang() {
 
 /// The environment of ranks caching `bytes` of blocks, cooperatively or not.
 fn cached(bytes: &'static str, cooperative: bool) -> Vec<(&'static str, &'static str)> {
-    vec![("RINGFS_GMEM_CACHE", bytes), ("RINGFS_GMEM_COOP", if cooperative { "1" } else { "0" })]
+    vec![("RINGFS_GMEM_CACHE", bytes), ("RINGFS_GMEM_COOP", if cooperative { "1" } else { "0" }), ("RINGFS_GMEM_RELAY", "0")]
+}
+
+/// The environment of ranks caching `bytes` of blocks cooperatively, relaying batches of reads.
+fn relayed(bytes: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![("RINGFS_GMEM_CACHE", bytes), ("RINGFS_GMEM_COOP", "1"), ("RINGFS_GMEM_RELAY", "1")]
+}
+
+/// The copies the ranks relayed (their `relayed N` lines).
+fn relayed_copies(outputs: &[Output]) -> u64 {
+    outputs
+        .iter()
+        .flat_map(|output| {
+            let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+            // libtest may print its own words before the rank's on the line.
+            stdout.split("relayed ").skip(1).filter_map(|rest| rest.split_whitespace().next()?.parse::<u64>().ok()).collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+#[test]
+fn reads_meeting_at_a_home_are_relayed_in_batches_and_read_exactly() {
+    // Links slow enough (emulated) that reads of one block meet while its home is busy.
+    let cluster = gmem_cluster(2, &["--gmem-net-mbps", "200", "--gmem-net-latency-us", "300"]);
+    let outputs = run_ranks(&cluster, "wave", 5, &relayed("64K"));
+    assert_all_succeeded(&outputs, "wave, relayed");
+    assert!(
+        relayed_copies(&outputs) > 0,
+        "5 ranks reading the same blocks at once formed no batch: {:?}",
+        outputs.iter().map(|output| String::from_utf8_lossy(&output.stderr).to_string()).collect::<Vec<_>>()
+    );
+    // Without relaying, the same reads are forwarded one by one.
+    let outputs = run_ranks(&cluster, "wave", 5, &cached("64K", true));
+    assert_all_succeeded(&outputs, "wave, cooperative");
+    assert_eq!(relayed_copies(&outputs), 0);
+    // Relayed batches among evictions: caches of 2 blocks.
+    let mut env = relayed("16K");
+    env.push(("RINGFS_TIMEOUT_MS", "15000"));
+    assert_all_succeeded(&run_ranks(&cluster, "wave", 4, &env), "wave, relayed, tiny caches");
 }
 
 #[test]
 fn with_caches_every_scenario_gives_the_same_results() {
     let cluster = gmem_cluster(2, &[]);
-    for cooperative in [true, false] {
-        let env = cached("64K", cooperative);
-        assert_all_succeeded(&run_ranks(&cluster, "exchange", 4, &env), "exchange, cached");
-        assert_all_succeeded(&run_ranks(&cluster, "nonblocking", 3, &cached("256K", cooperative)), "non-blocking, cached");
-        assert_all_succeeded(&run_ranks(&cluster, "atomics", 3, &env), "atomics, cached");
-        assert_all_succeeded(&run_ranks(&cluster, "errors", 2, &env), "errors, cached");
-        assert_all_succeeded(&run_ranks(&cluster, "monotonic", 3, &cached("8K", cooperative)), "monotonic reads, cached");
+    type Env = fn(&'static str) -> Vec<(&'static str, &'static str)>;
+    let setups: [(&str, Env); 3] =
+        [("cooperative", |bytes| cached(bytes, true)), ("home-served", |bytes| cached(bytes, false)), ("relayed", relayed)];
+    for (name, env) in setups {
+        assert_all_succeeded(&run_ranks(&cluster, "exchange", 4, &env("64K")), &format!("exchange, {name}"));
+        assert_all_succeeded(&run_ranks(&cluster, "nonblocking", 3, &env("256K")), &format!("non-blocking, {name}"));
+        assert_all_succeeded(&run_ranks(&cluster, "atomics", 3, &env("64K")), &format!("atomics, {name}"));
+        assert_all_succeeded(&run_ranks(&cluster, "errors", 2, &env("64K")), &format!("errors, {name}"));
+        assert_all_succeeded(&run_ranks(&cluster, "monotonic", 3, &env("8K")), &format!("monotonic reads, {name}"));
     }
 }
 
 #[test]
 fn eviction_storms_in_tiny_caches_read_exactly_what_was_written() {
     let cluster = gmem_cluster(2, &[]);
-    let mut runs =
-        vec![(1, "4K", true, 4), (2, "4K", false, 4), (3, "16K", true, 3), (4, "16K", false, 3), (5, "12K", true, 2), (6, "0", true, 3)];
+    // (seed, cache, cooperative, ranks); seeds from 7 on relay batches of reads.
+    let mut runs = vec![
+        (1, "4K", true, 4),
+        (2, "4K", false, 4),
+        (3, "16K", true, 3),
+        (4, "16K", false, 3),
+        (5, "12K", true, 2),
+        (6, "0", true, 3),
+        (7, "4K", true, 4),
+        (8, "16K", true, 3),
+    ];
     // RINGFS_GMEM_STORM_SEEDS=FIRST-LAST searches further: each seed with a cache, cooperation
     // and a rank count of its own.
     if let Ok(range) = std::env::var("RINGFS_GMEM_STORM_SEEDS") {
@@ -571,7 +650,9 @@ fn eviction_storms_in_tiny_caches_read_exactly_what_was_written() {
     }
     for (seed, bytes, cooperative, ranks) in runs {
         let seed_text = seed.to_string();
-        let mut env = cached(bytes, cooperative);
+        // Seeds 7 and 8 relay, and so do the odd ones of a search.
+        let relay = matches!(seed, 7 | 8) || (seed > 8 && seed % 2 == 1);
+        let mut env = if relay && cooperative { relayed(bytes) } else { cached(bytes, cooperative) };
         env.push(("RINGFS_GMEM_TEST_SEED", Box::leak(seed_text.into_boxed_str())));
         // Up to 5 ranks and 2 servers on 2 cores beside other tests: a longer deadline, so a
         // starved machine does not turn slowness into EIO (once seen with a clean build and a
@@ -589,6 +670,7 @@ fn cooperative_caches_serve_each_other_and_without_cooperation_homes_serve() {
     let cluster = gmem_cluster(2, &[]);
     assert_all_succeeded(&run_ranks(&cluster, "turns", 4, &cached("1M", true)), "turns, cooperative");
     assert_all_succeeded(&run_ranks(&cluster, "turns", 4, &cached("1M", false)), "turns, home-served");
+    assert_all_succeeded(&run_ranks(&cluster, "turns", 4, &relayed("1M")), "turns, relayed");
 }
 
 #[test]
@@ -617,7 +699,9 @@ fn the_scan_and_stencil_benchmarks_run_and_check_their_results() {
     };
     let emulated = ["--gmem-ssd-mbps", "200", "--gmem-net-mbps", "400", "--block-size", "16K"];
     let scan_path = scan_csv.display().to_string();
-    let mut args = vec!["scan", "--rank-counts", "3", "--array", "1M", "--cache", "2M", "--dram", "256K", "--csv", &scan_path];
+    let setups = "no-cache,cache,cache+coop,cache+relay";
+    let mut args =
+        vec!["scan", "--rank-counts", "3", "--array", "1M", "--cache", "2M", "--dram", "256K", "--setups", setups, "--csv", &scan_path];
     args.extend(emulated);
     run(&args);
     let scan = std::fs::read_to_string(&scan_csv).unwrap();
@@ -633,6 +717,8 @@ fn the_scan_and_stencil_benchmarks_run_and_check_their_results() {
     assert_eq!(coop[4].parse::<u64>().unwrap(), 1 << 20, "with cooperation the homes serve each block once: {coop:?}");
     assert_eq!(coop[5].parse::<u64>().unwrap(), 2 << 20, "and the ranks serve the rest: {coop:?}");
     assert_eq!((homes[4].parse::<u64>().unwrap(), homes[5].as_str()), (3 << 20, "0"), "without, the homes serve all: {homes:?}");
+    let relay = row("cache+relay");
+    assert_eq!((relay[4].parse::<u64>().unwrap(), relay[5].parse::<u64>().unwrap()), (1 << 20, 2 << 20), "relayed: {relay:?}");
     let mut args =
         vec!["stencil", "--rank-counts", "1,3", "--cols", "128", "--rows", "64", "--strip", "16", "--iterations", "3", "--cache", "64K"];
     args.extend(emulated);

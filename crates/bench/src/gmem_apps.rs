@@ -39,6 +39,9 @@ pub enum Setup {
     HomeServed,
     /// Caches; a rank holding a copy serves the next reader.
     Cooperative,
+    /// Cooperative caches, and the reads of a block queued at its home answered together,
+    /// the readers relaying the copy to each other.
+    Relayed,
     /// Cooperative caches, and servers with DRAM for everything (no SSD).
     InDram,
 }
@@ -49,12 +52,13 @@ impl Setup {
             Setup::NoCache => "no-cache",
             Setup::HomeServed => "cache",
             Setup::Cooperative => "cache+coop",
+            Setup::Relayed => "cache+relay",
             Setup::InDram => "in-dram",
         }
     }
 
     pub fn parse(text: &str) -> Option<Setup> {
-        [Setup::NoCache, Setup::HomeServed, Setup::Cooperative, Setup::InDram].into_iter().find(|setup| setup.name() == text)
+        [Setup::NoCache, Setup::HomeServed, Setup::Cooperative, Setup::Relayed, Setup::InDram].into_iter().find(|setup| setup.name() == text)
     }
 }
 
@@ -199,6 +203,7 @@ fn run_ranks(cluster: &ringfs_launch::Cluster, config: &AppConfig, ranks: u32, s
             .env("RINGFS_GMEM_APP", &plan)
             .env("RINGFS_GMEM_CACHE", &cache)
             .env("RINGFS_GMEM_COOP", if setup == Setup::HomeServed { "0" } else { "1" })
+            .env("RINGFS_GMEM_RELAY", if setup == Setup::Relayed { "1" } else { "0" })
             .stdout(Stdio::piped());
         if let Some((mbps, latency)) = config.rank_network {
             command.env("RINGFS_GMEM_NET_MBPS", mbps.to_string()).env("RINGFS_GMEM_NET_LATENCY_US", latency.to_string());

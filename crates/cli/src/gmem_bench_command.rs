@@ -54,7 +54,8 @@ pub struct GmemBenchArgs {
     #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
     pub rank_counts: Vec<u32>,
     /// scan, stencil: configurations to run: no-cache, cache (homes serve), cache+coop,
-    /// in-dram (stencil: servers with DRAM for everything).
+    /// cache+relay (cooperation with relayed batches of reads), in-dram (stencil: servers
+    /// with DRAM for everything).
     #[arg(long, default_value = "no-cache,cache,cache+coop,in-dram", value_delimiter = ',')]
     pub setups: Vec<String>,
     /// scan, stencil: each rank's cache of blocks.

@@ -20,9 +20,12 @@
 //! - the *endpoint* (an RPC server in the rank process) answers homes and other ranks:
 //!   `CoForward` (send the copy to a requester with `CoFill`, then keep the state the
 //!   protocol says), `CoInvalidate` (drop or downgrade, sending dirty bytes back), `CoFill`
-//!   (the bytes of a block this rank requested). A home's request names the state its
-//!   directory records for this rank; if this rank's own grant for the block is still on its
-//!   way (the state differs and a request is under way), the endpoint waits for the install.
+//!   (the bytes of a block this rank requested, taken only for the request they name, and
+//!   passed on to the ranks the fill lists: a *relayed* batch of reads). A home's request
+//!   names the state its directory records for this rank; if this rank's own grant for the
+//!   block is still on its way (the state differs and a request is under way), the endpoint
+//!   waits for the install. A grant saying the bytes come by `CoFill` may come before them
+//!   (relayed copies travel after the home's transaction): the install waits for them.
 //!
 //! Accesses of blocks through the cache are atomic per block, as uncached ones are at the
 //! home.
@@ -33,8 +36,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::coherence::{CacheState, on_forward, on_invalidate};
-use ringfs_proto::gmem::{ArrayBlock, ArrayLayout, CacheMode, CoForward, CoGet, CoGrant, CoInvalidate, CoPut};
+use ringfs_proto::coherence::{CacheState, on_forward, on_invalidate, relay_tree};
+use ringfs_proto::gmem::{ArrayLayout, CacheMode, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, RelayTarget};
 use ringfs_proto::{Errno, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 use ringfs_rpc::transport::{Listener, PeerIdentity};
@@ -52,19 +55,23 @@ pub struct CacheConfig {
     pub cooperative: bool,
     /// Blocks fetched ahead of a sequential run of misses.
     pub prefetch: u32,
+    /// Cooperative, and reads of a block that queue at its home are answered together, the
+    /// readers relaying the copy to each other (`CacheMode::Relayed`).
+    pub relay: bool,
     /// This rank's network link, emulated (the bytes it sends other ranks).
     pub network: Option<DeviceModel>,
 }
 
 impl Default for CacheConfig {
     fn default() -> Self {
-        CacheConfig { bytes: 0, cooperative: true, prefetch: 2, network: None }
+        CacheConfig { bytes: 0, cooperative: true, prefetch: 2, relay: false, network: None }
     }
 }
 
 impl CacheConfig {
     /// `RINGFS_GMEM_CACHE` (bytes, with K/M/G; default 0: no cache), `RINGFS_GMEM_COOP` (0 to
-    /// switch cooperation off), `RINGFS_GMEM_PREFETCH` (blocks, default 2),
+    /// switch cooperation off), `RINGFS_GMEM_RELAY` (1 to relay batches of reads, with
+    /// cooperation), `RINGFS_GMEM_PREFETCH` (blocks, default 2),
     /// `RINGFS_GMEM_NET_MBPS` and `RINGFS_GMEM_NET_LATENCY_US` (the emulated link).
     pub fn from_env() -> Result<CacheConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
@@ -75,8 +82,12 @@ impl CacheConfig {
                 Errno::EINVAL
             })?;
         }
+        let off = |text: &str| matches!(text, "0" | "off" | "false" | "no");
         if let Some(text) = var("RINGFS_GMEM_COOP") {
-            config.cooperative = !matches!(text.as_str(), "0" | "off" | "false" | "no");
+            config.cooperative = !off(&text);
+        }
+        if let Some(text) = var("RINGFS_GMEM_RELAY") {
+            config.relay = !off(&text);
         }
         let number = |name: &str| -> Result<Option<u64>> {
             var(name)
@@ -101,10 +112,11 @@ impl CacheConfig {
 
     /// The mode arrays are allocated with.
     pub fn mode(&self) -> CacheMode {
-        match (self.bytes, self.cooperative) {
-            (0, _) => CacheMode::Uncached,
-            (_, true) => CacheMode::Cooperative,
-            (_, false) => CacheMode::HomeServed,
+        match (self.bytes, self.cooperative, self.relay) {
+            (0, _, _) => CacheMode::Uncached,
+            (_, true, true) => CacheMode::Relayed,
+            (_, true, false) => CacheMode::Cooperative,
+            (_, false, _) => CacheMode::HomeServed,
         }
     }
 }
@@ -134,8 +146,10 @@ pub struct CacheStats {
     /// Bytes of blocks that came from their homes, and from other ranks' caches.
     pub bytes_from_homes: u64,
     pub bytes_from_peers: u64,
-    /// Bytes this rank sent other ranks (forwarded copies).
+    /// Bytes this rank sent other ranks (forwarded and relayed copies).
     pub bytes_to_peers: u64,
+    /// Copies this rank passed on from a relay list (relayed batches of reads).
+    pub relayed_copies: u64,
     /// Dirty blocks written back to their homes (evicted or recalled), and bytes.
     pub write_backs: u64,
     pub bytes_written_back: u64,
@@ -149,6 +163,7 @@ struct Counters {
     bytes_from_homes: AtomicU64,
     bytes_from_peers: AtomicU64,
     bytes_to_peers: AtomicU64,
+    relayed_copies: AtomicU64,
     write_backs: AtomicU64,
     bytes_written_back: AtomicU64,
     evictions: AtomicU64,
@@ -165,8 +180,10 @@ type BlockKey = (u64, u64);
 #[derive(Debug, PartialEq, Eq)]
 enum Phase {
     Idle,
-    /// A `CoGet` is at the home; `fill` holds the bytes another rank sent for it.
+    /// The `CoGet` numbered `request` is at the home; `fill` holds the bytes another rank
+    /// (or the home) sent for it.
     Requesting {
+        request: u64,
         fill: Option<Vec<u8>>,
     },
     /// Its `CoPut` is at the home.
@@ -215,7 +232,7 @@ impl Table {
         None
     }
 
-    fn insert(&mut self, key: BlockKey, block_size: usize) -> &mut Frame {
+    fn insert(&mut self, key: BlockKey, block_size: usize, request: u64) -> &mut Frame {
         self.generations += 1;
         let generation = self.generations;
         self.clock.push_back((key, generation));
@@ -223,7 +240,7 @@ impl Table {
         self.frames.entry(key).or_insert(Frame {
             state: CacheState::Invalid,
             data: vec![0; block_size],
-            phase: Phase::Requesting { fill: None },
+            phase: Phase::Requesting { request, fill: None },
             referenced: true,
             generation,
         })
@@ -249,6 +266,8 @@ struct Shared {
     peers: Mutex<HashMap<String, Arc<Connection>>>,
     peer_config: ConnectionConfig,
     counters: Counters,
+    /// The last request number used (`CoGet::request`).
+    requests: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -309,6 +328,7 @@ impl BlockCache {
             peers: Mutex::new(HashMap::new()),
             peer_config,
             counters: Counters::default(),
+            requests: AtomicU64::new(0),
         });
         let server = RpcServer::start(Arc::new(EndpointService(shared.clone())), vec![listener], Duration::ZERO).map_err(|error| {
             log::error!("global memory: the cache's endpoint did not start: {error}");
@@ -331,6 +351,7 @@ impl BlockCache {
             bytes_from_homes: get(&counters.bytes_from_homes),
             bytes_from_peers: get(&counters.bytes_from_peers),
             bytes_to_peers: get(&counters.bytes_to_peers),
+            relayed_copies: get(&counters.relayed_copies),
             write_backs: get(&counters.write_backs),
             bytes_written_back: get(&counters.bytes_written_back),
             evictions: get(&counters.evictions),
@@ -388,6 +409,7 @@ impl BlockCache {
         let writes = usage != Use::Read;
         // Set at the first wait: a hit reads no clock.
         let mut deadline = None;
+        let request = shared.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let mut table = lock(&shared.table);
         loop {
             let over = table.used + block_size as u64 > shared.capacity;
@@ -403,7 +425,7 @@ impl BlockCache {
                 }
                 Some(frame) if frame.phase == Phase::Idle => {
                     // Present but not enough (an upgrade, or an invalidated copy kept as I).
-                    frame.phase = Phase::Requesting { fill: None };
+                    frame.phase = Phase::Requesting { request, fill: None };
                     break;
                 }
                 Some(_) => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
@@ -416,24 +438,45 @@ impl BlockCache {
                     None => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
                 },
                 None => {
-                    table.insert(key, block_size);
+                    table.insert(key, block_size, request);
                     break;
                 }
             }
         }
         drop(table);
         add(&shared.counters.misses, 1);
-        let get = CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite };
+        let get =
+            CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite, request };
         let answer = send(&layout.homes[home_index(layout, block)], &Request::CoGet(get), &[]);
         let mut table = lock(&shared.table);
-        let frame = table.frames.get_mut(&key).ok_or(Errno::ESTALE)?;
-        let installed = match answer {
+        let mut installed = match answer {
             Ok(reply) => match reply.response {
-                Response::CoGrant(grant) => install(shared, frame, grant, reply.data),
+                Response::CoGrant(grant) => Ok((grant, reply.data)),
                 _ => Err(Errno::EPROTO),
             },
             Err(errno) => Err(errno),
         };
+        if let Ok((grant, _)) = &installed
+            && matches!(grant.source, 1 | 4)
+        {
+            // A relayed copy may come after the grant.
+            loop {
+                match table.frames.get(&key).map(|frame| &frame.phase) {
+                    Some(Phase::Requesting { fill: None, .. }) => {}
+                    _ => break,
+                }
+                match wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout) {
+                    Ok(guard) => table = guard,
+                    Err(errno) => {
+                        installed = Err(errno);
+                        table = lock(&shared.table);
+                        break;
+                    }
+                }
+            }
+        }
+        let frame = table.frames.get_mut(&key).ok_or(Errno::ESTALE)?;
+        let installed = installed.and_then(|(grant, data)| install(shared, frame, grant, data));
         let outcome = match installed {
             Ok(()) => {
                 op(&mut frame.data);
@@ -507,7 +550,7 @@ impl BlockCache {
 fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) -> Result<()> {
     let state = CacheState::from_code(grant.state).filter(|state| state.is_valid()).ok_or(Errno::EPROTO)?;
     let fill = match &mut frame.phase {
-        Phase::Requesting { fill } => fill.take(),
+        Phase::Requesting { fill, .. } => fill.take(),
         _ => return Err(Errno::EPROTO),
     };
     match grant.source {
@@ -515,9 +558,10 @@ fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) ->
             add(&shared.counters.bytes_from_homes, data.len() as u64);
             frame.data = data;
         }
-        1 => match fill {
+        1 | 4 => match fill {
             Some(bytes) if bytes.len() == frame.data.len() => {
-                add(&shared.counters.bytes_from_peers, bytes.len() as u64);
+                let counter = if grant.source == 4 { &shared.counters.bytes_from_homes } else { &shared.counters.bytes_from_peers };
+                add(counter, bytes.len() as u64);
                 frame.data = bytes;
             }
             _ => {
@@ -585,7 +629,7 @@ impl Service for EndpointService {
         let outcome = match request {
             Request::CoForward(forward) => self.0.forward(forward),
             Request::CoInvalidate(invalidate) => self.0.invalidate(invalidate, reply_data),
-            Request::CoFill(block) => self.0.fill(block, data),
+            Request::CoFill(fill) => Shared::fill(&self.0, fill, data),
             _ => Err(Errno::EPROTO),
         };
         outcome.unwrap_or_else(Response::Error)
@@ -640,10 +684,8 @@ impl Shared {
             (had, bytes, requester)
         };
         let requester = requester.ok_or(Errno::ESTALE)?;
-        throttle::pass(self.network.as_ref(), bytes.len() as u64);
-        let fill = Request::CoFill(ArrayBlock { array: forward.array, block: forward.block });
-        self.peer(&requester)?.call(&fill, &bytes).map_err(|error| error.errno())?;
-        add(&self.counters.bytes_to_peers, bytes.len() as u64);
+        let fill = CoFill { array: forward.array, block: forward.block, request: forward.request, relay: forward.relay };
+        self.send_fill(&requester, fill, &bytes)?;
         Ok(Response::Count(had.code().into()))
     }
 
@@ -672,18 +714,70 @@ impl Shared {
         Ok(Response::Count(had.code().into()))
     }
 
-    fn fill(&self, block: ArrayBlock, data: &[u8]) -> Result<Response> {
-        let mut table = lock(&self.table);
-        match table.frames.get_mut(&(block.array, block.block)).map(|frame| &mut frame.phase) {
-            Some(Phase::Requesting { fill }) => {
-                *fill = Some(data.to_vec());
-                Ok(Response::Done)
-            }
-            _ => {
-                log::warn!("global memory: a fill of block {} of array {:x} that this rank did not ask for", block.block, block.array);
-                Err(Errno::EPROTO)
+    /// A copy for this rank's request `fill.request`: kept for the install, then passed on
+    /// to the ranks `fill.relay` lists (by another thread: an endpoint never waits for other
+    /// ranks while it answers).
+    fn fill(shared: &Arc<Shared>, fill: CoFill, data: &[u8]) -> Result<Response> {
+        {
+            let mut table = lock(&shared.table);
+            match table.frames.get_mut(&(fill.array, fill.block)).map(|frame| &mut frame.phase) {
+                Some(Phase::Requesting { request, fill: slot }) if *request == fill.request => {
+                    *slot = Some(data.to_vec());
+                    shared.changed.notify_all();
+                }
+                _ => {
+                    log::warn!(
+                        "global memory: a fill of block {} of array {:x} for request {}, which is not under way",
+                        fill.block,
+                        fill.array,
+                        fill.request
+                    );
+                    return Err(Errno::EPROTO);
+                }
             }
         }
+        if !fill.relay.is_empty() {
+            let (shared, bytes) = (shared.clone(), data.to_vec());
+            let spawned = std::thread::Builder::new()
+                .name("ringfs-relay".into())
+                .spawn(move || shared.relay(fill.array, fill.block, fill.relay, &bytes));
+            if let Err(error) = spawned {
+                log::error!("global memory: cannot start a thread to relay a block: {error}");
+            }
+        }
+        Ok(Response::Done)
+    }
+
+    /// Passes a block's copy on to the ranks of `list` in the binomial tree of
+    /// `relay_tree`. A rank that does not take its copy (gone, or its request no longer
+    /// under way) is skipped: its part of the list is served from here.
+    fn relay(&self, array: u64, block: u64, list: Vec<RelayTarget>, bytes: &[u8]) {
+        let mut lists = vec![list];
+        while let Some(list) = lists.pop() {
+            for (child, theirs) in relay_tree(list) {
+                let endpoint = lock(&self.table).layouts.get(&array).and_then(|layout| layout.nodes.get(child.rank as usize).cloned());
+                let Some(endpoint) = endpoint else {
+                    // The array was freed meanwhile: nobody needs the copies.
+                    return;
+                };
+                let fill = CoFill { array, block, request: child.request, relay: theirs.clone() };
+                match self.send_fill(&endpoint, fill, bytes) {
+                    Ok(()) => add(&self.counters.relayed_copies, 1),
+                    Err(errno) => {
+                        log::warn!("global memory: rank {} did not take a relayed copy of block {block}: {errno}", child.rank);
+                        lists.push(theirs);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a copy through this rank's link.
+    fn send_fill(&self, endpoint: &str, fill: CoFill, bytes: &[u8]) -> Result<()> {
+        throttle::pass(self.network.as_ref(), bytes.len() as u64);
+        self.peer(endpoint)?.call(&Request::CoFill(fill), bytes).map_err(|error| error.errno())?;
+        add(&self.counters.bytes_to_peers, bytes.len() as u64);
+        Ok(())
     }
 
     /// A connection to another rank's endpoint.
@@ -745,14 +839,14 @@ mod tests {
     fn clock_gives_referenced_frames_a_second_chance_and_skips_busy_ones() {
         let mut table = Table::default();
         for block in 0..3 {
-            let frame = table.insert((1, block), 8);
+            let frame = table.insert((1, block), 8, block);
             frame.phase = Phase::Idle;
             frame.state = CacheState::Shared;
         }
         table.frames.get_mut(&(1, 0)).unwrap().referenced = true;
         table.frames.get_mut(&(1, 1)).unwrap().referenced = false;
         table.frames.get_mut(&(1, 2)).unwrap().referenced = false;
-        table.frames.get_mut(&(1, 1)).unwrap().phase = Phase::Requesting { fill: None };
+        table.frames.get_mut(&(1, 1)).unwrap().phase = Phase::Requesting { request: 1, fill: None };
         assert_eq!(table.choose_victim(), Some((1, 2)), "0 is referenced, 1 is busy");
         assert_eq!(table.choose_victim(), Some((1, 0)), "0 had its second chance");
         assert_eq!(table.choose_victim(), None, "only a busy frame is left");

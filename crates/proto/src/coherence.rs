@@ -261,6 +261,47 @@ pub fn complete_get(entry: &mut DirectoryEntry, request: GetRequest, plan: &GetP
     Grant { state: granted, data }
 }
 
+/// Reads of one block by `readers` (none of them holding a copy) answered in the same
+/// transaction as the read just completed: the directory's view becomes exactly what the
+/// reads one after the other would have made it (cooperative: each is forwarded by the copy
+/// the one before it got, so the Forward state ends with the last; a dirty copy stays the
+/// responder as O). No step runs: every reader gets the copy the transaction's first reader
+/// got, passed on by the readers themselves ([`relay_tree`]). Each reader's grant is the
+/// state the view records for it afterwards (an earlier reader's may have changed, as E
+/// becomes S when the next reader comes).
+pub fn complete_relayed_reads(entry: &mut DirectoryEntry, readers: &[Rank]) {
+    for &requester in readers {
+        let request = GetRequest { requester, exclusive: false, full_write: false };
+        let plan = plan_get(entry, request, true);
+        // Nobody acted on the block since the transaction began: the view's states are the
+        // holders' own, so they are the steps' answers.
+        let replies: Vec<StepReply> = plan
+            .steps
+            .iter()
+            .map(|step| match *step {
+                Step::Forward { holder, .. } | Step::Invalidate { holder, .. } => StepReply { had: entry.state_of(holder) },
+            })
+            .collect();
+        complete_get(entry, request, &plan, &replies, true);
+    }
+}
+
+/// How a rank holding a copy passes it on to the ranks of `list` (ranks, or whatever names
+/// them): the copies it sends, one
+/// after the other, each to a rank that passes it on to the list given with it. Each send
+/// hands over half of what is left, so the copies spread in a binomial tree: a rank sends at
+/// most ⌈log2(n + 1)⌉ copies, and the last of n ranks has its copy after as many rounds
+/// (a chain would take n).
+pub fn relay_tree<T>(mut list: Vec<T>) -> Vec<(T, Vec<T>)> {
+    let mut sends = Vec::new();
+    while !list.is_empty() {
+        let mut theirs = list.split_off(list.len() / 2);
+        let child = theirs.remove(0);
+        sends.push((child, theirs));
+    }
+    sends
+}
+
 /// What the home does with an eviction notice of `rank` carrying dirty data or not.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -363,6 +404,55 @@ mod tests {
         let replies = vec![StepReply { had: Owned }, StepReply { had: Forward }];
         assert_eq!(complete_get(&mut dir, write(2, false), &plan, &replies, true).state, Modified);
         assert_eq!(dir, entry(&[(2, Modified)]));
+    }
+
+    #[test]
+    fn relayed_reads_end_as_the_same_reads_one_after_the_other() {
+        use CacheState::*;
+        // From an F copy: every reader S but the last, which is the new F.
+        let mut dir = entry(&[(1, Forward)]);
+        let plan = plan_get(&dir, read(2), true);
+        complete_get(&mut dir, read(2), &plan, &[StepReply { had: Forward }], true);
+        complete_relayed_reads(&mut dir, &[3, 4]);
+        assert_eq!(dir, entry(&[(1, Shared), (2, Shared), (3, Shared), (4, Forward)]));
+        // From the home with nobody holding it: the first reader's E is shared on.
+        let mut dir = entry(&[]);
+        let plan = plan_get(&dir, read(2), true);
+        assert_eq!(complete_get(&mut dir, read(2), &plan, &[], true).state, Exclusive);
+        complete_relayed_reads(&mut dir, &[0, 1]);
+        assert_eq!(dir, entry(&[(0, Shared), (1, Forward), (2, Shared)]));
+        // From a dirty copy: it stays the responder (O), the readers share.
+        let mut dir = entry(&[(1, Exclusive)]);
+        let plan = plan_get(&dir, read(2), true);
+        complete_get(&mut dir, read(2), &plan, &[StepReply { had: Modified }], true);
+        complete_relayed_reads(&mut dir, &[3]);
+        assert_eq!(dir, entry(&[(1, Owned), (2, Shared), (3, Shared)]));
+    }
+
+    #[test]
+    fn a_relay_tree_reaches_every_rank_once_in_logarithmic_rounds() {
+        assert!(relay_tree(Vec::<Rank>::new()).is_empty());
+        assert_eq!(relay_tree(vec![7]), vec![(7, vec![])]);
+        assert_eq!(relay_tree(vec![1, 2, 3]), vec![(2, vec![3]), (1, vec![])]);
+        for n in 0..40u32 {
+            // Round in which each rank gets its copy (the root holds it at round 0).
+            let mut rounds = BTreeMap::new();
+            let mut pending = vec![(0u32, (1..=n).collect::<Vec<_>>())];
+            let mut most_sends = 0;
+            while let Some((round, list)) = pending.pop() {
+                let sends = relay_tree(list);
+                most_sends = most_sends.max(sends.len());
+                for (index, (child, theirs)) in sends.into_iter().enumerate() {
+                    let at = round + 1 + index as u32;
+                    assert!(rounds.insert(child, at).is_none(), "rank {child} got two copies");
+                    pending.push((at, theirs));
+                }
+            }
+            assert_eq!(rounds.len(), n as usize, "every rank got a copy");
+            let depth = u32::BITS - n.leading_zeros(); // ⌈log2(n + 1)⌉
+            assert!(rounds.values().all(|round| *round <= depth), "n {n}: {rounds:?}");
+            assert!(most_sends as u32 <= depth);
+        }
     }
 
     #[test]

@@ -33,6 +33,10 @@ wire_enum! {
         1 => Cooperative,
         /// Ranks cache blocks, but only homes serve data (the baseline of cooperation).
         2 => HomeServed,
+        /// Cooperative, and the reads of a block that queue at its home while it is busy
+        /// are answered together: one copy leaves the block's source and the readers relay
+        /// it to each other in a binomial tree (`coherence::relay_tree`).
+        3 => Relayed,
     }
 }
 
@@ -82,12 +86,24 @@ pub struct CoGet {
     pub rank: u32,
     pub exclusive: bool,
     pub full_write: bool,
+    /// Names this request among the rank's (a number it never used before): the `CoFill`
+    /// answering it carries it, so a copy meant for an earlier request is never taken.
+    pub request: u64,
 }
-wire_struct!(CoGet { array, block, rank, exclusive, full_write });
+wire_struct!(CoGet { array, block, rank, exclusive, full_write, request });
+
+/// A rank to pass a block's copy on to, and its request the copy answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RelayTarget {
+    pub rank: u32,
+    pub request: u64,
+}
+wire_struct!(RelayTarget { rank, request });
 
 /// What a rank's cache gets: its state (`coherence::CacheState` code) and where the data
-/// came from: 0 the home (in the data section), 1 another rank (delivered by `CoFill`
-/// before this answer), 2 its own copy, 3 none (a full write).
+/// came from: 0 the home (in the data section), 1 another rank (delivered by `CoFill`,
+/// before or after this answer), 2 its own copy, 3 none (a full write), 4 the home, by
+/// `CoFill` (a relayed batch of reads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CoGrant {
     pub state: u8,
@@ -109,17 +125,21 @@ wire_struct!(CoPut { array, block, rank, dirty });
 /// `CoForward`, from a home to a rank holding a block: send your copy to rank `requester`
 /// (`CoFill`), then keep the state the protocol says. Answered with `Count`: the state the
 /// copy had (`Invalid`: none).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CoForward {
     pub array: u64,
     pub block: u64,
     pub requester: u32,
+    /// The requester's request (`CoGet::request`), for its `CoFill`.
+    pub request: u64,
     pub exclusive: bool,
     /// The state the home's directory records for the holder (E for E or M): a holder
     /// whose own grant for the block is still on its way waits for it before answering.
     pub expected: u8,
+    /// Ranks the requester relays the copy to (a batch of reads: `CoFill::relay`).
+    pub relay: Vec<RelayTarget>,
 }
-wire_struct!(CoForward { array, block, requester, exclusive, expected });
+wire_struct!(CoForward { array, block, requester, request, exclusive, expected, relay });
 
 /// `CoInvalidate`, from a home to a rank holding a block: drop the copy (or keep it as S
 /// with `keep_shared`); with `write_back`, send it in the answer's data section if dirty.
@@ -211,10 +231,15 @@ pub struct GmemFree {
 }
 wire_struct!(GmemFree { job, array, rank, ranks });
 
-/// One block of an array (`CoFill`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ArrayBlock {
+/// `CoFill`, from a rank (or a home) to a rank that requested a block: its bytes, in the
+/// data section, for the receiver's request `request` (refused, `EPROTO`, when that request
+/// is not under way). The receiver passes them on to the ranks in `relay`, in the binomial
+/// tree `coherence::relay_tree` gives (a batch of reads answered at once). Answered `Done`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoFill {
     pub array: u64,
     pub block: u64,
+    pub request: u64,
+    pub relay: Vec<RelayTarget>,
 }
-wire_struct!(ArrayBlock { array, block });
+wire_struct!(CoFill { array, block, request, relay });

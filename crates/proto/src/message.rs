@@ -9,7 +9,7 @@ use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::gmem::{
-    ArrayBlock, ArrayLayout, ArrayOnly, BlockRange, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, GmemAlloc, GmemAtomic, GmemBarrier,
+    ArrayLayout, ArrayOnly, BlockRange, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, GmemAlloc, GmemAtomic, GmemBarrier,
     GmemFree,
 };
 use crate::id::{ChunkKey, FileId};
@@ -19,7 +19,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 9;
+pub const PROTOCOL_VERSION: u16 = 10;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -989,7 +989,7 @@ wire_enum! {
         82 => CoInvalidate(CoInvalidate),
         /// A rank's cache to another's: a block's bytes (the data section), forwarded on a
         /// home's behalf. Answered `Done`.
-        83 => CoFill(ArrayBlock),
+        83 => CoFill(CoFill),
         /// Server to server, to a file's inode, before a rename gives the file's name to
         /// another file (cache mode): give up a pending backend creation there. Answered
         /// `Count` (1: given up, to be made again if the rename fails; 0: nothing pending).

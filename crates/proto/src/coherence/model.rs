@@ -54,6 +54,9 @@ enum Action {
     Request { node: usize, block: usize, exclusive: bool, full_write: bool },
     Evict { node: usize, block: usize },
     Deliver { node: usize },
+    /// The home takes the reads of `block` at the head of several nodes' queues as one
+    /// relayed batch (`complete_relayed_reads`).
+    DeliverReads { block: usize },
 }
 
 impl World {
@@ -75,6 +78,11 @@ impl World {
     /// Every action possible now.
     fn actions(&self) -> Vec<Action> {
         let mut actions = Vec::new();
+        for block in 0..self.blocks.len() {
+            if self.reads_at_heads(block).len() >= 2 {
+                actions.push(Action::DeliverReads { block });
+            }
+        }
         for node in 0..self.nodes() {
             if !self.queues[node].is_empty() {
                 actions.push(Action::Deliver { node });
@@ -104,8 +112,41 @@ impl World {
         actions
     }
 
+    /// The nodes whose next message to the home is a read of `block`.
+    fn reads_at_heads(&self, block: usize) -> Vec<usize> {
+        (0..self.nodes())
+            .filter(|node| {
+                matches!(self.queues[*node].front(), Some((queued, Message::Get(request))) if *queued == block && !request.exclusive)
+            })
+            .collect()
+    }
+
     fn apply(&mut self, action: Action, cooperative: bool) {
         match action {
+            Action::DeliverReads { block } => {
+                let readers = self.reads_at_heads(block);
+                for node in &readers {
+                    self.queues[*node].pop_front();
+                }
+                let first = readers[0];
+                self.home_get(block, GetRequest { requester: first as Rank, exclusive: false, full_write: false }, cooperative);
+                let entry = &mut self.blocks[block];
+                let value = entry.copies[first].expect("the first reader's copy").1;
+                let rest: Vec<Rank> = readers[1..].iter().map(|node| *node as Rank).collect();
+                if cooperative {
+                    complete_relayed_reads(&mut entry.directory, &rest);
+                    for node in &readers {
+                        // Every reader holds the first one's copy, in the state the view ends with.
+                        entry.copies[*node] = Some((entry.directory.state_of(*node as Rank), value));
+                        entry.waiting[*node] = false;
+                    }
+                } else {
+                    // Without cooperation nothing is relayed: the reads run one after the other.
+                    for node in &readers[1..] {
+                        self.home_get(block, GetRequest { requester: *node as Rank, exclusive: false, full_write: false }, cooperative);
+                    }
+                }
+            }
             Action::Store { node, block } => {
                 self.make_all_stale(block);
                 self.blocks[block].copies[node] = Some((CacheState::Modified, FRESH));

@@ -1,6 +1,15 @@
 //! The blocks of the global arrays a server homes: in DRAM up to a budget, the least
 //! recently used spilled to a directory on the node-local SSD and read back on access.
 //!
+//! For arrays whose ranks cache cooperatively ([`HomeReads::Once`]), a block read back from
+//! the SSD for a read enters the LRU order at its cold end (LRU insertion, as scan-resistant
+//! caches do): it becomes recently used only when it is used again. The home serves such a
+//! block once per wave of readers (the others get it from each other), and a plain LRU order
+//! would trade a resident block for every block a scan reads back, none of them read again:
+//! a scan of twice the DRAM then reads everything back, where cold entry costs one resident
+//! block. For other arrays ([`HomeReads::Repeated`]), and for writes, blocks enter at the
+//! hot end: there the next rank's read of the same block comes to the home too.
+//!
 //! A block is *resident* (its bytes in DRAM), *on the SSD*, or *moving* between the two (an
 //! I/O is under way, without the table's lock; whoever needs it waits). A block never
 //! written is neither: reading it gives zeros, and writing it makes it resident. An access
@@ -17,7 +26,7 @@
 //! does not (tmpfs), pages are dropped after every write (`POSIX_FADV_DONTNEED`). An
 //! emulated SSD ([`Throttle`]) can slow the spill I/O down to a chosen bandwidth and latency.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
@@ -27,8 +36,21 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ringfs_proto::Errno;
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 
+/// Ticks of the LRU order above this are uses; below it, blocks that entered cold.
+const HOT: u64 = 1 << 62;
+
 /// Alignment of block buffers and spill I/O (`O_DIRECT`).
 const ALIGNMENT: usize = 4096;
+
+/// How the reads of an array's blocks come to their home.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HomeReads {
+    /// As often as ranks need the block (uncached arrays, caches only homes serve): a
+    /// block read back from the SSD is likely read again soon.
+    Repeated,
+    /// Once per wave of readers (cooperative caches forward the other copies).
+    Once,
+}
 
 /// How a server keeps global memory.
 #[derive(Clone, Debug)]
@@ -57,6 +79,9 @@ struct Slot {
     pins: u32,
     /// When it was last used (its key in `lru` while resident).
     last_use: u64,
+    /// Read back for a read and not used since: the access that loaded it does not count
+    /// as a use.
+    cold: bool,
     /// The SSD holds the block's current bytes (a resident copy may differ: `dirty`).
     on_ssd: bool,
     dirty: bool,
@@ -68,9 +93,14 @@ type BlockKey = (u64, u64);
 struct Table {
     /// Block size of each array held here.
     arrays: HashMap<u64, u32>,
+    /// The arrays whose blocks read back for a read enter the LRU order cold.
+    read_once: HashSet<u64>,
     blocks: HashMap<BlockKey, Slot>,
     lru: BTreeMap<u64, BlockKey>,
+    /// Ticks of uses, counting up from [`HOT`]; blocks entering cold take ticks counting
+    /// down from it (`cold_entries`).
     clock: u64,
+    cold_entries: u64,
     dram_used: u64,
 }
 
@@ -179,8 +209,9 @@ enum Step {
     Zeros,
     /// Write these blocks to the SSD (they are moving), then look again.
     Evict(Vec<(BlockKey, Block)>),
-    /// Read the block from the SSD (it is moving) after writing these, then look again.
-    Load(Vec<(BlockKey, Block)>),
+    /// Read the block from the SSD (it is moving) after writing these, then look again;
+    /// `hot`: for a write (it enters the LRU order as used).
+    Load { victims: Vec<(BlockKey, Block)>, hot: bool },
     /// Another access moves the block: wait.
     Wait,
 }
@@ -203,16 +234,19 @@ impl GlobalMemory {
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// An array with blocks of `block_size` bytes is homed (partly) here. Defining it again
-    /// changes nothing; with another block size it is EEXIST (an array's blocks never change
-    /// size).
-    pub fn define(&self, array: u64, block_size: u32) -> Result<(), Errno> {
+    /// An array with blocks of `block_size` bytes is homed (partly) here, its blocks read as
+    /// `reads` says. Defining it again changes nothing; with another block size it is
+    /// EEXIST (an array's blocks never change size).
+    pub fn define(&self, array: u64, block_size: u32, reads: HomeReads) -> Result<(), Errno> {
         let mut table = self.table();
         match table.arrays.get(&array) {
             Some(known) if *known != block_size => Err(Errno::EEXIST),
             Some(_) => Ok(()),
             None => {
                 table.arrays.insert(array, block_size);
+                if reads == HomeReads::Once {
+                    table.read_once.insert(array);
+                }
                 Ok(())
             }
         }
@@ -229,6 +263,7 @@ impl GlobalMemory {
             let mut table = self.table();
             let table = &mut *table;
             let Some(block_size) = table.arrays.remove(&array) else { return };
+            table.read_once.remove(&array);
             let keys: Vec<BlockKey> = table.blocks.keys().filter(|(owner, _)| *owner == array).copied().collect();
             for key in keys {
                 let Some(slot) = table.blocks.remove(&key) else { continue };
@@ -291,9 +326,9 @@ impl GlobalMemory {
                     return Ok(());
                 }
                 Step::Evict(victims) => self.write_out(victims)?,
-                Step::Load(victims) => {
+                Step::Load { victims, hot } => {
                     self.write_out(victims)?;
-                    self.load(key, block_size)?;
+                    self.load(key, block_size, hot)?;
                 }
                 Step::Wait => {
                     let table = self.table();
@@ -314,15 +349,21 @@ impl GlobalMemory {
             return Step::Zeros;
         }
         table.clock += 1;
-        let now = table.clock;
+        let now = HOT + table.clock;
         let table = &mut *table;
         match table.blocks.get_mut(&key) {
             Some(slot) => match &slot.residence {
                 Residence::Dram(buffer) => {
                     let buffer = buffer.clone();
-                    table.lru.remove(&slot.last_use);
-                    table.lru.insert(now, key);
-                    slot.last_use = now;
+                    if slot.cold && !changes {
+                        // The access that read it back.
+                        slot.cold = false;
+                    } else {
+                        slot.cold = false;
+                        table.lru.remove(&slot.last_use);
+                        table.lru.insert(now, key);
+                        slot.last_use = now;
+                    }
                     slot.pins += 1;
                     slot.dirty |= changes;
                     Step::Access(buffer)
@@ -333,7 +374,7 @@ impl GlobalMemory {
                     let slot = table.blocks.get_mut(&key).expect("the block is still here");
                     slot.residence = Residence::Moving;
                     table.dram_used += block_size as u64;
-                    Step::Load(victims)
+                    Step::Load { victims, hot: changes || !table.read_once.contains(&key.0) }
                 }
             },
             None if !changes => Step::Zeros,
@@ -345,7 +386,7 @@ impl GlobalMemory {
                 let buffer = Arc::new(Mutex::new(Arc::new(Buffer::zeroed(block_size))));
                 table
                     .blocks
-                    .insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, on_ssd: false, dirty: true });
+                    .insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, cold: false, on_ssd: false, dirty: true });
                 table.lru.insert(now, key);
                 table.dram_used += block_size as u64;
                 Step::Access(buffer)
@@ -408,8 +449,8 @@ impl GlobalMemory {
                         // Kept in DRAM (over the budget) rather than lost.
                         table.clock += 1;
                         slot.residence = Residence::Dram(buffer.clone());
-                        slot.last_use = table.clock;
-                        table.lru.insert(table.clock, key);
+                        slot.last_use = HOT + table.clock;
+                        table.lru.insert(slot.last_use, key);
                     }
                 }
             }
@@ -422,8 +463,9 @@ impl GlobalMemory {
         outcome
     }
 
-    /// Reads a spilled block (marked moving, its DRAM counted) back into DRAM.
-    fn load(&self, key: BlockKey, block_size: usize) -> Result<(), Errno> {
+    /// Reads a spilled block (marked moving, its DRAM counted) back into DRAM, at the hot
+    /// end of the LRU order (`hot`: for a write) or at its cold end.
+    fn load(&self, key: BlockKey, block_size: usize, hot: bool) -> Result<(), Errno> {
         let mut buffer = Buffer::zeroed(block_size);
         let read = self.spill_file(key.0).and_then(|file| {
             throttle::pass(self.ssd.as_ref(), block_size as u64);
@@ -438,8 +480,14 @@ impl GlobalMemory {
                     self.ssd_read_bytes.fetch_add(block_size as u64, Ordering::Relaxed);
                     slot.residence = Residence::Dram(Arc::new(Mutex::new(Arc::new(buffer))));
                     slot.dirty = false;
-                    slot.last_use = table.clock;
-                    table.lru.insert(table.clock, key);
+                    slot.cold = !hot;
+                    slot.last_use = if hot {
+                        HOT + table.clock
+                    } else {
+                        table.cold_entries += 1;
+                        HOT - table.cold_entries
+                    };
+                    table.lru.insert(slot.last_use, key);
                 }
                 Err(_) => {
                     slot.residence = Residence::Ssd;
@@ -616,7 +664,7 @@ mod tests {
     #[test]
     fn blocks_spill_past_the_budget_and_read_back_exact() {
         let memory = memory(2, "spill");
-        memory.define(1, 4096).unwrap();
+        memory.define(1, 4096, HomeReads::Repeated).unwrap();
         assert_eq!(read(&memory, 7, 0, 16), vec![0; 16], "never written: zeros, nothing stored");
         assert_eq!(memory.stats().dram_bytes, 0);
         for block in 0..10u64 {
@@ -643,9 +691,38 @@ mod tests {
     }
 
     #[test]
+    fn a_scan_of_twice_the_dram_keeps_most_resident_blocks_and_a_block_used_again_stays() {
+        let memory = memory(4, "scan");
+        memory.define(1, 4096, HomeReads::Once).unwrap();
+        for block in 0..8u64 {
+            memory.access(1, block, Access::Write { offset: 0, from: &[block as u8 + 1; 4096] }).unwrap();
+        }
+        // Blocks 4-7 are resident, 0-3 on the SSD. A scan reads all eight twice.
+        let before = memory.stats().ssd_read_bytes;
+        for _ in 0..2 {
+            for block in 0..8u64 {
+                assert_eq!(read(&memory, block, 0, 2), vec![block as u8 + 1; 2], "block {block}");
+            }
+        }
+        // Each pass reads 0-3 back (each in turn the coldest block) and costs one resident
+        // block (LRU order: every block, every pass).
+        let read_back = (memory.stats().ssd_read_bytes - before) / 4096;
+        assert!(read_back <= 10, "{read_back} blocks read back, an LRU order reads 16");
+        // A block read back and read again is used: the next scan does not push it out.
+        read(&memory, 0, 0, 1);
+        read(&memory, 0, 0, 1);
+        let before = memory.stats().ssd_read_bytes;
+        for block in 1..4u64 {
+            read(&memory, block, 0, 1);
+        }
+        read(&memory, 0, 0, 1);
+        assert_eq!((memory.stats().ssd_read_bytes - before) / 4096, 3, "block 0 stayed");
+    }
+
+    #[test]
     fn a_leased_block_keeps_its_bytes_while_writes_go_to_a_copy() {
         let memory = memory(4, "lease");
-        memory.define(1, 4096).unwrap();
+        memory.define(1, 4096, HomeReads::Repeated).unwrap();
         let mut lease = None;
         memory.access(1, 0, Access::Lease { into: &mut lease }).unwrap();
         assert!(lease.is_none(), "a block never written is not lent (zeros)");
@@ -663,7 +740,7 @@ mod tests {
     #[test]
     fn concurrent_accesses_through_constant_eviction_lose_nothing() {
         let memory = memory(3, "storm");
-        memory.define(1, 4096).unwrap();
+        memory.define(1, 4096, HomeReads::Repeated).unwrap();
         std::thread::scope(|scope| {
             for thread in 0..4u64 {
                 let memory = &memory;

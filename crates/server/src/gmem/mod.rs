@@ -22,7 +22,7 @@ use ringfs_proto::{Errno, Lease, ReadReply, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 
 use crate::service::ServerState;
-pub use memory::{Access, GlobalMemory, GlobalMemoryConfig, MemoryStats};
+pub use memory::{Access, GlobalMemory, GlobalMemoryConfig, HomeReads, MemoryStats};
 
 /// Longest a collective request waits for the other ranks before answering EAGAIN.
 const LONG_POLL: Duration = Duration::from_millis(200);
@@ -235,7 +235,12 @@ impl ServerState {
         if layout.block_size == 0 || layout.block_size > MAX_BLOCK_SIZE {
             return Err(Errno::EINVAL);
         }
-        self.gmem.memory.define(layout.array, layout.block_size)?;
+        // With cooperation a home serves a block once per wave of readers.
+        let reads = match layout.cache {
+            CacheMode::Cooperative | CacheMode::Relayed => HomeReads::Once,
+            CacheMode::Uncached | CacheMode::HomeServed => HomeReads::Repeated,
+        };
+        self.gmem.memory.define(layout.array, layout.block_size, reads)?;
         self.gmem.arrays().insert(layout.array, std::sync::Arc::new(layout));
         Ok(Response::Done)
     }
