@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// baseline of cooperative caching). Sets RINGFS_GMEM_COOP=0.
     #[arg(long)]
     pub no_gmem_coop: bool,
+    /// Global memory: reads of a block that meet at its home are answered together, the
+    /// ranks relaying the copy to each other in a tree (for synchronized readers, as a
+    /// shared scan). Sets RINGFS_GMEM_RELAY=1.
+    #[arg(long, conflicts_with = "no_gmem_coop")]
+    pub gmem_relay: bool,
     /// Run the command under the LD_PRELOAD library (libringfs_preload.so): ringfs appears
     /// under PREFIX (default /ringfs) for unmodified programs, without FUSE.
     #[arg(long, value_name = "PREFIX", num_args = 0..=1, default_missing_value = "/ringfs")]
@@ -106,6 +111,9 @@ fn run_in(
         }
         if args.no_gmem_coop {
             command.env("RINGFS_GMEM_COOP", "0");
+        }
+        if args.gmem_relay {
+            command.env("RINGFS_GMEM_RELAY", "1");
         }
         // The ranks' links are emulated as the servers' are.
         if let Some(mbps) = args.start.gmem.gmem_net_mbps {
