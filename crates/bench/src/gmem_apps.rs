@@ -58,7 +58,9 @@ impl Setup {
     }
 
     pub fn parse(text: &str) -> Option<Setup> {
-        [Setup::NoCache, Setup::HomeServed, Setup::Cooperative, Setup::Relayed, Setup::InDram].into_iter().find(|setup| setup.name() == text)
+        [Setup::NoCache, Setup::HomeServed, Setup::Cooperative, Setup::Relayed, Setup::InDram]
+            .into_iter()
+            .find(|setup| setup.name() == text)
     }
 }
 

@@ -445,8 +445,7 @@ impl BlockCache {
         }
         drop(table);
         add(&shared.counters.misses, 1);
-        let get =
-            CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite, request };
+        let get = CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite, request };
         let answer = send(&layout.homes[home_index(layout, block)], &Request::CoGet(get), &[]);
         let mut table = lock(&shared.table);
         let mut installed = match answer {
@@ -460,11 +459,7 @@ impl BlockCache {
             && matches!(grant.source, 1 | 4)
         {
             // A relayed copy may come after the grant.
-            loop {
-                match table.frames.get(&key).map(|frame| &frame.phase) {
-                    Some(Phase::Requesting { fill: None, .. }) => {}
-                    _ => break,
-                }
+            while let Some(Phase::Requesting { fill: None, .. }) = table.frames.get(&key).map(|frame| &frame.phase) {
                 match wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout) {
                     Ok(guard) => table = guard,
                     Err(errno) => {

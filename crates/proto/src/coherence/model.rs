@@ -50,13 +50,28 @@ struct World {
 
 #[derive(Clone, Copy, Debug)]
 enum Action {
-    Store { node: usize, block: usize },
-    Request { node: usize, block: usize, exclusive: bool, full_write: bool },
-    Evict { node: usize, block: usize },
-    Deliver { node: usize },
+    Store {
+        node: usize,
+        block: usize,
+    },
+    Request {
+        node: usize,
+        block: usize,
+        exclusive: bool,
+        full_write: bool,
+    },
+    Evict {
+        node: usize,
+        block: usize,
+    },
+    Deliver {
+        node: usize,
+    },
     /// The home takes the reads of `block` at the head of several nodes' queues as one
     /// relayed batch (`complete_relayed_reads`).
-    DeliverReads { block: usize },
+    DeliverReads {
+        block: usize,
+    },
 }
 
 impl World {

@@ -384,9 +384,10 @@ impl GlobalMemory {
                     return Step::Evict(victims);
                 }
                 let buffer = Arc::new(Mutex::new(Arc::new(Buffer::zeroed(block_size))));
-                table
-                    .blocks
-                    .insert(key, Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, cold: false, on_ssd: false, dirty: true });
+                table.blocks.insert(
+                    key,
+                    Slot { residence: Residence::Dram(buffer.clone()), pins: 1, last_use: now, cold: false, on_ssd: false, dirty: true },
+                );
                 table.lru.insert(now, key);
                 table.dram_used += block_size as u64;
                 Step::Access(buffer)
