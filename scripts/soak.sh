@@ -6,7 +6,8 @@
 # pauses, SIGSTOP, kill+restart, 30 faults), the same workload with servers in network
 # namespaces (30 cuts of veth links, SIGSTOP, kill+restart), the randomized concurrent
 # namespace test and the cache-mode suite (its random renames with a new seed; running beside
-# other work, it found flushes racing renames that a quiet machine never shows).
+# other work, it found flushes racing renames that a quiet machine never shows), and the
+# global memory's eviction storms (one more seed each round) and relayed batches of reads.
 # The summary line at the end is what docs/TESTING.md records.
 # RINGFS_SOAK_HEAL_SECS (default 35, the documented bound: locks of a lost operation lapse
 # after 30 s) is how soon the simulated cluster must work again after the faults; 5 finds
@@ -24,11 +25,11 @@ slack=${RINGFS_FAULT_SLACK:-2}
 seed=$(( $(date +%s) % 100000 ))
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache"; do
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache" "gmem eviction_storms" "gmem reads_meeting"; do
         # ("faults reads_stay_whole" runs both the relay test and the network-namespace one.)
         name=${test%% *}
         filter=${test#"$name"}
-        if ! RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
+        if ! RINGFS_GMEM_STORM_SEEDS=$seed-$seed RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
             cargo test -p ringfs-cli --quiet --test "$name" -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
             echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
             exit 1
