@@ -678,9 +678,15 @@ impl Shared {
             self.changed.notify_all();
             (had, bytes, requester)
         };
-        let requester = requester.ok_or(Errno::ESTALE)?;
+        // The copy's state changed already, so the home hears what it had even when the
+        // copy cannot be sent: answering with an error would make the home forget a copy
+        // that is still here (a later write would not invalidate it). The requester, left
+        // without its bytes, gives up after its timeout (EIO, never other bytes).
         let fill = CoFill { array: forward.array, block: forward.block, request: forward.request, relay: forward.relay };
-        self.send_fill(&requester, fill, &bytes)?;
+        let sent = requester.ok_or(Errno::ESTALE).and_then(|requester| self.send_fill(&requester, fill, &bytes));
+        if let Err(errno) = sent {
+            log::warn!("global memory: block {} could not be forwarded to rank {}: {errno}", forward.block, forward.requester);
+        }
         Ok(Response::Count(had.code().into()))
     }
 
