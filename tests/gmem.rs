@@ -65,6 +65,7 @@ fn rank_main() {
         "monotonic" => monotonic(&world),
         "turns" => turns(&world),
         "dead-holder" => dead_holder(&world),
+        "dead-requester" => dead_requester(&world),
         other => panic!("unknown scenario {other}"),
     }
 }
@@ -484,6 +485,113 @@ fn dead_holder(world: &World) {
             assert!(started.elapsed() < Duration::from_secs(12), "a get took {:?}", started.elapsed());
         }
     }
+}
+
+/// Waits for the file a parent test writes.
+fn wait_for_file(variable: &str) {
+    let path = std::env::var(variable).unwrap();
+    let waiting = Instant::now();
+    while !std::path::Path::new(&path).exists() {
+        assert!(waiting.elapsed() < Duration::from_secs(60), "{path} never came");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Rank 0 holds the block's Forward copy behind a slow link; rank 1 asks for the block and is
+/// killed while rank 0's copy is on its way to it; rank 2 then writes the block, and rank 0
+/// must read what rank 2 wrote — its copy was invalidated, although the forward failed.
+fn dead_requester(world: &World) {
+    let array = world.alloc(4 * 4096, Distribution::Cyclic(1), 4096).unwrap();
+    let word = |value: u64| value.to_le_bytes();
+    if world.rank() == 2 {
+        array.put(0, &word(1)).unwrap();
+        world.flush_cache().unwrap();
+    }
+    world.barrier().unwrap();
+    let read = || {
+        let mut bytes = [0u8; 8];
+        array.get(0, &mut bytes).unwrap();
+        u64::from_le_bytes(bytes)
+    };
+    if world.rank() == 2 {
+        assert_eq!(read(), 1);
+    }
+    world.barrier().unwrap();
+    if world.rank() == 0 {
+        assert_eq!(read(), 1, "a copy forwarded by rank 2: rank 0 holds F");
+    }
+    world.barrier().unwrap();
+    match world.rank() {
+        1 => {
+            std::fs::write(std::env::var("RINGFS_GMEM_TEST_READY").unwrap(), b"reading").unwrap();
+            let _ = read();
+            panic!("rank 1 was to be killed while its copy was on its way");
+        }
+        2 => {
+            wait_for_file("RINGFS_GMEM_TEST_KILLED");
+            array.put(0, &word(2)).unwrap();
+            std::fs::write(std::env::var("RINGFS_GMEM_TEST_WRITTEN").unwrap(), b"written").unwrap();
+            wait_for_file("RINGFS_GMEM_TEST_DONE");
+        }
+        _ => {
+            wait_for_file("RINGFS_GMEM_TEST_WRITTEN");
+            assert_eq!(read(), 2, "rank 0 read its old copy after rank 2's write");
+            std::fs::write(std::env::var("RINGFS_GMEM_TEST_DONE").unwrap(), b"done").unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_copy_forwarded_to_a_rank_that_died_is_still_invalidated_by_a_later_write() {
+    let cluster = gmem_cluster(2, &[]);
+    let dir = tempfile_dir("dead-requester");
+    let files = ["ready", "killed", "written", "done"].map(|name| dir.join(name));
+    let job = format!("{:x}", ringfs_rpc::memory::random_u64());
+    let mut children: Vec<_> = (0..3)
+        .map(|rank| {
+            let mut command = Command::new(std::env::current_exe().unwrap());
+            command
+                .args(["--exact", "rank_main", "--ignored", "--nocapture"])
+                .env("RINGFS_SERVER", cluster.addresses().join(","))
+                .env("RINGFS_SECRET", &cluster.secret)
+                .env("RINGFS_TIMEOUT_MS", "5000")
+                .env("RINGFS_GMEM_RANK", rank.to_string())
+                .env("RINGFS_GMEM_RANKS", "3")
+                .env("RINGFS_GMEM_JOB", &job)
+                .env("RINGFS_GMEM_TEST", "dead-requester")
+                .env("RINGFS_GMEM_CACHE", "64K")
+                .env("RINGFS_GMEM_TEST_READY", &files[0])
+                .env("RINGFS_GMEM_TEST_KILLED", &files[1])
+                .env("RINGFS_GMEM_TEST_WRITTEN", &files[2])
+                .env("RINGFS_GMEM_TEST_DONE", &files[3])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            if rank == 0 {
+                // Rank 0's copies take a second to leave: long enough to kill rank 1 first.
+                command.env("RINGFS_GMEM_NET_LATENCY_US", "1000000");
+            }
+            command.spawn().unwrap()
+        })
+        .collect();
+    let waiting = Instant::now();
+    while !files[0].exists() {
+        if waiting.elapsed() > Duration::from_secs(60) {
+            for child in &mut children {
+                let _ = child.kill();
+            }
+            panic!("rank 1 did not get ready");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Rank 1's request reaches the home, which asks rank 0 to forward; rank 0 waits out its link.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut requester = children.remove(1);
+    requester.kill().unwrap();
+    requester.wait().unwrap();
+    std::fs::write(&files[1], b"killed").unwrap();
+    let outputs: Vec<Output> = children.into_iter().map(|child| child.wait_with_output().unwrap()).collect();
+    assert_all_succeeded(&outputs, "a dead requester");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn gmem_cluster(servers: usize, extra: &[&str]) -> TestCluster {
