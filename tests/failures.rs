@@ -563,6 +563,61 @@ fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
     assert_eq!(client.stat("/old-version").unwrap().nlink, 1);
 }
 
+/// A directory rename's `MoveSubtree` held up in the network past its retry, arriving after
+/// the rename ended and the directory was renamed back, must not move the names below it
+/// again (found by the simulation soak, seeds 31568 and 81344: a file's name missing below a
+/// directory moved back and forth). Here two renames' steps are sent by hand, as a
+/// coordinator would (they move the names below the directory; its own entry stays), then
+/// the first one's move again, late.
+#[test]
+fn a_directory_rename_step_arriving_after_its_rename_ended_moves_nothing() {
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/tree", 0o755).unwrap();
+    client.mkdir("/tree/a", 0o755).unwrap();
+    let files: Vec<String> = (0..8).map(|index| format!("/tree/a/kept-{index}")).collect();
+    for path in &files {
+        write_file(&client, path, path.as_bytes());
+    }
+    let config = ringfs_rpc::ConnectionConfig {
+        secret: cluster.secret.clone().into_bytes(),
+        timeout: Duration::from_secs(5),
+        host_id: 0x57a1e,
+        from_server: true,
+        poll: Duration::ZERO,
+        client_id: 0,
+        credentials: Default::default(),
+    };
+    let send_to_all = |request: Request| -> Vec<Response> {
+        (0..2)
+            .map(|server| {
+                let endpoint = ringfs_rpc::Endpoint::parse(cluster.address(server)).unwrap();
+                ringfs_rpc::Connection::open(&endpoint, &config).unwrap().call(&request, &[]).unwrap().response
+            })
+            .collect()
+    };
+    let subtree = |token: u64, from: &str, to: &str| ringfs_proto::Subtree { token, from: from.into(), to: to.into(), exchange: false };
+    let there = "/tree/a".to_string();
+    let away = subtree(0x5eed_2001, "/tree/a", "/tree/b");
+    let back = subtree(0x5eed_2002, "/tree/b", "/tree/a");
+    for step in [&away, &back] {
+        for request in [Request::Freeze(step.clone()), Request::MoveSubtree(step.clone()), Request::Thaw(step.clone())] {
+            assert!(send_to_all(request.clone()).iter().all(|answer| !matches!(answer, Response::Error(_))), "{request:?}");
+        }
+    }
+    for path in &files {
+        assert_eq!(read_file(&client, path).unwrap(), path.as_bytes(), "{path} back below {there}");
+    }
+    // The first rename's move and freeze, late.
+    let moved = send_to_all(Request::MoveSubtree(away.clone()));
+    let frozen = send_to_all(Request::Freeze(away));
+    for path in &files {
+        assert_eq!(read_file(&client, path), Ok(path.as_bytes().to_vec()), "{path} still below {there} (the late move: {moved:?})");
+    }
+    assert!(moved.iter().all(|answer| *answer == Response::Error(Errno::ESTALE)), "a late move is refused: {moved:?}");
+    assert!(frozen.iter().all(|answer| *answer == Response::Error(Errno::ESTALE)), "so is a late freeze: {frozen:?}");
+}
+
 /// A rename needs the server of the file's inode (it counts the new name there first): with
 /// that server down, renaming one of the file's names fails with EIO and changes nothing —
 /// never a name installed without its link counted. (The file's names here live on other

@@ -57,10 +57,27 @@ impl From<Errno> for TreeRenameError {
 ///
 /// Invariant: names received for a move are put into the index only after this server took
 /// its names out for that move (or after the move ended without a take here).
+///
+/// It also remembers the last renames that ended here (thawed): a step of one of them that
+/// arrives late — a request held up in the network past its retry — is refused. A late
+/// `MoveSubtree` would otherwise take the names now below the old path (the directory may
+/// have been renamed back since) and move them where no directory is.
 #[derive(Default)]
 pub struct SubtreeMoves {
     moves: Mutex<HashMap<u64, SubtreeMove>>,
+    ended: Mutex<EndedRenames>,
 }
+
+/// Tokens of the last [`ENDED_KEPT`] renames that ended on this server.
+#[derive(Default)]
+struct EndedRenames {
+    tokens: std::collections::HashSet<u64>,
+    order: std::collections::VecDeque<u64>,
+}
+
+/// How many ended renames a server remembers (a late step comes within seconds; thousands
+/// of renames do not end in that time).
+const ENDED_KEPT: usize = 4096;
 
 #[derive(Default)]
 struct SubtreeMove {
@@ -83,6 +100,24 @@ impl SubtreeMoves {
     pub fn begin(&self, token: u64) {
         self.lock().entry(token).or_default();
     }
+
+    /// Rename `token` ended here.
+    fn record_end(&self, token: u64) {
+        let mut ended = self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if ended.tokens.insert(token) {
+            ended.order.push_back(token);
+            if ended.order.len() > ENDED_KEPT
+                && let Some(oldest) = ended.order.pop_front()
+            {
+                ended.tokens.remove(&oldest);
+            }
+        }
+    }
+
+    /// Rename `token` ended here: a step of it now is a late one.
+    pub fn has_ended(&self, token: u64) -> bool {
+        self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).tokens.contains(&token)
+    }
 }
 
 impl ServerState {
@@ -103,7 +138,13 @@ impl ServerState {
     /// The rename `token` ended (thaw): names still held back are stored, so none is lost
     /// even if this server never got its own move step.
     pub fn end_subtree_move(&self, token: u64) {
-        let Some(state) = self.subtree_moves.lock().remove(&token) else { return };
+        let state = {
+            // Under the moves' lock: a step of this rename either ran before or sees it ended.
+            let mut moves = self.subtree_moves.lock();
+            self.subtree_moves.record_end(token);
+            moves.remove(&token)
+        };
+        let Some(state) = state else { return };
         if let Err(error) = self.store.put_entries(&state.held_back) {
             log::error!("directory rename: storing names moved here failed: {error}");
         }
@@ -404,6 +445,10 @@ impl ServerState {
     pub fn move_subtree(&self, subtree: &Subtree) -> Result<Response, Errno> {
         let (moved, held_back) = {
             let mut moves = self.subtree_moves.lock();
+            if self.subtree_moves.has_ended(subtree.token) {
+                log::info!("a late step of a directory rename that ended here ({} -> {}): refused", subtree.from, subtree.to);
+                return Err(Errno::ESTALE);
+            }
             let state = moves.entry(subtree.token).or_default();
             if state.taken {
                 // A repeated step (its answer was lost, or names did not reach their server):

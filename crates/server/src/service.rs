@@ -388,6 +388,11 @@ impl ServerState {
             Request::NameLock(request) => self.name_lock(&request.path, request.token, request.acquire),
             Request::NamespaceLock(request) => self.namespace_lock_step(request.token, request.acquire),
             Request::Freeze(subtree) => {
+                if self.subtree_moves.has_ended(subtree.token) {
+                    // A late copy of a freeze whose rename ended here: it would hold the
+                    // subtrees for a lease with nobody to thaw them.
+                    return Err(Errno::ESTALE);
+                }
                 self.gate.freeze(subtree.token, &subtree.from, &subtree.to);
                 if let Some(held) = self.name_locks.renamed_inside([&subtree.from, &subtree.to], subtree.token) {
                     log::debug!("freeze of {} and {} waits for {held}", subtree.from, subtree.to);
