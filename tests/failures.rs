@@ -517,6 +517,19 @@ fn a_write_arriving_after_its_client_gave_up_is_not_stored() {
     assert_eq!(chunks(), before + 1, "the late write stored nothing");
 }
 
+/// How a test connects to a server as another server would (to send a server's steps by hand).
+fn as_server(cluster: &TestCluster) -> ringfs_rpc::ConnectionConfig {
+    ringfs_rpc::ConnectionConfig {
+        secret: cluster.secret.clone().into_bytes(),
+        timeout: Duration::from_secs(5),
+        host_id: 0x57a1e,
+        from_server: true,
+        poll: Duration::ZERO,
+        client_id: 0,
+        credentials: Default::default(),
+    }
+}
+
 /// A rename's step (installing its new name) that reaches the name's server after the rename
 /// has ended — held up in TCP while a link was down, or queued at a paused server, while its
 /// coordinator gave up on it, answered and gave the names back — must change nothing. Found
@@ -531,15 +544,7 @@ fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
     write_file(&client, "/old-version", b"old");
     write_file(&client, "/name", b"current");
     let old = client.stat("/old-version").unwrap();
-    let config = ringfs_rpc::ConnectionConfig {
-        secret: cluster.secret.clone().into_bytes(),
-        timeout: Duration::from_secs(5),
-        host_id: 0x57a1e,
-        from_server: true,
-        poll: Duration::ZERO,
-        client_id: 0,
-        credentials: Default::default(),
-    };
+    let config = as_server(&cluster);
     // Servers do not forward each other's requests: each step goes to its name's owner.
     let send_to_owner = |path: &str, request: Request| {
         let owner = (0..2).find(|server| owns(&client, cluster.name(*server), path));
@@ -579,15 +584,7 @@ fn a_directory_rename_step_arriving_after_its_rename_ended_moves_nothing() {
     for path in &files {
         write_file(&client, path, path.as_bytes());
     }
-    let config = ringfs_rpc::ConnectionConfig {
-        secret: cluster.secret.clone().into_bytes(),
-        timeout: Duration::from_secs(5),
-        host_id: 0x57a1e,
-        from_server: true,
-        poll: Duration::ZERO,
-        client_id: 0,
-        credentials: Default::default(),
-    };
+    let config = as_server(&cluster);
     let send_to_all = |request: Request| -> Vec<Response> {
         (0..2)
             .map(|server| {

@@ -15,27 +15,28 @@ use std::time::{Duration, Instant};
 use common::{ClusterOptions, TestCluster};
 use ringfs_gmem::{Distribution, Errno, GlobalArrayOf, World};
 
+/// Rank `rank` of `ranks` of job `job`, running `scenario` against `cluster` (output piped).
+fn rank_command(cluster: &TestCluster, job: &str, scenario: &str, rank: u32, ranks: u32) -> Command {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "rank_main", "--ignored", "--nocapture", "--test-threads", "1"])
+        .env("RINGFS_SERVER", cluster.addresses().join(","))
+        .env("RINGFS_SECRET", &cluster.secret)
+        .env("RINGFS_TIMEOUT_MS", "5000")
+        .env("RINGFS_GMEM_RANK", rank.to_string())
+        .env("RINGFS_GMEM_RANKS", ranks.to_string())
+        .env("RINGFS_GMEM_JOB", job)
+        .env("RINGFS_GMEM_TEST", scenario)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    command
+}
+
 /// Starts `ranks` rank processes running `scenario` against `cluster`; their outputs.
 fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, &str)]) -> Vec<Output> {
     let job = format!("{:x}", ringfs_rpc::memory::random_u64());
-    let children: Vec<_> = (0..ranks)
-        .map(|rank| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "rank_main", "--ignored", "--nocapture", "--test-threads", "1"])
-                .env("RINGFS_SERVER", cluster.addresses().join(","))
-                .env("RINGFS_SECRET", &cluster.secret)
-                .env("RINGFS_TIMEOUT_MS", "5000")
-                .env("RINGFS_GMEM_RANK", rank.to_string())
-                .env("RINGFS_GMEM_RANKS", ranks.to_string())
-                .env("RINGFS_GMEM_JOB", &job)
-                .env("RINGFS_GMEM_TEST", scenario)
-                .envs(extra.iter().copied())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap()
-        })
-        .collect();
+    let children: Vec<_> =
+        (0..ranks).map(|rank| rank_command(cluster, &job, scenario, rank, ranks).envs(extra.iter().copied()).spawn().unwrap()).collect();
     children.into_iter().map(|child| child.wait_with_output().unwrap()).collect()
 }
 
@@ -465,12 +466,7 @@ fn dead_holder(world: &World) {
         std::thread::sleep(Duration::from_secs(120));
         panic!("rank 0 was to be killed");
     }
-    let killed = std::env::var("RINGFS_GMEM_TEST_KILLED").unwrap();
-    let waiting = Instant::now();
-    while !std::path::Path::new(&killed).exists() {
-        assert!(waiting.elapsed() < Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_file("RINGFS_GMEM_TEST_KILLED");
     for round in 0..2 {
         for block in 0..16u64 {
             let started = Instant::now();
@@ -549,23 +545,13 @@ fn a_copy_forwarded_to_a_rank_that_died_is_still_invalidated_by_a_later_write() 
     let job = format!("{:x}", ringfs_rpc::memory::random_u64());
     let mut children: Vec<_> = (0..3)
         .map(|rank| {
-            let mut command = Command::new(std::env::current_exe().unwrap());
+            let mut command = rank_command(&cluster, &job, "dead-requester", rank, 3);
             command
-                .args(["--exact", "rank_main", "--ignored", "--nocapture"])
-                .env("RINGFS_SERVER", cluster.addresses().join(","))
-                .env("RINGFS_SECRET", &cluster.secret)
-                .env("RINGFS_TIMEOUT_MS", "5000")
-                .env("RINGFS_GMEM_RANK", rank.to_string())
-                .env("RINGFS_GMEM_RANKS", "3")
-                .env("RINGFS_GMEM_JOB", &job)
-                .env("RINGFS_GMEM_TEST", "dead-requester")
                 .env("RINGFS_GMEM_CACHE", "64K")
                 .env("RINGFS_GMEM_TEST_READY", &files[0])
                 .env("RINGFS_GMEM_TEST_KILLED", &files[1])
                 .env("RINGFS_GMEM_TEST_WRITTEN", &files[2])
-                .env("RINGFS_GMEM_TEST_DONE", &files[3])
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
+                .env("RINGFS_GMEM_TEST_DONE", &files[3]);
             if rank == 0 {
                 // Rank 0's copies take a second to leave: long enough to kill rank 1 first.
                 command.env("RINGFS_GMEM_NET_LATENCY_US", "1000000");
@@ -851,20 +837,10 @@ fn blocks_whose_only_copy_died_with_a_rank_give_eio_never_older_bytes() {
     let job = format!("{:x}", ringfs_rpc::memory::random_u64());
     let mut children: Vec<_> = (0..2)
         .map(|rank| {
-            Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "rank_main", "--ignored", "--nocapture"])
-                .env("RINGFS_SERVER", cluster.addresses().join(","))
-                .env("RINGFS_SECRET", &cluster.secret)
-                .env("RINGFS_TIMEOUT_MS", "5000")
-                .env("RINGFS_GMEM_RANK", rank.to_string())
-                .env("RINGFS_GMEM_RANKS", "2")
-                .env("RINGFS_GMEM_JOB", &job)
-                .env("RINGFS_GMEM_TEST", "dead-holder")
+            rank_command(&cluster, &job, "dead-holder", rank, 2)
                 .env("RINGFS_GMEM_CACHE", "256K")
                 .env("RINGFS_GMEM_TEST_READY", &ready)
                 .env("RINGFS_GMEM_TEST_KILLED", &killed)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap()
         })
