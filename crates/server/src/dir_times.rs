@@ -17,12 +17,12 @@
 //! 3. Before the inode's server answers anything that shows the directory's attributes
 //!    (a `stat`, a lookup, a listing), it collects the held-back touches from every
 //!    server it lent them to (`CollectTouches`), applies them, and ends the loans
-//!    ([`ServerState::settle_dir_times`]). The next change starts again at step 1.
+//!    ([`DirTimes::settle_dir_times`]). The next change starts again at step 1.
 //! 4. Held-back touches are also sent every [`DEFERRAL_FLUSH`], so a directory nobody looks
 //!    at (or whose inode server restarted and forgot its loans) is at most that late.
 //!
 //! The request that sent a touch waits for it after its handler has returned, with every
-//! lock given back ([`ServerState::await_touches`]); touches noted meanwhile by other
+//! lock given back ([`DirTimes::await_touches`]); touches noted meanwhile by other
 //! requests go in the same batch. The wait and a collection are bounded ([`TOUCH_WAIT`]):
 //! a touch of a directory whose server is cut off must not hold up the reply (it did once:
 //! a client retrying its `mkdir` in the root directory, which every server holds, kept
@@ -39,13 +39,14 @@
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
 use ringfs_proto::{Attr, ChunkKey, DirTouch, Errno, FileId, FileOnly, Member, Request, Response};
 
-use crate::service::{ServerState, store_errno};
+use crate::gate::NamespaceGate;
+use crate::node::{Node, store_errno};
 
 /// Longest a request waits for the touches of the directories it changed, or for the
 /// collection of held-back touches (then it answers, and the touches arrive later).
@@ -67,8 +68,9 @@ thread_local! {
     static AWAITED_BATCH: Cell<u64> = const { Cell::new(0) };
 }
 
+/// What this server's touches are waiting for: batches to send, touches held back, loans.
 #[derive(Default)]
-pub struct DirTimes {
+struct TouchState {
     batches: Mutex<Batches>,
     /// Wakes requests waiting for a batch to be sent.
     sent: Condvar,
@@ -136,7 +138,7 @@ struct Deferral {
     last_change: Instant,
 }
 
-impl DirTimes {
+impl TouchState {
     fn batches(&self) -> MutexGuard<'_, Batches> {
         self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -195,7 +197,7 @@ impl DirTimes {
 
     /// `CollectTouches`: ends the loans of `file` here and returns the latest touch held
     /// back (0: none).
-    pub fn hand_over(&self, file: FileId) -> i64 {
+    fn hand_over(&self, file: FileId) -> i64 {
         let mut deferred = self.deferred();
         deferred.collections += 1;
         let mut latest = 0;
@@ -218,7 +220,7 @@ impl DirTimes {
 
     /// The path `dir` and the paths below it change meaning (a directory rename or rmdir):
     /// touches held back for them are sent by file id, and no more are held back.
-    pub fn forget_under(&self, dir: &str) {
+    fn forget_under(&self, dir: &str) {
         let mut deferred = self.deferred();
         let Deferred { by_path, loose, .. } = &mut *deferred;
         by_path.retain(|path, deferral| {
@@ -279,16 +281,39 @@ enum Turn {
     GiveUp,
 }
 
-impl ServerState {
+/// Directory times: the touches this server sends, holds back and collects.
+pub struct DirTimes {
+    node: Arc<Node>,
+    gate: Arc<NamespaceGate>,
+    state: TouchState,
+}
+
+impl DirTimes {
+    pub fn new(node: Arc<Node>, gate: Arc<NamespaceGate>) -> DirTimes {
+        DirTimes { node, gate, state: TouchState::default() }
+    }
+
+    /// `CollectTouches`: ends the loans of `file` here and returns the latest touch held
+    /// back (0: none).
+    pub fn hand_over(&self, file: FileId) -> i64 {
+        self.state.hand_over(file)
+    }
+
+    /// The path `dir` and the paths below it change meaning (a directory rename or rmdir):
+    /// touches held back for them are sent by file id, and no more are held back.
+    pub fn forget_under(&self, dir: &str) {
+        self.state.forget_under(dir);
+    }
+
     /// A name in `child`'s parent directory was created, removed or renamed at `time_ns`.
     /// Held back if the directory's times are lent here; otherwise the request being
     /// handled answers once the touch is delivered (see the module doc).
-    pub(crate) fn touch_parent(&self, child: &str, time_ns: i64) {
+    pub fn touch_parent(&self, child: &str, time_ns: i64) {
         let Some(parent) = path::parent(child) else { return };
-        if self.dir_times.hold_back(parent, time_ns) {
+        if self.state.hold_back(parent, time_ns) {
             return;
         }
-        let batch = self.dir_times.note(parent, time_ns);
+        let batch = self.state.note(parent, time_ns);
         AWAITED_BATCH.with(|awaited| awaited.set(awaited.get().max(batch)));
     }
 
@@ -296,7 +321,7 @@ impl ServerState {
     /// waiting for the answer) until the touches noted by the request this thread served
     /// are delivered, sending them itself if no other thread has taken them. Called when a
     /// request's handler has returned.
-    pub(crate) fn await_touches(&self, deadline: Option<Instant>) {
+    pub fn await_touches(&self, deadline: Option<Instant>) {
         let batch = AWAITED_BATCH.with(|awaited| awaited.replace(0));
         if batch == 0 {
             return;
@@ -306,7 +331,7 @@ impl ServerState {
             Turn::Sent => {}
             Turn::Send(batch, touches) => {
                 self.send_touches(touches, end);
-                self.dir_times.finished(batch);
+                self.state.finished(batch);
             }
             Turn::GiveUp => log::debug!("answering before the directory touches of batch {batch} were delivered"),
         }
@@ -315,7 +340,7 @@ impl ServerState {
     /// Whether `batch` is sent, or this thread is to send it (no other thread has taken it),
     /// or (at `end`) the wait is over.
     fn next_turn(&self, batch: u64, end: Instant) -> Turn {
-        let times = &self.dir_times;
+        let times = &self.state;
         let mut batches = times.batches();
         loop {
             if batches.is_sent(batch) {
@@ -336,24 +361,24 @@ impl ServerState {
     /// Sends one batch of touches by path, all at once, waiting for the answers until
     /// `end`; a directory whose times are lent here in answer is held back from then on.
     fn send_touches(&self, touches: Vec<(String, i64)>, end: Instant) {
-        let collections = self.dir_times.deferred().collections;
+        let collections = self.state.deferred().collections;
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
         for (dir, time_ns) in touches {
             if dir == "/" {
                 // Every server holds the root directory.
                 let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new() };
-                let members = self.membership().list().members.clone();
+                let members = self.node.membership().list().members.clone();
                 targets.extend(members.into_iter().map(|member| (member, touch.clone())));
             } else {
-                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.name.clone() };
-                targets.push((self.owner_of_path(&dir), touch));
+                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.node.name.clone() };
+                targets.push((self.node.owner_of_path(&dir), touch));
             }
         }
         for (touch, outcome) in self.deliver_touches(targets, end) {
             match outcome {
                 Ok(Response::DirTouched(file)) if !touch.defer_for.is_empty() => {
-                    if !self.is_self(&self.owner_of_chunk(ChunkKey::inode(file))) {
-                        self.dir_times.begin_deferral(&touch.path, file, collections);
+                    if !self.node.is_self(&self.node.owner_of_chunk(ChunkKey::inode(file))) {
+                        self.state.begin_deferral(&touch.path, file, collections);
                     }
                 }
                 Ok(_) => {}
@@ -365,49 +390,26 @@ impl ServerState {
     /// Sends each touch to its server (all at once; those for this server are applied
     /// here) and returns the answers, waiting for them until `end`.
     fn deliver_touches(&self, targets: Vec<(Member, DirTouch)>, end: Instant) -> Vec<(DirTouch, Result<Response, Errno>)> {
-        let (local, remote): (Vec<_>, Vec<_>) = targets.into_iter().partition(|(member, _)| self.is_self(member));
-        let connections: Vec<_> = remote
-            .iter()
-            .map(|(member, _)| if member.alive { self.peers.connection(member).map_err(|error| error.errno()) } else { Err(Errno::EIO) })
-            .collect();
-        let calls: Vec<_> = connections
-            .iter()
-            .zip(&remote)
-            .map(|(connection, (_, touch))| {
-                let connection = connection.as_ref().map_err(|errno| *errno)?;
-                connection.start(&Request::TouchDir(touch.clone()), &[], None).map_err(|error| error.errno())
-            })
-            .collect();
-        let mut outcomes = Vec::new();
-        for (_, touch) in local {
-            let outcome = self.touch_dir(touch.clone());
-            outcomes.push((touch, outcome));
-        }
-        for (call, (_, touch)) in calls.into_iter().zip(remote) {
-            let outcome =
-                call.and_then(|call| call.wait_until(end).map_err(|error| error.errno())).and_then(|reply| match reply.response {
-                    Response::Error(errno) => Err(errno),
-                    response => Ok(response),
-                });
-            outcomes.push((touch, outcome));
-        }
-        outcomes
+        let requests: Vec<(Member, Request)> =
+            targets.iter().map(|(member, touch)| (member.clone(), Request::TouchDir(touch.clone()))).collect();
+        let answers = self.node.ask_each(&requests, Some(end));
+        targets.into_iter().map(|(_, touch)| touch).zip(answers).collect()
     }
 
     /// Sends touches noted outside a request (nobody awaits them), and every
     /// [`DEFERRAL_FLUSH`] the held-back ones, until the server stops.
-    pub(crate) fn dir_times_loop(&self) {
+    pub fn dir_times_loop(&self) {
         let mut last_flush = Instant::now();
-        while !self.shutdown.is_requested() {
+        while !self.node.shutdown.is_requested() {
             std::thread::sleep(UNAWAITED_DELAY);
             let turn = {
-                let mut batches = self.dir_times.batches();
+                let mut batches = self.state.batches();
                 let stale = batches.pending_since.is_some_and(|since| since.elapsed() >= UNAWAITED_DELAY);
                 stale.then(|| batches.take_batch())
             };
             if let Some((batch, touches)) = turn {
                 self.send_touches(touches, Instant::now() + TOUCH_WAIT);
-                self.dir_times.finished(batch);
+                self.state.finished(batch);
             }
             if last_flush.elapsed() >= DEFERRAL_FLUSH {
                 last_flush = Instant::now();
@@ -419,12 +421,12 @@ impl ServerState {
     /// Sends the held-back touches to the directories' inode servers.
     fn flush_held_back(&self) {
         let targets: Vec<(Member, DirTouch)> = self
-            .dir_times
+            .state
             .take_held_back()
             .into_iter()
             .map(|(file, time_ns, lent_on)| {
-                let defer_for = if lent_on { self.name.clone() } else { String::new() };
-                (self.owner_of_chunk(ChunkKey::inode(file)), DirTouch { path: String::new(), file, time_ns, defer_for })
+                let defer_for = if lent_on { self.node.name.clone() } else { String::new() };
+                (self.node.owner_of_chunk(ChunkKey::inode(file)), DirTouch { path: String::new(), file, time_ns, defer_for })
             })
             .collect();
         if targets.is_empty() {
@@ -441,28 +443,28 @@ impl ServerState {
     /// at the inode, which lends the directory's times to `defer_for`.
     pub fn touch_dir(&self, touch: DirTouch) -> Result<Response, Errno> {
         if touch.path.is_empty() {
-            self.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
-            if !touch.defer_for.is_empty() && touch.defer_for != self.name {
-                self.dir_times.lend(touch.file, &touch.defer_for);
+            self.node.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
+            if !touch.defer_for.is_empty() && touch.defer_for != self.node.name {
+                self.state.lend(touch.file, &touch.defer_for);
             }
             return Ok(Response::DirTouched(touch.file));
         }
         let entry = {
             let _pass = self.gate.pass(&[&touch.path], 0)?;
-            self.store.lookup(&touch.path, self.anchor_of(&touch.path), false).map_err(store_errno)?.0
+            self.node.store.lookup(&touch.path, self.node.anchor_of(&touch.path), false).map_err(store_errno)?.0
         };
         if !entry.is_dir() {
             return Err(Errno::ENOTDIR);
         }
         let onward = DirTouch { path: String::new(), file: entry.file, ..touch };
-        self.ask_home(entry.file, Request::TouchDir(onward))
+        self.node.ask_home(entry.file, Request::TouchDir(onward))
     }
 
     /// Before `response` leaves this server: the times of every directory it shows whose
     /// times are lent out are collected first (see the module doc), and shown; the
     /// collection waits until [`TOUCH_WAIT`] or `deadline` at most.
-    pub(crate) fn settle_dir_times(&self, response: &mut Response, deadline: Option<Instant>) {
-        if !self.dir_times.any_lent.load(Ordering::Acquire) {
+    pub fn settle_dir_times(&self, response: &mut Response, deadline: Option<Instant>) {
+        if !self.state.any_lent.load(Ordering::Acquire) {
             return;
         }
         let mut attrs: Vec<&mut Attr> = match response {
@@ -473,12 +475,12 @@ impl ServerState {
         };
         attrs.retain(|attr| attr.is_dir());
         for attr in attrs {
-            let holders = self.dir_times.end_loans(attr.file_id);
+            let holders = self.state.end_loans(attr.file_id);
             if holders.is_empty() {
                 continue;
             }
             if self.collect_touches(attr.file_id, &holders, wait_end(deadline)) != 0
-                && let Ok(now) = self.store.stat(attr.file_id)
+                && let Ok(now) = self.node.store.stat(attr.file_id)
             {
                 attr.mtime_ns = now.mtime_ns;
                 attr.ctime_ns = now.ctime_ns;
@@ -489,33 +491,24 @@ impl ServerState {
     /// Asks `holders` for the touches of directory `file` they held back (waiting for them
     /// until `end`), applies the latest here and returns it (0: none).
     fn collect_touches(&self, file: FileId, holders: &[String], end: Instant) -> i64 {
-        let members: Vec<Member> = {
-            let membership = self.membership();
-            holders.iter().filter_map(|name| membership.member(name).cloned()).collect()
+        let requests: Vec<(Member, Request)> = {
+            let membership = self.node.membership();
+            holders
+                .iter()
+                .filter_map(|name| membership.member(name).cloned())
+                .map(|member| (member, Request::CollectTouches(FileOnly { file })))
+                .collect()
         };
-        let (local, remote): (Vec<_>, Vec<_>) = members.into_iter().partition(|member| self.is_self(member));
-        let request = Request::CollectTouches(FileOnly { file });
-        let connections: Vec<_> = remote
-            .iter()
-            .map(|member| if member.alive { self.peers.connection(member).map_err(|error| error.errno()) } else { Err(Errno::EIO) })
-            .collect();
-        let calls: Vec<_> = connections
-            .iter()
-            .map(|connection| {
-                let connection = connection.as_ref().map_err(|errno| *errno)?;
-                connection.start(&request, &[], None).map_err(|error| error.errno())
-            })
-            .collect();
-        let mut latest = if local.is_empty() { 0 } else { self.dir_times.hand_over(file) };
-        for (call, member) in calls.into_iter().zip(&remote) {
-            match call.and_then(|call| call.wait_until(end).map_err(|error| error.errno())).map(|reply| reply.response) {
+        let mut latest = 0;
+        for ((member, _), answer) in requests.iter().zip(self.node.ask_each(&requests, Some(end))) {
+            match answer {
                 Ok(Response::TouchTime(time_ns)) => latest = latest.max(time_ns),
                 Ok(other) => log::debug!("server {} answered CollectTouches with {other:?}", member.name),
                 Err(errno) => log::debug!("could not collect the touches of directory {file} from server {}: {errno}", member.name),
             }
         }
         if latest != 0
-            && let Err(error) = self.store.touch_dir(file, latest)
+            && let Err(error) = self.node.store.touch_dir(file, latest)
         {
             log::debug!("collected touches of directory {file} not applied: {error}");
         }

@@ -10,10 +10,10 @@
 //!    directory renames run one at a time: two renames of overlapping trees can then neither
 //!    lose nor duplicate names, nor make a cycle. (Lustre's DNE takes a global rename lock for
 //!    cross-directory renames for the same reason.) File renames do not take it.
-//! 2. It locks both names (`names::lock_names`) and checks the rename is allowed: no move into
+//! 2. It locks both names (`Names::lock_names`) and checks the rename is allowed: no move into
 //!    its own subtree, a target that is an empty directory or absent, an existing parent.
 //! 3. **Freeze**: every server stops operations on names at or below both paths and lets the
-//!    running ones finish (`locks::NamespaceGate`); all servers must answer, or nothing moves.
+//!    running ones finish (`gate::NamespaceGate`); all servers must answer, or nothing moves.
 //! 4. **Move**: every server takes its names below the old path out of its index and sends
 //!    them, at their new paths, to their new owners (`PutEntries`). Names a server receives
 //!    before it has taken its own are held back until it has ([`SubtreeMoves`]): in an
@@ -28,15 +28,21 @@
 //! for an instant, only the old one) while the rename completes.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
-use ringfs_proto::{Errno, FileId, InstallMode, MovedEntry, NamespaceLock, PutEntries, RenameFlags, Request, Response, Subtree};
+use ringfs_proto::{Errno, FileId, InstallMode, MovedEntry, PutEntries, RenameFlags, Request, Response, Subtree};
 
-use crate::locks::{LEASE, WAIT_LIMIT};
-use crate::names::{LockedRename, new_token};
-use crate::service::{ServerState, store_errno};
+use crate::deadline::{WAIT_LIMIT, past_point_of_no_return, wait_end, wait_failure};
+use crate::dir_times::DirTimes;
+use crate::files::Files;
+use crate::flusher::Flusher;
+use crate::name_locks::{EndedTokens, LEASE, new_token};
+use crate::names::{LockedRename, Names, Release};
+use crate::node::{Node, store_errno};
+use crate::outbound::retry_uncertain_for;
+use crate::permissions::Permissions;
 
 /// Why an attempt at a directory rename did not complete.
 enum TreeRenameError {
@@ -63,7 +69,7 @@ impl From<Errno> for TreeRenameError {
 /// `MoveSubtree` would otherwise take the names now below the old path (the directory may
 /// have been renamed back since) and move them where no directory is.
 #[derive(Default)]
-pub struct SubtreeMoves {
+struct SubtreeMoves {
     moves: Mutex<HashMap<u64, SubtreeMove>>,
     ended: Mutex<EndedRenames>,
 }
@@ -120,16 +126,95 @@ impl SubtreeMoves {
     }
 }
 
-impl ServerState {
+/// This server's part in directory renames: the coordinator of those it is asked for, the
+/// steps every server takes (freeze, move, thaw), and, on the first server of the ring, the
+/// namespace lock.
+pub struct DirectoryRenames {
+    node: Arc<Node>,
+    names: Arc<Names>,
+    files: Arc<Files>,
+    dir_times: Arc<DirTimes>,
+    permissions: Arc<Permissions>,
+    flusher: Arc<Flusher>,
+    moves: SubtreeMoves,
+    /// On the first server of the ring: the directory rename that holds the namespace lock.
+    namespace_lock: Mutex<Option<(u64, Instant)>>,
+    /// Renames that gave the namespace lock back (a late acquisition of theirs is refused).
+    namespace_lock_ended: EndedTokens,
+}
+
+impl DirectoryRenames {
+    pub fn new(
+        node: Arc<Node>,
+        names: Arc<Names>,
+        files: Arc<Files>,
+        dir_times: Arc<DirTimes>,
+        permissions: Arc<Permissions>,
+        flusher: Arc<Flusher>,
+    ) -> DirectoryRenames {
+        DirectoryRenames {
+            node,
+            names,
+            files,
+            dir_times,
+            permissions,
+            flusher,
+            moves: SubtreeMoves::default(),
+            namespace_lock: Mutex::new(None),
+            namespace_lock_ended: EndedTokens::default(),
+        }
+    }
+
+    /// `Freeze`: this server stops operations on names at or below both paths until the thaw
+    /// (see the module documentation).
+    pub fn freeze(&self, subtree: &Subtree) -> Result<Response, Errno> {
+        if self.moves.has_ended(subtree.token) {
+            // A late copy of a freeze whose rename ended here: it would hold the
+            // subtrees for a lease with nobody to thaw them.
+            return Err(Errno::ESTALE);
+        }
+        self.names.gate.freeze(subtree.token, &subtree.from, &subtree.to);
+        if let Some(held) = self.names.locks().renamed_inside([&subtree.from, &subtree.to], subtree.token) {
+            log::debug!("freeze of {} and {} waits for {held}", subtree.from, subtree.to);
+            // A rename of a name inside is under way: the coordinator thaws and
+            // tries again once it is done.
+            return Err(Errno::EBUSY);
+        }
+        if self.node.in_cached_tree(&subtree.from) || self.node.in_cached_tree(&subtree.to) {
+            // The rename moves the tree in the backend too, or (from outside the
+            // cached tree) makes it there anew: no flush may change either path
+            // meanwhile (the one under way ends first), and removals recorded below
+            // them are applied first (a new name there must not be removed later).
+            self.node.store.hold_backend(subtree.token, &[&subtree.from, &subtree.to], LEASE).map_err(store_errno)?;
+            self.flusher.wait_for_flush_step();
+        }
+        self.moves.begin(subtree.token);
+        for root in [&subtree.from, &subtree.to] {
+            self.node.store.forget_dirs_under(root);
+            self.permissions.forget_under(root);
+            self.dir_times.forget_under(root);
+        }
+        Ok(Response::Done)
+    }
+
+    /// `Thaw`: the rename ended (names still held back are stored, the backend holds and
+    /// the freeze end).
+    pub fn thaw(&self, subtree: &Subtree) -> Result<Response, Errno> {
+        self.end_subtree_move(subtree.token);
+        self.node.store.release_backend(subtree.token);
+        self.names.gate.thaw(subtree.token);
+        Ok(Response::Done)
+    }
+
     /// Names another server moved here: stored now, or held back until this server has taken
     /// its own names for the same rename.
     pub fn put_moved_entries(&self, put: PutEntries) -> Result<Response, Errno> {
-        let mut moves = self.subtree_moves.lock();
+        let mut moves = self.moves.lock();
         match moves.get_mut(&put.token) {
             Some(state) if !state.taken => state.held_back.extend(put.entries),
             _ => {
                 drop(moves);
-                self.store.put_entries(&put.entries).map_err(store_errno)?;
+                self.node.store.put_entries(&put.entries).map_err(store_errno)?;
             }
         }
         Ok(Response::Done)
@@ -137,15 +222,15 @@ impl ServerState {
 
     /// The rename `token` ended (thaw): names still held back are stored, so none is lost
     /// even if this server never got its own move step.
-    pub fn end_subtree_move(&self, token: u64) {
+    fn end_subtree_move(&self, token: u64) {
         let state = {
             // Under the moves' lock: a step of this rename either ran before or sees it ended.
-            let mut moves = self.subtree_moves.lock();
-            self.subtree_moves.record_end(token);
+            let mut moves = self.moves.lock();
+            self.moves.record_end(token);
             moves.remove(&token)
         };
         let Some(state) = state else { return };
-        if let Err(error) = self.store.put_entries(&state.held_back) {
+        if let Err(error) = self.node.store.put_entries(&state.held_back) {
             log::error!("directory rename: storing names moved here failed: {error}");
         }
         if !state.unsent.is_empty() && self.send_moved(token, state.unsent).is_err() {
@@ -159,14 +244,14 @@ impl ServerState {
     /// Done within the rename's freeze, so no later rename of those names can come first.
     /// EIO if an inode could not be told (a repeated step tells the rest again).
     fn bind_moved_into_cached_tree(&self, token: u64) -> Result<(), Errno> {
-        let unbound = match self.subtree_moves.lock().get_mut(&token) {
+        let unbound = match self.moves.lock().get_mut(&token) {
             Some(state) => std::mem::take(&mut state.unbound),
             None => return Ok(()),
         };
         let mut left = Vec::new();
         for moved in unbound {
             if let Err(errno) =
-                crate::names::retry_uncertain_for(Duration::from_secs(2), || self.bind_into_cached_tree(moved.entry.file, &moved.path))
+                retry_uncertain_for(Duration::from_secs(2), || self.files.bind_into_cached_tree(moved.entry.file, &moved.path))
             {
                 log::warn!("directory rename into the cached tree: {} not bound to its backend place yet: {errno}", moved.path);
                 left.push(moved);
@@ -175,16 +260,10 @@ impl ServerState {
         if left.is_empty() {
             return Ok(());
         }
-        if let Some(state) = self.subtree_moves.lock().get_mut(&token) {
+        if let Some(state) = self.moves.lock().get_mut(&token) {
             state.unbound.extend(left);
         }
         Err(Errno::EIO)
-    }
-
-    /// Tells `file`'s inode that its name `path` entered the cached tree (it is made there
-    /// anew, or gets `path` as another link).
-    pub(crate) fn bind_into_cached_tree(&self, file: FileId, path: &str) -> Result<(), Errno> {
-        self.ask_home(file, Request::Rebind(ringfs_proto::Rebind { file, path: Some(path.to_string()), from: None })).map(drop)
     }
 
     /// Sends names taken out for a directory rename to their new servers; those that could
@@ -192,13 +271,14 @@ impl ServerState {
     fn send_moved(&self, token: u64, moved: Vec<MovedEntry>) -> Result<(), Vec<MovedEntry>> {
         let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
         for entry in moved {
-            let owner = self.owner_of_path(&entry.path);
+            let owner = self.node.owner_of_path(&entry.path);
             by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
         }
         let mut unsent = Vec::new();
         for (_, (owner, entries)) in by_owner {
             // Storing the same names twice is harmless: a lost answer is simply asked again.
-            let put = |entries: &Vec<MovedEntry>| self.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
+            let put =
+                |entries: &Vec<MovedEntry>| self.node.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
             if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
                 log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
                 unsent.extend(entries);
@@ -248,15 +328,10 @@ impl ServerState {
         }
     }
 
-    pub(crate) fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
-        let first = self.membership().first_in_ring().clone();
-        self.ask(&first, Request::NamespaceLock(NamespaceLock { token, acquire })).map(drop)
-    }
-
     /// Renames a directory, or exchanges two names (see the module documentation).
     pub fn rename_tree(&self, from: &str, to: &str, time_ns: i64, flags: u32) -> Result<Response, Errno> {
-        if self.in_cached_tree(from) && !self.in_cached_tree(to)
-            || moves_into_cached_tree(self, from, to) && flags & RenameFlags::EXCHANGE != 0
+        if self.node.in_cached_tree(from) && !self.node.in_cached_tree(to)
+            || moves_into_cached_tree(&self.node, from, to) && flags & RenameFlags::EXCHANGE != 0
         {
             // A tree leaving the cached tree would take along everything the backend holds
             // in it, loaded file by file — a copy, which `mv` does itself on EXDEV. (A tree
@@ -265,23 +340,23 @@ impl ServerState {
         }
         let token = new_token();
         log::trace!("tree rename {from} -> {to} is {token:x}");
-        self.namespace_lock_at_first(token, true)?;
+        self.names.namespace_lock_at_first(token, true)?;
         // The parents' names too: neither may be removed (or renamed) while names move below
         // them. The root cannot be removed.
         let mut names = vec![from, to];
         names.extend([path::parent(from), path::parent(to)].into_iter().flatten().filter(|parent| *parent != "/"));
         // A rename or link inside the trees keeps the freeze from taking hold; it may itself
         // wait for one of our names. So we let everything go and try again (bounded).
-        let deadline = crate::locks::wait_end(Instant::now());
+        let deadline = wait_end(Instant::now());
         let mut pause = Duration::from_millis(1);
         let outcome = loop {
             // Each attempt has a token of its own: a release or thaw of an earlier attempt
             // that is tried again late must not end this one's locks or freeze.
             let attempt_token = new_token();
-            let attempt = self.lock_names(&names, attempt_token).map_err(TreeRenameError::Failed).and_then(|entries| {
+            let attempt = self.names.lock_names(&names, attempt_token).map_err(TreeRenameError::Failed).and_then(|entries| {
                 let locked = LockedRename { from, to, source: entries[0], target: entries[1], time_ns, flags, token: attempt_token };
                 let outcome = self.rename_tree_locked(locked);
-                self.unlock_names(&names, attempt_token);
+                self.names.unlock_names(&names, attempt_token);
                 outcome
             });
             match attempt {
@@ -289,18 +364,18 @@ impl ServerState {
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
-                Err(TreeRenameError::Busy) => break Err(crate::locks::wait_failure()),
+                Err(TreeRenameError::Busy) => break Err(wait_failure()),
                 Err(TreeRenameError::Failed(errno)) => break Err(errno),
                 Ok(response) => break Ok(response),
             }
         };
-        if let Err(errno) = self.namespace_lock_at_first(token, false) {
+        if let Err(errno) = self.names.namespace_lock_at_first(token, false) {
             log::info!("could not give back the namespace lock yet: {errno} (trying again)");
-            self.release_later(crate::names::Release::NamespaceLock { token });
+            self.names.release_later(Release::NamespaceLock { token });
         }
         if outcome.is_ok() {
-            self.touch_parent(from, time_ns);
-            self.touch_parent(to, time_ns);
+            self.dir_times.touch_parent(from, time_ns);
+            self.dir_times.touch_parent(to, time_ns);
         }
         outcome
     }
@@ -319,7 +394,7 @@ impl ServerState {
             Some(_) if exchange => {}
             Some(target) if !target.is_dir() => return Err(Errno::ENOTDIR.into()),
             Some(target) => {
-                self.check_empty(to)?;
+                self.names.check_empty(to)?;
                 replaced_dir = Some(target);
             }
             None => {}
@@ -327,11 +402,11 @@ impl ServerState {
         if let Some(parent) = path::parent(to)
             && parent != "/"
         {
-            self.resolve_parent(parent)?;
+            self.names.resolve_parent(parent)?;
         }
         // In the cached tree, an exchange of two files moves backend files like a directory
         // rename does (the backend paths of both inodes change), so it takes the same path.
-        let cached = self.in_cached_tree(from);
+        let cached = self.node.in_cached_tree(from);
         let moves_trees = cached || source.is_dir() || target.is_some_and(|target| target.is_dir());
         let subtree = Subtree { token, from: from.to_string(), to: to.to_string(), exchange };
         if moves_trees {
@@ -340,13 +415,13 @@ impl ServerState {
         if cached {
             // The backend moves first, while every server holds both paths: if it fails,
             // nothing has changed anywhere.
-            if let Err(error) = self.store.move_in_backend(from, to, exchange) {
+            if let Err(error) = self.node.store.move_in_backend(from, to, exchange) {
                 log::warn!("rename {from} -> {to}: moving the backend entry failed: {error}");
                 self.thaw_everywhere(&subtree);
                 return Err(store_errno(error).into());
             }
         }
-        let outcome = crate::locks::past_point_of_no_return(|| -> Result<(), Errno> {
+        let outcome = past_point_of_no_return(|| -> Result<(), Errno> {
             // From the first move on there is no way back: names may have left some servers.
             // So every step is repeated until it is done (each is safe to repeat), for up to
             // half the freeze's lease, whatever the client's deadline.
@@ -354,33 +429,33 @@ impl ServerState {
                 self.move_everywhere(&subtree)
                     .inspect_err(|errno| log::error!("rename {from} -> {to}: moving names failed on a server: {errno}"))?;
             }
-            let retry = |step: &dyn Fn() -> Result<(), Errno>| crate::names::retry_uncertain_for(LEASE / 2, step);
+            let retry = |step: &dyn Fn() -> Result<(), Errno>| retry_uncertain_for(LEASE / 2, step);
             if exchange {
                 let target = target.expect("an exchange has a target");
-                retry(&|| self.install_at(to, source, InstallMode::EXCHANGE, target.file, false, token).map(drop))?;
-                retry(&|| self.install_at(from, target, InstallMode::EXCHANGE, source.file, false, token).map(drop))?;
-                self.touch_ctime(target.file, time_ns)?;
+                retry(&|| self.names.install_at(to, source, InstallMode::EXCHANGE, target.file, false, token).map(drop))?;
+                retry(&|| self.names.install_at(from, target, InstallMode::EXCHANGE, source.file, false, token).map(drop))?;
+                self.names.touch_ctime(target.file, time_ns)?;
             } else {
-                retry(&|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), true, token).map(drop))?;
+                retry(&|| self.names.install_at(to, source, InstallMode::REPLACE, FileId::default(), true, token).map(drop))?;
                 retry(&|| {
-                    if !self.remove_at(from, source.file, token)? {
+                    if !self.names.remove_at(from, source.file, token)? {
                         log::debug!("rename {from} -> {to}: the old name was gone already (a repeated step)");
                     }
                     Ok(())
                 })?;
-                if moves_into_cached_tree(self, from, to) {
+                if moves_into_cached_tree(&self.node, from, to) {
                     // The names below moved with their servers' steps; the directory itself:
-                    retry(&|| self.bind_into_cached_tree(source.file, to))?;
+                    retry(&|| self.files.bind_into_cached_tree(source.file, to))?;
                 }
             }
-            self.touch_ctime(source.file, time_ns)
+            self.names.touch_ctime(source.file, time_ns)
         });
         if moves_trees {
             self.thaw_everywhere(&subtree);
         }
         outcome?;
         if let Some(replaced) = replaced_dir {
-            self.drop_link(replaced.file, time_ns, None)?;
+            self.files.drop_link(replaced.file, time_ns, None)?;
         }
         Ok(Response::Done)
     }
@@ -390,7 +465,7 @@ impl ServerState {
     /// freeze is undone and [`TreeRenameError::Busy`] returned, so that the caller lets its
     /// own names go (that rename may be waiting for one) and tries again.
     fn freeze_everywhere(&self, subtree: &Subtree) -> Result<(), TreeRenameError> {
-        let answers = self.broadcast(&Request::Freeze(subtree.clone()));
+        let answers = self.node.broadcast(&Request::Freeze(subtree.clone()));
         let Some(errno) = answers.into_iter().find_map(Result::err) else { return Ok(()) };
         self.thaw_everywhere(subtree);
         Err(if errno == Errno::EBUSY { TreeRenameError::Busy } else { TreeRenameError::Failed(errno) })
@@ -400,15 +475,16 @@ impl ServerState {
     /// did not confirm, until all have or half the freeze's lease has passed.
     fn move_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
         let deadline = Instant::now() + LEASE / 2;
-        let mut pending: Vec<String> = self.membership().list().members.iter().map(|member| member.name.clone()).collect();
+        let mut pending: Vec<String> = self.node.membership().list().members.iter().map(|member| member.name.clone()).collect();
         let mut pause = Duration::from_millis(20);
         loop {
             // Each round takes the members as they are now: one declared dead for a moment
             // and back again must be asked again, not skipped as dead.
-            let members: Vec<ringfs_proto::Member> = pending.iter().filter_map(|name| self.membership().member(name).cloned()).collect();
+            let members: Vec<ringfs_proto::Member> =
+                pending.iter().filter_map(|name| self.node.membership().member(name).cloned()).collect();
             let request = Request::MoveSubtree(subtree.clone());
             let answers: Vec<Result<Response, Errno>> = std::thread::scope(|scope| {
-                let calls: Vec<_> = members.iter().map(|member| scope.spawn(|| self.ask(member, request.clone()))).collect();
+                let calls: Vec<_> = members.iter().map(|member| scope.spawn(|| self.node.ask(member, request.clone()))).collect();
                 calls.into_iter().map(|call| call.join().unwrap_or(Err(Errno::EIO))).collect()
             });
             let mut last_error = Errno::EIO;
@@ -434,9 +510,9 @@ impl ServerState {
     }
 
     fn thaw_everywhere(&self, subtree: &Subtree) {
-        if let Some(errno) = self.broadcast(&Request::Thaw(subtree.clone())).into_iter().find_map(Result::err) {
+        if let Some(errno) = self.node.broadcast(&Request::Thaw(subtree.clone())).into_iter().find_map(Result::err) {
             log::info!("a server did not hear the end of a directory rename yet: {errno} (trying again)");
-            self.release_later(crate::names::Release::Thaw(subtree.clone()));
+            self.names.release_later(Release::Thaw(subtree.clone()));
         }
     }
 
@@ -444,8 +520,8 @@ impl ServerState {
     /// exchange, below the new one) go to their owners under the other path.
     pub fn move_subtree(&self, subtree: &Subtree) -> Result<Response, Errno> {
         let (moved, held_back) = {
-            let mut moves = self.subtree_moves.lock();
-            if self.subtree_moves.has_ended(subtree.token) {
+            let mut moves = self.moves.lock();
+            if self.moves.has_ended(subtree.token) {
                 log::info!("a late step of a directory rename that ended here ({} -> {}): refused", subtree.from, subtree.to);
                 return Err(Errno::ESTALE);
             }
@@ -455,11 +531,11 @@ impl ServerState {
                 // send again what is still unsent.
                 (std::mem::take(&mut state.unsent), Vec::new())
             } else {
-                let mut moved = self.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
+                let mut moved = self.node.store.take_subtree(&subtree.from, &subtree.to).map_err(store_errno)?;
                 if subtree.exchange {
-                    moved.extend(self.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
+                    moved.extend(self.node.store.take_subtree(&subtree.to, &subtree.from).map_err(store_errno)?);
                 }
-                if !subtree.exchange && moves_into_cached_tree(self, &subtree.from, &subtree.to) {
+                if !subtree.exchange && moves_into_cached_tree(&self.node, &subtree.from, &subtree.to) {
                     state.unbound = moved.clone();
                 }
                 state.taken = true;
@@ -467,19 +543,19 @@ impl ServerState {
                 // hold); the inodes here now live at the new paths. (A tree entering the
                 // cached tree moved nothing in the backend: its inodes are bound below —
                 // some perhaps already, by other servers' steps, which a rebase would undo.)
-                if self.in_cached_tree(&subtree.from)
-                    && let Err(error) = self.store.rebase_backend_paths(&subtree.from, &subtree.to, subtree.exchange)
+                if self.node.in_cached_tree(&subtree.from)
+                    && let Err(error) = self.node.store.rebase_backend_paths(&subtree.from, &subtree.to, subtree.exchange)
                 {
                     log::error!("directory rename: recording the new backend paths failed: {error}");
                 }
                 (moved, std::mem::take(&mut state.held_back))
             }
         };
-        self.store.put_entries(&held_back).map_err(store_errno)?;
+        self.node.store.put_entries(&held_back).map_err(store_errno)?;
         self.bind_moved_into_cached_tree(subtree.token)?;
         let count = moved.len() as u64;
         if let Err(unsent) = self.send_moved(subtree.token, moved) {
-            if let Some(state) = self.subtree_moves.lock().get_mut(&subtree.token) {
+            if let Some(state) = self.moves.lock().get_mut(&subtree.token) {
                 state.unsent.extend(unsent);
             }
             return Err(Errno::EIO);
@@ -489,6 +565,6 @@ impl ServerState {
 }
 
 /// Whether a rename from `from` to `to` moves a tree into the cached tree (from outside it).
-fn moves_into_cached_tree(server: &ServerState, from: &str, to: &str) -> bool {
-    !server.in_cached_tree(from) && server.in_cached_tree(to)
+fn moves_into_cached_tree(node: &Node, from: &str, to: &str) -> bool {
+    !node.in_cached_tree(from) && node.in_cached_tree(to)
 }

@@ -2,50 +2,140 @@
 //! asking it): link counts, the removal of a file's chunks everywhere, truncation, and in
 //! cache mode the move of a file to another place in the backend.
 
+use std::sync::Arc;
+
 use ringfs_proto::{
     BackendFileReply, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks, Request,
     Response, SetChunkLen,
 };
 
-use crate::service::{ServerState, Session, store_errno};
+use crate::file_locks::LockTable;
+use crate::node::{Node, store_errno};
+use crate::opens::OpenRegistry;
+use crate::permissions::Permissions;
 
-impl ServerState {
-    /// Sends `request` to every server (this one included) and returns each answer.
-    pub fn broadcast(&self, request: &Request) -> Vec<Result<Response, Errno>> {
-        let members: Vec<_> = self.membership().list().members.clone();
-        let mut connections = Vec::new();
-        let mut results = Vec::new();
-        for member in &members {
-            if self.is_self(member) {
-                continue;
-            }
-            if !member.alive {
-                results.push(Err(Errno::EIO));
-                continue;
-            }
-            match self.peers.connection(member) {
-                Ok(connection) => connections.push(connection),
-                Err(error) => {
-                    log::warn!("cannot reach server {}: {error}", member.name);
-                    results.push(Err(Errno::EIO));
-                }
+/// The operations on files (by id) that span servers, and the requests about a file's inode
+/// that change more than the inode.
+pub struct Files {
+    node: Arc<Node>,
+    opens: Arc<OpenRegistry>,
+    file_locks: Arc<LockTable>,
+    permissions: Arc<Permissions>,
+}
+
+impl Files {
+    pub fn new(node: Arc<Node>, opens: Arc<OpenRegistry>, file_locks: Arc<LockTable>, permissions: Arc<Permissions>) -> Files {
+        Files { node, opens, file_locks, permissions }
+    }
+
+    /// `Open`: registers an open of `file` (here at its inode) for `client`.
+    pub fn open(&self, client: u64, file: FileId) -> Result<Response, Errno> {
+        let attr = self.node.store.open_file(file).map_err(store_errno)?;
+        self.opens.opened(client, file);
+        Ok(Response::Attr(attr))
+    }
+
+    /// `Close`: ends `client`'s opens of `files`; a file goes if that was its last reference.
+    pub fn close(&self, client: u64, files: Vec<FileId>) -> Result<Response, Errno> {
+        for file in files {
+            if self.opens.closed(client, file) {
+                self.close_registered(file);
             }
         }
-        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
-        results.push(self.execute(&mut Session::local(), request.clone(), &[], &mut Vec::new()));
-        for call in calls {
-            results.push(match call.and_then(|call| call.wait()) {
-                Ok(reply) => match reply.response {
-                    Response::Error(errno) => Err(errno),
-                    response => Ok(response),
-                },
-                Err(error) => {
-                    log::warn!("broadcast failed: {error}");
-                    Err(error.errno())
-                }
-            });
+        Ok(Response::Done)
+    }
+
+    /// Ends an open registered here; the file goes if that was its last reference.
+    pub fn close_registered(&self, file: FileId) {
+        if let Some(deleted) = self.node.store.close_file(file)
+            && deleted.extended
+        {
+            self.remove_chunks_everywhere(file, 1);
         }
-        results
+    }
+
+    /// Ends the opens (and advisory locks) of clients gone for longer than the grace period.
+    pub fn expire_opens(&self, grace: std::time::Duration) {
+        let expired = self.opens.expire(grace);
+        for (file, count) in expired.files {
+            for _ in 0..count {
+                self.close_registered(file);
+            }
+        }
+        for client in expired.locking_clients {
+            let released = self.file_locks.release_client(client);
+            if released > 0 {
+                log::info!("client {client:016x} is gone; its {released} advisory locks end");
+            }
+        }
+    }
+
+    /// `SetLock`: an advisory lock of a file whose inode is here (its client's locks end with
+    /// its opens).
+    pub fn set_lock(&self, lock: &ringfs_proto::FileLock) -> Result<Response, Errno> {
+        if lock.kind != ringfs_proto::LockKind::Unlock {
+            self.opens.took_lock(lock.client);
+        }
+        self.file_locks.set(lock)?;
+        Ok(Response::Done)
+    }
+
+    /// `TestLock`: the lock that would keep `lock` from being taken, if any.
+    pub fn test_lock(&self, lock: &ringfs_proto::FileLock) -> Result<Response, Errno> {
+        Ok(Response::LockHolder(self.file_locks.test(lock)?))
+    }
+
+    /// `SetAttr` at the inode: the change, and what it means elsewhere (every server forgets a
+    /// directory's old mode and owner; an explicit mtime clamps the file's later chunks).
+    pub fn set_attr(&self, set: &ringfs_proto::SetAttr) -> Result<Response, Errno> {
+        let attr = self.node.store.set_attr(set).map_err(store_errno)?;
+        if attr.is_dir() && (set.mode.is_some() || set.uid.is_some() || set.gid.is_some()) {
+            self.permissions.spread_dir_attr_change(set.file);
+        }
+        if set.mtime_ns.is_some() && attr.is_regular() && attr.is_extended() {
+            self.clamp_chunk_times(set.file, attr.mtime_ns)?;
+        }
+        Ok(Response::Attr(attr))
+    }
+
+    /// An explicit mtime was set on an extended file: its chunks everywhere keep no later
+    /// time (EIO if a server holding chunks could not be told; the inode has the time).
+    fn clamp_chunk_times(&self, file: FileId, mtime_ns: i64) -> Result<(), Errno> {
+        self.node.store.clamp_tail_mtimes(file, mtime_ns).map_err(store_errno)?;
+        let request = Request::ClampChunkTimes(ringfs_proto::LinkCount { file, time_ns: mtime_ns });
+        self.node.broadcast(&request).into_iter().find_map(Result::err).map_or(Ok(()), Err)
+    }
+
+    /// `AddLink` at the inode: one name more (cache mode: the backend gets `name` as a link).
+    pub fn add_link(&self, count: &NameCount) -> Result<Response, Errno> {
+        let (attr, rewrite) = self.node.store.add_link_named(count.file, count.time_ns, count.name.as_deref()).map_err(store_errno)?;
+        if rewrite {
+            self.redirty_everywhere(count.file)?;
+        }
+        Ok(Response::Attr(attr))
+    }
+
+    /// `YieldBackendName` at the inode (see [`Files::yield_backend_name`]).
+    pub fn yield_backend_name_here(&self, name: &ringfs_proto::BackendName) -> Result<Response, Errno> {
+        let (yielded, rewrite) = self.node.store.yield_backend_name(name.file, &name.name).map_err(store_errno)?;
+        if rewrite {
+            self.redirty_everywhere(name.file)?;
+        }
+        Ok(Response::Count(u64::from(yielded)))
+    }
+
+    /// `Redirty`: this server's chunks of `file` are flushed again (or, out of the cached
+    /// tree, not any more).
+    pub fn redirty_here(&self, file: FileId) -> Result<Response, Errno> {
+        let backed = self.node.store.backend_file(file).map(|backend| backend.is_some()).unwrap_or(true);
+        self.node.store.redirty(file, backed);
+        Ok(Response::Done)
+    }
+
+    /// Tells `file`'s inode that its name `path` entered the cached tree (it is made there
+    /// anew, or gets `path` as another link).
+    pub fn bind_into_cached_tree(&self, file: FileId, path: &str) -> Result<(), Errno> {
+        self.node.ask_home(file, Request::Rebind(ringfs_proto::Rebind { file, path: Some(path.to_string()), from: None })).map(drop)
     }
 
     /// `Reserve`: charges the room the chunks of the range that live here do not take yet
@@ -54,22 +144,23 @@ impl ServerState {
     pub fn reserve(&self, reservation: ringfs_proto::Reservation) -> Result<Response, Errno> {
         let ringfs_proto::Reservation { file, offset, end, chunk_size, bytes, release } = reservation;
         if release > 0 {
-            self.store.unreserve(file, release);
+            self.node.store.unreserve(file, release);
             return Ok(Response::Count(0));
         }
-        if chunk_size == 0 || chunk_size > crate::service::MAX_CHUNK_SIZE || end <= offset {
+        if chunk_size == 0 || chunk_size > crate::node::MAX_CHUNK_SIZE || end <= offset {
             return Err(Errno::EINVAL);
         }
         let chunk_size = u64::from(chunk_size);
         let (first, last) = (offset / chunk_size, (end - 1) / chunk_size);
         let stored: u64 = self
+            .node
             .store
             .stored_chunks(file, first, last)
             .into_iter()
             .map(|(index, stored)| stored.min(end.min((index + 1) * chunk_size) - index * chunk_size))
             .sum();
         let needed = bytes.saturating_sub(stored);
-        self.store.reserve(file, needed)?;
+        self.node.store.reserve(file, needed)?;
         Ok(Response::Count(needed))
     }
 
@@ -77,7 +168,7 @@ impl ServerState {
     /// server) leave orphan chunks behind, which are invisible: no inode has their file id any
     /// more.
     pub fn remove_chunks_everywhere(&self, file: FileId, from_index: u64) {
-        for result in self.broadcast(&Request::RemoveChunks(RemoveChunks { file, from_index })) {
+        for result in self.node.broadcast(&Request::RemoveChunks(RemoveChunks { file, from_index })) {
             if let Err(errno) = result {
                 log::warn!("could not remove chunks of file {file} on every server: {errno}");
             }
@@ -87,8 +178,8 @@ impl ServerState {
     /// One name fewer of `file`, told to the file's inode server: `name` (cache mode: the
     /// backend loses it as a link of the file when it lies in the cached tree).
     pub fn drop_link(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(), Errno> {
-        let name = name.filter(|name| self.in_cached_tree(name)).map(str::to_string);
-        match self.ask_home(file, Request::DropLink(NameCount { file, time_ns, name })) {
+        let name = name.filter(|name| self.node.in_cached_tree(name)).map(str::to_string);
+        match self.node.ask_home(file, Request::DropLink(NameCount { file, time_ns, name })) {
             // The file is gone already (a concurrent removal of its other name, say).
             Err(Errno::ESTALE) => Ok(()),
             other => other.map(drop),
@@ -98,7 +189,7 @@ impl ServerState {
     /// At the inode's server: one name fewer; the file goes when it has neither names nor
     /// opens.
     pub fn drop_link_here(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(), Errno> {
-        let (deleted, rewrite) = self.store.drop_link_named(file, time_ns, name).map_err(store_errno)?;
+        let (deleted, rewrite) = self.node.store.drop_link_named(file, time_ns, name).map_err(store_errno)?;
         if rewrite {
             self.redirty_everywhere(file)?;
         }
@@ -109,7 +200,7 @@ impl ServerState {
                 // Cache mode: a file that lost its last name while open leaves the cached
                 // tree on every server, so that its chunks — whose bytes exist only here now —
                 // are never evicted.
-                if let Ok(attr) = self.store.stat(file)
+                if let Ok(attr) = self.node.store.stat(file)
                     && attr.nlink == 0
                     && attr.has(EntryFlags::BACKED)
                 {
@@ -125,7 +216,7 @@ impl ServerState {
     /// its readers keep reading it after the backend file is gone. (A file opened between this check and the
     /// name's removal may find its backend bytes gone: EIO.)
     pub(crate) fn keep_backend_bytes_if_still_needed(&self, file: FileId) -> Result<(), Errno> {
-        let attr = match self.ask_home(file, Request::Stat(FileOnly { file })) {
+        let attr = match self.node.ask_home(file, Request::Stat(FileOnly { file })) {
             Ok(Response::Attr(attr)) => attr,
             Ok(_) => return Err(Errno::EPROTO),
             Err(Errno::ESTALE) => return Ok(()),
@@ -142,12 +233,12 @@ impl ServerState {
     /// Truncates a file to `size` at its inode's server: chunk 0 here, the last chunk at its
     /// owner, and the chunks past the end everywhere.
     pub fn truncate(&self, file: FileId, size: u64, time_ns: i64) -> Result<Response, Errno> {
-        let attr = self.store.stat(file).map_err(store_errno)?;
+        let attr = self.node.store.stat(file).map_err(store_errno)?;
         let chunk_size = attr.chunk_size as u64;
         let last_index = if size == 0 { 0 } else { (size - 1) / chunk_size };
         let head_len = size.min(chunk_size);
-        let backend = self.store.backend_file(file).map_err(store_errno)?;
-        let before = self.store.truncate_head(file, head_len, size, time_ns).map_err(store_errno)?;
+        let backend = self.node.store.backend_file(file).map_err(store_errno)?;
+        let before = self.node.store.truncate_head(file, head_len, size, time_ns).map_err(store_errno)?;
         // From here the cut is under way: whatever happens, it is recorded at the end, which
         // lets the file's chunks be flushed again.
         let cut_last_chunk = || -> Result<(), Errno> {
@@ -166,21 +257,21 @@ impl ServerState {
             // could wait on a server waiting for this answer.
             let backend = backend.as_ref().map(|backend| BackendFileReply { path: backend.path.clone(), len: backend.len.min(size) });
             let request = Request::SetChunkLen(SetChunkLen { chunk, len: size - last_index * chunk_size, template, backend });
-            self.ask(&self.owner_of_chunk(chunk), request).map(drop)
+            self.node.ask(&self.node.owner_of_chunk(chunk), request).map(drop)
         };
         let cut = cut_last_chunk();
         if before.is_extended() {
             self.remove_chunks_everywhere(file, last_index + 1);
         }
-        self.store.cut_backend_file(file, size).map_err(store_errno)?;
+        self.node.store.cut_backend_file(file, size).map_err(store_errno)?;
         cut?;
-        Ok(Response::Attr(self.store.stat(file).map_err(store_errno)?))
+        Ok(Response::Attr(self.node.store.stat(file).map_err(store_errno)?))
     }
 
     /// Asks the inode's server of `file` to apply the inode's pending operation and say where
     /// the file lives in the backend (see `ChunkStore::prepare`).
     pub(crate) fn prepare_at_home(&self, file: FileId) -> Result<Option<ringfs_proto::BackendPlace>, Errno> {
-        match self.ask_home(file, Request::FlushPrepare(FileOnly { file }))? {
+        match self.node.ask_home(file, Request::FlushPrepare(FileOnly { file }))? {
             Response::BackendTarget(place) => Ok(place),
             _ => Err(Errno::EPROTO),
         }
@@ -193,9 +284,9 @@ impl ServerState {
     /// link of its file.
     pub(crate) fn move_in_backend(&self, file: FileId, from: &str, to: &str) -> Result<(), Errno> {
         self.load_backend_data(file)?;
-        let path = self.in_cached_tree(to).then(|| to.to_string());
-        let from = self.in_cached_tree(from).then(|| from.to_string());
-        self.ask_home(file, Request::Rebind(Rebind { file, path, from })).map(drop)
+        let path = self.node.in_cached_tree(to).then(|| to.to_string());
+        let from = self.node.in_cached_tree(from).then(|| from.to_string());
+        self.node.ask_home(file, Request::Rebind(Rebind { file, path, from })).map(drop)
     }
 
     /// Cache mode, for a rename over `file`: its name `to` goes to another file; `file`
@@ -203,7 +294,7 @@ impl ServerState {
     /// bound to `to` (see `ChunkStore::yield_backend_name`). Whether it gave one up.
     pub(crate) fn yield_backend_name(&self, file: FileId, to: &str) -> Result<bool, Errno> {
         let request = Request::YieldBackendName(ringfs_proto::BackendName { file, name: to.to_string() });
-        match self.ask_home(file, request) {
+        match self.node.ask_home(file, request) {
             Ok(Response::Count(yielded)) => Ok(yielded != 0),
             // The file is gone already: nothing of it can be made at `to`.
             Err(Errno::ESTALE) => Ok(false),
@@ -215,7 +306,7 @@ impl ServerState {
     /// At the inode's server: the file's new backend place (see `ChunkStore::rebind`); every
     /// server marks its chunks if the file's data must be flushed again.
     pub fn rebind_here(&self, file: FileId, path: Option<&str>, from: Option<&str>) -> Result<(), Errno> {
-        if self.store.rebind(file, path, from).map_err(store_errno)? {
+        if self.node.store.rebind(file, path, from).map_err(store_errno)? {
             self.redirty_everywhere(file)?;
         }
         Ok(())
@@ -224,7 +315,7 @@ impl ServerState {
     /// Every server marks its chunks of `file` to be flushed again (or, for a file out of the
     /// cached tree, not any more).
     pub(crate) fn redirty_everywhere(&self, file: FileId) -> Result<(), Errno> {
-        for answer in self.broadcast(&Request::Redirty(FileOnly { file })) {
+        for answer in self.node.broadcast(&Request::Redirty(FileOnly { file })) {
             answer?;
         }
         Ok(())
@@ -233,14 +324,14 @@ impl ServerState {
     /// Cache mode: loads every chunk of `file` whose bytes are still in the backend (a renamed
     /// file takes its data along).
     fn load_backend_data(&self, file: FileId) -> Result<(), Errno> {
-        let attr = match self.ask_home(file, Request::Stat(FileOnly { file }))? {
+        let attr = match self.node.ask_home(file, Request::Stat(FileOnly { file }))? {
             Response::Attr(attr) => attr,
             _ => return Err(Errno::EPROTO),
         };
         if attr.backend_len == 0 || !(attr.is_regular() || attr.is_symlink()) {
             return Ok(());
         }
-        let backend = match self.ask_home(file, Request::BackendOf(FileOnly { file }))? {
+        let backend = match self.node.ask_home(file, Request::BackendOf(FileOnly { file }))? {
             Response::BackendFile(backend) => backend,
             _ => return Err(Errno::EPROTO),
         };
@@ -248,7 +339,7 @@ impl ServerState {
         for index in 0..attr.backend_len.div_ceil(chunk_size) {
             let chunk = ChunkKey::new(file, index);
             let request = Request::LoadChunk(LoadChunk { chunk, backend_len: attr.backend_len, backend: backend.clone() });
-            self.ask(&self.owner_of_chunk(chunk), request)?;
+            self.node.ask(&self.node.owner_of_chunk(chunk), request)?;
         }
         Ok(())
     }

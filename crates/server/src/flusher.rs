@@ -10,14 +10,15 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::MutexGuard;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, Request, Response};
 use ringfs_store::{FlushOutcome, FlushPace, QueuedWork, StoreError};
 
-use crate::service::ServerState;
+use crate::files::Files;
+use crate::node::Node;
 
 /// When a server writes dirty data to the backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -181,14 +182,28 @@ impl IoMonitor {
     }
 }
 
-impl ServerState {
+/// Cache mode: this server's flushing (its policy, what it sees of application I/O, and the
+/// lock that lets one flush step at a time run, the flusher's or a sync's).
+pub struct Flusher {
+    node: Arc<Node>,
+    files: Arc<Files>,
+    pub config: FlushConfig,
+    pub io_monitor: IoMonitor,
+    flush_lock: Mutex<()>,
+}
+
+impl Flusher {
+    pub fn new(node: Arc<Node>, files: Arc<Files>, config: FlushConfig) -> Flusher {
+        Flusher { node, files, config, io_monitor: IoMonitor::default(), flush_lock: Mutex::new(()) }
+    }
+
     fn flush_lock(&self) -> MutexGuard<'_, ()> {
         self.flush_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Waits until the flush step under way here (if any) has ended: steps after it see the
     /// backend holds taken before this call.
-    pub(crate) fn wait_for_flush_step(&self) {
+    pub fn wait_for_flush_step(&self) {
         drop(self.flush_lock());
     }
 
@@ -197,9 +212,9 @@ impl ServerState {
     /// attempts so far.
     fn flush_one(&self, up_to: u64, pace: FlushPace<'_>) -> Option<(Result<FlushOutcome, StoreError>, u32)> {
         let _serialized = self.flush_lock();
-        let mut queued: QueuedWork = self.store.next_work(up_to)?;
-        let prepare = |file: ringfs_proto::FileId| self.prepare_at_home(file);
-        let outcome = self.store.flush(&queued.item, &prepare, pace);
+        let mut queued: QueuedWork = self.node.store.next_work(up_to)?;
+        let prepare = |file: ringfs_proto::FileId| self.files.prepare_at_home(file);
+        let outcome = self.node.store.flush(&queued.item, &prepare, pace);
         match &outcome {
             Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.failures)),
             Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. } | FlushOutcome::Held) => {}
@@ -216,7 +231,7 @@ impl ServerState {
                 queued.item
             );
         } else {
-            self.store.requeue(queued);
+            self.node.store.requeue(queued);
         }
         Some((outcome, failures))
     }
@@ -225,7 +240,7 @@ impl ServerState {
     /// for about a second, then answers how much of it is left.
     pub fn sync(&self, ticket: u64) -> Result<Response, Errno> {
         use ringfs_proto::SyncProgress;
-        let up_to = if ticket == 0 { self.store.work_sequence() } else { ticket };
+        let up_to = if ticket == 0 { self.node.store.work_sequence() } else { ticket };
         let deadline = Instant::now() + SYNC_STEP;
         while Instant::now() < deadline {
             match self.flush_one(up_to, FlushPace::Complete) {
@@ -241,10 +256,10 @@ impl ServerState {
         // Counted under the flush lock: work the flusher thread has taken from the queue is
         // back in it or done.
         let _serialized = self.flush_lock();
-        let remaining = self.store.work_left(up_to);
+        let remaining = self.node.store.work_left(up_to);
         if remaining == 0 {
             // Everything is in the backend: make it durable there before saying so.
-            self.store.make_backend_durable().map_err(|error| {
+            self.node.store.make_backend_durable().map_err(|error| {
                 log::error!("sync could not make the backend durable: {error}");
                 Errno::EIO
             })?;
@@ -271,24 +286,25 @@ impl ServerState {
     }
 
     /// The flusher thread: applies the flush policy until shutdown.
-    pub fn flush_loop(&self, config: FlushConfig) {
+    pub fn flush_loop(&self) {
+        let config = self.config;
         let monitor = &self.io_monitor;
-        while !self.shutdown.is_requested() {
-            if config.policy == FlushPolicy::None || !self.store.has_work() {
-                self.shutdown.wait(WORK_POLL);
+        while !self.node.shutdown.is_requested() {
+            if config.policy == FlushPolicy::None || !self.node.store.has_work() {
+                self.node.shutdown.wait(WORK_POLL);
                 continue;
             }
             if config.policy == FlushPolicy::IoAware {
                 let idle = monitor.idle_for();
                 if idle < config.idle {
-                    self.shutdown.wait((config.idle - idle).max(Duration::from_millis(1)));
+                    self.node.shutdown.wait((config.idle - idle).max(Duration::from_millis(1)));
                     continue;
                 }
             }
             // A flush round: until the work is done, or (io-aware) a request arrives.
             let arrivals = monitor.arrivals();
             let undisturbed = || config.policy != FlushPolicy::IoAware || monitor.arrivals() == arrivals;
-            let keep_going = || undisturbed() && !self.shutdown.is_requested();
+            let keep_going = || undisturbed() && !self.node.shutdown.is_requested();
             monitor.start_round();
             // A failed or deferred flush ends the round and waits before the next.
             let mut pause = false;
@@ -305,7 +321,7 @@ impl ServerState {
             // Only the io-aware flusher stops for requests; the others carry on.
             monitor.end_round(config.policy == FlushPolicy::IoAware);
             if pause {
-                self.shutdown.wait(RETRY_PAUSE);
+                self.node.shutdown.wait(RETRY_PAUSE);
             }
         }
     }

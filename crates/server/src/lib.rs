@@ -19,20 +19,31 @@
 //! server.stop();
 //! ```
 
+#[cfg(test)]
+mod coordinator_tests;
+mod data;
+mod deadline;
 mod dir_times;
 mod directory_rename;
+mod dispatch;
 mod file_locks;
 mod files;
 mod flusher;
+mod gate;
 pub mod gmem;
-mod locks;
 mod membership;
+mod name_locks;
 mod names;
+mod node;
 mod opens;
+mod outbound;
 mod peers;
 mod permissions;
 mod reclaim;
-mod service;
+mod renames;
+mod session;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 pub use flusher::{FlushConfig, FlushPolicy};
 pub use membership::Membership;
@@ -51,8 +62,9 @@ use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, Listener, RpcServer};
 use ringfs_store::{ChunkStore, StoreConfig, StoreError};
 use thiserror::Error;
 
+use crate::dispatch::{Dispatcher, Parts};
+use crate::node::{LocalDispatch, Node};
 use crate::peers::Peers;
-use crate::service::ServerState;
 
 /// Everything a server needs to start. [`ServerConfig::new`] gives the defaults.
 #[derive(Clone, Debug)]
@@ -159,7 +171,7 @@ pub enum ServerError {
 
 /// Requests the shutdown of a [`Server`] from another thread.
 #[derive(Clone)]
-pub struct ShutdownHandle(Arc<ServerState>);
+pub struct ShutdownHandle(Arc<Node>);
 
 impl ShutdownHandle {
     pub fn request(&self) {
@@ -169,7 +181,7 @@ impl ShutdownHandle {
 
 /// A running server.
 pub struct Server {
-    state: Arc<ServerState>,
+    state: Arc<Dispatcher>,
     rpc: RpcServer,
     tcp_address: String,
 }
@@ -255,57 +267,51 @@ impl Server {
         }
 
         let (gossip_sender, gossip_receiver) = mpsc::channel();
-        let state = Arc::new(ServerState::new(
-            config.name.clone(),
-            config.secret.clone(),
-            store,
-            membership,
-            Peers::new(peer_config),
-            gossip_sender,
-            config.flush,
-            gmem::Gmem::new(config.gmem.clone()),
-        ));
+        let peers = Arc::new(Peers::new(peer_config.clone()));
+        let node = Arc::new(Node::new(config.name.clone(), store, membership, peers, peer_config, gossip_sender));
+        let state = Arc::new(build_dispatcher(&node, &config));
+        node.set_local_dispatch(Arc::downgrade(&state) as std::sync::Weak<dyn LocalDispatch>);
         let rpc = RpcServer::start(state.clone(), listeners, config.poll)
             .map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
         spawn_named("ringfs-gossip", {
-            let state = state.clone();
-            move || gossip_loop(&state, gossip_receiver)
+            let node = node.clone();
+            move || gossip_loop(&node, gossip_receiver)
         });
         spawn_named("ringfs-dirtimes", {
-            let state = state.clone();
-            move || state.dir_times_loop()
+            let dir_times = state.dir_times.clone();
+            move || dir_times.dir_times_loop()
         });
         spawn_named("ringfs-detector", {
-            let state = state.clone();
+            let node = node.clone();
             let interval = config.heartbeat_interval;
             let failure_timeout = config.failure_timeout;
-            move || detect_failures(&state, interval, failure_timeout)
+            move || detect_failures(&node, interval, failure_timeout)
         });
         spawn_named("ringfs-revive", {
+            let node = node.clone();
             let state = state.clone();
             let interval = config.heartbeat_interval;
             let discover = config.discover.clone();
             let grace = config.open_grace;
             let reclaimer = reclaim::Reclaimer::new(config.reclaim_interval);
-            move || revive_members(&state, interval, discover.as_ref(), grace, reclaimer)
+            move || revive_members(&node, &state, interval, discover.as_ref(), grace, reclaimer)
         });
-        if let Some(backend) = state.store.backend() {
+        if let Some(backend) = node.store.backend() {
             log::info!("caching {} at {} (flush policy {})", backend.root().display(), backend.mount_path(), config.flush.policy);
             spawn_named("ringfs-flusher", {
-                let state = state.clone();
-                let flush = config.flush;
-                move || state.flush_loop(flush)
+                let flusher = state.flusher.clone();
+                move || flusher.flush_loop()
             });
         }
         if joined_others {
-            state.spread_members();
+            node.spread_members();
         }
         log::info!("server {} serving at {tcp_address}", config.name);
         Ok(Server { state, rpc, tcp_address })
     }
 
     pub fn name(&self) -> &str {
-        &self.state.name
+        &self.state.node.name
     }
 
     /// The TCP address clients and servers use to reach this server.
@@ -315,42 +321,68 @@ impl Server {
 
     /// Current member list size (alive members).
     pub fn alive_members(&self) -> usize {
-        self.state.membership().alive_members().count()
+        self.state.node.membership().alive_members().count()
     }
 
     /// Asks the server to stop (what SIGTERM and `ringfs stop` do).
     pub fn request_shutdown(&self) {
-        self.state.shutdown.request();
+        self.state.node.shutdown.request();
     }
 
     /// A handle another thread (a signal handler) can use to request the shutdown.
     pub fn shutdown_handle(&self) -> ShutdownHandle {
-        ShutdownHandle(self.state.clone())
+        ShutdownHandle(self.state.node.clone())
     }
 
     /// Blocks until a shutdown is requested.
     pub fn wait_for_shutdown(&self) {
-        while !self.state.shutdown.wait(Duration::from_secs(3600)) {}
+        while !self.state.node.shutdown.wait(Duration::from_secs(3600)) {}
     }
 
     /// Stops serving: in cache mode everything dirty is flushed first (while the server still
     /// answers the other servers' flushes), then no new connections, open ones end, and other
     /// servers hear that this one left. A `dir` store keeps everything on disk for a restart.
     pub fn stop(self) {
-        self.state.shutdown.request();
-        if self.state.store.backend().is_some() {
-            self.state.flush_everything();
+        let node = &self.state.node;
+        node.shutdown.request();
+        if node.store.backend().is_some() {
+            self.state.flusher.flush_everything();
         }
         self.rpc.shutdown();
         let list = {
-            let mut membership = self.state.membership_mut();
-            membership.declare_dead(&self.state.name);
+            let mut membership = node.membership_mut();
+            membership.declare_dead(&node.name);
             membership.list().clone()
         };
         // Best effort: tell the others now rather than letting their detectors find out.
-        let results = self.state.broadcast_to_others(&Request::PushMembers(list));
-        log::info!("server {} stopped ({} peers told)", self.state.name, results.iter().filter(|ok| **ok).count());
+        let results = node.broadcast_to_others(&Request::PushMembers(list));
+        log::info!("server {} stopped ({} peers told)", node.name, results.iter().filter(|ok| **ok).count());
     }
+}
+
+/// Builds the parts of a server, each on the parts below it (see docs/ARCHITECTURE.md).
+fn build_dispatcher(node: &Arc<Node>, config: &ServerConfig) -> Dispatcher {
+    let opens = Arc::new(opens::OpenRegistry::default());
+    let file_locks = Arc::new(file_locks::LockTable::default());
+    let gate = Arc::new(gate::NamespaceGate::default());
+    let permissions = Arc::new(permissions::Permissions::new(node.clone()));
+    let files = Arc::new(files::Files::new(node.clone(), opens.clone(), file_locks, permissions.clone()));
+    let dir_times = Arc::new(dir_times::DirTimes::new(node.clone(), gate.clone()));
+    let flusher = Arc::new(flusher::Flusher::new(node.clone(), files.clone(), config.flush));
+    let names = Arc::new(names::Names::new(node.clone(), gate, files.clone(), dir_times.clone(), opens.clone(), permissions.clone()));
+    let trees = Arc::new(directory_rename::DirectoryRenames::new(
+        node.clone(),
+        names.clone(),
+        files.clone(),
+        dir_times.clone(),
+        permissions.clone(),
+        flusher.clone(),
+    ));
+    let renames = renames::Renames::new(node.clone(), names.clone(), trees.clone(), files.clone(), dir_times.clone());
+    let data = data::Data::new(node.clone(), files.clone());
+    let gmem = gmem::Gmem::new(node.clone(), config.gmem.clone());
+    let parts = Parts { names, renames, trees, files, data, dir_times, flusher, permissions, opens, gmem };
+    Dispatcher::new(node.clone(), config.secret.clone(), parts)
 }
 
 fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
@@ -398,36 +430,15 @@ fn join_cluster(
     }
 }
 
-impl ServerState {
-    /// Whether `member` (alive or not in our view) answers a ping within `timeout`.
-    fn ping(&self, member: &Member, timeout: Duration) -> bool {
-        match self.peers.connection_within(member, Some(timeout)) {
-            Ok(connection) => connection.call_within(&Request::Ping, timeout).is_ok(),
-            Err(error) => {
-                log::debug!("cannot reach server {}: {error}", member.name);
-                false
-            }
-        }
-    }
-
-    /// Sends `request` to every other alive member; returns which ones answered.
-    fn broadcast_to_others(&self, request: &Request) -> Vec<bool> {
-        let others: Vec<Member> = self.membership().alive_members().filter(|member| member.name != self.name).cloned().collect();
-        let connections: Vec<_> = others.iter().filter_map(|member| self.peers.connection(member).ok()).collect();
-        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
-        calls.into_iter().map(|call| call.and_then(|call| call.wait()).is_ok()).collect()
-    }
-}
-
 /// Pushes the member list to everyone whenever something asks for it.
-fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
+fn gossip_loop(node: &Node, requests: mpsc::Receiver<()>) {
     while requests.recv().is_ok() {
         while requests.try_recv().is_ok() {}
-        if state.shutdown.is_requested() {
+        if node.shutdown.is_requested() {
             return;
         }
-        let list = state.membership().list().clone();
-        state.broadcast_to_others(&Request::PushMembers(list));
+        let list = node.membership().list().clone();
+        node.broadcast_to_others(&Request::PushMembers(list));
     }
 }
 
@@ -440,47 +451,46 @@ fn gossip_loop(state: &ServerState, requests: mpsc::Receiver<()>) {
 /// another address (restarted elsewhere) are joined through their current address. The opens
 /// of clients gone for longer than `open_grace` end here too, and orphan chunks are reclaimed.
 fn revive_members(
-    state: &ServerState,
+    node: &Node,
+    dispatcher: &Dispatcher,
     interval: Duration,
     discover: Option<&Discover>,
     open_grace: Duration,
     mut reclaimer: reclaim::Reclaimer,
 ) {
-    while !state.shutdown.wait(interval) {
+    while !node.shutdown.wait(interval) {
         let dead: Vec<Member> =
-            state.membership().list().members.iter().filter(|member| !member.alive && member.name != state.name).cloned().collect();
+            node.membership().list().members.iter().filter(|member| !member.alive && member.name != node.name).cloned().collect();
         for member in dead {
-            if state.shutdown.is_requested() {
+            if node.shutdown.is_requested() {
                 return;
             }
-            if !state.ping(&member, interval.max(Duration::from_millis(100))) {
+            if !node.ping(&member, interval.max(Duration::from_millis(100))) {
                 continue;
             }
-            let Ok(connection) = state.peers.connection(&member) else { continue };
             log::info!("server {} answers again; telling it that it was declared dead", member.name);
-            let list = state.membership().list().clone();
-            if let Err(error) = connection.call(&Request::PushMembers(list), &[]) {
-                log::info!("server {} answered a ping but not the member list: {error}", member.name);
+            if let Err(errno) = node.push_members_to(&member) {
+                log::info!("server {} answered a ping but not the member list: {errno}", member.name);
             }
         }
         if let Some(discover) = discover {
-            join_discovered(state, discover, interval.max(Duration::from_millis(100)));
+            join_discovered(node, discover, interval.max(Duration::from_millis(100)));
         }
         // Files opened by clients that are gone (crashed, or cut off for too long).
-        state.expire_opens(open_grace);
+        dispatcher.files.expire_opens(open_grace);
         // Chunks of files that no longer exist.
-        reclaimer.step(state);
+        reclaimer.step(node);
         // Name locks whose release was lost in a fault.
-        state.retry_releases();
+        dispatcher.names.retry_releases();
     }
 }
 
 /// Joins the discovered servers our member list lacks or has out of date (see
 /// [`ServerConfig::discover`]).
-fn join_discovered(state: &ServerState, discover: &Discover, timeout: Duration) {
+fn join_discovered(node: &Node, discover: &Discover, timeout: Duration) {
     for (name, address) in (discover.0)() {
-        let stale = match state.membership().member(&name) {
-            _ if name == state.name => false,
+        let stale = match node.membership().member(&name) {
+            _ if name == node.name => false,
             Some(known) => !known.alive || known.tcp_address != address,
             None => true,
         };
@@ -488,35 +498,35 @@ fn join_discovered(state: &ServerState, discover: &Discover, timeout: Duration) 
             continue;
         }
         let Ok(endpoint) = Endpoint::parse(&address) else { continue };
-        let own = match state.membership().member(&state.name) {
+        let own = match node.membership().member(&node.name) {
             Some(own) => own.clone(),
             None => continue,
         };
-        let config = ConnectionConfig { timeout, ..state.peers.config().clone() };
+        let config = ConnectionConfig { timeout, ..node.connection_config.clone() };
         let reply = Connection::open(&endpoint, &config).and_then(|connection| connection.call(&Request::Join(own), &[]));
         if let Ok(Response::Members(list)) = reply.map(|reply| reply.response) {
             log::info!("joined server {name} at {address}");
-            state.membership_mut().merge(&list, &state.name);
-            state.spread_members();
+            node.membership_mut().merge(&list, &node.name);
+            node.spread_members();
         }
     }
 }
 
 /// Pings the ring successor every `interval`; declares it dead after `failure_timeout`
 /// without an answer.
-fn detect_failures(state: &ServerState, interval: Duration, failure_timeout: Duration) {
+fn detect_failures(node: &Node, interval: Duration, failure_timeout: Duration) {
     let mut last_answer: HashMap<String, Instant> = HashMap::new();
-    while !state.shutdown.wait(interval) {
-        let Some(successor) = state.membership().successor_of(&state.name).cloned() else { continue };
-        let answered = state.ping(&successor, failure_timeout.min(interval.max(Duration::from_millis(100)) * 2));
+    while !node.shutdown.wait(interval) {
+        let Some(successor) = node.membership().successor_of(&node.name).cloned() else { continue };
+        let answered = node.ping(&successor, failure_timeout.min(interval.max(Duration::from_millis(100)) * 2));
         let now = Instant::now();
         let last = last_answer.entry(successor.name.clone()).or_insert(now);
         if answered {
             *last = now;
         } else if now.duration_since(*last) >= failure_timeout {
             log::warn!("server {} stopped answering; declaring it dead", successor.name);
-            if state.membership_mut().declare_dead(&successor.name) {
-                state.spread_members();
+            if node.membership_mut().declare_dead(&successor.name) {
+                node.spread_members();
             }
             last_answer.remove(&successor.name);
         }

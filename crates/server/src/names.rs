@@ -14,44 +14,29 @@
 //!   then the old name goes. From the moment the new name is installed it shows the whole
 //!   file: no data moves. Directories are renamed by `directory_rename`.
 
+use std::sync::{Arc, Mutex};
+
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Rename, RenameFlags,
-    Request, Response,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Request, Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
 
-use crate::locks::past_request_deadline;
-use crate::locks::{GatePass, NameHold};
-use crate::service::{MAX_CHUNK_SIZE, ServerState, store_errno};
+use crate::deadline::past_request_deadline;
+use crate::dir_times::DirTimes;
+use crate::files::Files;
+use crate::gate::{GatePass, NamespaceGate};
+use crate::name_locks::{NameHold, NameLocks, new_token};
+use crate::node::{MAX_CHUNK_SIZE, Node, store_errno};
+use crate::opens::OpenRegistry;
+use crate::permissions::Permissions;
 
 /// A create or install retries after resolving its parent at most this often. Each retry
 /// needs a directory of the same index shard forgotten meanwhile (an rmdir or a directory
 /// rename anywhere near), so under a storm of those a few tries are not enough: after the
 /// first ones, tries back off by a millisecond more each time (about 2 s in all).
 const PARENT_ATTEMPTS: u64 = 64;
-
-/// Runs an idempotent step again while it fails with EIO (its answer may have been lost, or
-/// its server cut off for a moment), for about two seconds.
-fn retry_uncertain<T>(step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    retry_uncertain_for(std::time::Duration::from_secs(2), step)
-}
-
-/// [`retry_uncertain`] for up to `limit`.
-pub(crate) fn retry_uncertain_for<T>(limit: std::time::Duration, mut step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    let deadline = std::time::Instant::now() + limit;
-    let mut pause = std::time::Duration::from_millis(20);
-    loop {
-        match step() {
-            Err(Errno::EIO) if std::time::Instant::now() + pause < deadline => {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(std::time::Duration::from_millis(500));
-            }
-            outcome => return outcome,
-        }
-    }
-}
 
 /// A release that failed (its server was cut off or stopped), to be tried again until the
 /// lease of what it releases ends.
@@ -72,7 +57,7 @@ pub enum Release {
 
 /// A rename whose two names are locked for `token`: what each name referred to when locked
 /// (`source` at `from`, `target` at `to`), its time and `renameat2` flags.
-pub(crate) struct LockedRename<'a> {
+pub struct LockedRename<'a> {
     pub from: &'a str,
     pub to: &'a str,
     pub source: Option<EntryRef>,
@@ -82,26 +67,80 @@ pub(crate) struct LockedRename<'a> {
     pub token: u64,
 }
 
-/// Draws the token of a rename or link (its locks and steps carry it).
-pub fn new_token() -> u64 {
-    fast_random_u64() | 1
+/// The names this server holds: their creation, lookup and removal, their locks, and the
+/// steps of renames and links that other servers' coordinators ask of them.
+pub struct Names {
+    node: Arc<Node>,
+    locks: NameLocks,
+    pub gate: Arc<NamespaceGate>,
+    /// Name-lock releases that failed and are tried again.
+    later_releases: Mutex<Vec<LaterRelease>>,
+    files: Arc<Files>,
+    dir_times: Arc<DirTimes>,
+    opens: Arc<OpenRegistry>,
+    permissions: Arc<Permissions>,
 }
 
-impl ServerState {
+impl Names {
+    pub fn new(
+        node: Arc<Node>,
+        gate: Arc<NamespaceGate>,
+        files: Arc<Files>,
+        dir_times: Arc<DirTimes>,
+        opens: Arc<OpenRegistry>,
+        permissions: Arc<Permissions>,
+    ) -> Names {
+        Names { node, locks: NameLocks::default(), gate, later_releases: Mutex::new(Vec::new()), files, dir_times, opens, permissions }
+    }
+
+    /// The name locks of this server (a directory rename's freeze asks them what is under way).
+    pub fn locks(&self) -> &NameLocks {
+        &self.locks
+    }
+
+    /// `ReadDir`: a page of the names this server holds in a directory.
+    pub fn read_dir(&self, read: &ringfs_proto::ReadDir) -> Result<Response, Errno> {
+        let _pass = self.gate.pass(&[&read.path], 0)?;
+        Ok(Response::DirPage(self.node.store.read_dir(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize)))
+    }
+
+    /// `LookupDir`: whether `path` (held here) is a directory (a create's parent check).
+    pub fn lookup_dir(&self, path: &str) -> Result<Response, Errno> {
+        let _pass = self.gate.pass(&[path], 0)?;
+        let entry = self.node.store.lookup_dir(path, self.node.anchor_of(path)).map_err(store_errno)?;
+        Ok(Response::Replaced(Some(entry)))
+    }
+
+    /// `PrepareRmdir`: forgets directory `path` (and below) here, and answers whether a name
+    /// inside it is held here.
+    pub fn prepare_rmdir(&self, path: &str) -> Result<Response, Errno> {
+        self.permissions.forget_under(path);
+        self.dir_times.forget_under(path);
+        let (any, removed) = self.node.store.prepare_rmdir(path);
+        Ok(Response::HasEntries(ringfs_proto::HasEntries { any, removed }))
+    }
+
+    /// `RemoveEntry`: a rename's step removing its old name, if it still names `expect`.
+    pub fn remove_entry(&self, remove: &RemoveEntry) -> Result<Response, Errno> {
+        let _entered = self.enter_name(&remove.path, remove.token)?;
+        let removed = self.node.store.remove_entry(&remove.path, remove.expect).map_err(store_errno)?;
+        Ok(Response::Count(removed as u64))
+    }
+
     /// Makes sure the store knows `dir` exists, asking its owner if needed.
-    pub(crate) fn resolve_parent(&self, dir: &str) -> Result<(), Errno> {
-        let Err(ticket) = self.store.known_dir(dir) else { return Ok(()) };
-        let owner = self.owner_of_path(dir);
-        match self.ask(&owner, Request::LookupDir(PathOnly { path: dir.to_string() }))? {
+    pub fn resolve_parent(&self, dir: &str) -> Result<(), Errno> {
+        let Err(ticket) = self.node.store.known_dir(dir) else { return Ok(()) };
+        let owner = self.node.owner_of_path(dir);
+        match self.node.ask(&owner, Request::LookupDir(PathOnly { path: dir.to_string() }))? {
             Response::Replaced(Some(entry)) if entry.is_dir() => {}
             _ => return Err(Errno::ENOTDIR),
         }
-        self.store.mark_known_dir(dir, ticket);
+        self.node.store.mark_known_dir(dir, ticket);
         Ok(())
     }
 
     /// Runs a store operation that needs a known parent, resolving the parent when asked.
-    pub(crate) fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, Errno> {
+    pub fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, Errno> {
         for attempt in 0..PARENT_ATTEMPTS {
             match operation() {
                 Err(StoreError::ParentUnknown(parent)) => self.resolve_parent(&parent)?,
@@ -119,24 +158,15 @@ impl ServerState {
     /// the name, waiting while a rename or link holds it; a rename's own step (its `token`)
     /// waits for other holders. Then the gate pass. Never waits while holding the pass (see
     /// `locks`).
-    pub(crate) fn enter_name(&self, path: &str, token: u64) -> Result<(Option<NameHold<'_>>, GatePass<'_>), Errno> {
+    pub fn enter_name(&self, path: &str, token: u64) -> Result<(Option<NameHold<'_>>, GatePass<'_>), Errno> {
         let hold = if token == 0 {
-            Some(self.name_locks.hold(path)?)
+            Some(self.locks.hold(path)?)
         } else {
-            self.name_locks.admit_step(path, token)?;
+            self.locks.admit_step(path, token)?;
             None
         };
         let pass = self.gate.pass(&[path], token)?;
         Ok((hold, pass))
-    }
-
-    /// The attributes of `file`, from its inode's server.
-    pub(crate) fn stat_file(&self, file: FileId) -> Result<ringfs_proto::Attr, Errno> {
-        let home = self.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
-        match self.ask(&home, Request::Stat(ringfs_proto::FileOnly { file }))? {
-            Response::Attr(attr) => Ok(attr),
-            _ => Err(Errno::EPROTO),
-        }
     }
 
     pub fn create(&self, create: Create) -> Result<Response, Errno> {
@@ -148,7 +178,7 @@ impl ServerState {
         {
             return Err(Errno::EINVAL);
         }
-        let new_file = FileId { anchor: self.anchor_of(&create.path), serial: fast_random_u64() | 1 };
+        let new_file = FileId { anchor: self.node.anchor_of(&create.path), serial: fast_random_u64() | 1 };
         // A name still being removed (EAGAIN from the store) is waited for here, with the name
         // and the gate pass given back, then the create tried again; about 2 s at most.
         let mut attempts = 0;
@@ -158,7 +188,7 @@ impl ServerState {
                 if past_request_deadline() {
                     return Err(StoreError::Fs(Errno::ETIMEDOUT));
                 }
-                self.store.create(&create, new_file)
+                self.node.store.create(&create, new_file)
             });
             match attempt {
                 Err(Errno::EAGAIN) if attempts < 2000 => {
@@ -170,7 +200,7 @@ impl ServerState {
             }
         };
         if outcome.created {
-            self.touch_parent(&create.path, create.time_ns);
+            self.dir_times.touch_parent(&create.path, create.time_ns);
         }
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
@@ -181,34 +211,28 @@ impl ServerState {
                 }
                 if outcome.truncated {
                     if attr.is_extended() {
-                        self.remove_chunks_everywhere(file, 1);
+                        self.files.remove_chunks_everywhere(file, 1);
                     }
-                    self.store.cut_backend_file(file, 0).map_err(store_errno)?;
+                    self.node.store.cut_backend_file(file, 0).map_err(store_errno)?;
                 }
                 (attr, registered)
             }
             // An existing file that lives on another server (renamed or linked here).
             None if create.truncate => {
-                match self.ask_home(file, Request::Truncate(ringfs_proto::Truncate { file, size: 0, time_ns: create.time_ns }))? {
+                match self.node.ask_home(file, Request::Truncate(ringfs_proto::Truncate { file, size: 0, time_ns: create.time_ns }))? {
                     Response::Attr(attr) => (attr, false),
                     _ => return Err(Errno::EPROTO),
                 }
             }
-            None => (self.stat_file(file)?, false),
+            None => (self.node.stat_file(file)?, false),
         };
         Ok(Response::Opened(Opened { attr, registered }))
-    }
-
-    /// Sends `request` to the server of `file`'s inode.
-    pub(crate) fn ask_home(&self, file: FileId, request: Request) -> Result<Response, Errno> {
-        let home = self.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
-        self.ask(&home, request)
     }
 
     pub fn lookup(&self, path: &str, open_for: u64) -> Result<Response, Errno> {
         let (entry, attr) = {
             let _pass = self.gate.pass(&[path], 0)?;
-            self.store.lookup(path, self.anchor_of(path), open_for != 0).map_err(store_errno)?
+            self.node.store.lookup(path, self.node.anchor_of(path), open_for != 0).map_err(store_errno)?
         };
         match attr {
             Some(attr) => {
@@ -218,18 +242,18 @@ impl ServerState {
                 }
                 Ok(Response::Opened(Opened { attr, registered }))
             }
-            None => Ok(Response::Opened(Opened { attr: self.stat_file(entry.file)?, registered: false })),
+            None => Ok(Response::Opened(Opened { attr: self.node.stat_file(entry.file)?, registered: false })),
         }
     }
 
     pub fn unlink(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
-        if self.in_cached_tree(path) {
+        if self.node.in_cached_tree(path) {
             let found = {
                 let _pass = self.gate.pass(&[path], 0)?;
-                self.store.lookup(path, self.anchor_of(path), false).map_err(store_errno)?.0
+                self.node.store.lookup(path, self.node.anchor_of(path), false).map_err(store_errno)?.0
             };
             if !found.is_dir() {
-                self.keep_backend_bytes_if_still_needed(found.file)?;
+                self.files.keep_backend_bytes_if_still_needed(found.file)?;
             }
         }
         let entry = {
@@ -237,10 +261,10 @@ impl ServerState {
             if past_request_deadline() {
                 return Err(Errno::ETIMEDOUT);
             }
-            self.store.unlink(path, self.anchor_of(path), None).map_err(store_errno)?
+            self.node.store.unlink(path, self.node.anchor_of(path), None).map_err(store_errno)?
         };
-        self.touch_parent(path, time_ns);
-        self.drop_link(entry.file, time_ns, Some(path))?;
+        self.dir_times.touch_parent(path, time_ns);
+        self.files.drop_link(entry.file, time_ns, Some(path))?;
         Ok(Response::Done)
     }
 
@@ -248,31 +272,31 @@ impl ServerState {
         // Held until the end: a directory rename into this directory (which locks its target's
         // parent) waits, then finds it gone, instead of moving names into it while the other
         // servers are asked whether it is empty.
-        let _hold = self.name_locks.hold_across_servers(path)?;
+        let _hold = self.locks.hold_across_servers(path)?;
         if past_request_deadline() {
             return Err(Errno::ETIMEDOUT);
         }
         let directory = {
             let _pass = self.gate.pass(&[path], 0)?;
-            self.store.begin_rmdir(path, self.anchor_of(path)).map_err(store_errno)?
+            self.node.store.begin_rmdir(path, self.node.anchor_of(path)).map_err(store_errno)?
         };
         let outcome = self.check_empty(path);
         let finished = {
             let _pass = self.gate.pass(&[path], 0)?;
-            self.store.finish_rmdir(path, outcome.is_ok()).map_err(store_errno)
+            self.node.store.finish_rmdir(path, outcome.is_ok()).map_err(store_errno)
         };
         outcome?;
         finished?;
-        self.touch_parent(path, time_ns);
-        self.drop_link(directory.file, time_ns, None)?;
+        self.dir_times.touch_parent(path, time_ns);
+        self.files.drop_link(directory.file, time_ns, None)?;
         Ok(Response::Done)
     }
 
     /// Asks every server to forget `dir` and whether it holds a name inside it: `Ok` if none
     /// does (nor, in cache mode, the backend directory), ENOTEMPTY otherwise, or the error of
     /// a server that could not answer (it might hold names: refuse rather than orphan them).
-    pub(crate) fn check_empty(&self, dir: &str) -> Result<(), Errno> {
-        let answers = self.broadcast(&Request::PrepareRmdir(PathOnly { path: dir.to_string() }));
+    pub fn check_empty(&self, dir: &str) -> Result<(), Errno> {
+        let answers = self.node.broadcast(&Request::PrepareRmdir(PathOnly { path: dir.to_string() }));
         let mut outcome = Ok(());
         let mut removed = std::collections::HashSet::new();
         for answer in answers {
@@ -285,7 +309,7 @@ impl ServerState {
         }
         if outcome.is_ok() {
             // Cache mode: entries only the backend has count too, unless removed in ringfs.
-            match self.store.backend_names(dir) {
+            match self.node.store.backend_names(dir) {
                 Ok(names) if names.iter().any(|name| !removed.contains(name)) => outcome = Err(Errno::ENOTEMPTY),
                 Ok(_) => {}
                 Err(error) => outcome = Err(store_errno(error)),
@@ -298,16 +322,16 @@ impl ServerState {
     /// refers to now.
     pub fn name_lock(&self, path: &str, token: u64, acquire: bool) -> Result<Response, Errno> {
         if !acquire {
-            self.name_locks.release(path, token);
+            self.locks.release(path, token);
             return Ok(Response::Done);
         }
-        self.name_locks.acquire(path, token)?;
-        let _pass = self.gate.pass(&[path], token).inspect_err(|_| self.name_locks.release(path, token))?;
-        let current = match self.store.lookup(path, self.anchor_of(path), false) {
+        self.locks.acquire(path, token)?;
+        let _pass = self.gate.pass(&[path], token).inspect_err(|_| self.locks.release(path, token))?;
+        let current = match self.node.store.lookup(path, self.node.anchor_of(path), false) {
             Ok((entry, _)) => Some(entry),
             Err(error) if error.errno() == Errno::ENOENT => None,
             Err(error) => {
-                self.name_locks.release(path, token);
+                self.locks.release(path, token);
                 return Err(store_errno(error));
             }
         };
@@ -316,7 +340,7 @@ impl ServerState {
 
     /// Locks the names `paths` for `token`, in path order; answers what each refers to (in
     /// the order given). On failure the locks taken are given back.
-    pub(crate) fn lock_names(&self, paths: &[&str], token: u64) -> Result<Vec<Option<EntryRef>>, Errno> {
+    pub fn lock_names(&self, paths: &[&str], token: u64) -> Result<Vec<Option<EntryRef>>, Errno> {
         let mut order: Vec<usize> = (0..paths.len()).collect();
         order.sort_by(|a, b| paths[*a].cmp(paths[*b]));
         order.dedup_by(|a, b| paths[*a] == paths[*b]);
@@ -324,7 +348,7 @@ impl ServerState {
         let mut taken = Vec::new();
         for index in order {
             let request = Request::NameLock(NameLock { path: paths[index].to_string(), token, acquire: true });
-            match self.ask(&self.owner_of_path(paths[index]), request) {
+            match self.node.ask(&self.node.owner_of_path(paths[index]), request) {
                 Ok(Response::Replaced(entry)) => {
                     current[index] = entry;
                     taken.push(paths[index]);
@@ -356,7 +380,7 @@ impl ServerState {
     /// Gives back the name locks of `token`. A release that fails (its server is cut off or
     /// stopped) is tried again in the background until it succeeds or the lock's lease ends,
     /// so a name is not kept locked for a whole lease after a short fault.
-    pub(crate) fn unlock_names(&self, paths: &[&str], token: u64) {
+    pub fn unlock_names(&self, paths: &[&str], token: u64) {
         for path in paths {
             if let Err(errno) = self.release_name(path, token) {
                 log::info!("could not release the lock of {path} yet: {errno} (trying again)");
@@ -367,17 +391,17 @@ impl ServerState {
 
     fn release_name(&self, path: &str, token: u64) -> Result<(), Errno> {
         let request = Request::NameLock(NameLock { path: path.to_string(), token, acquire: false });
-        self.ask(&self.owner_of_path(path), request).map(drop)
+        self.node.ask(&self.node.owner_of_path(path), request).map(drop)
     }
 
-    /// Queues a release that failed, to be tried again by [`ServerState::retry_releases`].
-    pub(crate) fn release_later(&self, what: Release) {
-        let until = std::time::Instant::now() + crate::locks::LEASE;
+    /// Queues a release that failed, to be tried again by [`Names::retry_releases`].
+    pub fn release_later(&self, what: Release) {
+        let until = std::time::Instant::now() + crate::name_locks::LEASE;
         self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease { what, until });
     }
 
     /// Tries again the releases that failed (called every heartbeat interval).
-    pub(crate) fn retry_releases(&self) {
+    pub fn retry_releases(&self) {
         let waiting = std::mem::take(&mut *self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
         let now = std::time::Instant::now();
         let still: Vec<LaterRelease> = waiting
@@ -387,24 +411,31 @@ impl ServerState {
                     && match &release.what {
                         Release::Name { path, token } => self.release_name(path, *token).is_err(),
                         Release::NamespaceLock { token } => self.namespace_lock_at_first(*token, false).is_err(),
-                        Release::Thaw(subtree) => self.broadcast(&Request::Thaw(subtree.clone())).iter().any(Result::is_err),
+                        Release::Thaw(subtree) => self.node.broadcast(&Request::Thaw(subtree.clone())).iter().any(Result::is_err),
                     }
             })
             .collect();
         self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(still);
     }
 
+    /// Takes or gives back, for `token`, the namespace lock held by the first server of the
+    /// ring (see `directory_rename`).
+    pub fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
+        let first = self.node.membership().first_in_ring().clone();
+        self.node.ask(&first, Request::NamespaceLock(ringfs_proto::NamespaceLock { token, acquire })).map(drop)
+    }
+
     /// Makes `path` (held here) refer to a file, for a rename or a link.
     pub fn install_entry(&self, install: InstallEntry) -> Result<Response, Errno> {
         let replaced = self.with_parent(|| {
             let _entered = self.enter_name(&install.path, install.token).map_err(StoreError::Fs)?;
-            self.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
+            self.node.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
         })?;
         Ok(Response::Replaced(replaced))
     }
 
     /// Installs `entry` at `path` at the path's server; what was there.
-    pub(crate) fn install_at(
+    pub fn install_at(
         &self,
         path: &str,
         entry: EntryRef,
@@ -414,16 +445,16 @@ impl ServerState {
         token: u64,
     ) -> Result<Option<EntryRef>, Errno> {
         let install = InstallEntry { path: path.to_string(), entry, mode, expect, replace_empty_dir, token };
-        match self.ask(&self.owner_of_path(path), Request::InstallEntry(install))? {
+        match self.node.ask(&self.node.owner_of_path(path), Request::InstallEntry(install))? {
             Response::Replaced(replaced) => Ok(replaced),
             _ => Err(Errno::EPROTO),
         }
     }
 
     /// Removes `path` at the path's server if it still refers to `expect`; whether it did.
-    pub(crate) fn remove_at(&self, path: &str, expect: FileId, token: u64) -> Result<bool, Errno> {
+    pub fn remove_at(&self, path: &str, expect: FileId, token: u64) -> Result<bool, Errno> {
         let request = Request::RemoveEntry(RemoveEntry { path: path.to_string(), expect, token });
-        match self.ask(&self.owner_of_path(path), request)? {
+        match self.node.ask(&self.node.owner_of_path(path), request)? {
             Response::Count(removed) => Ok(removed > 0),
             _ => Err(Errno::EPROTO),
         }
@@ -445,7 +476,7 @@ impl ServerState {
             if entries[1].is_some() {
                 return Err(Errno::EEXIST);
             }
-            match self.ask_home(entry.file, Request::AddLink(self.name_count(entry.file, time_ns, to)))? {
+            match self.node.ask_home(entry.file, Request::AddLink(self.name_count(entry.file, time_ns, to)))? {
                 Response::Attr(_) => {}
                 _ => return Err(Errno::EPROTO),
             }
@@ -457,7 +488,7 @@ impl ServerState {
         })();
         self.unlock_names(&[from, to], token);
         if outcome.is_ok() {
-            self.touch_parent(to, time_ns);
+            self.dir_times.touch_parent(to, time_ns);
         }
         outcome
     }
@@ -475,7 +506,7 @@ impl ServerState {
             if entries[0].is_some() {
                 return Err(Errno::EEXIST);
             }
-            let attr = match self.ask_home(file, Request::AddLink(self.name_count(file, time_ns, to)))? {
+            let attr = match self.node.ask_home(file, Request::AddLink(self.name_count(file, time_ns, to)))? {
                 Response::Attr(attr) => attr,
                 _ => return Err(Errno::EPROTO),
             };
@@ -488,7 +519,7 @@ impl ServerState {
         })();
         self.unlock_names(&[to], token);
         if outcome.is_ok() {
-            self.touch_parent(to, time_ns);
+            self.dir_times.touch_parent(to, time_ns);
         }
         outcome
     }
@@ -500,7 +531,7 @@ impl ServerState {
     fn undo_link_count(&self, file: FileId, to: &str, errno: Errno, time_ns: i64) {
         if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
             log::warn!("link to {to} failed ({errno}) and may have happened: the file keeps the link counted for it");
-        } else if let Err(undo) = self.drop_link(file, time_ns, Some(to)) {
+        } else if let Err(undo) = self.files.drop_link(file, time_ns, Some(to)) {
             log::warn!("could not undo the link count of file {file}: {undo}");
         }
     }
@@ -508,156 +539,11 @@ impl ServerState {
     /// A change of `file`'s name count for the new name `name`, which the backend gets as a
     /// link when it lies in the cached tree.
     fn name_count(&self, file: FileId, time_ns: i64, name: &str) -> NameCount {
-        NameCount { file, time_ns, name: self.in_cached_tree(name).then(|| name.to_string()) }
-    }
-
-    /// Whether `path` lies in the cached tree (cache mode).
-    pub(crate) fn in_cached_tree(&self, path: &str) -> bool {
-        self.store.backend().is_some_and(|backend| backend.covers(path))
-    }
-
-    pub fn rename(&self, rename: Rename) -> Result<Response, Errno> {
-        let Rename { from, to, time_ns, flags } = rename;
-        if flags & !(RenameFlags::NOREPLACE | RenameFlags::EXCHANGE) != 0 || flags == RenameFlags::NOREPLACE | RenameFlags::EXCHANGE {
-            return Err(Errno::EINVAL);
-        }
-        if from == "/" || to == "/" {
-            return Err(Errno::EBUSY);
-        }
-        if path::is_inside(&to, &from) || (flags & RenameFlags::EXCHANGE != 0 && path::is_inside(&from, &to)) {
-            return Err(Errno::EINVAL);
-        }
-        let source = {
-            let _pass = self.gate.pass(&[&from], 0)?;
-            self.store.lookup(&from, self.anchor_of(&from), false).map_err(store_errno)?.0
-        };
-        if from == to {
-            return Ok(Response::Done);
-        }
-        if source.is_dir() || flags & RenameFlags::EXCHANGE != 0 {
-            return self.rename_tree(&from, &to, time_ns, flags);
-        }
-        let token = new_token();
-        log::trace!("rename {from} -> {to} is {token:x}");
-        let entries = self.lock_names(&[&from, &to], token)?;
-        if entries[0].is_some_and(|entry| entry.is_dir()) {
-            // Replaced by a directory since the look above: rename it as one.
-            self.unlock_names(&[&from, &to], token);
-            return self.rename_tree(&from, &to, time_ns, flags);
-        }
-        let outcome =
-            self.rename_file(LockedRename { from: &from, to: &to, source: entries[0], target: entries[1], time_ns, flags, token });
-        self.unlock_names(&[&from, &to], token);
-        if outcome.is_ok() {
-            self.touch_parent(&from, time_ns);
-            self.touch_parent(&to, time_ns);
-        }
-        outcome
-    }
-
-    /// Renames a file (or link, or special file) whose names are locked.
-    fn rename_file(&self, rename: LockedRename<'_>) -> Result<Response, Errno> {
-        let LockedRename { from, to, source, target, time_ns, flags, token } = rename;
-        let source = source.ok_or(Errno::ENOENT)?;
-        match target {
-            Some(_) if flags & RenameFlags::NOREPLACE != 0 => return Err(Errno::EEXIST),
-            Some(target) if target.is_dir() => return Err(Errno::EISDIR),
-            // Two names of the same file: POSIX says do nothing.
-            Some(target) if target.file == source.file => return Ok(Response::Done),
-            _ => {}
-        }
-        // The new name is counted before it appears, and the count given back once the old
-        // name is gone: at every moment the file has at least as many links as names, so no
-        // failure half-way can leave a name whose file was freed under it (removing the other
-        // name would take the last link). A step whose answer was lost (EIO) may have
-        // happened: it is repeated (installing the same file again replaces it with itself;
-        // removing checks the file), and if it still fails the extra link stays — at worst
-        // the file keeps a link too many. Without the file's server nothing changes (EIO).
-        match self.ask_home(source.file, Request::AddLink(NameCount::new(source.file, time_ns)))? {
-            Response::Attr(_) => {}
-            _ => return Err(Errno::EPROTO),
-        }
-        // Cache mode: the replaced file gave up a backend creation still pending at `to`
-        // (made again there if the rename fails).
-        let mut yielded = None;
-        if self.in_cached_tree(from) || self.in_cached_tree(to) {
-            // The replaced file's backend bytes are loaded before the renamed file is bound
-            // to its backend path, whose flushed creation replaces them; and the replaced
-            // file gives up making its own backend file there first — applied after the
-            // renamed file's, its creation would replace it (soak seed 71052).
-            let prepared = (|| {
-                if let Some(target) = target
-                    && self.in_cached_tree(to)
-                {
-                    self.keep_backend_bytes_if_still_needed(target.file)?;
-                    if self.yield_backend_name(target.file, to)? {
-                        yielded = Some(target.file);
-                    }
-                }
-                self.move_in_backend(source.file, from, to)
-            })();
-            if let Err(errno) = prepared {
-                self.take_backend_name_back(yielded, to);
-                self.give_back_link(source.file, from, time_ns);
-                return Err(errno);
-            }
-        }
-        let installed = crate::locks::past_point_of_no_return(|| {
-            retry_uncertain(|| self.install_at(to, source, InstallMode::REPLACE, FileId::default(), false, token))
-        });
-        let replaced = match installed {
-            Ok(replaced) => replaced,
-            Err(errno) => {
-                if matches!(errno, Errno::EIO | Errno::ETIMEDOUT) {
-                    log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each");
-                } else {
-                    // Other errors (the new name's parent is gone…) say the step did not happen.
-                    self.take_backend_name_back(yielded, to);
-                    self.give_back_link(source.file, from, time_ns);
-                }
-                return Err(errno);
-            }
-        };
-        let removed = crate::locks::past_point_of_no_return(|| retry_uncertain(|| self.remove_at(from, source.file, token)));
-        match removed {
-            Ok(true) => {}
-            // Removed by an unlink, which gave back its link.
-            Ok(false) => log::warn!("rename {from} -> {to}: the old name vanished while locked"),
-            Err(errno) => {
-                log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each")
-            }
-        }
-        if let Some(replaced) = replaced
-            && replaced.file != source.file
-        {
-            self.drop_link(replaced.file, time_ns, Some(to))?;
-        }
-        removed?;
-        // Giving back the second link also sets the file's change time (a rename changes it).
-        self.give_back_link(source.file, from, time_ns);
-        Ok(Response::Done)
-    }
-
-    /// A rename over `file` (which gave up its pending backend creation at `to`) did not
-    /// happen: the file, still named `to`, is made there again (all its bytes are in ringfs:
-    /// a pending creation means its backend file was not made yet).
-    fn take_backend_name_back(&self, yielded: Option<FileId>, to: &str) {
-        let Some(file) = yielded else { return };
-        if let Err(errno) = self.bind_into_cached_tree(file, to) {
-            log::warn!("rename over {to} failed, and the replaced file could not be bound to its name in the backend again ({errno})");
-        }
-    }
-
-    /// Gives back the link a rename counted for its new name (logged if that fails: the file
-    /// then keeps a link too many, which is safe).
-    fn give_back_link(&self, file: FileId, from: &str, time_ns: i64) {
-        if let Err(errno) = self.drop_link(file, time_ns, None) {
-            log::warn!("rename of {from}: the file's extra link could not be given back ({errno}); it keeps a link too many");
-        }
+        NameCount { file, time_ns, name: self.node.in_cached_tree(name).then(|| name.to_string()) }
     }
 
     /// Sets a file's change time (a rename changes it).
-    pub(crate) fn touch_ctime(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
-        self.ask_home(file, Request::SetAttr(ringfs_proto::SetAttr::new(file, time_ns))).map(drop)
+    pub fn touch_ctime(&self, file: FileId, time_ns: i64) -> Result<(), Errno> {
+        self.node.ask_home(file, Request::SetAttr(ringfs_proto::SetAttr::new(file, time_ns))).map(drop)
     }
 }

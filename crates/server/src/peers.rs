@@ -9,14 +9,18 @@
 //! idle connection from a small pool, or opens one, and gives it back when it is done:
 //! concurrent calls never queue behind each other, and a lone caller keeps reusing one
 //! connection.
+//!
+//! [`Peers`] is the production [`Outbound`]: every request to another server leaves through it.
 
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::Mutex;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use ringfs_proto::Member;
-use ringfs_rpc::{Connection, ConnectionConfig, RpcError};
+use ringfs_proto::{Errno, Member, Request, Response};
+use ringfs_rpc::{Connection, ConnectionConfig, Reply, RpcError};
+
+use crate::outbound::{Outbound, OutboundCall};
 
 /// Idle connections kept per server; connections returned beyond that are closed.
 const IDLE_PER_PEER: usize = 8;
@@ -25,6 +29,9 @@ const IDLE_PER_PEER: usize = 8;
 pub struct Peers {
     config: ConnectionConfig,
     idle: Mutex<HashMap<String, Vec<Connection>>>,
+    /// Connections to the caches of global-memory ranks, by endpoint (shared by concurrent
+    /// calls: a rank's cache answers each at once, without waiting for others).
+    ranks: Mutex<HashMap<String, Arc<Connection>>>,
 }
 
 /// A connection lent to one caller; it returns to the pool when dropped (unless broken).
@@ -38,12 +45,7 @@ pub struct PeerConnection<'a> {
 
 impl Peers {
     pub fn new(config: ConnectionConfig) -> Peers {
-        Peers { config, idle: Mutex::new(HashMap::new()) }
-    }
-
-    /// How connections to other servers are made.
-    pub fn config(&self) -> &ConnectionConfig {
-        &self.config
+        Peers { config, idle: Mutex::new(HashMap::new()), ranks: Mutex::new(HashMap::new()) }
     }
 
     /// A working connection to `member` (Unix socket when it is on this host) for the
@@ -75,6 +77,83 @@ impl Peers {
         };
         Ok(PeerConnection { peers: self, member: member.name.clone(), connection: Some(connection), keep })
     }
+}
+
+impl Outbound for Peers {
+    fn call_each(&self, calls: &[OutboundCall<'_>], until: Option<Instant>, meanwhile: &mut dyn FnMut()) -> Vec<Result<Reply, Errno>> {
+        // Every call is on the wire before the first answer is awaited. Calls bounded by
+        // `until` are best effort (their callers report what did not arrive): not warned of.
+        let level = if until.is_some() { log::Level::Debug } else { log::Level::Warn };
+        let connections: Vec<Result<PeerConnection<'_>, Errno>> = calls
+            .iter()
+            .map(|call| {
+                self.connection(call.to).map_err(|error| {
+                    log::log!(level, "cannot reach server {}: {error}", call.to.name);
+                    error.errno()
+                })
+            })
+            .collect();
+        let started: Vec<_> = connections
+            .iter()
+            .zip(calls)
+            .map(|(connection, call)| {
+                let connection = connection.as_ref().map_err(|errno| *errno)?;
+                connection.start(call.request, call.data, None).map_err(|error| failed(call.to, &error, level))
+            })
+            .collect();
+        meanwhile();
+        started
+            .into_iter()
+            .zip(calls)
+            .map(|(pending, call)| {
+                let reply = match until {
+                    Some(until) => pending?.wait_until(until),
+                    None => pending?.wait(),
+                };
+                let reply = reply.map_err(|error| failed(call.to, &error, level))?;
+                match reply.response {
+                    Response::Error(errno) => Err(errno),
+                    _ => Ok(reply),
+                }
+            })
+            .collect()
+    }
+
+    fn call_rank(&self, endpoint: &str, request: &Request, data: &[u8]) -> Result<Reply, Errno> {
+        self.rank_connection(endpoint)?.call(request, data).map_err(|error| error.errno())
+    }
+
+    fn ping(&self, member: &Member, timeout: Duration) -> bool {
+        match self.connection_within(member, Some(timeout)) {
+            Ok(connection) => connection.call_within(&Request::Ping, timeout).is_ok(),
+            Err(error) => {
+                log::debug!("cannot reach server {}: {error}", member.name);
+                false
+            }
+        }
+    }
+}
+
+impl Peers {
+    /// A connection to a rank's cache at `endpoint`.
+    fn rank_connection(&self, endpoint: &str) -> Result<Arc<Connection>, Errno> {
+        let mut ranks = self.ranks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(connection) = ranks.get(endpoint)
+            && !connection.is_broken()
+        {
+            return Ok(connection.clone());
+        }
+        let parsed = ringfs_rpc::Endpoint::parse(endpoint).map_err(|_| Errno::EINVAL)?;
+        let connection = Arc::new(Connection::open(&parsed, &self.config).map_err(|error| error.errno())?);
+        ranks.insert(endpoint.to_string(), connection.clone());
+        Ok(connection)
+    }
+}
+
+/// A call to `to` that got no answer: logged, and EIO (or the errno of a refusal).
+fn failed(to: &Member, error: &RpcError, level: log::Level) -> Errno {
+    log::log!(level, "request to server {} failed: {error}", to.name);
+    error.errno()
 }
 
 impl Deref for PeerConnection<'_> {

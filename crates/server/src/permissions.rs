@@ -2,7 +2,7 @@
 //!
 //! Every request from a client acts for a user (its connection's credentials from the
 //! `Hello`, or those of an `AsUser` wrapper). Before the server that owns a request's key
-//! executes it, [`ServerState::authorize`] checks it as Linux would (the rules are in
+//! executes it, [`Permissions::authorize`] checks it as Linux would (the rules are in
 //! `ringfs_proto::access`):
 //! - a path needs search permission on every directory above its last component;
 //! - creating, removing and renaming names need write and search permission on the parent,
@@ -26,13 +26,13 @@
 //! not checked: the open that produced the id was.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::access::{MAY_EXECUTE, MAY_READ, MAY_WRITE};
 use ringfs_proto::{Attr, Credentials, Errno, FileId, Lookup, Request, Response, Rmdir, Unlink, XattrName, path};
 
-use crate::service::{ServerState, store_errno};
+use crate::node::{Node, store_errno};
 
 /// How long a remembered directory's mode and owner are trusted without being asked again.
 pub const DIR_ATTRS_TTL: Duration = Duration::from_secs(1);
@@ -42,7 +42,7 @@ const MAX_REMEMBERED: usize = 1 << 16;
 
 /// The attributes of directories this server asked for, by path.
 #[derive(Default)]
-pub struct DirAttrCache {
+struct DirAttrCache {
     inner: Mutex<CacheInner>,
 }
 
@@ -79,14 +79,14 @@ impl DirAttrCache {
     }
 
     /// Forgets directory `file` (its mode or owner changed).
-    pub fn forget_file(&self, file: FileId) {
+    fn forget_file(&self, file: FileId) {
         let mut inner = self.lock();
         inner.generation += 1;
         inner.entries.retain(|_, (attr, _)| attr.file_id != file);
     }
 
     /// Forgets `dir` and every directory below it (removed or renamed).
-    pub fn forget_under(&self, dir: &str) {
+    fn forget_under(&self, dir: &str) {
         let mut inner = self.lock();
         inner.generation += 1;
         inner.entries.retain(|known, _| known != dir && !path::is_inside(known, dir));
@@ -99,7 +99,27 @@ fn directories_above(path: &str) -> impl Iterator<Item = &str> {
     ends.map(move |end| if end == 0 { "/" } else { &path[..end] })
 }
 
-impl ServerState {
+/// The permission checks of this server's clients' requests, and what they remember.
+pub struct Permissions {
+    node: Arc<Node>,
+    dir_attrs: DirAttrCache,
+}
+
+impl Permissions {
+    pub fn new(node: Arc<Node>) -> Permissions {
+        Permissions { node, dir_attrs: DirAttrCache::default() }
+    }
+
+    /// Forgets directory `file` (`ForgetDirAttrs`: its mode or owner changed elsewhere).
+    pub fn forget_file(&self, file: FileId) {
+        self.dir_attrs.forget_file(file);
+    }
+
+    /// Forgets `dir` and every directory below it (removed or renamed).
+    pub fn forget_under(&self, dir: &str) {
+        self.dir_attrs.forget_under(dir);
+    }
+
     /// The attributes of directory `dir` (ENOENT, ENOTDIR as a path walk gives them).
     fn dir_attr(&self, dir: &str) -> Result<Attr, Errno> {
         let generation = match self.dir_attrs.get(dir) {
@@ -109,7 +129,7 @@ impl ServerState {
         let attr = if dir == "/" {
             // Every server holds the root directory (remembered too: every path walk starts
             // there, and its inode's lock is the busiest of all).
-            self.store.stat(FileId::ROOT).map_err(store_errno)?
+            self.node.store.stat(FileId::ROOT).map_err(store_errno)?
         } else {
             self.entry_attr(dir)?.ok_or(Errno::ENOENT)?
         };
@@ -134,17 +154,17 @@ impl ServerState {
     }
 
     fn entry_attr_once(&self, path: &str) -> Result<Option<Attr>, Errno> {
-        let owner = self.owner_of_path(path);
-        if self.is_self(&owner) {
+        let owner = self.node.owner_of_path(path);
+        if self.node.is_self(&owner) {
             // The usual case (the name of the request's own path): read the index directly.
-            return match self.store.lookup(path, self.anchor_of(path), false) {
+            return match self.node.store.lookup(path, self.node.anchor_of(path), false) {
                 Ok((_, Some(attr))) => Ok(Some(attr)),
-                Ok((entry, None)) => self.stat_file(entry.file).map(Some),
+                Ok((entry, None)) => self.node.stat_file(entry.file).map(Some),
                 Err(error) if error.errno() == Errno::ENOENT => Ok(None),
                 Err(error) => Err(store_errno(error)),
             };
         }
-        match self.ask(&owner, Request::Lookup(Lookup { path: path.to_string(), open_for: 0, access: 0 })) {
+        match self.node.ask(&owner, Request::Lookup(Lookup { path: path.to_string(), open_for: 0, access: 0 })) {
             Ok(Response::Opened(opened)) => Ok(Some(opened.attr)),
             Ok(_) => Err(Errno::EPROTO),
             Err(Errno::ENOENT) => Ok(None),
@@ -192,7 +212,7 @@ impl ServerState {
     /// Checks a client's `request`, acting for `caller`, before it is executed here; returns
     /// it as it must be executed (a create gets its owner, group and mode; a change of
     /// attributes loses the set-ID bits it must drop).
-    pub(crate) fn authorize(&self, caller: &Credentials, request: Request) -> Result<Request, Errno> {
+    pub fn authorize(&self, caller: &Credentials, request: Request) -> Result<Request, Errno> {
         let root = caller.is_root();
         Ok(match request {
             Request::Create(mut create) => {
@@ -265,16 +285,16 @@ impl ServerState {
                 request
             }
             Request::SetAttr(set) => {
-                let attr = self.store.stat(set.file).map_err(store_errno)?;
+                let attr = self.node.store.stat(set.file).map_err(store_errno)?;
                 Request::SetAttr(caller.authorize_set_attr(&attr, &set)?)
             }
             Request::GetXattr(XattrName { file, ref name, .. }) | Request::RemoveXattr(XattrName { file, ref name, .. }) => {
                 let write = matches!(request, Request::RemoveXattr(_));
-                caller.check_xattr(&self.store.stat(file).map_err(store_errno)?, name, write)?;
+                caller.check_xattr(&self.node.store.stat(file).map_err(store_errno)?, name, write)?;
                 request
             }
             Request::SetXattr(ref set) => {
-                caller.check_xattr(&self.store.stat(set.file).map_err(store_errno)?, &set.name, true)?;
+                caller.check_xattr(&self.node.store.stat(set.file).map_err(store_errno)?, &set.name, true)?;
                 request
             }
             other => other,
@@ -284,9 +304,9 @@ impl ServerState {
     /// A directory's mode or owner changed here: every server forgets what it remembered of
     /// it before the change is answered (one that cannot be told forgets it within
     /// [`DIR_ATTRS_TTL`]).
-    pub(crate) fn spread_dir_attr_change(&self, file: FileId) {
+    pub fn spread_dir_attr_change(&self, file: FileId) {
         self.dir_attrs.forget_file(file);
-        let _ = self.broadcast(&Request::ForgetDirAttrs(ringfs_proto::FileOnly { file }));
+        let _ = self.node.broadcast(&Request::ForgetDirAttrs(ringfs_proto::FileOnly { file }));
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use ringfs_proto::{ChunkKey, FileId, FileList, Request, Response};
 
-use crate::service::ServerState;
+use crate::node::Node;
 
 /// The reclaiming state of one server (see the module documentation).
 pub struct Reclaimer {
@@ -33,14 +33,14 @@ impl Reclaimer {
 
     /// Scans if `interval` has passed since the last scan; returns how many orphan chunks
     /// were removed.
-    pub fn step(&mut self, state: &ServerState) -> u64 {
-        if self.last_scan.elapsed() < self.interval || state.store.backend().is_some() {
+    pub fn step(&mut self, node: &Node) -> u64 {
+        if self.last_scan.elapsed() < self.interval || node.store.backend().is_some() {
             return 0;
         }
         self.last_scan = Instant::now();
         let mut by_home: HashMap<String, (ringfs_proto::Member, Vec<FileId>)> = HashMap::new();
-        for file in state.store.files_without_inode() {
-            let home = state.owner_of_chunk(ChunkKey::inode(file));
+        for file in node.store.files_without_inode() {
+            let home = node.owner_of_chunk(ChunkKey::inode(file));
             by_home.entry(home.name.clone()).or_insert_with(|| (home, Vec::new())).1.push(file);
         }
         let mut missing = HashSet::new();
@@ -48,7 +48,7 @@ impl Reclaimer {
             if !home.alive {
                 continue;
             }
-            match state.ask(&home, Request::MissingFiles(FileList { files })) {
+            match node.ask(&home, Request::MissingFiles(FileList { files })) {
                 Ok(Response::Files(list)) => missing.extend(list.files),
                 Ok(_) => log::warn!("server {} answered MissingFiles oddly", home.name),
                 Err(errno) => log::debug!("server {} could not say which files it lacks: {errno}", home.name),
@@ -56,7 +56,7 @@ impl Reclaimer {
         }
         let mut removed = 0;
         for file in missing.iter().filter(|file| self.suspects.contains(file)) {
-            removed += state.store.remove_chunks(*file, 1);
+            removed += node.store.remove_chunks(*file, 1);
         }
         if removed > 0 {
             log::info!("removed {removed} orphan chunks (of files that no longer exist)");

@@ -29,10 +29,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use ringfs_proto::coherence::{self, CacheState, DataSource, DirectoryEntry, GetRequest, PutOutcome, Rank, Step, StepReply};
 use ringfs_proto::gmem::{ArrayLayout, CacheMode, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, RelayTarget};
 use ringfs_proto::{Errno, Request, Response};
-use ringfs_rpc::{Connection, ConnectionConfig};
 
 use super::Access;
-use crate::service::ServerState;
 
 /// One block's entry: the protocol's view, and whether its latest bytes were lost.
 #[derive(Default)]
@@ -112,8 +110,6 @@ impl Drop for Transaction<'_> {
 #[derive(Default)]
 pub struct Directory {
     entries: Mutex<HashMap<BlockKey, Arc<Slot>>>,
-    /// Connections to the ranks' caches, by endpoint.
-    nodes: Mutex<HashMap<String, Arc<Connection>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -129,26 +125,12 @@ impl Directory {
     pub fn drop_array(&self, array: u64) {
         lock(&self.entries).retain(|(owner, _), _| *owner != array);
     }
-
-    /// A connection to a rank's cache at `endpoint`.
-    fn node(&self, endpoint: &str, config: &ConnectionConfig) -> Result<Arc<Connection>, Errno> {
-        let mut nodes = lock(&self.nodes);
-        if let Some(connection) = nodes.get(endpoint)
-            && !connection.is_broken()
-        {
-            return Ok(connection.clone());
-        }
-        let parsed = ringfs_rpc::Endpoint::parse(endpoint).map_err(|_| Errno::EINVAL)?;
-        let connection = Arc::new(Connection::open(&parsed, config).map_err(|error| error.errno())?);
-        nodes.insert(endpoint.to_string(), connection.clone());
-        Ok(connection)
-    }
 }
 
-impl ServerState {
+impl super::Gmem {
     /// The layout of a cached array, and whether `rank` and `block` are in it.
     fn cached_layout(&self, array: u64, block: u64, rank: u32) -> Result<Arc<ArrayLayout>, Errno> {
-        let layout = self.gmem.layout(array).ok_or(Errno::ESTALE)?;
+        let layout = self.layout(array).ok_or(Errno::ESTALE)?;
         if layout.cache == CacheMode::Uncached || rank as usize >= layout.nodes.len() {
             return Err(Errno::EINVAL);
         }
@@ -181,11 +163,7 @@ impl ServerState {
                 (holder, Request::CoInvalidate(CoInvalidate { array: layout.array, block, write_back, keep_shared, expected }))
             }
         };
-        let answer = self
-            .gmem
-            .directory
-            .node(&layout.nodes[holder as usize], self.peers.config())
-            .and_then(|connection| connection.call(&request, &[]).map_err(|error| error.errno()));
+        let answer = self.node.call_rank(&layout.nodes[holder as usize], &request, &[]);
         match answer {
             Ok(ringfs_rpc::Reply { response: Response::Count(code), data, .. }) => {
                 (StepReply { had: CacheState::from_code(code as u8).unwrap_or(CacheState::Invalid) }, data)
@@ -200,7 +178,7 @@ impl ServerState {
     /// `CoGet` at the block's home.
     pub fn co_get(&self, get: CoGet, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
         let layout = self.cached_layout(get.array, get.block, get.rank)?;
-        let slot = self.gmem.directory.slot(get.array, get.block);
+        let slot = self.directory.slot(get.array, get.block);
         if layout.cache == CacheMode::Relayed && !get.exclusive {
             return self.relayed_read(&layout, &slot, get, reply_data);
         }
@@ -226,7 +204,7 @@ impl ServerState {
         let source = match grant.data {
             DataSource::Home => {
                 self.read_home_copy(layout, get.block, reply_data)?;
-                ringfs_rpc::throttle::pass(self.gmem.network.as_ref(), u64::from(layout.block_size));
+                ringfs_rpc::throttle::pass(self.network.as_ref(), u64::from(layout.block_size));
                 0
             }
             DataSource::Holder(_) => 1,
@@ -258,7 +236,7 @@ impl ServerState {
             let responsible = matches!(recorded, CacheState::Exclusive | CacheState::Modified | CacheState::Owned);
             let (reply, written_back) = self.ask_holder(layout, block, *step, recorded, request, relay);
             if !written_back.is_empty() {
-                self.gmem.memory.access(layout.array, block, Access::Write { offset: 0, from: &written_back })?;
+                self.memory.access(layout.array, block, Access::Write { offset: 0, from: &written_back })?;
             }
             if responsible && !reply.had.is_valid() {
                 // The only current copy may be gone with its holder.
@@ -271,7 +249,7 @@ impl ServerState {
 
     fn read_home_copy(&self, layout: &ArrayLayout, block: u64, into: &mut Vec<u8>) -> Result<(), Errno> {
         into.resize(layout.block_size as usize, 0);
-        self.gmem.memory.access(layout.array, block, Access::Read { offset: 0, into })
+        self.memory.access(layout.array, block, Access::Read { offset: 0, into })
     }
 
     /// A read of a relayed array: queued, then answered by the next transaction of its block
@@ -357,12 +335,9 @@ impl ServerState {
                     // The home's memory is the source: it sends the first reader the copy.
                     let mut bytes = Vec::new();
                     self.read_home_copy(layout, block, &mut bytes)?;
-                    ringfs_rpc::throttle::pass(self.gmem.network.as_ref(), bytes.len() as u64);
+                    ringfs_rpc::throttle::pass(self.network.as_ref(), bytes.len() as u64);
                     let fill = Request::CoFill(CoFill { array: layout.array, block, request: first.request, relay: rest.clone() });
-                    self.gmem
-                        .directory
-                        .node(&layout.nodes[first.rank as usize], self.peers.config())
-                        .and_then(|connection| connection.call(&fill, &bytes).map_err(|error| error.errno()))?;
+                    self.node.call_rank(&layout.nodes[first.rank as usize], &fill, &bytes)?;
                     Ok(4)
                 }
             }
@@ -392,12 +367,12 @@ impl ServerState {
         if put.dirty && data.len() != layout.block_size as usize {
             return Err(Errno::EINVAL);
         }
-        let slot = self.gmem.directory.slot(put.array, put.block);
+        let slot = self.directory.slot(put.array, put.block);
         let mut entry = slot.begin();
         match coherence::accept_put(&mut entry.view, put.rank, put.dirty) {
             PutOutcome::Accept { write_back: true } => {
-                ringfs_rpc::throttle::pass(self.gmem.network.as_ref(), data.len() as u64);
-                self.gmem.memory.access(put.array, put.block, Access::Write { offset: 0, from: data })?;
+                ringfs_rpc::throttle::pass(self.network.as_ref(), data.len() as u64);
+                self.memory.access(put.array, put.block, Access::Write { offset: 0, from: data })?;
             }
             PutOutcome::Accept { write_back: false } | PutOutcome::Stale => {}
         }

@@ -14,14 +14,14 @@ pub mod directory;
 pub mod memory;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::gmem::{ArrayLayout, ArrayOnly, BlockRange, CacheMode, Distribution, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
 use ringfs_proto::{Errno, Lease, ReadReply, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 
-use crate::service::ServerState;
+use crate::node::Node;
 pub use memory::{Access, GlobalMemory, GlobalMemoryConfig, HomeReads, MemoryStats};
 
 /// Longest a collective request waits for the other ranks before answering EAGAIN.
@@ -60,21 +60,23 @@ struct Collectives {
 
 /// A server's global memory.
 pub struct Gmem {
+    node: Arc<Node>,
     pub memory: GlobalMemory,
     /// The arrays with blocks homed here (all arrays: the coordinator defines each on every
     /// server).
-    arrays: Mutex<HashMap<u64, std::sync::Arc<ArrayLayout>>>,
+    arrays: Mutex<HashMap<u64, Arc<ArrayLayout>>>,
     collectives: Mutex<Collectives>,
     /// Woken when a collective step completes.
     progress: Condvar,
-    pub(crate) network: Option<Throttle>,
+    network: Option<Throttle>,
     /// Who caches which block (arrays the ranks cache).
-    pub(crate) directory: directory::Directory,
+    directory: directory::Directory,
 }
 
 impl Gmem {
-    pub fn new(config: GmemConfig) -> Gmem {
+    pub fn new(node: Arc<Node>, config: GmemConfig) -> Gmem {
         Gmem {
+            node,
             memory: GlobalMemory::new(config.memory),
             arrays: Mutex::new(HashMap::new()),
             collectives: Mutex::new(Collectives::default()),
@@ -89,11 +91,11 @@ impl Gmem {
     }
 
     /// The layout of `array`, if it is known here.
-    pub fn layout(&self, array: u64) -> Option<std::sync::Arc<ArrayLayout>> {
+    pub fn layout(&self, array: u64) -> Option<Arc<ArrayLayout>> {
         self.arrays().get(&array).cloned()
     }
 
-    fn arrays(&self) -> MutexGuard<'_, HashMap<u64, std::sync::Arc<ArrayLayout>>> {
+    fn arrays(&self) -> MutexGuard<'_, HashMap<u64, Arc<ArrayLayout>>> {
         self.arrays.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
@@ -154,9 +156,9 @@ fn choose_homes(first: &GmemAlloc, hosts: &BTreeMap<u32, u64>, members: &[ringfs
         .collect()
 }
 
-impl ServerState {
+impl Gmem {
     /// `GmemAlloc` at the job's coordinator.
-    pub fn gmem_alloc(&self, alloc: GmemAlloc, deadline: Instant) -> Result<Response, Errno> {
+    pub fn alloc(&self, alloc: GmemAlloc, deadline: Instant) -> Result<Response, Errno> {
         if alloc.ranks == 0 || alloc.rank >= alloc.ranks || alloc.len == 0 {
             return Err(Errno::EINVAL);
         }
@@ -166,7 +168,7 @@ impl ServerState {
         if let Distribution::Cyclic(0) = alloc.distribution {
             return Err(Errno::EINVAL);
         }
-        let gmem = &self.gmem;
+        let gmem = self;
         let key = (alloc.job, alloc.sequence);
         let complete = {
             let mut collectives = gmem.collectives();
@@ -195,7 +197,7 @@ impl ServerState {
         };
         if let Some((first, hosts, endpoints)) = complete {
             // The last rank to arrive defines the array everywhere.
-            let members = self.membership().list().members.clone();
+            let members = self.node.membership().list().members.clone();
             let layout = ArrayLayout {
                 array: ringfs_rpc::memory::random_u64(),
                 len: first.len,
@@ -205,7 +207,7 @@ impl ServerState {
                 cache: first.cache,
                 nodes: if first.cache == CacheMode::Uncached { Vec::new() } else { endpoints },
             };
-            let failed = self.broadcast(&Request::GmemDefine(layout.clone())).into_iter().find_map(Result::err);
+            let failed = self.node.broadcast(&Request::GmemDefine(layout.clone())).into_iter().find_map(Result::err);
             if let Some(errno) = failed {
                 log::warn!("global memory: a server could not define array {:x}: {errno}", layout.array);
                 gmem.collectives().allocs.remove(&key);
@@ -231,7 +233,7 @@ impl ServerState {
     }
 
     /// `GmemDefine`: an array exists (its blocks homed here are made on first write).
-    pub fn gmem_define(&self, layout: ArrayLayout) -> Result<Response, Errno> {
+    pub fn define(&self, layout: ArrayLayout) -> Result<Response, Errno> {
         if layout.block_size == 0 || layout.block_size > MAX_BLOCK_SIZE {
             return Err(Errno::EINVAL);
         }
@@ -240,26 +242,26 @@ impl ServerState {
             CacheMode::Cooperative | CacheMode::Relayed => HomeReads::Once,
             CacheMode::Uncached | CacheMode::HomeServed => HomeReads::Repeated,
         };
-        self.gmem.memory.define(layout.array, layout.block_size, reads)?;
-        self.gmem.arrays().insert(layout.array, std::sync::Arc::new(layout));
+        self.memory.define(layout.array, layout.block_size, reads)?;
+        self.arrays().insert(layout.array, Arc::new(layout));
         Ok(Response::Done)
     }
 
     /// `GmemDrop`: an array is gone.
-    pub fn gmem_drop(&self, array: ArrayOnly) -> Result<Response, Errno> {
-        self.gmem.arrays().remove(&array.array);
-        self.gmem.directory.drop_array(array.array);
-        self.gmem.memory.drop_array(array.array);
+    pub fn drop_array(&self, array: ArrayOnly) -> Result<Response, Errno> {
+        self.arrays().remove(&array.array);
+        self.directory.drop_array(array.array);
+        self.memory.drop_array(array.array);
         Ok(Response::Done)
     }
 
     /// `GmemFree` at the coordinator: the last rank's free drops the array everywhere.
-    pub fn gmem_free(&self, free: GmemFree) -> Result<Response, Errno> {
+    pub fn free(&self, free: GmemFree) -> Result<Response, Errno> {
         if free.ranks == 0 || free.rank >= free.ranks {
             return Err(Errno::EINVAL);
         }
         let last = {
-            let mut collectives = self.gmem.collectives();
+            let mut collectives = self.collectives();
             let freed = collectives.frees.entry((free.job, free.array)).or_default();
             freed.insert(free.rank);
             let last = freed.len() as u32 == free.ranks;
@@ -269,7 +271,7 @@ impl ServerState {
             last
         };
         if last {
-            for outcome in self.broadcast(&Request::GmemDrop(ArrayOnly { array: free.array })) {
+            for outcome in self.node.broadcast(&Request::GmemDrop(ArrayOnly { array: free.array })) {
                 if let Err(errno) = outcome {
                     log::warn!("global memory: a server did not drop array {:x}: {errno}", free.array);
                 }
@@ -279,21 +281,21 @@ impl ServerState {
     }
 
     /// `GmemBarrier` at the coordinator.
-    pub fn gmem_barrier(&self, barrier: GmemBarrier, deadline: Instant) -> Result<Response, Errno> {
+    pub fn barrier(&self, barrier: GmemBarrier, deadline: Instant) -> Result<Response, Errno> {
         if barrier.ranks == 0 || barrier.rank >= barrier.ranks {
             return Err(Errno::EINVAL);
         }
         let key = (barrier.job, barrier.epoch);
         {
-            let mut collectives = self.gmem.collectives();
+            let mut collectives = self.collectives();
             let (arrived, _) = collectives.barriers.entry(key).or_default();
             arrived.insert(barrier.rank);
             if arrived.len() as u32 == barrier.ranks {
-                self.gmem.progress.notify_all();
+                self.progress.notify_all();
             }
         }
         let end = deadline.min(Instant::now() + LONG_POLL);
-        self.gmem.long_poll(end, |collectives| {
+        self.long_poll(end, |collectives| {
             let (arrived, released) = collectives.barriers.get_mut(&key)?;
             if (arrived.len() as u32) < barrier.ranks {
                 return None;
@@ -308,66 +310,59 @@ impl ServerState {
     }
 
     /// `GmemRead` at the block's home: the bytes go in the answer's data section.
-    pub fn gmem_read(&self, range: BlockRange, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        self.gmem.check(&range)?;
+    pub fn read(&self, range: BlockRange, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
+        self.check(&range)?;
         reply_data.resize(range.len as usize, 0);
-        self.gmem.memory.access(range.array, range.block, Access::Read { offset: range.offset as usize, into: reply_data })?;
-        throttle::pass(self.gmem.network.as_ref(), u64::from(range.len));
+        self.memory.access(range.array, range.block, Access::Read { offset: range.offset as usize, into: reply_data })?;
+        throttle::pass(self.network.as_ref(), u64::from(range.len));
         Ok(Response::Count(u64::from(range.len)))
     }
 
     /// `GmemLease` at the block's home: a client on this host copies the bytes out of this
     /// server's memory (it proved it can in its handshake); otherwise as `GmemRead`.
-    pub fn gmem_lease(
-        &self,
-        session: &mut crate::service::Session,
-        range: BlockRange,
-        reply_data: &mut Vec<u8>,
-    ) -> Result<Response, Errno> {
-        self.gmem.check(&range)?;
+    pub fn lease(&self, session: &mut crate::session::Session, range: BlockRange, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
+        self.check(&range)?;
         if session.client_memory.is_none() {
-            self.gmem_read(range, reply_data)?;
+            self.read(range, reply_data)?;
             return Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: None }));
         }
         let mut shared = None;
-        self.gmem.memory.access(range.array, range.block, Access::Lease { into: &mut shared })?;
-        throttle::pass(self.gmem.network.as_ref(), u64::from(range.len));
+        self.memory.access(range.array, range.block, Access::Lease { into: &mut shared })?;
+        throttle::pass(self.network.as_ref(), u64::from(range.len));
         let Some(buffer) = shared else {
             // Never written: zeros, sent inline.
             reply_data.resize(range.len as usize, 0);
             return Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: None }));
         };
-        let lease_id = session.next_lease_id;
-        session.next_lease_id += 1;
-        let lease = Lease { id: lease_id, address: buffer.as_ptr() as u64 + u64::from(range.offset), stored: u64::from(range.len) };
-        session.leases.insert(lease_id, buffer);
+        let address = buffer.as_ptr() as u64 + u64::from(range.offset);
+        let lease = Lease { id: session.lend(buffer), address, stored: u64::from(range.len) };
         Ok(Response::Read(ReadReply { attr: None, len: u64::from(range.len), lease: Some(lease) }))
     }
 
     /// `GmemWrite` at the block's home: the bytes are the request's data section.
-    pub fn gmem_write(&self, range: BlockRange, data: &[u8]) -> Result<Response, Errno> {
-        self.gmem.check(&range)?;
+    pub fn write(&self, range: BlockRange, data: &[u8]) -> Result<Response, Errno> {
+        self.check(&range)?;
         if data.len() != range.len as usize {
             return Err(Errno::EINVAL);
         }
-        throttle::pass(self.gmem.network.as_ref(), u64::from(range.len));
-        self.gmem.memory.access(range.array, range.block, Access::Write { offset: range.offset as usize, from: data })?;
+        throttle::pass(self.network.as_ref(), u64::from(range.len));
+        self.memory.access(range.array, range.block, Access::Write { offset: range.offset as usize, from: data })?;
         Ok(Response::Done)
     }
 
     /// `GmemAtomic` at the block's home: the word before the operation.
-    pub fn gmem_atomic(&self, atomic: GmemAtomic) -> Result<Response, Errno> {
-        self.gmem.check(&atomic.at)?;
+    pub fn atomic(&self, atomic: GmemAtomic) -> Result<Response, Errno> {
+        self.check(&atomic.at)?;
         if atomic.at.len != 8 || !atomic.at.offset.is_multiple_of(8) {
             return Err(Errno::EINVAL);
         }
         let mut old = 0;
-        self.gmem.memory.access(
+        self.memory.access(
             atomic.at.array,
             atomic.at.block,
             Access::Atomic { offset: atomic.at.offset as usize, op: atomic.op, old: &mut old },
         )?;
-        throttle::pass(self.gmem.network.as_ref(), 8);
+        throttle::pass(self.network.as_ref(), 8);
         Ok(Response::Count(old))
     }
 }

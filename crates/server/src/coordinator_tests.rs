@@ -1,0 +1,268 @@
+//! The coordinators under aimed faults: each test hurts one named message between the
+//! servers of an in-process cluster (`testing`) and checks what the names and files look
+//! like afterwards. Each guards a rule written in the coordinator it tests (and was seen to
+//! fail with that rule taken out: docs/TESTING.md).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::{Create, Errno, FileId, FileOnly, Link, Lookup, ReadDir, Rename, Request, Response, Rmdir, Unlink};
+
+use crate::testing::{Action, Filter, TestCluster};
+
+const FILE_MODE: u32 = 0o100644;
+const DIR_MODE: u32 = 0o040755;
+
+fn create(cluster: &TestCluster, path: &str, mode: u32) -> FileId {
+    match cluster.call(Request::Create(Create::new(path, mode, 1 << 16))) {
+        Ok(Response::Opened(opened)) => opened.attr.file_id,
+        other => panic!("create {path}: {other:?}"),
+    }
+}
+
+/// The file `path` names, or the errno of its lookup.
+fn lookup(cluster: &TestCluster, path: &str) -> Result<FileId, Errno> {
+    match cluster.call(Request::Lookup(Lookup { path: path.to_string(), open_for: 0, access: 0 }))? {
+        Response::Opened(opened) => Ok(opened.attr.file_id),
+        other => panic!("lookup {path}: {other:?}"),
+    }
+}
+
+fn link_count(cluster: &TestCluster, file: FileId) -> Result<u32, Errno> {
+    match cluster.call(Request::Stat(FileOnly { file }))? {
+        Response::Attr(attr) => Ok(attr.nlink),
+        other => panic!("stat {file}: {other:?}"),
+    }
+}
+
+fn rename(cluster: &TestCluster, from: &str, to: &str) -> Result<(), Errno> {
+    cluster.call(Request::Rename(Rename { from: from.to_string(), to: to.to_string(), time_ns: 1, flags: 0 })).map(drop)
+}
+
+/// The names in directory `dir` on every server, sorted (a name held twice shows twice).
+fn list(cluster: &TestCluster, dir: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    for server in &cluster.servers {
+        let request = Request::ReadDir(ReadDir { path: dir.to_string(), after: None, limit: 10_000 });
+        match server.node.ask(&server.node.membership().member(&server.node.name).cloned().expect("itself"), request) {
+            Ok(Response::DirPage(page)) => names.extend(page.entries.into_iter().map(|entry| entry.name)),
+            other => panic!("listing {dir} on {}: {other:?}", server.node.name),
+        }
+    }
+    names.sort();
+    names
+}
+
+/// A raised flag: the filter holding it acts (or holds its message) until it is lowered.
+fn raised() -> Arc<AtomicBool> {
+    Arc::new(AtomicBool::new(true))
+}
+
+/// Two paths `{prefix}…` whose names live on two different servers: (path, its server).
+fn paths_on_two_servers(cluster: &TestCluster, prefix: &str) -> ((String, String), (String, String)) {
+    let first = cluster.path_on(prefix, "s0");
+    let second = cluster.path_on(&format!("{prefix}x"), "s1");
+    ((first, "s0".into()), (second, "s1".into()))
+}
+
+#[test]
+fn a_rename_whose_install_answer_was_lost_installs_again_and_completes() {
+    let cluster = TestCluster::new(3);
+    let ((from, _), (to, to_server)) = paths_on_two_servers(&cluster, "/f");
+    let file = create(&cluster, &from, FILE_MODE);
+    cluster.net.add(Filter::new("InstallEntry", Action::Drop).to(&to_server).on_answer().times(1));
+
+    rename(&cluster, &from, &to).expect("the install is asked again");
+
+    assert_eq!(lookup(&cluster, &to), Ok(file));
+    assert_eq!(lookup(&cluster, &from), Err(Errno::ENOENT));
+    assert_eq!(link_count(&cluster, file), Ok(1), "one name, one link");
+    assert_eq!(cluster.net.delivered("InstallEntry").len(), 2, "installed, and installed again");
+}
+
+#[test]
+fn an_install_arriving_after_its_rename_gave_up_changes_nothing() {
+    // The shape of the namespace soak's seed 49809: an install held up in the network past
+    // its rename's retries arrives after the coordinator released the names.
+    let cluster = TestCluster::new(3);
+    let ((from, _), (to, to_server)) = paths_on_two_servers(&cluster, "/f");
+    let file = create(&cluster, &from, FILE_MODE);
+    let release = raised();
+    cluster.net.add(Filter::new("InstallEntry", Action::Late { release: release.clone() }).to(&to_server));
+
+    assert_eq!(rename(&cluster, &from, &to), Err(Errno::EIO), "no install answered");
+    release.store(false, Ordering::SeqCst);
+    cluster.net.settle();
+
+    assert!(!cluster.net.delivered("InstallEntry").is_empty(), "the late installs did arrive");
+    assert_eq!(lookup(&cluster, &to), Err(Errno::ENOENT), "a late install of a rename that ended installs nothing");
+    assert_eq!(lookup(&cluster, &from), Ok(file));
+    assert!(link_count(&cluster, file).unwrap() >= 1);
+}
+
+#[test]
+fn a_late_copy_of_a_subtree_move_moves_nothing() {
+    // The shape of the simulation's seed 81344: a `MoveSubtree` held up in the network
+    // arrives after its rename ended and the directory was renamed back.
+    let cluster = TestCluster::new(3);
+    create(&cluster, "/d", DIR_MODE);
+    let names: Vec<String> = ["s0", "s1", "s2"].iter().map(|server| cluster.path_on("/d/f", server)).collect();
+    for name in &names {
+        create(&cluster, name, FILE_MODE);
+    }
+    let release = raised();
+    cluster.net.add(Filter::new("MoveSubtree", Action::Duplicate { release: release.clone() }).to("s1").times(1));
+
+    rename(&cluster, "/d", "/e").expect("rename there");
+    rename(&cluster, "/e", "/d").expect("and back");
+    release.store(false, Ordering::SeqCst);
+    cluster.net.settle();
+
+    let expected: Vec<String> = {
+        let mut expected: Vec<String> = names.iter().map(|name| name.trim_start_matches("/d/").to_string()).collect();
+        expected.sort();
+        expected
+    };
+    assert_eq!(list(&cluster, "/d"), expected, "every name below /d, once");
+    assert_eq!(lookup(&cluster, "/e"), Err(Errno::ENOENT));
+    for name in &names {
+        assert!(lookup(&cluster, name).is_ok(), "{name} is reachable");
+    }
+}
+
+#[test]
+fn a_link_whose_install_answer_was_lost_keeps_a_link_for_each_name() {
+    // A link may have happened when its install answered nothing: taking its count back
+    // would leave two names with one link, and removing one would free the file under the
+    // other.
+    let cluster = TestCluster::new(3);
+    let ((from, _), (to, to_server)) = paths_on_two_servers(&cluster, "/l");
+    let file = create(&cluster, &from, FILE_MODE);
+    cluster.net.add(Filter::new("InstallEntry", Action::Drop).to(&to_server).on_answer());
+
+    let linked = cluster.call(Request::Link(Link { from: from.clone(), to: to.clone(), time_ns: 1 }));
+    assert_eq!(linked, Err(Errno::EIO));
+    cluster.net.clear();
+
+    assert_eq!(lookup(&cluster, &to), Ok(file), "the install happened, only its answer was lost");
+    assert_eq!(link_count(&cluster, file), Ok(2), "a link for each name");
+    cluster.call(Request::Unlink(Unlink { path: from, time_ns: 2 })).expect("unlink");
+    assert_eq!(link_count(&cluster, file), Ok(1), "the other name keeps the file");
+}
+
+#[test]
+fn an_rmdir_that_cannot_ask_every_server_keeps_the_directory() {
+    let cluster = TestCluster::new(3);
+    let dir = (0..100).map(|n| format!("/r{n}")).find(|dir| cluster.owner_of(dir) == "s0").expect("a directory on s0");
+    create(&cluster, &dir, DIR_MODE);
+    let inside = cluster.path_on(&format!("{dir}/x"), "s2");
+    create(&cluster, &inside, FILE_MODE);
+    cluster.net.add(Filter::new("PrepareRmdir", Action::Drop).to("s2"));
+
+    assert_eq!(cluster.call(Request::Rmdir(Rmdir { path: dir.clone(), time_ns: 1 })), Err(Errno::EIO));
+
+    cluster.net.clear();
+    assert!(lookup(&cluster, &dir).is_ok(), "the directory stays");
+    assert!(lookup(&cluster, &inside).is_ok(), "and the name inside it");
+    assert_eq!(cluster.call(Request::Rmdir(Rmdir { path: dir, time_ns: 2 })), Err(Errno::ENOTEMPTY));
+}
+
+#[test]
+fn a_directory_rename_whose_freeze_is_lost_moves_nothing_and_leaves_nothing_frozen() {
+    let cluster = TestCluster::new(3);
+    create(&cluster, "/d", DIR_MODE);
+    let names: Vec<String> = ["s0", "s1", "s2"].iter().map(|server| cluster.path_on("/d/f", server)).collect();
+    for name in &names {
+        create(&cluster, name, FILE_MODE);
+    }
+    let victim = if cluster.owner_of("/d") == "s2" { "s1" } else { "s2" };
+    cluster.net.add(Filter::new("Freeze", Action::Drop).to(victim).times(1));
+
+    assert_eq!(rename(&cluster, "/d", "/e"), Err(Errno::EIO));
+
+    assert_eq!(lookup(&cluster, "/e"), Err(Errno::ENOENT));
+    for name in &names {
+        assert!(lookup(&cluster, name).is_ok(), "{name} did not move");
+    }
+    let started = Instant::now();
+    let created =
+        cluster.client_call(Request::Create(Create::new(&cluster.path_on("/d/new", victim), FILE_MODE, 1 << 16)), Duration::from_secs(2));
+    assert!(created.is_ok(), "no subtree stays frozen: {created:?}");
+    assert!(started.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_directory_rename_whose_move_answer_was_lost_moves_every_name_once() {
+    let cluster = TestCluster::new(3);
+    create(&cluster, "/d", DIR_MODE);
+    let mut names: Vec<String> = Vec::new();
+    for server in ["s0", "s1", "s2"] {
+        for round in 0..3 {
+            names.push(cluster.path_on(&format!("/d/{round}f"), server));
+        }
+    }
+    for name in &names {
+        create(&cluster, name, FILE_MODE);
+    }
+    cluster.net.add(Filter::new("MoveSubtree", Action::Drop).to("s1").on_answer().times(1));
+
+    rename(&cluster, "/d", "/e").expect("the move is asked again");
+
+    let mut expected: Vec<String> = names.iter().map(|name| name.trim_start_matches("/d/").to_string()).collect();
+    expected.sort();
+    assert_eq!(list(&cluster, "/e"), expected, "every name once");
+    assert!(list(&cluster, "/d").is_empty());
+    assert!(cluster.net.delivered("MoveSubtree").iter().filter(|delivery| delivery.to == "s1").count() >= 2);
+}
+
+#[test]
+fn a_lost_thaw_is_sent_again_and_the_tree_thaws() {
+    let cluster = TestCluster::new(3);
+    create(&cluster, "/d", DIR_MODE);
+    let coordinator = cluster.index_of(&cluster.owner_of("/d"));
+    let victim = if cluster.owner_of("/d") == "s2" { "s1" } else { "s2" };
+    cluster.net.add(Filter::new("Thaw", Action::Drop).to(victim).times(1));
+
+    rename(&cluster, "/d", "/e").expect("rename");
+    let name = cluster.path_on("/e/new", victim);
+    let frozen = cluster.client_call(Request::Create(Create::new(&name, FILE_MODE, 1 << 16)), Duration::from_millis(400));
+    assert!(matches!(frozen, Err(Errno::ETIMEDOUT | Errno::EBUSY)), "still frozen where the thaw was lost: {frozen:?}");
+
+    cluster.servers[coordinator].dispatcher.names.retry_releases();
+
+    let created = cluster.client_call(Request::Create(Create::new(&name, FILE_MODE, 1 << 16)), Duration::from_secs(2));
+    assert!(created.is_ok(), "thawed by the thaw sent again: {created:?}");
+}
+
+#[test]
+fn a_stat_waits_at_most_the_touch_wait_for_a_server_holding_back_touches() {
+    // Directory times are collected from the servers that hold touches back before a stat
+    // answers; a server that does not answer must not hold the stat longer than TOUCH_WAIT.
+    let cluster = TestCluster::new(3);
+    let dir = (0..100).map(|n| format!("/t{n}")).find(|dir| cluster.owner_of(dir) == "s0").expect("a directory on s0");
+    let dir_file = create(&cluster, &dir, DIR_MODE);
+    let inside = cluster.path_on(&format!("{dir}/x"), "s1");
+    create(&cluster, &inside, FILE_MODE);
+    // The first create there lent the directory's times to s1; the next is held back there.
+    create(&cluster, &cluster.path_on(&format!("{dir}/y"), "s1"), FILE_MODE);
+    let release = raised();
+    cluster.net.add(Filter::new("CollectTouches", Action::Hold { release: release.clone() }).to("s1"));
+    let releaser = {
+        let release = release.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(4));
+            release.store(false, Ordering::SeqCst);
+        })
+    };
+
+    let started = Instant::now();
+    let stat = cluster.call(Request::Stat(FileOnly { file: dir_file }));
+    let waited = started.elapsed();
+    release.store(false, Ordering::SeqCst);
+    releaser.join().unwrap();
+
+    assert!(matches!(stat, Ok(Response::Attr(_))), "{stat:?}");
+    assert!(cluster.net.delivered("CollectTouches").iter().any(|delivery| delivery.to == "s1") || waited >= Duration::from_millis(400));
+    assert!(waited < Duration::from_secs(2), "the stat waited {waited:?} for a server that did not answer");
+}

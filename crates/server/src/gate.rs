@@ -1,0 +1,184 @@
+//! The namespace gate: subtrees frozen by directory renames.
+//!
+//! A directory rename moves every entry below the directory from server to server. While it
+//! does, the two subtrees (old and new path) are *frozen* on every server: operations on
+//! names inside them wait (except the rename's own steps, which carry its token), and
+//! operations already under way finish before the freeze is in place, so no name is created,
+//! removed or looked up half-way through the move. Freezes have a lease.
+//!
+//! **Nothing waits while holding a gate pass.** A freeze waits for the passes held, and the
+//! rename that holds a name may need to pass the gate (here or elsewhere) to finish: an
+//! operation that held a pass while waiting for that name closed a circle (operation → name
+//! lock → rename → gate → freeze → operation) that only a deadline broke. So an operation
+//! first takes its name (a short hold, `NameLocks::hold`, waiting for any rename of it),
+//! then the pass, and gives both back when its local step is done (`Names::enter_name`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
+use std::time::Instant;
+
+use ringfs_proto::Errno;
+use ringfs_proto::path;
+
+use crate::deadline::{wait_end, wait_failure};
+use crate::name_locks::{EndedTokens, LEASE, SLOW_WAIT};
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+struct Freeze {
+    token: u64,
+    roots: [String; 2],
+    until: Instant,
+}
+
+impl Freeze {
+    fn covers(&self, path: &str) -> bool {
+        self.roots.iter().any(|root| path == root || path::is_inside(path, root))
+    }
+}
+
+/// The subtrees frozen on this server by directory renames (see the module documentation).
+#[derive(Default)]
+pub struct NamespaceGate {
+    /// Directory-rename attempts thawed: a freeze of theirs arriving late is ignored.
+    thawed_tokens: EndedTokens,
+    frozen: Mutex<Vec<Freeze>>,
+    /// `frozen.len()`, readable without the lock (the pass's fast path when nothing is frozen).
+    frozen_count: AtomicUsize,
+    thawed: Condvar,
+    /// Operations on names hold it shared while they run; a freeze takes it exclusively for a
+    /// moment, so operations under way finish before the freeze is in place.
+    running: RwLock<()>,
+}
+
+/// Held while an operation on names runs (see [`NamespaceGate::pass`]).
+pub struct GatePass<'a> {
+    _running: RwLockReadGuard<'a, ()>,
+}
+
+impl NamespaceGate {
+    /// Waits until none of `paths` lies in a subtree frozen by another rename than `token` (0:
+    /// none), then lets the caller run its local step (keep the pass only for that step: never
+    /// across a request to another server).
+    pub fn pass(&self, paths: &[&str], token: u64) -> Result<GatePass<'_>, Errno> {
+        // Nothing frozen (nearly always): the pass is a read lock. A freeze counts itself
+        // before it waits for the passes, so a pass taken after that sees the count.
+        if self.frozen_count.load(Ordering::SeqCst) == 0 {
+            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if self.frozen_count.load(Ordering::SeqCst) == 0 {
+                return Ok(GatePass { _running: running });
+            }
+        }
+        let started = Instant::now();
+        let deadline = wait_end(started);
+        let mut warned = false;
+        loop {
+            {
+                let mut frozen = lock(&self.frozen);
+                loop {
+                    let now = Instant::now();
+                    frozen.retain(|freeze| freeze.until > now);
+                    self.frozen_count.store(frozen.len(), Ordering::SeqCst);
+                    let blocked = frozen.iter().any(|freeze| freeze.token != token && paths.iter().any(|path| freeze.covers(path)));
+                    if !blocked {
+                        break;
+                    }
+                    if now >= deadline {
+                        return Err(wait_failure());
+                    }
+                    if !warned && now - started > SLOW_WAIT {
+                        warned = true;
+                        log::warn!("waiting {:?} for a thaw of {paths:?}", now - started);
+                    }
+                    frozen =
+                        self.thawed.wait_timeout(frozen, (deadline - now).min(LEASE)).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                }
+            }
+            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            // A freeze may have come in between: check again while holding the pass.
+            let frozen = lock(&self.frozen);
+            let now = Instant::now();
+            let blocked =
+                frozen.iter().any(|freeze| freeze.token != token && freeze.until > now && paths.iter().any(|path| freeze.covers(path)));
+            drop(frozen);
+            if !blocked {
+                return Ok(GatePass { _running: running });
+            }
+        }
+    }
+
+    /// Freezes the subtrees `from` and `to` for `token`; returns once every operation that was
+    /// running has finished.
+    pub fn freeze(&self, token: u64, from: &str, to: &str) {
+        if self.thawed_tokens.has_ended(token) {
+            return; // overtaken by its thaw: that attempt is over
+        }
+        {
+            let mut frozen = lock(&self.frozen);
+            frozen.retain(|freeze| freeze.token != token);
+            frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
+            self.frozen_count.store(frozen.len(), Ordering::SeqCst);
+        }
+        let started = Instant::now();
+        drop(self.running.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        if started.elapsed() > SLOW_WAIT {
+            log::warn!("the freeze of {from} and {to} waited {:?} for running operations", started.elapsed());
+        }
+    }
+
+    /// Ends the freeze of `token`.
+    pub fn thaw(&self, token: u64) {
+        self.thawed_tokens.end(token);
+        let mut frozen = lock(&self.frozen);
+        frozen.retain(|freeze| freeze.token != token);
+        self.frozen_count.store(frozen.len(), Ordering::SeqCst);
+        drop(frozen);
+        self.thawed.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_freeze_holds_off_names_inside_its_subtrees_only() {
+        let gate = Arc::new(NamespaceGate::default());
+        gate.freeze(7, "/from", "/to");
+        assert!(gate.pass(&["/other"], 0).is_ok());
+        assert!(gate.pass(&["/fromage"], 0).is_ok());
+        assert!(gate.pass(&["/from/x"], 7).is_ok(), "the rename's own steps pass");
+        let waiter = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                drop(gate.pass(&["/to/y"], 0).unwrap());
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        gate.thaw(7);
+        assert!(waiter.join().unwrap() >= Duration::from_millis(40));
+    }
+
+    #[test]
+    fn a_freeze_waits_for_running_operations() {
+        let gate = Arc::new(NamespaceGate::default());
+        let pass = gate.pass(&["/from/x"], 0).unwrap();
+        let freezer = {
+            let gate = gate.clone();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                gate.freeze(1, "/from", "/to");
+                started.elapsed()
+            })
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(pass);
+        assert!(freezer.join().unwrap() >= Duration::from_millis(40));
+    }
+}

@@ -1,0 +1,388 @@
+//! Test scaffolding (compiled for tests, or with the `testing` feature; never in the product):
+//! servers in one process, joined by a network that tests can aim at.
+//!
+//! [`TestCluster`] builds N servers — every part a real server has, no sockets — whose
+//! requests to each other go through one [`Net`]. A test puts [`Filter`]s on the net in the
+//! spirit of TiKV's `transport_simulate.rs`: *drop*, *delay*, *duplicate*, *hold* or deliver
+//! *late* a given message type, to or from a given server, in a given direction (the request
+//! or its answer), `n` times or while a flag is set. So a test can say "the second
+//! `InstallEntry` to server s2 arrives after its caller gave up" and check what the
+//! coordinators make of it. Every delivery runs on a thread of its own, as it would on the
+//! receiving server.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+use ringfs_placement::{HashFunction, Scheme};
+use ringfs_proto::{Credentials, Errno, Member, Request, Response};
+use ringfs_rpc::{ConnectionConfig, Reply, Service};
+use ringfs_store::ChunkStore;
+
+use crate::dispatch::Dispatcher;
+use crate::membership::Membership;
+use crate::node::{LocalDispatch, Node};
+use crate::outbound::{Outbound, OutboundCall};
+use crate::session::Session;
+use crate::{ServerConfig, build_dispatcher};
+
+/// Which way a filtered message travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// The request, from the caller to the server it is for.
+    Request,
+    /// The answer, back to the caller (the request was delivered and executed).
+    Answer,
+}
+
+/// What a filter does to the messages it catches.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Lost: a request is never delivered; an answer is never received. The caller sees EIO.
+    Drop,
+    /// Delivered (or received) this much later; the caller waits for it.
+    Delay(Duration),
+    /// Delivered twice: the second copy when `release` is lowered (a copy held up in the
+    /// network, arriving later).
+    Duplicate { release: Arc<AtomicBool> },
+    /// Held until `release` is lowered; the caller waits (or gives up at its deadline).
+    Hold { release: Arc<AtomicBool> },
+    /// The caller gives up at once (EIO), and the request is delivered when `release` is
+    /// lowered: a request held up in the network past its caller's patience.
+    Late { release: Arc<AtomicBool> },
+}
+
+/// Catches messages of one type (its `Request` variant's name, such as `"InstallEntry"`),
+/// optionally only from or to one server, and acts on them.
+#[derive(Clone, Debug)]
+pub struct Filter {
+    pub message: &'static str,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub direction: Direction,
+    pub action: Action,
+    /// Matches to let pass before acting ("the second one": skip 1).
+    pub skip: usize,
+    /// How many matches to act on after the skipped ones (`None`: all).
+    pub times: Option<usize>,
+    /// Acts only while this flag is raised (`None`: always).
+    pub while_raised: Option<Arc<AtomicBool>>,
+}
+
+impl Filter {
+    /// A filter acting on every request of type `message`.
+    pub fn new(message: &'static str, action: Action) -> Filter {
+        Filter { message, from: None, to: None, direction: Direction::Request, action, skip: 0, times: None, while_raised: None }
+    }
+
+    pub fn to(mut self, server: &str) -> Filter {
+        self.to = Some(server.to_string());
+        self
+    }
+
+    pub fn from(mut self, server: &str) -> Filter {
+        self.from = Some(server.to_string());
+        self
+    }
+
+    pub fn on_answer(mut self) -> Filter {
+        self.direction = Direction::Answer;
+        self
+    }
+
+    pub fn skip(mut self, count: usize) -> Filter {
+        self.skip = count;
+        self
+    }
+
+    pub fn times(mut self, count: usize) -> Filter {
+        self.times = Some(count);
+        self
+    }
+
+    pub fn while_raised(mut self, flag: Arc<AtomicBool>) -> Filter {
+        self.while_raised = Some(flag);
+        self
+    }
+}
+
+/// A filter in the net, with how many messages it has matched.
+struct Installed {
+    filter: Filter,
+    matched: AtomicUsize,
+}
+
+impl Installed {
+    /// Whether this filter acts on a message of type `message` from `from` to `to` going
+    /// `direction` (counting it as a match).
+    fn catches(&self, message: &str, from: &str, to: &str, direction: Direction) -> bool {
+        let filter = &self.filter;
+        if filter.message != message
+            || filter.direction != direction
+            || filter.from.as_deref().is_some_and(|name| name != from)
+            || filter.to.as_deref().is_some_and(|name| name != to)
+            || filter.while_raised.as_ref().is_some_and(|flag| !flag.load(Ordering::SeqCst))
+        {
+            return false;
+        }
+        let seen = self.matched.fetch_add(1, Ordering::SeqCst);
+        seen >= filter.skip && filter.times.is_none_or(|times| seen < filter.skip + times)
+    }
+}
+
+/// The name of a request's type, as filters name it (`"InstallEntry"`).
+pub fn message_type(request: &Request) -> String {
+    let debug = format!("{request:?}");
+    debug.split(['(', ' ', '{']).next().unwrap_or_default().to_string()
+}
+
+/// A message the net delivered (for tests that check what went where).
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    pub message: String,
+    pub from: String,
+    pub to: String,
+}
+
+/// The network between the servers of a [`TestCluster`].
+#[derive(Default)]
+pub struct Net {
+    servers: RwLock<HashMap<String, Weak<Dispatcher>>>,
+    filters: Mutex<Vec<Arc<Installed>>>,
+    deliveries: Mutex<Vec<Delivery>>,
+    /// Threads delivering late copies, joined by [`Net::settle`].
+    late: Mutex<Vec<std::thread::JoinHandle<()>>>,
+}
+
+impl Net {
+    /// Puts a filter on the net (it acts on messages sent from now on).
+    pub fn add(&self, filter: Filter) {
+        self.filters.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::new(Installed { filter, matched: AtomicUsize::new(0) }));
+    }
+
+    /// Takes every filter off the net.
+    pub fn clear(&self) {
+        self.filters.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// The messages delivered so far of type `message`.
+    pub fn delivered(&self, message: &str) -> Vec<Delivery> {
+        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|delivery| delivery.message == message).cloned().collect()
+    }
+
+    /// Waits until every late or duplicated copy released so far has been delivered.
+    pub fn settle(&self) {
+        let threads = std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()));
+        for thread in threads {
+            let _ = thread.join();
+        }
+    }
+
+    fn action(&self, message: &str, from: &str, to: &str, direction: Direction) -> Option<Action> {
+        let filters = self.filters.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        filters.iter().find(|installed| installed.catches(message, from, to, direction)).map(|installed| installed.filter.action.clone())
+    }
+
+    /// Runs `request` at server `to` as a request from server `from` would run there.
+    fn deliver(&self, from: &str, to: &str, request: &Request, data: &[u8]) -> Result<Reply, Errno> {
+        let server = self.servers.read().unwrap_or_else(|p| p.into_inner()).get(to).and_then(Weak::upgrade).ok_or(Errno::EIO)?;
+        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).push(Delivery {
+            message: message_type(request),
+            from: from.to_string(),
+            to: to.to_string(),
+        });
+        let mut session = Session::local();
+        let mut reply_data = Vec::new();
+        let response = server.handle(&mut session, request.clone(), data, &mut reply_data);
+        match response {
+            Response::Error(errno) => Err(errno),
+            response => {
+                let data_len = reply_data.len();
+                Ok(Reply { response, data: reply_data, data_len })
+            }
+        }
+    }
+
+    /// Delivers a copy of `request` in the background once `release` is lowered.
+    fn deliver_when_released(self: &Arc<Self>, release: Arc<AtomicBool>, from: &str, to: &str, request: &Request, data: &[u8]) {
+        let (net, from, to, request, data) = (self.clone(), from.to_string(), to.to_string(), request.clone(), data.to_vec());
+        let thread = std::thread::spawn(move || {
+            wait_lowered(&release, None);
+            let _ = net.deliver(&from, &to, &request, &data);
+        });
+        self.late.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
+    }
+
+    /// One call through the filters, from `from`, answered until `until`.
+    fn call(self: &Arc<Self>, from: &str, call: OutboundCall<'_>, until: Option<Instant>) -> Result<Reply, Errno> {
+        let message = message_type(call.request);
+        let to = call.to.name.as_str();
+        match self.action(&message, from, to, Direction::Request) {
+            Some(Action::Drop) => return Err(Errno::EIO),
+            Some(Action::Delay(delay)) => std::thread::sleep(delay),
+            Some(Action::Hold { release }) if !wait_lowered(&release, until) => return Err(Errno::EIO),
+            Some(Action::Late { release }) => {
+                self.deliver_when_released(release, from, to, call.request, call.data);
+                return Err(Errno::EIO);
+            }
+            Some(Action::Duplicate { release }) => self.deliver_when_released(release, from, to, call.request, call.data),
+            Some(Action::Hold { .. }) | None => {}
+        }
+        let answer = self.deliver(from, to, call.request, call.data);
+        match self.action(&message, from, to, Direction::Answer) {
+            Some(Action::Drop | Action::Late { .. }) => Err(Errno::EIO),
+            Some(Action::Delay(delay)) => {
+                std::thread::sleep(delay);
+                answer
+            }
+            Some(Action::Hold { release } | Action::Duplicate { release }) => {
+                if wait_lowered(&release, until) {
+                    answer
+                } else {
+                    Err(Errno::EIO)
+                }
+            }
+            None => answer,
+        }
+    }
+}
+
+/// Waits until `flag` is lowered (true), or `until` passes (false).
+fn wait_lowered(flag: &AtomicBool, until: Option<Instant>) -> bool {
+    while flag.load(Ordering::SeqCst) {
+        if until.is_some_and(|until| Instant::now() >= until) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
+}
+
+/// One server's way out onto the [`Net`].
+struct Port {
+    net: Arc<Net>,
+    from: String,
+}
+
+impl Outbound for Port {
+    fn call_each(&self, calls: &[OutboundCall<'_>], until: Option<Instant>, meanwhile: &mut dyn FnMut()) -> Vec<Result<Reply, Errno>> {
+        std::thread::scope(|scope| {
+            let pending: Vec<_> = calls.iter().map(|call| scope.spawn(|| self.net.call(&self.from, *call, until))).collect();
+            meanwhile();
+            pending.into_iter().map(|thread| thread.join().unwrap_or(Err(Errno::EIO))).collect()
+        })
+    }
+
+    fn call_rank(&self, _endpoint: &str, _request: &Request, _data: &[u8]) -> Result<Reply, Errno> {
+        // No global-memory ranks in an in-process cluster.
+        Err(Errno::EIO)
+    }
+
+    fn ping(&self, member: &Member, timeout: Duration) -> bool {
+        let call = OutboundCall { to: member, request: &Request::Ping, data: &[] };
+        self.net.call(&self.from, call, Some(Instant::now() + timeout)).is_ok()
+    }
+}
+
+/// A server of a [`TestCluster`].
+pub struct TestServer {
+    pub node: Arc<Node>,
+    pub dispatcher: Arc<Dispatcher>,
+}
+
+/// N servers in this process (memory stores) on one [`Net`].
+pub struct TestCluster {
+    pub net: Arc<Net>,
+    pub servers: Vec<TestServer>,
+}
+
+impl TestCluster {
+    /// Servers `s0`, `s1`, … with memory stores and default settings.
+    pub fn new(count: usize) -> TestCluster {
+        TestCluster::with_config(count, |_| {})
+    }
+
+    /// Like [`TestCluster::new`], with each server's configuration adjusted by `adjust`.
+    pub fn with_config(count: usize, adjust: impl Fn(&mut ServerConfig)) -> TestCluster {
+        let net = Arc::new(Net::default());
+        let members: Vec<Member> = (0..count)
+            .map(|index| Member {
+                name: format!("s{index}"),
+                tcp_address: format!("in-process:s{index}"),
+                unix_path: String::new(),
+                host_id: index as u64 + 1,
+                pid: 0,
+                alive: true,
+                incarnation: 1,
+            })
+            .collect();
+        let servers = members
+            .iter()
+            .map(|own| {
+                let mut config = ServerConfig::new(&own.name, "127.0.0.1:0", b"test".to_vec());
+                adjust(&mut config);
+                let mut membership = Membership::new(own.clone(), HashFunction::default(), Scheme::default());
+                for other in members.iter().filter(|other| other.name != own.name) {
+                    membership.admit(other.clone());
+                }
+                let store = ChunkStore::open(config.store.clone()).expect("a test store opens");
+                let port = Arc::new(Port { net: net.clone(), from: own.name.clone() });
+                let (gossip, _) = std::sync::mpsc::channel();
+                let connection = ConnectionConfig {
+                    secret: config.secret.clone(),
+                    timeout: config.peer_timeout,
+                    host_id: own.host_id,
+                    from_server: true,
+                    poll: Duration::ZERO,
+                    client_id: 0,
+                    credentials: Default::default(),
+                };
+                let node = Arc::new(Node::new(own.name.clone(), store, membership, port, connection, gossip));
+                let dispatcher = Arc::new(build_dispatcher(&node, &config));
+                node.set_local_dispatch(Arc::downgrade(&dispatcher) as Weak<dyn LocalDispatch>);
+                net.servers.write().unwrap_or_else(|p| p.into_inner()).insert(own.name.clone(), Arc::downgrade(&dispatcher));
+                TestServer { node, dispatcher }
+            })
+            .collect();
+        TestCluster { net, servers }
+    }
+
+    /// The index of the server named `name`.
+    pub fn index_of(&self, name: &str) -> usize {
+        self.servers.iter().position(|server| server.node.name == name).expect("a server of this cluster")
+    }
+
+    /// The name of the server that holds the entry of `path`.
+    pub fn owner_of(&self, path: &str) -> String {
+        self.servers[0].node.owner_of_path(path).name
+    }
+
+    /// A path `{prefix}{n}` whose entry is held by server `server` (`n` counts up from 0).
+    pub fn path_on(&self, prefix: &str, server: &str) -> String {
+        (0..10_000).map(|n| format!("{prefix}{n}")).find(|path| self.owner_of(path) == server).expect("a name on every server")
+    }
+
+    /// Sends `request` as a root client would, to the server that owns its key (any other
+    /// forwards it), with a client's patience of `patience`.
+    pub fn client_call(&self, request: Request, patience: Duration) -> Result<Response, Errno> {
+        let entry = match request.route() {
+            ringfs_proto::Route::Path(path) => self.index_of(&self.owner_of(path)),
+            ringfs_proto::Route::Chunk(key) => self.index_of(&self.servers[0].node.owner_of_chunk(key).name),
+            ringfs_proto::Route::Here => 0,
+        };
+        let mut session = Session::default();
+        session.credentials = Some(Arc::new(Credentials::root()));
+        session.patience = Some(patience);
+        let mut reply_data = Vec::new();
+        match self.servers[entry].dispatcher.handle(&mut session, request, &[], &mut reply_data) {
+            Response::Error(errno) => Err(errno),
+            response => Ok(response),
+        }
+    }
+
+    /// [`TestCluster::client_call`] with a patience of 10 s.
+    pub fn call(&self, request: Request) -> Result<Response, Errno> {
+        self.client_call(request, Duration::from_secs(10))
+    }
+}
