@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{Create, Errno, FileId, FileOnly, Link, Lookup, ReadDir, Rename, Request, Response, Rmdir, Unlink};
+use ringfs_proto::{
+    ChunkKey, ChunkTemplate, Create, Errno, FileId, FileOnly, Link, Lookup, ReadDir, Rename, Request, Response, Rmdir, Unlink, Write,
+    WriteSource,
+};
 
 use crate::testing::{Action, Filter, TestCluster};
 
@@ -265,4 +268,36 @@ fn a_stat_waits_at_most_the_touch_wait_for_a_server_holding_back_touches() {
     assert!(matches!(stat, Ok(Response::Attr(_))), "{stat:?}");
     assert!(cluster.net.delivered("CollectTouches").iter().any(|delivery| delivery.to == "s1") || waited >= Duration::from_millis(400));
     assert!(waited < Duration::from_secs(2), "the stat waited {waited:?} for a server that did not answer");
+}
+
+#[test]
+fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
+    // Cache mode: before a chunk is flushed, its server asks the inode's server where the
+    // file lives in the backend (`FlushPrepare`); a chunk whose question got no answer must
+    // wait and be flushed later, never be taken for the chunk of a file with no place.
+    let backend = std::env::temp_dir().join(format!("ringfs-flush-test-{}", std::process::id()));
+    std::fs::create_dir_all(&backend).unwrap();
+    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
+    let cluster = TestCluster::with_config(3, |config| {
+        config.store.cache = Some(cache.clone());
+        config.flush.policy = crate::FlushPolicy::None;
+    });
+    let file = create(&cluster, "/out", FILE_MODE);
+    let template = ChunkTemplate { mode: FILE_MODE, uid: 0, gid: 0, chunk_size: 1 << 16, backend_len: 0 };
+    let second_chunk = ChunkKey::new(file, 1);
+    let data_server = cluster.servers[0].node.owner_of_chunk(second_chunk).name;
+    let inode_server = cluster.servers[0].node.home_of(file).name;
+    assert_ne!(data_server, inode_server, "chunk 1 lives on the next server");
+    cluster.call(Request::MarkExtended(FileOnly { file })).unwrap();
+    let write = Write { chunk: second_chunk, offset: 0, source: WriteSource::Inline, template, time_ns: 1 };
+    cluster.client_call_with_data(Request::Write(write), b"second chunk", Duration::from_secs(10)).unwrap();
+    cluster.net.add(Filter::new("FlushPrepare", Action::Drop).from(&data_server).to(&inode_server).on_answer().times(2));
+
+    cluster.sync().expect("sync");
+
+    let flushed = std::fs::read(backend.join("out")).unwrap_or_default();
+    std::fs::remove_dir_all(&backend).unwrap();
+    assert!(cluster.net.delivered("FlushPrepare").len() >= 3, "asked again after the lost answers");
+    assert_eq!(flushed.len(), (1 << 16) + 12);
+    assert_eq!(&flushed[1 << 16..], b"second chunk");
 }

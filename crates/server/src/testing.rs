@@ -366,6 +366,11 @@ impl TestCluster {
     /// Sends `request` as a root client would, to the server that owns its key (any other
     /// forwards it), with a client's patience of `patience`.
     pub fn client_call(&self, request: Request, patience: Duration) -> Result<Response, Errno> {
+        self.client_call_with_data(request, &[], patience)
+    }
+
+    /// [`TestCluster::client_call`] of a request with a data section (an inline write).
+    pub fn client_call_with_data(&self, request: Request, data: &[u8], patience: Duration) -> Result<Response, Errno> {
         let entry = match request.route() {
             ringfs_proto::Route::Path(path) => self.index_of(&self.owner_of(path)),
             ringfs_proto::Route::Chunk(key) => self.index_of(&self.servers[0].node.owner_of_chunk(key).name),
@@ -375,10 +380,28 @@ impl TestCluster {
         session.credentials = Some(Arc::new(Credentials::root()));
         session.patience = Some(patience);
         let mut reply_data = Vec::new();
-        match self.servers[entry].dispatcher.handle(&mut session, request, &[], &mut reply_data) {
+        match self.servers[entry].dispatcher.handle(&mut session, request, data, &mut reply_data) {
             Response::Error(errno) => Err(errno),
             response => Ok(response),
         }
+    }
+
+    /// Asks every server to flush what is dirty now to the backend (cache mode), as
+    /// `ringfs sync` does; the first error, if any.
+    pub fn sync(&self) -> Result<(), Errno> {
+        for server in &self.servers {
+            let mut ticket = 0;
+            loop {
+                let mut session = Session::local();
+                match server.dispatcher.handle(&mut session, Request::Sync(ringfs_proto::Sync { ticket }), &[], &mut Vec::new()) {
+                    Response::SyncProgress(progress) if progress.remaining == 0 => break,
+                    Response::SyncProgress(progress) => ticket = progress.ticket,
+                    Response::Error(errno) => return Err(errno),
+                    other => panic!("sync answered {other:?}"),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// [`TestCluster::client_call`] with a patience of 10 s.
