@@ -7,7 +7,9 @@
 # namespaces (30 cuts of veth links, SIGSTOP, kill+restart), the randomized concurrent
 # namespace test and the cache-mode suite (its random renames with a new seed; running beside
 # other work, it found flushes racing renames that a quiet machine never shows), and the
-# global memory's eviction storms (one more seed each round) and relayed batches of reads.
+# global memory's eviction storms (one more seed each round) and relayed batches of reads,
+# and 20 new seeds of the seeded interleavings of namespace operations (ringfs-server's
+# `seeded_interleavings`: a failing seed replays its order of steps exactly).
 # The summary line at the end is what docs/TESTING.md records.
 # RINGFS_SOAK_HEAL_SECS (default 35, the documented bound: locks of a lost operation lapse
 # after 30 s) is how soon the simulated cluster must work again after the faults; 5 finds
@@ -35,6 +37,11 @@ while [ "$(date +%s)" -lt "$end" ]; do
             exit 1
         fi
     done
+    schedule_seeds="$((seed * 20))-$((seed * 20 + 19))"
+    if ! RINGFS_SCHEDULE_SEEDS=$schedule_seeds cargo test -p ringfs-server --quiet --lib seeded_interleavings > "$log_dir/interleavings-$seed.log" 2>&1; then
+        echo "FAILED: seeded interleavings with seeds $schedule_seeds after $rounds rounds (log: $log_dir/interleavings-$seed.log)"
+        exit 1
+    fi
     rounds=$((rounds + 1))
 done
 echo "soak: heal bound ${heal} s, $rounds rounds in $minutes minutes, seeds $((seed - rounds + 1))..$seed, no failure (logs: $log_dir)"

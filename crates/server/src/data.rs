@@ -150,7 +150,7 @@ impl Data {
                         return Err(errno);
                     }
                     while self.node.store.backend_held() && std::time::Instant::now() < deadline {
-                        std::thread::sleep(std::time::Duration::from_millis(1));
+                        crate::sched::pause(std::time::Duration::from_millis(1));
                     }
                     attempt += 1;
                 }

@@ -37,7 +37,7 @@
 //! it into *loose* ones, sent by file id with the next flush.
 
 use std::cell::Cell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -86,8 +86,9 @@ struct TouchState {
 /// numbered below `gathering` has been taken by a thread, and has been sent unless it is in
 /// `in_flight`.
 struct Batches {
-    /// Touches waiting to be sent: the latest time for each directory.
-    pending: HashMap<String, i64>,
+    /// Touches waiting to be sent: the latest time for each directory (in path order, so
+    /// that a seeded test schedule replays the same sends).
+    pending: BTreeMap<String, i64>,
     /// When the oldest pending touch was noted.
     pending_since: Option<Instant>,
     /// The number of the batch the pending touches will go in.
@@ -98,7 +99,7 @@ struct Batches {
 
 impl Default for Batches {
     fn default() -> Batches {
-        Batches { pending: HashMap::new(), pending_since: None, gathering: 1, in_flight: BTreeSet::new() }
+        Batches { pending: BTreeMap::new(), pending_since: None, gathering: 1, in_flight: BTreeSet::new() }
     }
 }
 
@@ -109,7 +110,7 @@ impl Batches {
         let batch = self.gathering;
         self.gathering += 1;
         self.in_flight.insert(batch);
-        (batch, self.pending.drain().collect())
+        (batch, std::mem::take(&mut self.pending).into_iter().collect())
     }
 
     fn is_sent(&self, batch: u64) -> bool {
@@ -354,7 +355,7 @@ impl DirTimes {
             if now >= end {
                 return Turn::GiveUp;
             }
-            batches = times.sent.wait_timeout(batches, end - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            batches = crate::sched::wait_timeout(&times.sent, &times.batches, batches, end - now);
         }
     }
 

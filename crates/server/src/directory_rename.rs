@@ -27,7 +27,7 @@
 //! subtree wait during the move; the two parent directories' listings may show both names (or,
 //! for an instant, only the old one) while the rename completes.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -269,7 +269,8 @@ impl DirectoryRenames {
     /// Sends names taken out for a directory rename to their new servers; those that could
     /// not be sent are returned (the caller keeps them to try again).
     fn send_moved(&self, token: u64, moved: Vec<MovedEntry>) -> Result<(), Vec<MovedEntry>> {
-        let mut by_owner: HashMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = HashMap::new();
+        // (In name order, so that a seeded test schedule replays the same sends.)
+        let mut by_owner: BTreeMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = BTreeMap::new();
         for entry in moved {
             let owner = self.node.owner_of_path(&entry.path);
             by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
@@ -324,7 +325,7 @@ impl DirectoryRenames {
                 warned = true;
                 log::warn!("waiting {:?} for the namespace lock", now - started);
             }
-            std::thread::sleep(Duration::from_millis(5));
+            crate::sched::pause(Duration::from_millis(5));
         }
     }
 
@@ -361,7 +362,7 @@ impl DirectoryRenames {
             });
             match attempt {
                 Err(TreeRenameError::Busy) if Instant::now() + pause < deadline => {
-                    std::thread::sleep(pause);
+                    crate::sched::pause(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
                 Err(TreeRenameError::Busy) => break Err(wait_failure()),
@@ -482,11 +483,8 @@ impl DirectoryRenames {
             // and back again must be asked again, not skipped as dead.
             let members: Vec<ringfs_proto::Member> =
                 pending.iter().filter_map(|name| self.node.membership().member(name).cloned()).collect();
-            let request = Request::MoveSubtree(subtree.clone());
-            let answers: Vec<Result<Response, Errno>> = std::thread::scope(|scope| {
-                let calls: Vec<_> = members.iter().map(|member| scope.spawn(|| self.node.ask(member, request.clone()))).collect();
-                calls.into_iter().map(|call| call.join().unwrap_or(Err(Errno::EIO))).collect()
-            });
+            let targets: Vec<_> = members.iter().map(|member| (member.clone(), Request::MoveSubtree(subtree.clone()))).collect();
+            let answers = self.node.ask_each(&targets, None);
             let mut last_error = Errno::EIO;
             pending = members
                 .into_iter()
@@ -504,7 +502,7 @@ impl DirectoryRenames {
             if Instant::now() + pause >= deadline {
                 return Err(last_error);
             }
-            std::thread::sleep(pause);
+            crate::sched::pause(pause);
             pause = (pause * 2).min(Duration::from_millis(500));
         }
     }

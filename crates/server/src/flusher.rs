@@ -249,7 +249,7 @@ impl Flusher {
                     log::error!("sync gives up after {failures} failed attempts: {error}");
                     return Err(Errno::EIO);
                 }
-                Some((Err(_) | Ok(FlushOutcome::Deferred | FlushOutcome::Held), _)) => std::thread::sleep(RETRY_PAUSE / 4),
+                Some((Err(_) | Ok(FlushOutcome::Deferred | FlushOutcome::Held), _)) => crate::sched::pause(RETRY_PAUSE / 4),
                 Some((Ok(_), _)) => {}
             }
         }

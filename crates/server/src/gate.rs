@@ -92,8 +92,7 @@ impl NamespaceGate {
                         warned = true;
                         log::warn!("waiting {:?} for a thaw of {paths:?}", now - started);
                     }
-                    frozen =
-                        self.thawed.wait_timeout(frozen, (deadline - now).min(LEASE)).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                    frozen = crate::sched::wait_timeout(&self.thawed, &self.frozen, frozen, (deadline - now).min(LEASE));
                 }
             }
             let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());

@@ -31,6 +31,8 @@ mod files;
 mod flusher;
 mod gate;
 pub mod gmem;
+#[cfg(test)]
+mod interleaving_tests;
 mod membership;
 mod name_locks;
 mod names;
@@ -41,6 +43,7 @@ mod peers;
 mod permissions;
 mod reclaim;
 mod renames;
+mod sched;
 mod session;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

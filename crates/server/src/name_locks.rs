@@ -121,9 +121,9 @@ impl NameLocks {
         }
     }
 
-    fn wait<'a>(&self, held: MutexGuard<'a, HashMap<String, Held>>, limit: Duration) -> MutexGuard<'a, HashMap<String, Held>> {
+    fn wait<'a>(&'a self, held: MutexGuard<'a, HashMap<String, Held>>, limit: Duration) -> MutexGuard<'a, HashMap<String, Held>> {
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        let held = self.released.wait_timeout(held, limit).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+        let held = crate::sched::wait_timeout(&self.released, &self.held, held, limit);
         self.waiting.fetch_sub(1, Ordering::Relaxed);
         held
     }

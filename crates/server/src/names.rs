@@ -147,7 +147,7 @@ impl Names {
                 other => return other.map_err(store_errno),
             }
             if attempt >= 4 {
-                std::thread::sleep(std::time::Duration::from_millis(attempt - 3));
+                crate::sched::pause(std::time::Duration::from_millis(attempt - 3));
             }
         }
         log::warn!("could not learn a parent directory while directories around it keep changing");
@@ -193,7 +193,7 @@ impl Names {
             match attempt {
                 Err(Errno::EAGAIN) if attempts < 2000 => {
                     attempts += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    crate::sched::pause(std::time::Duration::from_millis(1));
                 }
                 Err(Errno::EAGAIN) => return Err(Errno::EBUSY),
                 other => break other?,

@@ -60,7 +60,7 @@ pub fn retry_uncertain_for<T>(limit: Duration, mut step: impl FnMut() -> Result<
     loop {
         match step() {
             Err(Errno::EIO) if Instant::now() + pause < deadline => {
-                std::thread::sleep(pause);
+                crate::sched::pause(pause);
                 pause = (pause * 2).min(Duration::from_millis(500));
             }
             outcome => return outcome,

@@ -153,12 +153,29 @@ pub struct Net {
     deliveries: Mutex<Vec<Delivery>>,
     /// Threads delivering late copies, joined by [`Net::settle`].
     late: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    /// When set, every delivery is a step of this schedule (see [`Schedule`]).
+    schedule: RwLock<Option<Arc<Schedule>>>,
 }
 
 impl Net {
     /// Puts a filter on the net (it acts on messages sent from now on).
     pub fn add(&self, filter: Filter) {
         self.filters.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::new(Installed { filter, matched: AtomicUsize::new(0) }));
+    }
+
+    /// Runs every delivery from now on as a step of `schedule`.
+    pub fn set_schedule(&self, schedule: Arc<Schedule>) {
+        *self.schedule.write().unwrap_or_else(|p| p.into_inner()) = Some(schedule);
+    }
+
+    /// Delivers on threads of their own again (after a scheduled run: a thread that is not a
+    /// step of the schedule must not start steps, or the order would depend on it).
+    pub fn clear_schedule(&self) {
+        *self.schedule.write().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn schedule(&self) -> Option<Arc<Schedule>> {
+        self.schedule.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Takes every filter off the net.
@@ -207,10 +224,14 @@ impl Net {
     /// Delivers a copy of `request` in the background once `release` is lowered.
     fn deliver_when_released(self: &Arc<Self>, release: Arc<AtomicBool>, from: &str, to: &str, request: &Request, data: &[u8]) {
         let (net, from, to, request, data) = (self.clone(), from.to_string(), to.to_string(), request.clone(), data.to_vec());
-        let thread = std::thread::spawn(move || {
+        let body = move || {
             wait_lowered(&release, None);
             let _ = net.deliver(&from, &to, &request, &data);
-        });
+        };
+        let thread = match self.schedule() {
+            Some(schedule) => schedule.spawn(body),
+            None => std::thread::spawn(body),
+        };
         self.late.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
     }
 
@@ -254,10 +275,13 @@ fn wait_lowered(flag: &AtomicBool, until: Option<Instant>) -> bool {
         if until.is_some_and(|until| Instant::now() >= until) {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(1));
+        crate::sched::pause(Duration::from_millis(1));
     }
     true
 }
+
+/// Where a scheduled call's answer is put by the step that delivers it.
+type AnswerSlot = Arc<Mutex<Option<Result<Reply, Errno>>>>;
 
 /// One server's way out onto the [`Net`].
 struct Port {
@@ -267,6 +291,9 @@ struct Port {
 
 impl Outbound for Port {
     fn call_each(&self, calls: &[OutboundCall<'_>], until: Option<Instant>, meanwhile: &mut dyn FnMut()) -> Vec<Result<Reply, Errno>> {
+        if let Some(schedule) = self.net.schedule() {
+            return self.call_each_scheduled(&schedule, calls, until, meanwhile);
+        }
         std::thread::scope(|scope| {
             let pending: Vec<_> = calls.iter().map(|call| scope.spawn(|| self.net.call(&self.from, *call, until))).collect();
             meanwhile();
@@ -282,6 +309,228 @@ impl Outbound for Port {
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
         let call = OutboundCall { to: member, request: &Request::Ping, data: &[] };
         self.net.call(&self.from, call, Some(Instant::now() + timeout)).is_ok()
+    }
+}
+
+impl Port {
+    /// [`Outbound::call_each`] under a [`Schedule`]: every call is a step of its own; the
+    /// caller gives its turn away while it waits for them.
+    fn call_each_scheduled(
+        &self,
+        schedule: &Arc<Schedule>,
+        calls: &[OutboundCall<'_>],
+        until: Option<Instant>,
+        meanwhile: &mut dyn FnMut(),
+    ) -> Vec<Result<Reply, Errno>> {
+        crate::sched::yield_point();
+        let answers: Vec<AnswerSlot> = calls.iter().map(|_| Arc::new(Mutex::new(None))).collect();
+        for (call, answer) in calls.iter().zip(&answers) {
+            let (net, from, answer) = (self.net.clone(), self.from.clone(), answer.clone());
+            let (to, request, data) = (call.to.clone(), call.request.clone(), call.data.to_vec());
+            let label = format!("{} {from}->{}", message_type(&request), to.name);
+            schedule.spawn_labelled(label, move || {
+                let outcome = net.call(&from, OutboundCall { to: &to, request: &request, data: &data }, until);
+                *answer.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+            });
+        }
+        meanwhile();
+        answers
+            .iter()
+            .map(|answer| {
+                loop {
+                    if let Some(outcome) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                        break outcome;
+                    }
+                    crate::sched::yield_point();
+                }
+            })
+            .collect()
+    }
+}
+
+/// Runs the steps of a cluster one at a time, in an order a seed decides, so that a seed
+/// replays an interleaving: a *step* is a thread the schedule started (a client's operations,
+/// one delivery of a message), and it runs alone until it waits, sends a message or ends
+/// (`sched`); then the schedule picks, with its seeded generator, which waiting step goes
+/// next. A step that blocks where the schedule cannot see it (a lock held across a step,
+/// which the servers' design avoids) is noticed by a watchdog after [`STALL_LIMIT`], counted
+/// as a stall, and another step is let go; a run without stalls is replayed exactly by its
+/// seed (the order of steps: [`Schedule::trace`]).
+pub struct Schedule {
+    state: Mutex<ScheduleState>,
+    turn: std::sync::Condvar,
+}
+
+/// A step that keeps the turn this long without giving it back is taken to be blocked.
+pub const STALL_LIMIT: Duration = Duration::from_millis(500);
+
+struct ScheduleState {
+    random: u64,
+    started: bool,
+    running: Option<u64>,
+    /// Steps waiting for their turn, by number (numbers are given in the order steps are
+    /// started, which the schedule itself decides).
+    ready: std::collections::BTreeSet<u64>,
+    next_step: u64,
+    /// Every turn given, in order.
+    trace: Vec<u64>,
+    /// What each step is (for a reader of a trace), by step number.
+    labels: std::collections::BTreeMap<u64, String>,
+    stalls: u64,
+    live: usize,
+}
+
+/// A step's view of its schedule (what `sched` calls).
+struct StepTurns {
+    schedule: Arc<Schedule>,
+    step: u64,
+}
+
+impl crate::sched::Turns for StepTurns {
+    fn yield_turn(&self) {
+        self.schedule.yield_turn(self.step);
+    }
+}
+
+impl Schedule {
+    /// A schedule whose order of steps `seed` decides. Steps started before
+    /// [`Schedule::start`] wait for it.
+    pub fn new(seed: u64) -> Arc<Schedule> {
+        let schedule = Arc::new(Schedule {
+            state: Mutex::new(ScheduleState {
+                random: seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+                started: false,
+                running: None,
+                ready: Default::default(),
+                next_step: 0,
+                trace: Vec::new(),
+                labels: Default::default(),
+                stalls: 0,
+                live: 0,
+            }),
+            turn: std::sync::Condvar::new(),
+        });
+        let watched = Arc::downgrade(&schedule);
+        std::thread::spawn(move || watch_for_stalls(&watched));
+        schedule
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ScheduleState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts `body` as a step (it runs when the schedule gives it the turn).
+    pub fn spawn(self: &Arc<Self>, body: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+        self.spawn_labelled(String::new(), body)
+    }
+
+    /// [`Schedule::spawn`] of a step that `label` describes.
+    pub fn spawn_labelled(self: &Arc<Self>, label: String, body: impl FnOnce() + Send + 'static) -> std::thread::JoinHandle<()> {
+        // Ready at once (not when its thread gets going): which steps a turn can go to must
+        // not depend on how fast the system starts threads.
+        let step = {
+            let mut state = self.state();
+            state.next_step += 1;
+            state.live += 1;
+            let step = state.next_step;
+            state.ready.insert(step);
+            state.labels.insert(step, label);
+            step
+        };
+        let schedule = self.clone();
+        std::thread::spawn(move || {
+            schedule.await_turn(step);
+            crate::sched::with_turns(Arc::new(StepTurns { schedule: schedule.clone(), step }), body);
+            let mut state = schedule.state();
+            state.live -= 1;
+            if state.running == Some(step) {
+                schedule.pick(&mut state);
+            }
+        })
+    }
+
+    /// Lets the steps run (once every first step has been started).
+    pub fn start(&self) {
+        let mut state = self.state();
+        state.started = true;
+        if state.running.is_none() {
+            self.pick(&mut state);
+        }
+    }
+
+    /// The order in which steps had their turns.
+    pub fn trace(&self) -> Vec<u64> {
+        self.state().trace.clone()
+    }
+
+    /// What step `step` is.
+    pub fn label(&self, step: u64) -> String {
+        self.state().labels.get(&step).cloned().unwrap_or_default()
+    }
+
+    /// How many times a step kept its turn past [`STALL_LIMIT`].
+    pub fn stalls(&self) -> u64 {
+        self.state().stalls
+    }
+
+    /// Gives the turn to a waiting step chosen by the seed (or to nobody).
+    fn pick(&self, state: &mut ScheduleState) {
+        state.running = None;
+        if !state.started || state.ready.is_empty() {
+            return;
+        }
+        state.random ^= state.random << 13;
+        state.random ^= state.random >> 7;
+        state.random ^= state.random << 17;
+        let index = (state.random % state.ready.len() as u64) as usize;
+        let step = *state.ready.iter().nth(index).expect("index within the ready steps");
+        state.ready.remove(&step);
+        state.running = Some(step);
+        state.trace.push(step);
+        self.turn.notify_all();
+    }
+
+    /// Waits until `step` (ready) has the turn.
+    fn await_turn(&self, step: u64) {
+        let mut state = self.state();
+        if state.running.is_none() {
+            self.pick(&mut state);
+        }
+        while state.running != Some(step) {
+            state = self.turn.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn yield_turn(&self, step: u64) {
+        {
+            let mut state = self.state();
+            state.ready.insert(step);
+            if state.running == Some(step) {
+                self.pick(&mut state);
+            }
+        }
+        self.await_turn(step);
+    }
+}
+
+/// Lets another step go when the running one keeps its turn past [`STALL_LIMIT`].
+fn watch_for_stalls(schedule: &Weak<Schedule>) {
+    let mut last = (None, 0);
+    let mut since = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let Some(schedule) = schedule.upgrade() else { return };
+        let mut state = schedule.state();
+        let now = (state.running, state.trace.len());
+        if now != last || state.running.is_none() {
+            (last, since) = (now, Instant::now());
+            continue;
+        }
+        if since.elapsed() >= STALL_LIMIT {
+            state.stalls += 1;
+            schedule.pick(&mut state);
+            since = Instant::now();
+        }
     }
 }
 
