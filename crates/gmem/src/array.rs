@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CacheMode, CompareSwap, GmemAtomic};
+use ringfs_proto::gmem::{ArrayLayout, AtomicOp, BlockRange, CacheMode, CompareSwap, Distribution, GmemAlloc, GmemAtomic, GmemFree};
 use ringfs_proto::{Errno, ReadReply, Request, Response};
 
 use crate::Result;
 use crate::cache::{BlockCache, Use};
+use crate::layout::home_index;
 use crate::pending::{GetHandle, PutHandle};
-use crate::world::{World, home_index};
+use crate::world::World;
 
 /// An array of global memory (see the crate doc). Cheap to clone; thread-safe.
 #[derive(Clone)]
@@ -423,6 +424,53 @@ fn tile_segments(tile: Tile, pitch: usize, buffer_len: usize) -> Result<Vec<(u64
             Ok((offset, row as usize * pitch))
         })
         .collect()
+}
+
+/// Collective allocation and freeing of arrays (with the array they make, so that `world`
+/// needs nothing of this module).
+impl World {
+    /// Allocates an array of `len` bytes in blocks of `block_size` bytes (a power of two
+    /// up to 16 MiB) placed by `distribution` — collectively: every rank calls it with the
+    /// same arguments, in the same order as its other allocations, and all get the same
+    /// array. Its bytes start as zeros.
+    pub fn alloc(&self, len: u64, distribution: Distribution, block_size: u32) -> Result<GlobalArray> {
+        let identity = self.inner.identity;
+        let request = Request::GmemAlloc(GmemAlloc {
+            job: identity.job,
+            sequence: self.inner.allocations.fetch_add(1, Ordering::Relaxed),
+            rank: identity.rank,
+            ranks: identity.ranks,
+            host_id: ringfs_rpc::transport::local_host_id(),
+            len,
+            block_size,
+            distribution,
+            cache: self.inner.cache.as_ref().map_or(CacheMode::Uncached, |cache| cache.config.mode()),
+            endpoint: self.inner.cache.as_ref().map_or_else(String::new, |cache| cache.endpoint().to_string()),
+        });
+        match self.inner.until_everyone(&request)? {
+            Response::GmemArray(layout) => {
+                let array = GlobalArray::new(self.clone(), layout);
+                if let Some(cache) = &self.inner.cache {
+                    cache.add_array(array.layout());
+                }
+                Ok(array)
+            }
+            _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Frees `array` — collectively: its blocks go once every rank has freed it. Accesses
+    /// through this rank fail with ESTALE afterwards.
+    pub fn free(&self, array: &GlobalArray) -> Result<()> {
+        self.quiet()?;
+        array.mark_freed();
+        if let Some(cache) = &self.inner.cache {
+            cache.drop_array(array.id());
+        }
+        let identity = self.inner.identity;
+        let request = Request::GmemFree(GmemFree { job: identity.job, array: array.id(), rank: identity.rank, ranks: identity.ranks });
+        self.inner.call(&self.inner.coordinator, &request, &[]).map(drop)
+    }
 }
 
 #[cfg(test)]

@@ -44,7 +44,7 @@ use ringfs_rpc::transport::{Listener, PeerIdentity};
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service};
 
 use crate::Result;
-use crate::world::home_index;
+use crate::layout::home_index;
 
 /// How a rank caches (from the environment: [`CacheConfig::from_env`]).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -26,6 +26,7 @@
 
 mod array;
 mod cache;
+mod layout;
 mod pending;
 mod ranks;
 mod typed;

@@ -6,12 +6,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ringfs_client::Client;
-use ringfs_proto::gmem::{ArrayLayout, CacheMode, Distribution, GmemAlloc, GmemBarrier, GmemFree};
+use ringfs_proto::gmem::{CacheMode, GmemBarrier};
 use ringfs_proto::{Errno, Request, Response};
 use ringfs_rpc::Connection;
 
 use crate::Result;
-use crate::array::GlobalArray;
 use crate::cache::{BlockCache, CacheConfig, CacheStats};
 use crate::pending::{Implicit, Pool};
 use crate::ranks::{RankIdentity, identity_from_env};
@@ -29,9 +28,9 @@ pub(crate) struct WorldInner {
     pub client: Client,
     pub identity: RankIdentity,
     /// The server the job's collective steps meet at.
-    coordinator: String,
+    pub coordinator: String,
     /// Collective allocations made so far (each rank counts the same).
-    allocations: AtomicU64,
+    pub allocations: AtomicU64,
     /// Barriers passed so far.
     barriers: AtomicU64,
     pub pool: Pool,
@@ -97,49 +96,6 @@ impl World {
     /// The client underneath (its files and the global memory share connections).
     pub fn client(&self) -> &Client {
         &self.inner.client
-    }
-
-    /// Allocates an array of `len` bytes in blocks of `block_size` bytes (a power of two
-    /// up to 16 MiB) placed by `distribution` — collectively: every rank calls it with the
-    /// same arguments, in the same order as its other allocations, and all get the same
-    /// array. Its bytes start as zeros.
-    pub fn alloc(&self, len: u64, distribution: Distribution, block_size: u32) -> Result<GlobalArray> {
-        let identity = self.inner.identity;
-        let request = Request::GmemAlloc(GmemAlloc {
-            job: identity.job,
-            sequence: self.inner.allocations.fetch_add(1, Ordering::Relaxed),
-            rank: identity.rank,
-            ranks: identity.ranks,
-            host_id: ringfs_rpc::transport::local_host_id(),
-            len,
-            block_size,
-            distribution,
-            cache: self.inner.cache.as_ref().map_or(CacheMode::Uncached, |cache| cache.config.mode()),
-            endpoint: self.inner.cache.as_ref().map_or_else(String::new, |cache| cache.endpoint().to_string()),
-        });
-        match self.inner.until_everyone(&request)? {
-            Response::GmemArray(layout) => {
-                let array = GlobalArray::new(self.clone(), layout);
-                if let Some(cache) = &self.inner.cache {
-                    cache.add_array(array.layout());
-                }
-                Ok(array)
-            }
-            _ => Err(Errno::EPROTO),
-        }
-    }
-
-    /// Frees `array` — collectively: its blocks go once every rank has freed it. Accesses
-    /// through this rank fail with ESTALE afterwards.
-    pub fn free(&self, array: &GlobalArray) -> Result<()> {
-        self.quiet()?;
-        array.mark_freed();
-        if let Some(cache) = &self.inner.cache {
-            cache.drop_array(array.id());
-        }
-        let identity = self.inner.identity;
-        let request = Request::GmemFree(GmemFree { job: identity.job, array: array.id(), rank: identity.rank, ranks: identity.ranks });
-        self.inner.call(&self.inner.coordinator, &request, &[]).map(drop)
     }
 
     /// Waits until every rank has called it (after completing this rank's implicit
@@ -215,65 +171,12 @@ impl WorldInner {
 
     /// Asks the coordinator until every rank has (it answers EAGAIN until then, after
     /// waiting a little for them).
-    fn until_everyone(&self, request: &Request) -> Result<Response> {
+    pub(crate) fn until_everyone(&self, request: &Request) -> Result<Response> {
         loop {
             match self.call(&self.coordinator, request, &[]) {
                 Err(Errno::EAGAIN) => continue,
                 outcome => return outcome.map(|reply| reply.response),
             }
         }
-    }
-}
-
-/// What an array's blocks are placed by (kept with the array).
-pub(crate) fn home_index(layout: &ArrayLayout, block: u64) -> usize {
-    let homes = layout.homes.len().max(1) as u64;
-    let index = match layout.distribution {
-        Distribution::Block => {
-            let blocks = layout.len.div_ceil(u64::from(layout.block_size)).max(1);
-            block / blocks.div_ceil(homes)
-        }
-        Distribution::Cyclic(run) => (block / u64::from(run.max(1))) % homes,
-        Distribution::Hashed => {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&layout.array.to_le_bytes());
-            key[8..].copy_from_slice(&block.to_le_bytes());
-            xxhash_rust::xxh3::xxh3_64(&key) % homes
-        }
-    };
-    index.min(homes - 1) as usize
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn layout(len: u64, distribution: Distribution, homes: usize) -> ArrayLayout {
-        ArrayLayout {
-            array: 7,
-            len,
-            block_size: 4096,
-            distribution,
-            homes: (0..homes).map(|home| format!("s{home}")).collect(),
-            cache: CacheMode::Uncached,
-            nodes: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn blocks_go_to_their_homes_by_distribution() {
-        // 10 blocks over 4 ranks: parts of 3, 3, 3 and 1 blocks.
-        let block = layout(10 * 4096, Distribution::Block, 4);
-        let homes: Vec<usize> = (0..10).map(|index| home_index(&block, index)).collect();
-        assert_eq!(homes, [0, 0, 0, 1, 1, 1, 2, 2, 2, 3]);
-        let cyclic = layout(10 * 4096, Distribution::Cyclic(2), 3);
-        let homes: Vec<usize> = (0..10).map(|index| home_index(&cyclic, index)).collect();
-        assert_eq!(homes, [0, 0, 1, 1, 2, 2, 0, 0, 1, 1]);
-        let hashed = layout(1000 * 4096, Distribution::Hashed, 4);
-        let mut counts = [0; 4];
-        for index in 0..1000 {
-            counts[home_index(&hashed, index)] += 1;
-        }
-        assert!(counts.iter().all(|count| *count > 150), "{counts:?}");
     }
 }

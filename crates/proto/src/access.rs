@@ -7,17 +7,7 @@
 
 use crate::attr::{Attr, FileKind};
 use crate::errno::Errno;
-use crate::message::SetAttr;
-
-/// A user and their groups.
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
-pub struct Credentials {
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-}
-crate::wire_struct!(Credentials { uid, gid, groups });
+use crate::message::{Credentials, SetAttr};
 
 /// Read, write and execute (search, for a directory) permission, as in `access(2)`.
 pub const MAY_READ: u32 = 4;

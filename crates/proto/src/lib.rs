@@ -34,10 +34,10 @@ pub mod message;
 pub mod path;
 pub mod wire;
 
-pub use access::Credentials;
 pub use attr::{ATTR_BYTES, Attr, EntryFlags, FileKind};
 pub use codec::DecodeError;
 pub use errno::Errno;
 pub use frame::{FrameError, FrameHeader, HEADER_LEN, MAX_BODY_LEN, MAX_DATA_LEN};
 pub use id::{ChunkKey, FileId};
+pub use message::Credentials;
 pub use message::*;

@@ -5,7 +5,6 @@
 //! [`Request`] and [`Response`] give each variant its tag). `docs/PROTOCOL.md` lists every
 //! message; tags must never be renumbered within a protocol version.
 
-use crate::access::Credentials;
 use crate::attr::{ATTR_BYTES, FileKind};
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::gmem::{
@@ -49,6 +48,16 @@ impl Wire for Errno {
 }
 
 // ----- handshake ---------------------------------------------------------------------------------
+
+/// Whom a request acts for: a user and their groups (see `access` for the rules).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Credentials {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+crate::wire_struct!(Credentials { uid, gid, groups });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hello {

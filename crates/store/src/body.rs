@@ -3,7 +3,7 @@
 use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ringfs_proto::Errno;
@@ -161,7 +161,7 @@ impl Body {
                     log::warn!("could not remove chunk file {}: {error}", file.location.display());
                 }
                 // An inode's extended attributes, if it had any.
-                let _ = std::fs::remove_file(crate::directory::xattr_location(&file.location));
+                let _ = std::fs::remove_file(xattr_location(&file.location));
             }
             Body::Memory(shared) => {
                 if let Ok(bytes) = Arc::try_unwrap(shared) {
@@ -181,3 +181,12 @@ impl Body {
         }
     }
 }
+
+/// The file beside an inode's chunk file that holds the file's extended attributes.
+pub(crate) fn xattr_location(chunk_location: &Path) -> PathBuf {
+    let mut location = chunk_location.as_os_str().to_os_string();
+    location.push(XATTR_SUFFIX);
+    PathBuf::from(location)
+}
+
+pub(crate) const XATTR_SUFFIX: &str = ".xattr";

@@ -41,7 +41,7 @@ use std::sync::Mutex;
 use ringfs_proto::{ATTR_BYTES, Attr, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
-use crate::body::ChunkFile;
+use crate::body::{ChunkFile, XATTR_SUFFIX, xattr_location};
 use crate::chunk::{PendingOp, Xattrs, lock};
 
 const MAGIC: &[u8; 4] = b"RFSC";
@@ -63,15 +63,6 @@ pub(crate) struct RecoveredChunk {
     /// Chunk 0: the extended attributes kept beside the chunk file.
     pub xattrs: Option<Xattrs>,
 }
-
-/// The file beside an inode's chunk file that holds the file's extended attributes.
-pub(crate) fn xattr_location(chunk_location: &Path) -> PathBuf {
-    let mut location = chunk_location.as_os_str().to_os_string();
-    location.push(XATTR_SUFFIX);
-    PathBuf::from(location)
-}
-
-const XATTR_SUFFIX: &str = ".xattr";
 
 /// Encodes extended attributes: for each, the name's length (`u16`) and bytes, the value's
 /// length (`u32`) and bytes.

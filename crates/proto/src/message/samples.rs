@@ -3,8 +3,8 @@
 //! start their mutations from their encodings.
 
 use super::*;
-use crate::access::Credentials;
 use crate::attr::FileKind;
+use crate::message::Credentials;
 use crate::wire::Bytes;
 
 fn file(serial: u64) -> FileId {
