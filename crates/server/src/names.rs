@@ -140,18 +140,18 @@ impl Names {
     }
 
     /// Runs a store operation that needs a known parent, resolving the parent when asked.
-    pub fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, Errno> {
+    pub fn with_parent<T>(&self, mut operation: impl FnMut() -> Result<T, StoreError>) -> Result<T, StoreError> {
         for attempt in 0..PARENT_ATTEMPTS {
             match operation() {
-                Err(StoreError::ParentUnknown(parent)) => self.resolve_parent(&parent)?,
-                other => return other.map_err(store_errno),
+                Err(StoreError::ParentUnknown(parent)) => self.resolve_parent(&parent).map_err(StoreError::Fs)?,
+                other => return other,
             }
             if attempt >= 4 {
                 crate::sched::pause(std::time::Duration::from_millis(attempt - 3));
             }
         }
         log::warn!("could not learn a parent directory while directories around it keep changing");
-        Err(Errno::EBUSY)
+        Err(StoreError::Fs(Errno::EBUSY))
     }
 
     /// Enters the name `path` for one local step: an ordinary operation (`token` 0) holds
@@ -191,12 +191,12 @@ impl Names {
                 self.node.store.create(&create, new_file)
             });
             match attempt {
-                Err(Errno::EAGAIN) if attempts < 2000 => {
+                Err(StoreError::NameBeingRemoved) if attempts < 2000 => {
                     attempts += 1;
                     crate::sched::pause(std::time::Duration::from_millis(1));
                 }
-                Err(Errno::EAGAIN) => return Err(Errno::EBUSY),
-                other => break other?,
+                Err(StoreError::NameBeingRemoved) => return Err(Errno::EBUSY),
+                other => break other.map_err(store_errno)?,
             }
         };
         if outcome.created {
@@ -427,10 +427,12 @@ impl Names {
 
     /// Makes `path` (held here) refer to a file, for a rename or a link.
     pub fn install_entry(&self, install: InstallEntry) -> Result<Response, Errno> {
-        let replaced = self.with_parent(|| {
-            let _entered = self.enter_name(&install.path, install.token).map_err(StoreError::Fs)?;
-            self.node.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
-        })?;
+        let replaced = self
+            .with_parent(|| {
+                let _entered = self.enter_name(&install.path, install.token).map_err(StoreError::Fs)?;
+                self.node.store.install_entry(&install.path, install.entry, install.mode, install.expect, install.replace_empty_dir)
+            })
+            .map_err(store_errno)?;
         Ok(Response::Replaced(replaced))
     }
 

@@ -123,6 +123,14 @@ pub enum StoreError {
     /// The cache configuration is unusable (no such backend directory, bad mount path).
     #[error("cache: {0}")]
     Cache(String),
+    /// The name is being removed (an unlink or rmdir under way, here or in the backend) while
+    /// it was created or loaded: the caller waits for the removal to end and tries again.
+    #[error("the name is being removed")]
+    NameBeingRemoved,
+    /// Cache mode: the file's place in the backend is changing (a cut of the file, or a
+    /// rename over it, is under way): its flush waits and tries again.
+    #[error("the file's backend place is changing")]
+    BackendPlaceChanging,
 }
 
 impl StoreError {
@@ -133,6 +141,8 @@ impl StoreError {
             StoreError::ParentUnknown(_) => Errno::ENOENT,
             StoreError::Directory(error) => Errno::from(std::io::Error::new(error.kind(), error.to_string())),
             StoreError::Cache(_) => Errno::EINVAL,
+            // On the wire (`FlushPrepare`, a create's retry) "not now, try again".
+            StoreError::NameBeingRemoved | StoreError::BackendPlaceChanging => Errno::EAGAIN,
         }
     }
 }

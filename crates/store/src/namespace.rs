@@ -74,11 +74,11 @@ impl ChunkStore {
         // for the removal — outside its gate pass — and tries again.
         for _ in 0..8 {
             match self.try_create(entry, new_file) {
-                Err(StoreError::Fs(Errno::EAGAIN)) => std::thread::yield_now(),
+                Err(StoreError::NameBeingRemoved) => std::thread::yield_now(),
                 outcome => return outcome,
             }
         }
-        Err(Errno::EAGAIN.into())
+        Err(StoreError::NameBeingRemoved)
     }
 
     fn try_create(&self, entry: &Create, new_file: FileId) -> Result<CreateOutcome, StoreError> {
@@ -176,7 +176,7 @@ impl ChunkStore {
     fn open_existing(&self, existing: Entry, entry: &Create, kind: FileKind) -> Result<CreateOutcome, StoreError> {
         if existing.removing {
             // Lost a race with a removal: the caller retries as if the name was absent.
-            return Err(Errno::EAGAIN.into());
+            return Err(StoreError::NameBeingRemoved);
         }
         if entry.exclusive || kind != FileKind::Regular {
             return Err(Errno::EEXIST.into());
@@ -189,7 +189,7 @@ impl ChunkStore {
         };
         let mut chunk = lock(&handle);
         if chunk.is_gone() {
-            return Err(Errno::EAGAIN.into());
+            return Err(StoreError::NameBeingRemoved);
         }
         let truncated = entry.truncate && chunk.attr.is_regular();
         if truncated {

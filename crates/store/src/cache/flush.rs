@@ -176,7 +176,7 @@ impl Cache {
             return Err(Errno::ESTALE.into());
         }
         if chunk.cache.cutting {
-            return Err(Errno::EAGAIN.into());
+            return Err(StoreError::BackendPlaceChanging);
         }
         if chunk.cache.backend_path.as_deref().is_some_and(|path| self.holds.covers(path)) {
             return Err(Errno::EBUSY.into());
@@ -289,7 +289,7 @@ impl Cache {
             // is never flushed.
             Ok(None) => return Ok(self.forget_dirty(&handle, space)),
             Err(Errno::ESTALE) | Err(Errno::ENOENT) => return Ok(Self::inode_missing(&handle)),
-            // A cut of the file is under way.
+            // The file's place is changing (`StoreError::BackendPlaceChanging` at the inode).
             Err(Errno::EAGAIN) => return Ok(FlushOutcome::Deferred),
             // A directory rename is moving the file's backend path.
             Err(Errno::EBUSY) => return Ok(FlushOutcome::Held),

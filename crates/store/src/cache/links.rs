@@ -33,7 +33,7 @@ impl Cache {
         if identity.is_some() && self.backend.identity_of(&primary).map_err(io_errno)? != identity {
             // The path is another file's now (a rename over this file under way): the links
             // wait until the inode knows where its file is.
-            return Err(crate::StoreError::Fs(ringfs_proto::Errno::EAGAIN));
+            return Err(crate::StoreError::BackendPlaceChanging);
         }
         for link in chunk.cache.links.iter_mut().filter(|link| !link.made) {
             self.backend.link_replacing(&primary, &link.path).map_err(io_errno)?;

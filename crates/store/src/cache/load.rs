@@ -61,7 +61,7 @@ impl Cache {
             index.entry_count.fetch_add(1, Ordering::Relaxed);
             return Ok(Some(entry));
         }
-        Err(Errno::EAGAIN.into())
+        Err(StoreError::NameBeingRemoved)
     }
 
     /// Stores the inode of a file found in the backend (unless it is here already: the same
