@@ -16,7 +16,8 @@
 //!   membership moves only the keys of the servers that joined or left.
 //!
 //! `H` is one of the stable [`HashFunction`]s. This crate knows nothing about the network; the
-//! client and the server both use it with their current member list.
+//! client and the server both use it with their current member list ([`MemberRing`]: a
+//! member list with its ring, the owner of every key as a member).
 //!
 //! ```
 //! use ringfs_placement::{HashFunction, Placement, Scheme};
@@ -29,8 +30,10 @@
 //! ```
 
 pub mod hash;
+mod members;
 
 pub use hash::HashFunction;
+pub use members::MemberRing;
 
 use std::fmt;
 use std::str::FromStr;

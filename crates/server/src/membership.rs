@@ -11,122 +11,108 @@
 //! incarnation) serves its `dir` store again. A live server that hears it was declared dead
 //! refutes it by raising its own incarnation.
 
-use ringfs_placement::{HashFunction, Placement, Scheme};
+use ringfs_placement::{HashFunction, MemberRing, Scheme};
 use ringfs_proto::{Member, MemberList};
 
 /// One server's view of the cluster, with the placement derived from it.
 pub struct Membership {
-    list: MemberList,
-    placement: Placement,
-    /// For each ring position, the index of that member in `list.members`.
-    ring_to_member: Vec<usize>,
-    hash: HashFunction,
-    scheme: Scheme,
+    ring: MemberRing,
 }
 
 impl Membership {
     /// A view that contains only this server.
     pub fn new(own: Member, hash: HashFunction, scheme: Scheme) -> Membership {
         let list = MemberList { epoch: 1, placement: ringfs_placement::describe(scheme, hash), members: vec![own] };
-        Membership::from_list(list, hash, scheme)
+        Membership { ring: MemberRing::new(list).expect("one member, placed as described") }
     }
 
-    fn from_list(list: MemberList, hash: HashFunction, scheme: Scheme) -> Membership {
-        let placement = Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme)
-            .expect("member names are unique and the list is never empty");
-        let ring_to_member = placement
-            .ring()
-            .iter()
-            .map(|name| list.members.iter().position(|member| &member.name == name).expect("ring built from members"))
-            .collect();
-        Membership { list, placement, ring_to_member, hash, scheme }
-    }
-
-    fn rebuild(&mut self) {
-        let list = std::mem::take(&mut self.list);
-        *self = Membership::from_list(list, self.hash, self.scheme);
+    /// Takes `list` as the view (placed anew).
+    fn set(&mut self, list: MemberList) {
+        self.ring = MemberRing::new(list).expect("member names stay unique and the list is never empty");
     }
 
     pub fn list(&self) -> &MemberList {
-        &self.list
+        self.ring.list()
     }
 
     pub fn epoch(&self) -> u64 {
-        self.list.epoch
+        self.list().epoch
     }
 
     pub fn member(&self, name: &str) -> Option<&Member> {
-        self.list.members.iter().find(|member| member.name == name)
+        self.ring.member(name)
     }
 
     /// The member that owns chunk `index` of the files with this anchor.
     pub fn owner(&self, anchor: u32, index: u64) -> &Member {
-        &self.list.members[self.ring_to_member[self.placement.owner(anchor, index)]]
+        self.ring.owner(anchor, index)
     }
 
     /// The member that owns the entry of `path`.
     pub fn owner_of_path(&self, path: &str) -> &Member {
-        &self.list.members[self.ring_to_member[self.placement.owner_of_path(path)]]
+        self.ring.owner_of_path(path)
     }
 
     /// The anchor of a file created at `path` (see `ringfs_placement::Placement::anchor_of`).
     pub fn anchor_of(&self, path: &str) -> u32 {
-        self.placement.anchor_of(path)
+        self.ring.anchor_of(path)
     }
 
     /// The member at the first position of the ring: it holds the namespace lock of directory
     /// renames (fixed, so that every server asks the same one).
     pub fn first_in_ring(&self) -> &Member {
-        &self.list.members[self.ring_to_member[0]]
+        self.ring.first_in_ring()
     }
 
     pub fn alive_members(&self) -> impl Iterator<Item = &Member> {
-        self.list.members.iter().filter(|member| member.alive)
+        self.list().members.iter().filter(|member| member.alive)
     }
 
     /// The next alive member after `name` in ring order (the one `name` watches).
     pub fn successor_of(&self, name: &str) -> Option<&Member> {
-        let ring = self.placement.ring();
-        let start = ring.iter().position(|candidate| candidate == name)?;
-        (1..ring.len()).map(|step| &self.list.members[self.ring_to_member[(start + step) % ring.len()]]).find(|member| member.alive)
+        self.ring.successor_of(name)
     }
 
     /// Admits a joining (or restarted) member. Returns false if the view already had an
     /// entry at least as new.
     pub fn admit(&mut self, member: Member) -> bool {
-        match self.list.members.iter_mut().find(|existing| existing.name == member.name) {
+        let mut list = self.list().clone();
+        match list.members.iter_mut().find(|existing| existing.name == member.name) {
             Some(existing) if existing.incarnation >= member.incarnation => return false,
             Some(existing) => *existing = member,
-            None => self.list.members.push(member),
+            None => list.members.push(member),
         }
-        self.list.epoch = self.list.epoch.saturating_add(1);
-        self.rebuild();
+        list.epoch = list.epoch.saturating_add(1);
+        self.set(list);
         true
     }
 
     /// Declares a member dead. Returns false if it was not alive.
     pub fn declare_dead(&mut self, name: &str) -> bool {
-        let Some(member) = self.list.members.iter_mut().find(|member| member.name == name && member.alive) else {
+        let mut list = self.list().clone();
+        let Some(member) = list.members.iter_mut().find(|member| member.name == name && member.alive) else {
             return false;
         };
         member.alive = false;
         member.incarnation = member.incarnation.saturating_add(1);
-        self.list.epoch = self.list.epoch.saturating_add(1);
+        list.epoch = list.epoch.saturating_add(1);
+        self.set(list);
         true
     }
 
     /// Merges another view into this one (`own_name` is this server). Returns true when the
     /// sender or others lack something this view knows, so this view should be pushed.
     pub fn merge(&mut self, incoming: &MemberList, own_name: &str) -> bool {
-        if incoming.placement != self.list.placement {
-            log::error!("ignoring a member list with placement {} (ours is {})", incoming.placement, self.list.placement);
+        if incoming.placement != self.list().placement {
+            log::error!("ignoring a member list with placement {} (ours is {})", incoming.placement, self.list().placement);
             return false;
         }
+        let mut list = self.list().clone();
         let mut changed = false;
         for theirs in &incoming.members {
-            match self.list.members.iter_mut().find(|ours| ours.name == theirs.name) {
+            match list.members.iter_mut().find(|ours| ours.name == theirs.name) {
                 None => {
-                    self.list.members.push(theirs.clone());
+                    list.members.push(theirs.clone());
                     changed = true;
                 }
                 Some(ours) if ours.name == own_name => {
@@ -143,19 +129,13 @@ impl Membership {
                 Some(_) => {}
             }
         }
-        let sender_is_behind = self.list.members.iter().any(|ours| {
+        let sender_is_behind = list.members.iter().any(|ours| {
             incoming.members.iter().find(|theirs| theirs.name == ours.name).is_none_or(|theirs| theirs.incarnation < ours.incarnation)
         });
-        if changed || sender_is_behind {
-            self.list.epoch = self.list.epoch.max(incoming.epoch).saturating_add(1);
-            if changed {
-                self.rebuild();
-            }
-            true
-        } else {
-            self.list.epoch = self.list.epoch.max(incoming.epoch);
-            false
-        }
+        let pushed = changed || sender_is_behind;
+        list.epoch = if pushed { list.epoch.max(incoming.epoch).saturating_add(1) } else { list.epoch.max(incoming.epoch) };
+        self.set(list);
+        pushed
     }
 }
 
@@ -197,7 +177,7 @@ mod tests {
         }
         assert_eq!(names(&a), ["a", "b", "c", "d"]);
         assert_eq!(names(&b), names(&a));
-        assert_eq!(a.placement.ring(), b.placement.ring());
+        assert_eq!(a.ring.placement().ring(), b.ring.placement().ring());
     }
 
     #[test]
