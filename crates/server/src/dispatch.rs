@@ -21,12 +21,15 @@ use ringfs_rpc::log_limit::RateLimitedLog;
 use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Reply, Service};
 
+use crate::ServerConfig;
 use crate::data::Data;
 use crate::deadline::{client_deadline, request_deadline_or, with_request_deadline};
 use crate::dir_times::DirTimes;
 use crate::directory_rename::DirectoryRenames;
+use crate::file_locks::LockTable;
 use crate::files::Files;
 use crate::flusher::{Flusher, counts_as_io};
+use crate::gate::NamespaceGate;
 use crate::gmem::Gmem;
 use crate::names::Names;
 use crate::node::{LocalDispatch, MAX_CHUNK_SIZE, Node, store_errno};
@@ -58,20 +61,6 @@ pub struct Dispatcher {
     forwarded: AtomicU64,
 }
 
-/// The parts a [`Dispatcher`] is made of (built bottom-up by `Server::start`).
-pub struct Parts {
-    pub names: Arc<Names>,
-    pub renames: Renames,
-    pub trees: Arc<DirectoryRenames>,
-    pub files: Arc<Files>,
-    pub data: Data,
-    pub dir_times: Arc<DirTimes>,
-    pub flusher: Arc<Flusher>,
-    pub permissions: Arc<Permissions>,
-    pub opens: Arc<OpenRegistry>,
-    pub gmem: Gmem,
-}
-
 /// Compares secrets in time independent of where they differ.
 fn secrets_match(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len() && given.iter().zip(expected).fold(0u8, |difference, (a, b)| difference | (a ^ b)) == 0
@@ -88,21 +77,38 @@ fn validate_paths(request: &Request) -> Result<(), Errno> {
 }
 
 impl Dispatcher {
-    pub fn new(node: Arc<Node>, secret: Vec<u8>, parts: Parts) -> Dispatcher {
-        let Parts { names, renames, trees, files, data, dir_times, flusher, permissions, opens, gmem } = parts;
+    /// Builds a server's parts on `node`, each on the parts below it (docs/ARCHITECTURE.md,
+    /// "The server's parts").
+    pub fn build(node: &Arc<Node>, config: &ServerConfig) -> Dispatcher {
+        let opens = Arc::new(OpenRegistry::default());
+        let file_locks = Arc::new(LockTable::default());
+        let gate = Arc::new(NamespaceGate::default());
+        let permissions = Arc::new(Permissions::new(node.clone()));
+        let files = Arc::new(Files::new(node.clone(), opens.clone(), file_locks, permissions.clone()));
+        let dir_times = Arc::new(DirTimes::new(node.clone(), gate.clone()));
+        let flusher = Arc::new(Flusher::new(node.clone(), files.clone(), config.flush));
+        let names = Arc::new(Names::new(node.clone(), gate, files.clone(), dir_times.clone(), opens.clone(), permissions.clone()));
+        let trees = Arc::new(DirectoryRenames::new(
+            node.clone(),
+            names.clone(),
+            files.clone(),
+            dir_times.clone(),
+            permissions.clone(),
+            flusher.clone(),
+        ));
         Dispatcher {
-            node,
-            secret,
+            node: node.clone(),
+            secret: config.secret.clone(),
+            renames: Renames::new(node.clone(), names.clone(), trees.clone(), files.clone(), dir_times.clone()),
+            data: Data::new(node.clone(), files.clone()),
+            gmem: Gmem::new(node.clone(), config.gmem.clone()),
             names,
-            renames,
             trees,
             files,
-            data,
             dir_times,
             flusher,
             permissions,
             opens,
-            gmem,
             requests: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
         }

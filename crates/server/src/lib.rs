@@ -65,7 +65,7 @@ use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, Listener, RpcServer};
 use ringfs_store::{ChunkStore, StoreConfig, StoreError};
 use thiserror::Error;
 
-use crate::dispatch::{Dispatcher, Parts};
+use crate::dispatch::Dispatcher;
 use crate::node::{LocalDispatch, Node};
 use crate::peers::Peers;
 
@@ -272,7 +272,7 @@ impl Server {
         let (gossip_sender, gossip_receiver) = mpsc::channel();
         let peers = Arc::new(Peers::new(peer_config.clone()));
         let node = Arc::new(Node::new(config.name.clone(), store, membership, peers, peer_config, gossip_sender));
-        let state = Arc::new(build_dispatcher(&node, &config));
+        let state = Arc::new(Dispatcher::build(&node, &config));
         node.set_local_dispatch(Arc::downgrade(&state) as std::sync::Weak<dyn LocalDispatch>);
         let rpc = RpcServer::start(state.clone(), listeners, config.poll)
             .map_err(|source| ServerError::Listen { endpoint: config.listen.clone(), source })?;
@@ -361,31 +361,6 @@ impl Server {
         let results = node.broadcast_to_others(&Request::PushMembers(list));
         log::info!("server {} stopped ({} peers told)", node.name, results.iter().filter(|ok| **ok).count());
     }
-}
-
-/// Builds the parts of a server, each on the parts below it (see docs/ARCHITECTURE.md).
-fn build_dispatcher(node: &Arc<Node>, config: &ServerConfig) -> Dispatcher {
-    let opens = Arc::new(opens::OpenRegistry::default());
-    let file_locks = Arc::new(file_locks::LockTable::default());
-    let gate = Arc::new(gate::NamespaceGate::default());
-    let permissions = Arc::new(permissions::Permissions::new(node.clone()));
-    let files = Arc::new(files::Files::new(node.clone(), opens.clone(), file_locks, permissions.clone()));
-    let dir_times = Arc::new(dir_times::DirTimes::new(node.clone(), gate.clone()));
-    let flusher = Arc::new(flusher::Flusher::new(node.clone(), files.clone(), config.flush));
-    let names = Arc::new(names::Names::new(node.clone(), gate, files.clone(), dir_times.clone(), opens.clone(), permissions.clone()));
-    let trees = Arc::new(directory_rename::DirectoryRenames::new(
-        node.clone(),
-        names.clone(),
-        files.clone(),
-        dir_times.clone(),
-        permissions.clone(),
-        flusher.clone(),
-    ));
-    let renames = renames::Renames::new(node.clone(), names.clone(), trees.clone(), files.clone(), dir_times.clone());
-    let data = data::Data::new(node.clone(), files.clone());
-    let gmem = gmem::Gmem::new(node.clone(), config.gmem.clone());
-    let parts = Parts { names, renames, trees, files, data, dir_times, flusher, permissions, opens, gmem };
-    Dispatcher::new(node.clone(), config.secret.clone(), parts)
 }
 
 fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {

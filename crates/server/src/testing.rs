@@ -20,12 +20,12 @@ use ringfs_proto::{Credentials, Errno, Member, Request, Response};
 use ringfs_rpc::{ConnectionConfig, Reply, Service};
 use ringfs_store::ChunkStore;
 
+use crate::ServerConfig;
 use crate::dispatch::Dispatcher;
 use crate::membership::Membership;
 use crate::node::{LocalDispatch, Node};
 use crate::outbound::{Outbound, OutboundCall};
 use crate::session::Session;
-use crate::{ServerConfig, build_dispatcher};
 
 /// Which way a filtered message travels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -588,7 +588,7 @@ impl TestCluster {
                     credentials: Default::default(),
                 };
                 let node = Arc::new(Node::new(own.name.clone(), store, membership, port, connection, gossip));
-                let dispatcher = Arc::new(build_dispatcher(&node, &config));
+                let dispatcher = Arc::new(Dispatcher::build(&node, &config));
                 node.set_local_dispatch(Arc::downgrade(&dispatcher) as Weak<dyn LocalDispatch>);
                 net.servers.write().unwrap_or_else(|p| p.into_inner()).insert(own.name.clone(), Arc::downgrade(&dispatcher));
                 TestServer { node, dispatcher }
