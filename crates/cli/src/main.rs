@@ -13,6 +13,7 @@ mod demo_command;
 mod gmem_bench_command;
 mod logger;
 mod mount_command;
+mod node_command;
 mod run_command;
 mod server_command;
 mod signals;
@@ -50,6 +51,13 @@ enum Command {
     Mount(mount_command::MountArgs),
     /// Stop the cluster named by RINGFS_RUN_DIR (or --run-dir).
     Stop(cluster::StopArgs),
+    /// One node's part of a cluster in a Slurm allocation (started by `ringfs start`
+    /// through srun): runs the node's server, and cleans the node when it ends.
+    #[command(hide = true)]
+    NodeAgent(node_command::NodeAgentArgs),
+    /// Remove what Slurm jobs' clusters left on this node (servers, run directories,
+    /// stores); with --job, everything of that ended job (for an epilog).
+    Cleanup(node_command::CleanupArgs),
     /// Show every server with its counters.
     Status,
     /// Cache mode: write everything dirty now to the backend, then return.
@@ -128,7 +136,8 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
             Ok(())
         }
-        Command::Run(_) | Command::Mount(_) => unreachable!("handled in main"),
+        Command::Run(_) | Command::Mount(_) | Command::NodeAgent(_) => unreachable!("handled in main"),
+        Command::Cleanup(args) => node_command::cleanup(&args),
         Command::Stop(args) => cluster::stop(&args),
         Command::Status => {
             cluster::status(&client()?);
@@ -160,11 +169,15 @@ fn report(error: anyhow::Error) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level =
-        if matches!(cli.command, Command::Server(_) | Command::Mount(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    let default_level = if matches!(cli.command, Command::Server(_) | Command::Mount(_) | Command::NodeAgent(_)) {
+        log::LevelFilter::Info
+    } else {
+        log::LevelFilter::Warn
+    };
     logger::init(default_level);
     let outcome = match cli.command {
         Command::Run(args) => run_command::run(args),
+        Command::NodeAgent(args) => node_command::agent(args),
         Command::Mount(args) => mount_command::run(args).map(|()| ExitCode::SUCCESS),
         command => run(Cli { command }).map(|()| ExitCode::SUCCESS),
     };
