@@ -55,6 +55,10 @@ enum Command {
     /// through srun): runs the node's server, and cleans the node when it ends.
     #[command(hide = true)]
     NodeAgent(node_command::NodeAgentArgs),
+    /// Runs the srun of a cluster in a Slurm allocation (started by `ringfs start`), and
+    /// removes its run directory if the step ends without `ringfs stop`.
+    #[command(hide = true)]
+    SlurmStep(node_command::SlurmStepArgs),
     /// Remove what Slurm jobs' clusters left on this node (servers, run directories,
     /// stores); with --job, everything of that ended job (for an epilog).
     Cleanup(node_command::CleanupArgs),
@@ -136,7 +140,7 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
             Ok(())
         }
-        Command::Run(_) | Command::Mount(_) | Command::NodeAgent(_) => unreachable!("handled in main"),
+        Command::Run(_) | Command::Mount(_) | Command::NodeAgent(_) | Command::SlurmStep(_) => unreachable!("handled in main"),
         Command::Cleanup(args) => node_command::cleanup(&args),
         Command::Stop(args) => cluster::stop(&args),
         Command::Status => {
@@ -178,6 +182,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Run(args) => run_command::run(args),
         Command::NodeAgent(args) => node_command::agent(args),
+        Command::SlurmStep(args) => node_command::step(&args),
         Command::Mount(args) => mount_command::run(args).map(|()| ExitCode::SUCCESS),
         command => run(Cli { command }).map(|()| ExitCode::SUCCESS),
     };

@@ -40,6 +40,26 @@ pub struct NodeAgentArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct SlurmStepArgs {
+    /// The cluster's run directory on this (the launching) node.
+    #[arg(long)]
+    pub run_dir: PathBuf,
+    /// The srun command line.
+    #[arg(last = true, required = true)]
+    pub srun: Vec<String>,
+}
+
+/// `ringfs slurm-step`: runs the step's srun and removes the run directory when the step
+/// ends without `ringfs stop` (see `ringfs_launch::slurm::watch_step`).
+pub fn step(args: &SlurmStepArgs) -> Result<ExitCode> {
+    // Termination signals are for srun, which passes them to the agents; this process waits
+    // for srun to end whatever happens.
+    let _ignored = crate::signals::block_termination_signals();
+    let status = ringfs_launch::slurm::watch_step(&args.run_dir, &args.srun)?;
+    Ok(if status.success() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[derive(Args, Debug)]
 pub struct CleanupArgs {
     /// Remove everything of this (ended) job, for every user, its processes first (for a
     /// Slurm epilog, as root). Without it: this user's leftovers whose processes are gone.

@@ -67,9 +67,19 @@ pub fn remove_node_dir(node_dir: &Path) -> Result<()> {
     }
     remove_tree(node_dir)?;
     if let Some(run_dir) = node_dir.parent() {
-        let _ = fs::remove_dir(run_dir);
+        remove_if_empty(run_dir);
     }
     Ok(())
+}
+
+/// Removes a run directory that is empty, then its user's directory if that is empty too
+/// (nothing of the job stays on the node).
+pub(crate) fn remove_if_empty(run_dir: &Path) {
+    if fs::remove_dir(run_dir).is_ok()
+        && let Some(user_dir) = run_dir.parent()
+    {
+        let _ = fs::remove_dir(user_dir);
+    }
 }
 
 fn remove_tree(path: &Path) -> Result<()> {
@@ -131,13 +141,13 @@ pub fn clean(base: &Path, scope: Scope) -> Vec<String> {
             }
             report.push(clean_node(&node_dir, &record));
         }
-        let srun = crate::slurm::running_srun(&run_dir);
-        match (scope, srun) {
-            (Scope::Job(_), Some(srun)) => {
-                terminate(&[srun], Duration::from_secs(5));
+        let step = crate::slurm::running_step(&run_dir);
+        match scope {
+            Scope::Job(_) => {
+                terminate(&step, Duration::from_secs(5));
             }
-            (Scope::Dead { .. }, Some(_)) => continue,
-            _ => {}
+            Scope::Dead { .. } if !step.is_empty() => continue,
+            Scope::Dead { .. } => {}
         }
         if live_agents > 0 {
             continue;
@@ -150,8 +160,11 @@ pub fn clean(base: &Path, scope: Scope) -> Vec<String> {
                 Ok(()) => report.push(format!("removed {}", run_dir.display())),
                 Err(error) => report.push(format!("cannot remove {}: {error}", run_dir.display())),
             }
+            if let Some(user_dir) = run_dir.parent() {
+                let _ = fs::remove_dir(user_dir);
+            }
         } else {
-            let _ = fs::remove_dir(&run_dir);
+            remove_if_empty(&run_dir);
         }
     }
     report

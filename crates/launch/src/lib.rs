@@ -475,10 +475,8 @@ pub fn start(config: &LaunchConfig) -> Result<Cluster> {
             signal(*pid, libc::SIGTERM);
         }
         wait_for_exit(&pids, Duration::from_secs(5));
-        if let Some(srun) = slurm::running_srun(&run_dir) {
-            // The agents end their servers and clean their nodes on the SIGTERM srun passes on.
-            process::terminate(&[srun], Duration::from_secs(20));
-        }
+        // The agents end their servers and clean their nodes on the SIGTERM srun passes on.
+        process::terminate(&slurm::running_step(&run_dir), Duration::from_secs(20));
         let logs: String = records
             .iter()
             .filter(|record| record.pid.is_some())
@@ -624,20 +622,29 @@ fn is_server_of(pid: u32, run_dir: &Path, name: &str) -> bool {
 /// (a failed flush, a server that had to be killed, one that did not answer), and the run
 /// directory is kept. On success it is removed unless `keep`.
 pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
+    let step = slurm::is_step(run_dir);
+    if step {
+        slurm::mark_stopping(run_dir);
+    }
     unmount_all(run_dir);
     let mut problems = Vec::new();
+    let mut silent = Vec::new();
     let local = local_servers(run_dir);
     let config = ringfs_client::ClientConfig::new(Vec::new(), Vec::new()).with_run_dir(run_dir.to_path_buf());
     match Client::connect(config) {
         Ok(client) => {
-            let silent = silent_servers(&client, run_dir);
-            problems.extend(silent.iter().map(|(_, problem)| problem.clone()));
+            silent = silent_servers(&client, run_dir);
+            if !step {
+                problems.extend(silent.iter().map(|(_, problem)| problem.clone()));
+            }
             if let Err(problem) = flush_before_stop(&client, options.force, &mut problems) {
                 problems.push(problem);
                 return Err(LaunchError::Stop { problems, kept: Some(run_dir.to_path_buf()) });
             }
             for (name, answer) in client.shutdown_each() {
+                // (A step's nodes confirm their stop themselves: see below.)
                 if let Err(errno) = answer
+                    && !step
                     && !local.iter().any(|server| server.name == name)
                     && !silent.iter().any(|(silent, _)| *silent == name)
                 {
@@ -645,7 +652,7 @@ pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
                 }
             }
         }
-        Err(error) if local.is_empty() && !slurm::is_step(run_dir) => problems.push(format!("no server of the cluster answered ({error})")),
+        Err(error) if local.is_empty() && !step => problems.push(format!("no server of the cluster answered ({error})")),
         Err(error) => log::warn!("no server answered ({error}); stopping the local processes"),
     }
     let pids: Vec<u32> = local.iter().map(|server| server.pid).collect();
@@ -659,14 +666,25 @@ pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
             problems.push(format!("server {} (pid {}) did not stop and was killed", server.name, server.pid));
         }
     }
-    if slurm::is_step(run_dir) {
-        problems.extend(slurm::finish_step(run_dir, options.wait));
+    if step {
+        // A node that cleaned up is fine even if its server was gone (Slurm signalled it).
+        for node in slurm::finish_step(run_dir, options.wait) {
+            let silence = silent.iter().find(|(name, _)| *name == node).map(|(_, problem)| format!("{problem}; ")).unwrap_or_default();
+            problems.push(format!(
+                "{silence}node {node} did not confirm that its server stopped and the node was cleaned (lost or cut off?): what is \
+                 left there is removed by the next `ringfs start` on it or by `ringfs cleanup` (the epilog)"
+            ));
+        }
     }
     if !problems.is_empty() {
         return Err(LaunchError::Stop { problems, kept: Some(run_dir.to_path_buf()) });
     }
     if !options.keep {
         fs::remove_dir_all(run_dir).map_err(io_error(format!("cannot remove {}", run_dir.display())))?;
+        if step && let Some(user_dir) = run_dir.parent() {
+            // (Only when empty: other clusters of this user may live there.)
+            let _ = fs::remove_dir(user_dir);
+        }
     }
     Ok(())
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{process_alive, signal, terminate, wait_for_exit_only};
+use crate::process::{process_alive, runs_command, signal, terminate, wait_for_exit_only};
 use crate::{LaunchConfig, LaunchError, Result, ServerRecord, io_error, write_private};
 
 /// The line an agent prints once its node is clean.
@@ -70,24 +70,39 @@ impl SlurmJob {
     }
 }
 
-/// The step as recorded in the run directory: `srun`'s pid and the nodes.
+/// The step as recorded in the run directory: the pid of the `ringfs slurm-step` process
+/// that runs `srun` (see [`watch_step`]), and the nodes.
 struct StepRecord {
-    srun: u32,
+    watcher: u32,
     nodes: Vec<String>,
 }
 
 fn read_step_record(run_dir: &Path) -> Option<StepRecord> {
     let text = fs::read_to_string(run_dir.join(STEP_RECORD)).ok()?;
-    let mut srun = None;
+    let mut watcher = None;
     let mut nodes = Vec::new();
     for line in text.lines() {
         match line.split_once(' ') {
-            Some(("srun", pid)) => srun = pid.trim().parse().ok(),
+            Some(("watcher", pid)) => watcher = pid.trim().parse().ok(),
             Some(("nodes", list)) => nodes = list.split_whitespace().map(String::from).collect(),
             _ => {}
         }
     }
-    Some(StepRecord { srun: srun?, nodes })
+    Some(StepRecord { watcher: watcher?, nodes })
+}
+
+/// The file a stopping `ringfs stop` marks the run directory with (its pid), so that the
+/// watcher leaves the directory to it.
+const STOPPING: &str = "stopping";
+
+/// Marks `run_dir` as being stopped by this process.
+pub(crate) fn mark_stopping(run_dir: &Path) {
+    let _ = fs::write(run_dir.join(STOPPING), std::process::id().to_string());
+}
+
+fn stop_in_progress(run_dir: &Path) -> bool {
+    let pid = fs::read_to_string(run_dir.join(STOPPING)).ok().and_then(|text| text.trim().parse().ok());
+    pid.is_some_and(process_alive)
 }
 
 /// Whether `run_dir` holds a cluster started as a Slurm step.
@@ -95,15 +110,48 @@ pub fn is_step(run_dir: &Path) -> bool {
     run_dir.join(STEP_RECORD).exists()
 }
 
-/// The pid of the `srun` of the step recorded in `run_dir`, while it runs.
-pub(crate) fn running_srun(run_dir: &Path) -> Option<u32> {
-    read_step_record(run_dir).map(|record| record.srun).filter(|pid| crate::process::runs_command(*pid, &["node-agent"], run_dir))
+/// The processes of the step recorded in `run_dir` that still run: its watcher and `srun`.
+pub(crate) fn running_step(run_dir: &Path) -> Vec<u32> {
+    let watcher = read_step_record(run_dir).map(|record| record.watcher).filter(|pid| runs_command(*pid, &["slurm-step"], run_dir));
+    let srun = fs::read_to_string(run_dir.join("srun.pid"))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .filter(|pid| runs_command(*pid, &["node-agent"], run_dir));
+    watcher.into_iter().chain(srun).collect()
 }
 
-/// The `srun` command line of the step.
-fn srun_command(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, port: u16) -> Command {
-    let mut command = Command::new("srun");
+/// Runs the step's `srun` (the command after `slurm-step --`) for `ringfs slurm-step`: records
+/// its pid, waits for it to end, and then — unless `ringfs stop` is at work — removes the run
+/// directory, since the step ended without a stop (scancel, time limit, the job's end) and
+/// its agents have cleaned the nodes. Termination signals are for `srun` (which passes them
+/// to the agents): the caller blocks them in this process.
+pub fn watch_step(run_dir: &Path, srun: &[String]) -> Result<std::process::ExitStatus> {
+    let (program, arguments) = srun.split_first().ok_or_else(|| LaunchError::Config("no srun command given".into()))?;
+    let mut command = Command::new(program);
+    command.args(arguments);
+    // SAFETY: only restores the signal mask between fork and exec.
+    unsafe { command.pre_exec(crate::process::unblock_termination_signals) };
+    let mut child = command.spawn().map_err(io_error(format!("cannot run {program}")))?;
+    write_private(&run_dir.join("srun.pid"), &child.id().to_string())?;
+    let status = child.wait().map_err(io_error("waiting for srun"))?;
+    if !stop_in_progress(run_dir) {
+        crate::unmount_all(run_dir);
+        let _ = fs::remove_dir_all(run_dir);
+        if let Some(user_dir) = run_dir.parent() {
+            let _ = fs::remove_dir(user_dir);
+        }
+    }
+    Ok(status)
+}
+
+/// The command line of the step: `ringfs slurm-step --run-dir R -- srun …`.
+fn step_command(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, port: u16) -> Command {
+    let mut command = Command::new(&config.executable);
     command
+        .arg("slurm-step")
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(["--", "srun"])
         .arg("--overlap")
         .arg(format!("--nodes={}", job.nodes.len()))
         .arg(format!("--ntasks={}", job.nodes.len()))
@@ -127,7 +175,7 @@ pub(crate) fn start_step(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, 
     let log_path = run_dir.join("srun.log");
     let log = fs::File::create(&log_path).map_err(io_error(format!("cannot create {}", log_path.display())))?;
     let log_copy = log.try_clone().map_err(io_error("cannot duplicate a file handle"))?;
-    let mut command = srun_command(config, job, run_dir, port);
+    let mut command = step_command(config, job, run_dir, port);
     command.env("RINGFS_SECRET", secret).env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_copy).stderr(log);
     // SAFETY: setsid and sigprocmask are async-signal-safe. The step leaves the terminal's
     // session (a Ctrl-C for the launching command does not end it), and srun gets the
@@ -139,14 +187,14 @@ pub(crate) fn start_step(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, 
         });
     }
     let child = command.spawn().map_err(io_error("cannot run srun (is this a Slurm allocation?)"))?;
-    write_private(&run_dir.join(STEP_RECORD), &format!("srun {}\nnodes {}\nport {port}\n", child.id(), job.nodes.join(" ")))?;
+    write_private(&run_dir.join(STEP_RECORD), &format!("watcher {}\nnodes {}\nport {port}\n", child.id(), job.nodes.join(" ")))?;
     Ok(job.nodes.iter().map(|node| ServerRecord { name: node.clone(), address: format!("{node}:{port}"), pid: None }).collect())
 }
 
 /// Why a step has ended before its servers came up (with the end of its log), if it has.
 pub(crate) fn step_failure(run_dir: &Path) -> Option<String> {
     let record = read_step_record(run_dir)?;
-    if process_alive(record.srun) {
+    if process_alive(record.watcher) {
         return None;
     }
     Some(format!("srun ended early: {}", log_tail(run_dir, 20)))
@@ -165,30 +213,25 @@ fn unconfirmed_nodes(run_dir: &Path, nodes: &[String]) -> Vec<String> {
 }
 
 /// Ends the step after its servers were asked to shut down: waits up to `wait` until every
-/// node reported its cleanup (or `srun` ended), then ends `srun` (SIGTERM, which it passes
-/// to the agents, then SIGKILL). Returns a problem for each node that did not report — a
-/// node lost or cut off — naming it.
+/// node reported its cleanup (or the step ended), then ends `srun` (SIGTERM, which it passes
+/// to the agents, then SIGKILL). Returns the nodes that did not report: lost or cut off.
 pub(crate) fn finish_step(run_dir: &Path, wait: Duration) -> Vec<String> {
-    let Some(record) = read_step_record(run_dir) else { return vec!["the Slurm step record is missing".into()] };
+    let Some(record) = read_step_record(run_dir) else { return vec!["(the Slurm step record is missing)".into()] };
     let deadline = Instant::now() + wait;
-    while process_alive(record.srun) && !unconfirmed_nodes(run_dir, &record.nodes).is_empty() && Instant::now() < deadline {
+    while process_alive(record.watcher) && !unconfirmed_nodes(run_dir, &record.nodes).is_empty() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The agents that reported are exiting: give srun a moment to collect them.
-    wait_for_exit_only(&[record.srun], Duration::from_secs(2));
-    if process_alive(record.srun) {
-        signal(record.srun, libc::SIGTERM);
-        terminate(&[record.srun], Duration::from_secs(5));
+    wait_for_exit_only(&[record.watcher], Duration::from_secs(2));
+    let running = running_step(run_dir);
+    if !running.is_empty() {
+        // srun first: it passes SIGTERM on to the agents still reachable.
+        for pid in running.iter().rev() {
+            signal(*pid, libc::SIGTERM);
+        }
+        terminate(&running, Duration::from_secs(5));
     }
     unconfirmed_nodes(run_dir, &record.nodes)
-        .into_iter()
-        .map(|node| {
-            format!(
-                "node {node} did not confirm that it stopped and cleaned up (lost or cut off?); what is left there is \
-                 removed by the next `ringfs start` on it or by `ringfs cleanup` (the epilog)"
-            )
-        })
-        .collect()
 }
 
 /// The run directory of a new cluster in `job`: node-local, at the same path on every node.
