@@ -668,7 +668,8 @@ pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
     }
     if step {
         // A node that cleaned up is fine even if its server was gone (Slurm signalled it).
-        for node in slurm::finish_step(run_dir, options.wait) {
+        let silent_names: Vec<String> = silent.iter().map(|(name, _)| name.clone()).collect();
+        for node in slurm::finish_step(run_dir, options.wait, &silent_names) {
             let silence = silent.iter().find(|(name, _)| *name == node).map(|(_, problem)| format!("{problem}; ")).unwrap_or_default();
             problems.push(format!(
                 "{silence}node {node} did not confirm that its server stopped and the node was cleaned (lost or cut off?): what is \

@@ -213,12 +213,14 @@ fn unconfirmed_nodes(run_dir: &Path, nodes: &[String]) -> Vec<String> {
 }
 
 /// Ends the step after its servers were asked to shut down: waits up to `wait` until every
-/// node reported its cleanup (or the step ended), then ends `srun` (SIGTERM, which it passes
-/// to the agents, then SIGKILL). Returns the nodes that did not report: lost or cut off.
-pub(crate) fn finish_step(run_dir: &Path, wait: Duration) -> Vec<String> {
+/// node but the `silent` ones (whose servers did not answer) reported its cleanup, or the
+/// step ended; then ends `srun` (SIGTERM, which it passes to the agents, then SIGKILL).
+/// Returns the nodes that did not report: lost or cut off.
+pub(crate) fn finish_step(run_dir: &Path, wait: Duration, silent: &[String]) -> Vec<String> {
     let Some(record) = read_step_record(run_dir) else { return vec!["(the Slurm step record is missing)".into()] };
     let deadline = Instant::now() + wait;
-    while process_alive(record.watcher) && !unconfirmed_nodes(run_dir, &record.nodes).is_empty() && Instant::now() < deadline {
+    let waiting_for = || unconfirmed_nodes(run_dir, &record.nodes).into_iter().filter(|node| !silent.contains(node)).count();
+    while process_alive(record.watcher) && waiting_for() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The agents that reported are exiting: give srun a moment to collect them.
