@@ -89,6 +89,11 @@ impl LocalSlurm {
     /// Submits a batch job over all nodes running `body` (bash, with RINGFS, SHARED set);
     /// returns its id.
     fn submit(&self, name: &str, body: &str) -> String {
+        self.submit_with(name, body, &[])
+    }
+
+    /// [`submit`] with more sbatch options.
+    fn submit_with(&self, name: &str, body: &str, options: &[&str]) -> String {
         let script = self.shared().join(format!("{name}.sh"));
         let header = format!(
             "#!/bin/bash\nset -uo pipefail\nexport RINGFS={ringfs} SHARED={shared}\n",
@@ -96,15 +101,12 @@ impl LocalSlurm {
             shared = self.shared().display()
         );
         std::fs::write(&script, format!("{header}{body}")).unwrap();
-        let output = self.exec(&[
-            "sbatch",
-            "--parsable",
-            &format!("--nodes={}", self.nodes),
-            "--ntasks-per-node=1",
-            "--output",
-            self.output_path(name).to_str().unwrap(),
-            script.to_str().unwrap(),
-        ]);
+        let nodes = format!("--nodes={}", self.nodes);
+        let output_path = self.output_path(name);
+        let mut arguments = vec!["sbatch", "--parsable", &nodes, "--ntasks-per-node=1"];
+        arguments.extend(options);
+        arguments.extend(["--output", output_path.to_str().unwrap(), script.to_str().unwrap()]);
+        let output = self.exec(&arguments);
         assert!(output.status.success(), "sbatch failed: {}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
@@ -448,4 +450,50 @@ echo "ringfs run exited $?"
         assert!(written == expected, "out/part-{node} in the backend: {} bytes, not the job's output\n{output}", written.len());
     }
     slurm.wait_until_clean(&[], Duration::from_secs(5));
+}
+
+/// Writes an executable wrapper `name` in the shared directory that runs the example script
+/// `example` with `settings` (Slurm gives prologs and epilogs a fixed environment).
+fn install_wrapper(slurm: &LocalSlurm, name: &str, example: &str, settings: &str) {
+    let path = slurm.shared().join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{settings} exec {}\n", workspace_root().join("examples/slurm").join(example).display()))
+        .unwrap();
+    assert!(Command::new("chmod").arg("755").arg(&path).status().unwrap().success());
+}
+
+/// ringfs offered by the centre: with examples/slurm's prolog, task prolog and epilog
+/// configured, a job that asks for it (`--constraint=ringfs`) finds a server on each of its
+/// nodes and the client environment in every task, with no start or stop lines; after the
+/// job the epilog has stopped the servers and nothing is left on any node.
+#[test]
+fn a_job_asking_for_ringfs_gets_it_from_the_prolog_and_the_epilog_cleans_up() {
+    let conf = "Prolog={shared}/prolog\nTaskProlog={shared}/task-prolog\nEpilog={shared}/epilog\nPrologFlags=Alloc";
+    let Some(slurm) = LocalSlurm::start(4, conf) else { return };
+    let key = slurm.shared().join("site.key");
+    std::fs::write(&key, format!("{:016x}{:016x}", ringfs_rpc::memory::random_u64(), ringfs_rpc::memory::random_u64())).unwrap();
+    let settings = format!("RINGFS={} RINGFS_SITE_KEY={}", ringfs_binary(), key.display());
+    install_wrapper(&slurm, "prolog", "prolog.sh", &settings);
+    install_wrapper(&slurm, "task-prolog", "task-prolog.sh", "");
+    install_wrapper(&slurm, "epilog", "epilog.sh", &settings);
+    let job = slurm.submit_with(
+        "offered",
+        r#"echo "batch script sees: $RINGFS_SERVER"
+srun sh -c 'echo "written on $(hostname)" | $RINGFS put /dev/stdin /from-$SLURM_NODEID'
+srun sh -c 'echo "$(hostname) reads: $($RINGFS cat /from-$(( (SLURM_NODEID + 1) % 4 )))"'
+echo "entries: $($RINGFS ls / | wc -l)"
+"#,
+        &["--constraint=ringfs"],
+    );
+    let state = slurm.wait_for_end(&job, Duration::from_secs(120));
+    let output = slurm.job_output("offered");
+    assert_eq!(state, "COMPLETED", "{output}");
+    let port = 7717 + job.parse::<u16>().unwrap() % 1000;
+    let servers: Vec<String> = (1..=4).map(|node| format!("node{node}:{port}")).collect();
+    assert!(output.contains(&format!("batch script sees: {}", servers.join(","))), "{output}");
+    for node in 1..=4 {
+        assert!(output.contains(&format!("node{node} reads: written on node{}", node % 4 + 1)), "{output}");
+    }
+    assert!(output.contains("entries: 4"), "{output}");
+    let took = slurm.wait_until_clean(&[], Duration::from_secs(KILL_WAIT_S + 30));
+    eprintln!("every node clean {took:?} after the job ended");
 }

@@ -139,6 +139,36 @@ pub fn stop(args: &StopArgs) -> Result<()> {
     Ok(ringfs_launch::stop(&run_dir, options)?)
 }
 
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// First wait until this many servers are alive (a cluster whose servers are still
+    /// joining, as one started by a Slurm prolog); fails after --timeout-ms.
+    #[arg(long)]
+    pub wait_for: Option<usize>,
+    #[arg(long, default_value_t = 30_000)]
+    pub timeout_ms: u64,
+}
+
+/// `ringfs status`: waits for servers if asked, then prints them.
+pub fn status_command(args: &StatusArgs) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(args.timeout_ms);
+    let client = loop {
+        let client = Client::from_env().context("cannot connect to ringfs");
+        let alive = client.as_ref().map(|client| client.members().members.iter().filter(|member| member.alive).count()).unwrap_or(0);
+        let wanted = args.wait_for.unwrap_or(0);
+        match client {
+            Ok(client) if alive >= wanted => break client,
+            Err(error) if args.wait_for.is_none() || std::time::Instant::now() >= deadline => return Err(error),
+            _ if std::time::Instant::now() >= deadline => {
+                anyhow::bail!("only {alive} of {wanted} servers are alive after {} ms", args.timeout_ms)
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    status(&client);
+    Ok(())
+}
+
 /// Prints one line per server: address, state, and its counters.
 pub fn status(client: &Client) {
     println!(

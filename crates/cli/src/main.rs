@@ -63,7 +63,7 @@ enum Command {
     /// stores); with --job, everything of that ended job (for an epilog).
     Cleanup(node_command::CleanupArgs),
     /// Show every server with its counters.
-    Status,
+    Status(cluster::StatusArgs),
     /// Cache mode: write everything dirty now to the backend, then return.
     Sync,
     /// Cache mode: load backend files (and directories) into ringfs ahead of use; paths may
@@ -143,10 +143,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(_) | Command::Mount(_) | Command::NodeAgent(_) | Command::SlurmStep(_) => unreachable!("handled in main"),
         Command::Cleanup(args) => node_command::cleanup(&args),
         Command::Stop(args) => cluster::stop(&args),
-        Command::Status => {
-            cluster::status(&client()?);
-            Ok(())
-        }
+        Command::Status(args) => cluster::status_command(&args),
         Command::Sync => cache_command::sync(&client()?),
         Command::Stagein { paths } => cache_command::stagein(&client()?, &paths),
         Command::Put { local, path } => tools::put(&client()?, &local, &path).map(|_| ()),

@@ -152,9 +152,10 @@ pub fn clean(base: &Path, scope: Scope) -> Vec<String> {
         if live_agents > 0 {
             continue;
         }
-        // A launching node's run directory (its step record, logs, mounts) goes as a whole;
-        // elsewhere only an empty one (another run may be creating its node directory).
-        if crate::slurm::is_step(&run_dir) {
+        // A launching node's run directory (its step record, logs, mounts) goes as a whole,
+        // and so does every run directory of an ended job; otherwise only an empty one
+        // (another run may be creating its node directory).
+        if crate::slurm::is_step(&run_dir) || matches!(scope, Scope::Job(_)) {
             crate::unmount_all(&run_dir);
             match fs::remove_dir_all(&run_dir) {
                 Ok(()) => report.push(format!("removed {}", run_dir.display())),
@@ -180,7 +181,8 @@ fn clean_node(node_dir: &Path, record: &AgentRecord) -> String {
     if let Some(server) = record.server.filter(|pid| runs_command(*pid, &["server"], node_dir)) {
         pids.push(server);
     }
-    let killed = terminate(&pids, Duration::from_secs(10));
+    // (In cache mode a server flushes before it exits: give it time.)
+    let killed = terminate(&pids, Duration::from_secs(30));
     let ended = if pids.is_empty() { String::new() } else { format!(" (ended pids {pids:?}, killed {killed:?})") };
     match remove_node_dir(node_dir) {
         Ok(()) => format!("removed {}{ended}", node_dir.display()),
