@@ -101,12 +101,19 @@ impl LocalSlurm {
             shared = self.shared().display()
         );
         std::fs::write(&script, format!("{header}{body}")).unwrap();
+        self.sbatch(name, &script, options, &[])
+    }
+
+    /// Submits `script` over all nodes, one task per node (`options` and `environment`
+    /// added); its output goes to `<name>.out` in the shared directory. Returns the job id.
+    fn sbatch(&self, name: &str, script: &Path, options: &[&str], environment: &[(&str, String)]) -> String {
         let nodes = format!("--nodes={}", self.nodes);
         let output_path = self.output_path(name);
         let mut arguments = vec!["sbatch", "--parsable", &nodes, "--ntasks-per-node=1"];
         arguments.extend(options);
         arguments.extend(["--output", output_path.to_str().unwrap(), script.to_str().unwrap()]);
-        let output = self.exec(&arguments);
+        let output =
+            self.script().arg("exec").args(&arguments).envs(environment.iter().map(|(name, value)| (name, value))).output().unwrap();
         assert!(output.status.success(), "sbatch failed: {}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).trim().to_string()
     }
@@ -496,4 +503,85 @@ echo "entries: $($RINGFS ls / | wc -l)"
     assert!(output.contains("entries: 4"), "{output}");
     let took = slurm.wait_until_clean(&[], Duration::from_secs(KILL_WAIT_S + 30));
     eprintln!("every node clean {took:?} after the job ended");
+}
+
+/// The job scripts of examples/slurm run as they are: the plain job (stage in, the MPI-IO
+/// program on ringfs across the nodes, stage out), the cache job (its outputs in the
+/// backend after the job), and the checkpointing job twice — the second resumes from the
+/// first's checkpoints, read back from the backend. Nothing is left on the nodes.
+#[test]
+fn the_example_job_scripts_run_on_the_cluster() {
+    let Some(slurm) = LocalSlurm::start(4, "") else { return };
+    preload_library();
+    let shared = slurm.shared();
+    let examples = workspace_root().join("examples/slurm");
+    let ringfs = ("RINGFS", ringfs_binary().to_string());
+    let run = |name: &str, script: &str, environment: &[(&str, String)]| -> String {
+        let job = slurm.sbatch(name, &examples.join(script), &[], environment);
+        let state = slurm.wait_for_end(&job, Duration::from_secs(240));
+        let output = slurm.job_output(name);
+        assert_eq!(state, "COMPLETED", "{script}:\n{output}");
+        slurm.wait_until_clean(&[], Duration::from_secs(5));
+        output
+    };
+
+    // The plain job, with the MPI-IO program as the application where there is an MPI.
+    let input = shared.join("input");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("a.txt"), "first input\n").unwrap();
+    std::fs::write(input.join("b.bin"), vec![7u8; 3 << 20]).unwrap();
+    let mpi = common::mpi::Mpi::find();
+    let app = match &mpi {
+        Some(mpi) => {
+            let program = shared.join("mpiio");
+            assert!(mpi.compile(&workspace_root().join("tests/c/mpiio.c"), &program).status.success());
+            format!("{} /ringfs/output", program.display())
+        }
+        None => "cp -r /ringfs/input/. /ringfs/output".to_string(),
+    };
+    let mpi_plugin = mpi.as_ref().map(|mpi| mpi.srun_plugin()).unwrap_or("none");
+    let output_dir = shared.join("output");
+    let environment = [
+        ringfs.clone(),
+        ("INPUT", input.display().to_string()),
+        ("OUTPUT", output_dir.display().to_string()),
+        ("APP", app),
+        ("MPI", mpi_plugin.to_string()),
+    ];
+    let output = run("plain", "plain-job.sh", &environment);
+    assert!(output.contains("plain job done: 2 outputs"), "{output}");
+    if mpi.is_some() {
+        assert!(output.contains("mpiio ok 4"), "{output}");
+        assert_eq!(std::fs::metadata(output_dir.join("blocks")).unwrap().len(), 4 << 20, "staged out");
+    }
+
+    // The cache job: every task's checksum of the inputs lands in the backend.
+    let pfs = shared.join("pfs");
+    std::fs::create_dir_all(pfs.join("input")).unwrap();
+    for (index, size) in [1_000_000usize, 2_500_000, 17].iter().enumerate() {
+        let mut bytes = vec![0u8; *size];
+        common::Random::new(index as u64).fill(&mut bytes);
+        std::fs::write(pfs.join(format!("input/part-{index}")), bytes).unwrap();
+    }
+    let output = run("cache", "cache-job.sh", &[ringfs.clone(), ("PFS", pfs.display().to_string())]);
+    assert!(output.contains("cache job done: 4 outputs"), "{output}");
+    let local = Command::new("sh").arg("-c").arg("cat input/* | sha256sum").current_dir(&pfs).output().unwrap();
+    let expected = String::from_utf8_lossy(&local.stdout).to_string();
+    for task in 0..4 {
+        let written = std::fs::read_to_string(pfs.join(format!("output/sum-{task}"))).unwrap_or_default();
+        assert_eq!(written, expected, "output/sum-{task} in the backend");
+    }
+
+    // The checkpointing job: 200 steps, then a second job resumes and goes on to 300.
+    let train = [ringfs.clone(), ("PFS", pfs.display().to_string()), ("TRAIN", examples.join("checkpoint.py").display().to_string())];
+    let first = run("checkpoint-1", "checkpoint-job.sh", &[train[0].clone(), train[1].clone(), train[2].clone(), ("STEPS", "200".into())]);
+    for rank in 0..4 {
+        assert!(first.contains(&format!("rank {rank} done at step 200")), "{first}");
+        assert!(pfs.join(format!("ckpt/step-000200/rank-{rank}.pkl")).exists(), "checkpoint in the backend:\n{first}");
+    }
+    let second = run("checkpoint-2", "checkpoint-job.sh", &[train[0].clone(), train[1].clone(), train[2].clone(), ("STEPS", "300".into())]);
+    for rank in 0..4 {
+        assert!(second.contains(&format!("rank {rank} resumed at step 200")), "{second}");
+        assert!(second.contains(&format!("rank {rank} done at step 300")), "{second}");
+    }
 }
