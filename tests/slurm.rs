@@ -573,13 +573,20 @@ fn the_example_job_scripts_run_on_the_cluster() {
     }
 
     // The checkpointing job: 200 steps, then a second job resumes and goes on to 300.
-    let train = [ringfs.clone(), ("PFS", pfs.display().to_string()), ("TRAIN", examples.join("checkpoint.py").display().to_string())];
-    let first = run("checkpoint-1", "checkpoint-job.sh", &[train[0].clone(), train[1].clone(), train[2].clone(), ("STEPS", "200".into())]);
+    let train = |steps: &str| {
+        [
+            ringfs.clone(),
+            ("PFS", pfs.display().to_string()),
+            ("TRAIN", examples.join("checkpoint.py").display().to_string()),
+            ("STEPS", steps.to_string()),
+        ]
+    };
+    let first = run("checkpoint-1", "checkpoint-job.sh", &train("200"));
     for rank in 0..4 {
         assert!(first.contains(&format!("rank {rank} done at step 200")), "{first}");
         assert!(pfs.join(format!("ckpt/step-000200/rank-{rank}.pkl")).exists(), "checkpoint in the backend:\n{first}");
     }
-    let second = run("checkpoint-2", "checkpoint-job.sh", &[train[0].clone(), train[1].clone(), train[2].clone(), ("STEPS", "300".into())]);
+    let second = run("checkpoint-2", "checkpoint-job.sh", &train("300"));
     for rank in 0..4 {
         assert!(second.contains(&format!("rank {rank} resumed at step 200")), "{second}");
         assert!(second.contains(&format!("rank {rank} done at step 300")), "{second}");
