@@ -89,6 +89,10 @@ fn start_tools_status_and_stop() {
     succeed(environment, &["stop"]);
     assert!(pids.iter().all(|pid| process_gone(*pid)), "servers must be gone after stop");
     assert!(!run_dir.exists());
+    let again = ringfs(environment, &["stop"]);
+    let message = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.code() == Some(1) && message.contains("stopped already?"), "a second stop says why: {message}");
+    assert!(!run_dir.exists(), "a second stop makes nothing");
     let _ = std::fs::remove_dir_all(scratch);
 }
 

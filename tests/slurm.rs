@@ -259,15 +259,25 @@ else:
     print(f"{os.uname().nodename} verified part-{other} of another node ({len(data)} bytes)", flush=True)
 "#;
 
-/// A batch job over 4 nodes: `ringfs run --preload` starts a server on every node, the
-/// ranks write and read each other's files through the preload library, an MPI-IO program
-/// runs across the nodes (srun with Slurm's PMI), and after the job nothing of ringfs is
-/// left on any node.
+/// A batch job over 4 nodes: `ringfs run --preload` starts a server on every node (removing
+/// what a killed job left on two of them), the ranks write and read each other's files
+/// through the preload library, an MPI-IO program runs across the nodes (srun with Slurm's
+/// PMI), and after the job nothing of ringfs is left on any node.
 #[test]
 fn a_batch_job_across_four_nodes_shares_files_through_the_preload_library() {
     let Some(slurm) = LocalSlurm::start(4, "") else { return };
     preload_library();
     std::fs::write(slurm.shared().join("rw.py"), READ_WRITE_PY).unwrap();
+    // What a killed job left on nodes 2 and 3 (its agent gone): the job's start removes it.
+    for node in [2, 3] {
+        let tmp = slurm.node_tmp(node);
+        let node_dir = tmp.join(format!("ringfs-0/slurm-7-dead00/node{node}"));
+        let store = tmp.join(format!("old-store/slurm-7-dead00/node{node}"));
+        std::fs::create_dir_all(node_dir.join("tmp")).unwrap();
+        std::fs::create_dir_all(&store).unwrap();
+        std::fs::write(store.join("chunk"), "old data").unwrap();
+        std::fs::write(node_dir.join("agent"), format!("agent 4000000\nstore /tmp/old-store/slurm-7-dead00/node{node}\n")).unwrap();
+    }
     let mpi = common::mpi::Mpi::find();
     let mpi_step = match &mpi {
         Some(mpi) => {
@@ -309,7 +319,8 @@ echo "ringfs run exited $?"
     if mpi.is_some() {
         assert!(output.contains(&format!("mpiio ok 4 {}", 4 * (1 << 20) + 4 * 64 * 1000)), "{output}");
     }
-    slurm.wait_until_clean(&[], Duration::from_secs(5));
+    // (old-store is the killed job's --store PATH: its own directory, not ringfs's.)
+    slurm.wait_until_clean(&["old-store"], Duration::from_secs(5));
 }
 
 /// `scancel` in the middle of a job: Slurm signals the step of ringfs's node agents, each

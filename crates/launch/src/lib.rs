@@ -622,6 +622,9 @@ fn is_server_of(pid: u32, run_dir: &Path, name: &str) -> bool {
 /// (a failed flush, a server that had to be killed, one that did not answer), and the run
 /// directory is kept. On success it is removed unless `keep`.
 pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
+    if !run_dir.join("secret").exists() {
+        return Err(LaunchError::Config(format!("{} holds no ringfs cluster (stopped already?)", run_dir.display())));
+    }
     let step = slurm::is_step(run_dir);
     if step {
         slurm::mark_stopping(run_dir);
