@@ -353,6 +353,30 @@ sleep 600
     eprintln!("every node clean {:?} after scancel", cancelled.elapsed());
 }
 
+/// A job that reaches its time limit inside `ringfs run`: Slurm sends SIGTERM to the batch
+/// step and the servers' step, then SIGKILL after KillWait; ringfs run passes the signal to
+/// its command and stops the cluster, the agents clean their nodes, and nothing is left.
+#[test]
+fn a_job_at_its_time_limit_cleans_every_node() {
+    let Some(slurm) = LocalSlurm::start(4, "") else { return };
+    let ready = slurm.shared().join("ready");
+    let job = slurm.submit_with(
+        "timelimit",
+        r#"exec $RINGFS run --store dir:/tmp/store -- bash -c '
+srun sh -c "head -c 2500000 /dev/urandom | $RINGFS put /dev/stdin /from-\$SLURM_NODEID"
+touch $SHARED/ready
+sleep 600
+'
+"#,
+        &["--time=1"],
+    );
+    wait_for_file(&ready, Duration::from_secs(90), &slurm, &job);
+    let state = slurm.wait_for_end(&job, Duration::from_secs(60 + 60 + KILL_WAIT_S));
+    assert_eq!(state, "TIMEOUT", "{}", slurm.job_output("timelimit"));
+    let took = slurm.wait_until_clean(&["store"], Duration::from_secs(KILL_WAIT_S));
+    eprintln!("every node clean {took:?} after the job ended at its time limit");
+}
+
 /// A node cut off in the middle of a job (its link down): reads of files with chunks on it
 /// fail with EIO within the client's timeout (RINGFS_TIMEOUT_MS, 3 s here), `ringfs stop`
 /// fails and names the node; once the node is back, Slurm ends the job there and the epilog
