@@ -25,11 +25,17 @@ if ip netns add "$probe" 2>/dev/null; then
 else
     echo "note: network namespaces cannot be made here (not root?); those fault tests will report skipped"
 fi
-if command -v mpicc >/dev/null 2>&1 && command -v mpiexec >/dev/null 2>&1; then
-    # MPICH is installed (scripts/setup.sh): the MPI-IO test must run.
+if { command -v mpicc.mpich && command -v mpiexec.mpich; } >/dev/null 2>&1 || { command -v mpicc && command -v mpiexec; } >/dev/null 2>&1; then
+    # An MPI is installed (scripts/setup.sh installs MPICH): the MPI-IO tests must run.
     export RINGFS_REQUIRE_MPI=1
 else
     echo "note: MPICH is missing here; the MPI-IO test under the preload library will be skipped"
+fi
+if [ "${RINGFS_REQUIRE_NETNS:-}" = 1 ] && command -v slurmctld >/dev/null 2>&1 && command -v slurmd >/dev/null 2>&1 && command -v munged >/dev/null 2>&1; then
+    # Slurm and namespaces are there: the tests on a local Slurm cluster must run.
+    export RINGFS_REQUIRE_SLURM=1
+else
+    echo "note: Slurm or network namespaces are missing here; tests/slurm.rs will report skipped"
 fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet

@@ -8,11 +8,16 @@
 #   iproute2         `ip`, for the fault tests with servers in network namespaces
 #   fio              run under the LD_PRELOAD library by tests/preload.rs
 #   mpich,           an MPI-IO program (ROMIO) run under the LD_PRELOAD library by
-#   libmpich-dev     tests/preload.rs
+#   libmpich-dev     tests/preload.rs and across Slurm nodes by tests/slurm.rs; looked for as
+#                    mpicc.mpich/mpiexec.mpich (another MPI's mpicc does not count)
+#   slurmctld,       a real Slurm cluster of network-namespace nodes for tests/slurm.rs
+#   slurmd, munge,   (scripts/local-slurm.sh)
+#   slurm-client
 #   python3-venv     the venv the Python package is built and tested in (scripts/python-test.sh)
 
 need_packages=()
-for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2 fio:fio mpicc:libmpich-dev mpiexec:mpich; do
+for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2 fio:fio mpicc.mpich:libmpich-dev mpiexec.mpich:mpich \
+    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge nsenter:util-linux; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then

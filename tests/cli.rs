@@ -89,6 +89,10 @@ fn start_tools_status_and_stop() {
     succeed(environment, &["stop"]);
     assert!(pids.iter().all(|pid| process_gone(*pid)), "servers must be gone after stop");
     assert!(!run_dir.exists());
+    let again = ringfs(environment, &["stop"]);
+    let message = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.code() == Some(1) && message.contains("stopped already?"), "a second stop says why: {message}");
+    assert!(!run_dir.exists(), "a second stop makes nothing");
     let _ = std::fs::remove_dir_all(scratch);
 }
 
@@ -318,5 +322,28 @@ fn stop_reports_a_server_it_had_to_kill() {
     assert!(message.contains("server-1") && message.contains("killed"), "{message}");
     assert!(process_gone(stuck));
     assert!(run_dir.join("server-1.log").exists(), "the logs are kept");
+    let _ = std::fs::remove_dir_all(scratch);
+}
+
+/// With one of 3 servers dead and no backend there is nothing to flush: `ringfs stop` stops
+/// the live servers, and its error names the dead server and why (it is not running).
+#[test]
+fn stop_with_a_dead_server_and_no_backend_stops_the_others_and_names_the_dead_one() {
+    let scratch = scratch_dir("stop-dead");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let mut environment = started.0.clone();
+    let live = [recorded_pid(&run_dir, "server-0"), recorded_pid(&run_dir, "server-2")];
+    let dead = recorded_pid(&run_dir, "server-1");
+    kill_and_wait(dead);
+    environment.insert("RINGFS_TIMEOUT_MS".into(), "2000".into());
+    let output = ringfs(&environment, &["stop", "--wait-ms", "5000"]);
+    let message = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "a dead server is a problem to report: {message}");
+    assert!(message.contains("server-1") && message.contains("not running"), "names the dead server and the cause: {message}");
+    assert!(!message.contains("keep running"), "{message}");
+    for pid in live {
+        assert!(process_gone(pid), "live server {pid} was stopped: {message}");
+    }
     let _ = std::fs::remove_dir_all(scratch);
 }

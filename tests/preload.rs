@@ -29,7 +29,11 @@ impl Preloaded {
 
     /// A command with the preload environment.
     fn command(&self, program: &str) -> Command {
-        let mut command = Command::new(program);
+        self.with_environment(Command::new(program))
+    }
+
+    /// `command` with the preload environment.
+    fn with_environment(&self, mut command: Command) -> Command {
         command
             .env("LD_PRELOAD", &self.library)
             .env("RINGFS_MOUNT", &self.prefix)
@@ -337,24 +341,18 @@ fn ringfs_run_preload_runs_a_command_with_the_library() {
 /// files it wrote are checked through the native client too.
 #[test]
 fn an_mpi_program_using_mpi_io_runs_on_ringfs() {
-    let (Ok(_), Ok(_)) = (Command::new("mpicc").arg("-show").output(), Command::new("mpiexec").arg("--version").output()) else {
+    let Some(mpi) = common::mpi::Mpi::find() else {
         assert!(std::env::var_os("RINGFS_REQUIRE_MPI").is_none(), "mpicc and mpiexec are required (RINGFS_REQUIRE_MPI)");
         eprintln!("skipped: mpicc or mpiexec missing (scripts/setup.sh installs MPICH)");
         return;
     };
     let preloaded = Preloaded::start(2);
     let program = preloaded.local.join("mpiio");
-    let compiled = Command::new("mpicc")
-        .args(["-O1", "-Wall", "-Werror"])
-        .arg(workspace_root().join("tests/c/mpiio.c"))
-        .arg("-o")
-        .arg(&program)
-        .output()
-        .unwrap();
-    succeeded(&compiled, "mpicc tests/c/mpiio.c");
+    let compiled = mpi.compile(&workspace_root().join("tests/c/mpiio.c"), &program);
+    succeeded(&compiled, &format!("{} tests/c/mpiio.c", mpi.compiler));
     let root = format!("{}/mpi", preloaded.prefix);
     preloaded.script(&preloaded.prefix, &format!("mkdir {root}"));
-    let output = preloaded.command("mpiexec").args(["-n", "3"]).arg(&program).arg(&root).output().unwrap();
+    let output = preloaded.with_environment(mpi.mpiexec(3)).arg(&program).arg(&root).output().unwrap();
     succeeded(&output, "mpiexec -n 3 mpiio");
     assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), format!("mpiio ok 3 {}", 3 * (1 << 20) + 3 * 64 * 1000));
     let client = preloaded.cluster.client();

@@ -6,6 +6,7 @@
 
 #![allow(dead_code)]
 
+pub mod mpi;
 pub mod netns;
 pub mod relay;
 

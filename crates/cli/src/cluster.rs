@@ -9,6 +9,9 @@ use ringfs_client::Client;
 use ringfs_launch::LaunchConfig;
 use ringfs_placement::{HashFunction, Scheme};
 
+/// First port of servers on other hosts (a hostfile's, a Slurm allocation's).
+const DEFAULT_PORT: u16 = 7717;
+
 #[derive(Args, Debug, Clone)]
 pub struct StartArgs {
     /// Number of servers on this machine (ignored with --hostfile).
@@ -29,9 +32,14 @@ pub struct StartArgs {
     /// Command that runs a shell command on a host: `<launcher> <host> <command>`.
     #[arg(long, default_value = "ssh -o BatchMode=yes")]
     pub launcher: String,
-    /// First TCP port used on hosts of a hostfile (server i listens on port + i).
-    #[arg(long, default_value_t = 7717)]
-    pub port: u16,
+    /// First TCP port used on hosts of a hostfile (server i listens on port + i); in a Slurm
+    /// allocation, the port of every node's server (default 7717 + job id mod 1000).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Start the servers on this machine even inside a Slurm allocation (by default
+    /// `ringfs start` starts one server on every node of the allocation through srun).
+    #[arg(long, conflicts_with = "hostfile")]
+    pub local: bool,
     /// Address local servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub listen_host: String,
@@ -66,7 +74,13 @@ impl StartArgs {
         config.chunk_size = chunk_size;
         config.hostfile = self.hostfile.clone();
         config.launcher = self.launcher.clone();
-        config.port = self.port;
+        config.port = self.port.unwrap_or(DEFAULT_PORT);
+        if self.hostfile.is_none() && !self.local {
+            config.slurm = ringfs_launch::slurm::SlurmJob::from_environment()?;
+            if let (Some(job), None) = (&config.slurm, self.port) {
+                config.port = job.port(DEFAULT_PORT);
+            }
+        }
         config.listen_host = self.listen_host.clone();
         config.hash = self.hash;
         config.placement = self.placement;
@@ -113,15 +127,46 @@ pub fn stop(args: &StopArgs) -> Result<()> {
         .or_else(|| std::env::var_os("RINGFS_RUN_DIR").map(PathBuf::from))
         .context("no cluster given: pass --run-dir or set RINGFS_RUN_DIR")?;
     // Cache mode: flush with progress shown while the servers run (stopping syncs too, but
-    // silently); a cluster without backend answers at once.
+    // silently, and says what failed).
     let config = ringfs_client::ClientConfig::new(Vec::new(), Vec::new()).with_run_dir(run_dir.clone());
     if let Ok(client) = Client::connect(config)
+        && client.server_status().iter().any(|(_, stats)| stats.as_ref().is_ok_and(|stats| stats.cache.is_some()))
         && let Err(error) = crate::cache_command::sync(&client)
     {
         log::warn!("{error:#}");
     }
     let options = ringfs_launch::StopOptions { keep: args.keep, force: args.force, wait: std::time::Duration::from_millis(args.wait_ms) };
     Ok(ringfs_launch::stop(&run_dir, options)?)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StatusArgs {
+    /// First wait until this many servers are alive (a cluster whose servers are still
+    /// joining, as one started by a Slurm prolog); fails after --timeout-ms.
+    #[arg(long)]
+    pub wait_for: Option<usize>,
+    #[arg(long, default_value_t = 30_000)]
+    pub timeout_ms: u64,
+}
+
+/// `ringfs status`: waits for servers if asked, then prints them.
+pub fn status_command(args: &StatusArgs) -> Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(args.timeout_ms);
+    let client = loop {
+        let client = Client::from_env().context("cannot connect to ringfs");
+        let alive = client.as_ref().map(|client| client.members().members.iter().filter(|member| member.alive).count()).unwrap_or(0);
+        let wanted = args.wait_for.unwrap_or(0);
+        match client {
+            Ok(client) if alive >= wanted => break client,
+            Err(error) if args.wait_for.is_none() || std::time::Instant::now() >= deadline => return Err(error),
+            _ if std::time::Instant::now() >= deadline => {
+                anyhow::bail!("only {alive} of {wanted} servers are alive after {} ms", args.timeout_ms)
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    status(&client);
+    Ok(())
 }
 
 /// Prints one line per server: address, state, and its counters.

@@ -13,6 +13,7 @@ mod demo_command;
 mod gmem_bench_command;
 mod logger;
 mod mount_command;
+mod node_command;
 mod run_command;
 mod server_command;
 mod signals;
@@ -50,8 +51,19 @@ enum Command {
     Mount(mount_command::MountArgs),
     /// Stop the cluster named by RINGFS_RUN_DIR (or --run-dir).
     Stop(cluster::StopArgs),
+    /// One node's part of a cluster in a Slurm allocation (started by `ringfs start`
+    /// through srun): runs the node's server, and cleans the node when it ends.
+    #[command(hide = true)]
+    NodeAgent(node_command::NodeAgentArgs),
+    /// Runs the srun of a cluster in a Slurm allocation (started by `ringfs start`), and
+    /// removes its run directory if the step ends without `ringfs stop`.
+    #[command(hide = true)]
+    SlurmStep(node_command::SlurmStepArgs),
+    /// Remove what Slurm jobs' clusters left on this node (servers, run directories,
+    /// stores); with --job, everything of that ended job (for an epilog).
+    Cleanup(node_command::CleanupArgs),
     /// Show every server with its counters.
-    Status,
+    Status(cluster::StatusArgs),
     /// Cache mode: write everything dirty now to the backend, then return.
     Sync,
     /// Cache mode: load backend files (and directories) into ringfs ahead of use; paths may
@@ -128,12 +140,10 @@ fn run(cli: Cli) -> Result<()> {
             eprintln!("ringfs: {} servers ready; run directory {}", started.servers.len(), started.run_dir.display());
             Ok(())
         }
-        Command::Run(_) | Command::Mount(_) => unreachable!("handled in main"),
+        Command::Run(_) | Command::Mount(_) | Command::NodeAgent(_) | Command::SlurmStep(_) => unreachable!("handled in main"),
+        Command::Cleanup(args) => node_command::cleanup(&args),
         Command::Stop(args) => cluster::stop(&args),
-        Command::Status => {
-            cluster::status(&client()?);
-            Ok(())
-        }
+        Command::Status(args) => cluster::status_command(&args),
         Command::Sync => cache_command::sync(&client()?),
         Command::Stagein { paths } => cache_command::stagein(&client()?, &paths),
         Command::Put { local, path } => tools::put(&client()?, &local, &path).map(|_| ()),
@@ -160,11 +170,16 @@ fn report(error: anyhow::Error) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level =
-        if matches!(cli.command, Command::Server(_) | Command::Mount(_)) { log::LevelFilter::Info } else { log::LevelFilter::Warn };
+    let default_level = if matches!(cli.command, Command::Server(_) | Command::Mount(_) | Command::NodeAgent(_)) {
+        log::LevelFilter::Info
+    } else {
+        log::LevelFilter::Warn
+    };
     logger::init(default_level);
     let outcome = match cli.command {
         Command::Run(args) => run_command::run(args),
+        Command::NodeAgent(args) => node_command::agent(args),
+        Command::SlurmStep(args) => node_command::step(&args),
         Command::Mount(args) => mount_command::run(args).map(|()| ExitCode::SUCCESS),
         command => run(Cli { command }).map(|()| ExitCode::SUCCESS),
     };

@@ -3,15 +3,7 @@
 
 /// The set of termination signals.
 fn termination_set() -> libc::sigset_t {
-    // SAFETY: plain libc signal-set manipulation on a zeroed sigset_t.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
-            libc::sigaddset(&mut set, signal);
-        }
-        set
-    }
+    ringfs_launch::process::termination_signals()
 }
 
 /// Blocks the termination signals in this thread and every thread it starts later; returns a
@@ -46,8 +38,5 @@ pub fn block_termination_signals_with_timeout() -> impl Fn(std::time::Duration) 
 /// Unblocks the termination signals in a child process before it runs its program (a
 /// blocked mask is inherited across exec). For `Command::pre_exec`.
 pub fn unblock_in_child() -> std::io::Result<()> {
-    let set = termination_set();
-    // SAFETY: async-signal-safe; changes the child's mask between fork and exec.
-    unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
-    Ok(())
+    ringfs_launch::process::unblock_termination_signals()
 }

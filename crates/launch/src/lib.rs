@@ -26,6 +26,12 @@ use ringfs_client::{Client, ClientConfig};
 use ringfs_placement::{HashFunction, Scheme};
 use thiserror::Error;
 
+pub mod leftovers;
+pub mod process;
+pub mod slurm;
+
+use process::{process_alive, signal, wait_for_exit, wait_for_exit_only};
+
 /// How long `start` waits for the servers, and `stop` for them to exit.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -44,9 +50,9 @@ pub enum LaunchError {
     Stop { problems: Vec<String>, kept: Option<PathBuf> },
 }
 
-type Result<T> = std::result::Result<T, LaunchError>;
+pub(crate) type Result<T> = std::result::Result<T, LaunchError>;
 
-fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
+pub(crate) fn io_error(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> LaunchError {
     let what = what.into();
     move |source| LaunchError::Io { what, source }
 }
@@ -81,6 +87,9 @@ pub struct LaunchConfig {
     pub server_args: Vec<String>,
     /// Cache mode: the backend directory the cluster caches.
     pub cache: Option<LaunchCache>,
+    /// Start one server on every node of this Slurm allocation (through `srun`) instead of
+    /// local servers or a hostfile's; their port is `port`.
+    pub slurm: Option<slurm::SlurmJob>,
 }
 
 /// Cache mode of a launched cluster: what `ringfs server --backend …` gets.
@@ -136,19 +145,20 @@ impl LaunchConfig {
             executable,
             server_args: Vec::new(),
             cache: None,
+            slurm: None,
         }
     }
 }
 
 /// A launched server, as recorded in the run directory.
-struct ServerRecord {
+pub(crate) struct ServerRecord {
     name: String,
     address: String,
     /// Process id, for servers started on this machine.
     pid: Option<u32>,
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let digits: String = (0..bytes.div_ceil(8)).map(|_| format!("{:016x}", ringfs_rpc::memory::random_u64())).collect();
     digits[..bytes * 2].to_string()
 }
@@ -163,7 +173,7 @@ fn default_run_dir(shared: bool) -> PathBuf {
     std::env::temp_dir().join(format!("ringfs-{uid}")).join(id)
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<()> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> Result<()> {
     let what = format!("cannot write {}", path.display());
     let mut file = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(io_error(&what))?;
     file.write_all(contents.as_bytes()).map_err(io_error(what))
@@ -183,7 +193,7 @@ fn read_hostfile(path: &Path) -> Result<Vec<String>> {
 }
 
 /// The `--store` argument of one server: a `dir` store gets a subdirectory per server.
-fn store_for(store: &str, name: &str) -> Result<String> {
+pub fn store_for(store: &str, name: &str) -> Result<String> {
     match store.split_once(':') {
         None if store == "mem" => Ok("mem".into()),
         Some(("dir", path)) if !path.is_empty() => Ok(format!("dir:{}", Path::new(path).join(name).display())),
@@ -203,48 +213,6 @@ fn wait_for_file(path: &Path, deadline: Instant) -> Result<String> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-/// True while a server process runs. An exited server stays a zombie until its parent reaps
-/// it: reap it if it is our child, and count a zombie as gone either way.
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: a non-blocking wait for one specific pid; it fails harmlessly (ECHILD) when the
-    // process is not our child.
-    unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), libc::WNOHANG) };
-    // SAFETY: signal 0 only checks that the process exists.
-    if unsafe { libc::kill(pid as libc::pid_t, 0) } != 0 {
-        return false;
-    }
-    let state = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The state letter follows the parenthesised command name.
-    !matches!(state.rsplit_once(") ").map(|(_, rest)| rest.chars().next()), Some(Some('Z' | 'X')))
-}
-
-fn signal(pid: u32, signal: i32) {
-    // SAFETY: only called with pids of servers this module started (recorded in the run
-    // directory of their cluster).
-    unsafe { libc::kill(pid as libc::pid_t, signal) };
-}
-
-/// Waits up to `timeout` for processes to exit.
-fn wait_for_exit_only(pids: &[u32], timeout: Duration) {
-    let deadline = Instant::now() + timeout;
-    while pids.iter().any(|pid| process_alive(*pid)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end.
-/// Returns the pids that had to be killed.
-fn wait_for_exit(pids: &[u32], timeout: Duration) -> Vec<u32> {
-    wait_for_exit_only(pids, timeout);
-    let stubborn: Vec<u32> = pids.iter().copied().filter(|pid| process_alive(*pid)).collect();
-    for pid in &stubborn {
-        // A stopped process dies of SIGKILL too; SIGCONT first lets it go away at once.
-        signal(*pid, libc::SIGKILL);
-        signal(*pid, libc::SIGCONT);
-    }
-    stubborn
 }
 
 fn log_tail(run_dir: &Path, name: &str) -> String {
@@ -325,10 +293,14 @@ fn spawn_remote(config: &LaunchConfig, run_dir: &Path, host: &str, name: &str, p
     Ok(())
 }
 
-/// Polls the cluster until `expected` servers are alive.
-fn wait_for_members(first_address: &str, secret: &str, expected: usize, deadline: Instant) -> Result<()> {
+/// Polls the cluster until `expected` servers are alive (or a Slurm step launching them
+/// ended).
+fn wait_for_members(run_dir: &Path, first_address: &str, secret: &str, expected: usize, deadline: Instant) -> Result<()> {
     let mut last_error = String::from("no answer yet");
     while Instant::now() < deadline {
+        if let Some(failure) = slurm::step_failure(run_dir) {
+            return Err(LaunchError::Startup(failure));
+        }
         match Client::connect(ClientConfig::new(vec![first_address.to_string()], secret.as_bytes().to_vec())) {
             Ok(client) => {
                 let alive = client.members().members.iter().filter(|member| member.alive).count();
@@ -455,7 +427,7 @@ fn is_mounted(directory: &Path) -> bool {
 
 /// Ends the mounts of a cluster: SIGTERM to each `ringfs mount` (it unmounts), and a lazy
 /// unmount of any mount point still attached (a mount process that died).
-fn unmount_all(run_dir: &Path) {
+pub(crate) fn unmount_all(run_dir: &Path) {
     let records = fs::read_to_string(run_dir.join("mounts")).unwrap_or_default();
     let mounts: Vec<(u32, PathBuf)> = records
         .lines()
@@ -480,11 +452,15 @@ fn unmount_all(run_dir: &Path) {
 /// Starts a cluster and waits until every server has joined.
 pub fn start(config: &LaunchConfig) -> Result<Cluster> {
     let hosts = config.hostfile.as_deref().map(read_hostfile).transpose()?;
-    if hosts.is_none() && config.servers == 0 {
+    if hosts.is_none() && config.slurm.is_none() && config.servers == 0 {
         return Err(LaunchError::Config("a cluster needs at least one server".into()));
     }
     store_for(&config.store, "check")?;
-    let run_dir = config.run_dir.clone().unwrap_or_else(|| default_run_dir(hosts.is_some()));
+    let run_dir = match (&config.run_dir, &config.slurm) {
+        (Some(run_dir), _) => run_dir.clone(),
+        (None, Some(job)) => slurm::default_run_dir(job, &leftovers::user_base(&std::env::temp_dir())),
+        (None, None) => default_run_dir(hosts.is_some()),
+    };
     fs::DirBuilder::new().recursive(true).mode(0o700).create(&run_dir).map_err(io_error(format!("cannot create {}", run_dir.display())))?;
     let secret = random_hex(32);
     write_private(&run_dir.join("secret"), &secret)?;
@@ -492,15 +468,20 @@ pub fn start(config: &LaunchConfig) -> Result<Cluster> {
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     let mut records: Vec<ServerRecord> = Vec::new();
     let launched = launch_all(config, &run_dir, hosts.as_deref(), &secret, deadline, &mut records)
-        .and_then(|()| wait_for_members(&records[0].address, &secret, records.len(), deadline));
+        .and_then(|()| wait_for_members(&run_dir, &records[0].address, &secret, records.len(), deadline));
     if let Err(error) = launched {
         let pids: Vec<u32> = records.iter().filter_map(|record| record.pid).collect();
         for pid in &pids {
             signal(*pid, libc::SIGTERM);
         }
         wait_for_exit(&pids, Duration::from_secs(5));
-        let logs: String =
-            records.iter().map(|record| format!("\n--- {} log:\n{}", record.name, log_tail(&run_dir, &record.name))).collect();
+        // The agents end their servers and clean their nodes on the SIGTERM srun passes on.
+        process::terminate(&slurm::running_step(&run_dir), Duration::from_secs(20));
+        let logs: String = records
+            .iter()
+            .filter(|record| record.pid.is_some())
+            .map(|record| format!("\n--- {} log:\n{}", record.name, log_tail(&run_dir, &record.name)))
+            .collect();
         let _ = fs::remove_dir_all(&run_dir);
         return Err(LaunchError::Startup(format!("{error}{logs}")));
     }
@@ -541,6 +522,10 @@ fn launch_all(
     deadline: Instant,
     records: &mut Vec<ServerRecord>,
 ) -> Result<()> {
+    if let Some(job) = &config.slurm {
+        records.extend(slurm::start_step(config, job, run_dir, secret)?);
+        return Ok(());
+    }
     match hosts {
         None => {
             let (pid, address_file) = spawn_local(config, run_dir, "server-0", None)?;
@@ -566,7 +551,7 @@ fn launch_all(
                 spawn_remote(config, run_dir, host, &name, port, first.as_deref())?;
                 records.push(ServerRecord { name, address: format!("{host}:{port}"), pid: None });
                 if index == 0 {
-                    wait_for_members(&records[0].address, secret, 1, deadline)?;
+                    wait_for_members(run_dir, &records[0].address, secret, 1, deadline)?;
                 }
             }
         }
@@ -626,13 +611,7 @@ fn local_servers(run_dir: &Path) -> Vec<LocalServer> {
 
 /// Whether process `pid` is `ringfs server` for `name` of this run directory.
 fn is_server_of(pid: u32, run_dir: &Path, name: &str) -> bool {
-    if !process_alive(pid) {
-        return false;
-    }
-    let command_line = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-    let words: Vec<&[u8]> = command_line.split(|byte| *byte == 0).collect();
-    let has = |word: &[u8]| words.contains(&word);
-    has(b"server") && has(name.as_bytes()) && has(run_dir.as_os_str().as_encoded_bytes())
+    process::runs_command(pid, &["server", name], run_dir)
 }
 
 /// Stops every server of the cluster in `run_dir`, wherever the run directory says the
@@ -643,35 +622,40 @@ fn is_server_of(pid: u32, run_dir: &Path, name: &str) -> bool {
 /// (a failed flush, a server that had to be killed, one that did not answer), and the run
 /// directory is kept. On success it is removed unless `keep`.
 pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
+    if !run_dir.join("secret").exists() {
+        return Err(LaunchError::Config(format!("{} holds no ringfs cluster (stopped already?)", run_dir.display())));
+    }
+    let step = slurm::is_step(run_dir);
+    if step {
+        slurm::mark_stopping(run_dir);
+    }
     unmount_all(run_dir);
     let mut problems = Vec::new();
+    let mut silent = Vec::new();
     let local = local_servers(run_dir);
     let config = ringfs_client::ClientConfig::new(Vec::new(), Vec::new()).with_run_dir(run_dir.to_path_buf());
     match Client::connect(config) {
         Ok(client) => {
-            // Cache mode: everything dirty reaches the backend while all servers still run
-            // (each flush may need another server); without a backend this is a no-op.
-            if let Err(errno) = client.sync() {
-                let problem = format!("flushing to the backend failed ({errno})");
-                if !options.force {
-                    return Err(LaunchError::Stop {
-                        problems: vec![format!(
-                            "{problem}; the servers keep running so that no data is lost: fix the backend and stop again, or stop with --force"
-                        )],
-                        kept: Some(run_dir.to_path_buf()),
-                    });
-                }
-                problems.push(format!("{problem}; dirty data was lost"));
+            silent = silent_servers(&client, run_dir);
+            if !step {
+                problems.extend(silent.iter().map(|(_, problem)| problem.clone()));
+            }
+            if let Err(problem) = flush_before_stop(&client, options.force, &mut problems) {
+                problems.push(problem);
+                return Err(LaunchError::Stop { problems, kept: Some(run_dir.to_path_buf()) });
             }
             for (name, answer) in client.shutdown_each() {
+                // (A step's nodes confirm their stop themselves: see below.)
                 if let Err(errno) = answer
+                    && !step
                     && !local.iter().any(|server| server.name == name)
+                    && !silent.iter().any(|(silent, _)| *silent == name)
                 {
                     problems.push(format!("server {name} did not answer the shutdown request ({errno}); it may still run"));
                 }
             }
         }
-        Err(error) if local.is_empty() => problems.push(format!("no server of the cluster answered ({error})")),
+        Err(error) if local.is_empty() && !step => problems.push(format!("no server of the cluster answered ({error})")),
         Err(error) => log::warn!("no server answered ({error}); stopping the local processes"),
     }
     let pids: Vec<u32> = local.iter().map(|server| server.pid).collect();
@@ -685,11 +669,90 @@ pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
             problems.push(format!("server {} (pid {}) did not stop and was killed", server.name, server.pid));
         }
     }
+    if step {
+        // A node that cleaned up is fine even if its server was gone (Slurm signalled it).
+        let silent_names: Vec<String> = silent.iter().map(|(name, _)| name.clone()).collect();
+        for node in slurm::finish_step(run_dir, options.wait, &silent_names) {
+            let silence = silent.iter().find(|(name, _)| *name == node).map(|(_, problem)| format!("{problem}; ")).unwrap_or_default();
+            problems.push(format!(
+                "{silence}node {node} did not confirm that its server stopped and the node was cleaned (lost or cut off?): what is \
+                 left there is removed by the next `ringfs start` on it or by `ringfs cleanup` (the epilog)"
+            ));
+        }
+    }
     if !problems.is_empty() {
         return Err(LaunchError::Stop { problems, kept: Some(run_dir.to_path_buf()) });
     }
     if !options.keep {
         fs::remove_dir_all(run_dir).map_err(io_error(format!("cannot remove {}", run_dir.display())))?;
+        if step && let Some(user_dir) = run_dir.parent() {
+            // (Only when empty: other clusters of this user may live there.)
+            let _ = fs::remove_dir(user_dir);
+        }
     }
     Ok(())
+}
+
+/// The members that do not answer, each with a problem naming it and why: a server of this
+/// machine whose process is gone died; another is dead or cut off.
+fn silent_servers(client: &Client, run_dir: &Path) -> Vec<(String, String)> {
+    client
+        .server_status()
+        .into_iter()
+        .filter_map(|(member, status)| {
+            let errno = status.err()?;
+            let problem = match recorded_local_pid(run_dir, &member.name) {
+                Some(pid) if !process_alive(pid) => {
+                    format!("server {} (pid {pid}) is not running: it died, and the data it held is lost", member.name)
+                }
+                _ => format!(
+                    "server {} at {} does not answer ({errno}): it died or is cut off, and the data it held is lost",
+                    member.name, member.tcp_address
+                ),
+            };
+            Some((member.name, problem))
+        })
+        .collect()
+}
+
+/// The pid server `name` recorded at its last start, if it started on this machine.
+fn recorded_local_pid(run_dir: &Path, name: &str) -> Option<u32> {
+    let host = fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let recorded = fs::read_to_string(run_dir.join(format!("{name}.pid"))).ok()?;
+    let mut words = recorded.split_whitespace();
+    if words.next()? != host.trim() {
+        return None;
+    }
+    words.next()?.parse().ok()
+}
+
+/// Cache mode: writes everything dirty to the backend while all servers still run (each
+/// flush may need another server). Without a backend there is nothing to flush. A failed
+/// flush is an error — the servers must keep running — only while an answering server
+/// still holds unflushed data (what silent servers held is lost either way) and not `force`.
+fn flush_before_stop(client: &Client, force: bool, problems: &mut Vec<String>) -> std::result::Result<(), String> {
+    let caching = |status: &[(ringfs_proto::Member, ringfs_client::Result<ringfs_proto::ServerStats>)]| -> Vec<String> {
+        status
+            .iter()
+            .filter_map(|(member, stats)| {
+                let cache = stats.as_ref().ok()?.cache.as_ref()?;
+                (cache.dirty_chunks > 0 || cache.pending_entries > 0).then(|| member.name.clone())
+            })
+            .collect()
+    };
+    let status = client.server_status();
+    if !status.iter().any(|(_, stats)| stats.as_ref().is_ok_and(|stats| stats.cache.is_some())) {
+        return Ok(());
+    }
+    let Err(errno) = client.sync() else { return Ok(()) };
+    let holding = caching(&client.server_status());
+    if holding.is_empty() {
+        return Ok(());
+    }
+    let problem = format!("flushing to the backend failed ({errno}); servers {} still hold unflushed data", holding.join(", "));
+    if force {
+        problems.push(format!("{problem}, which was lost"));
+        return Ok(());
+    }
+    Err(format!("{problem}; the servers keep running so that it is not lost: fix the backend and stop again, or stop with --force"))
 }
