@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::memory::{MemoryRegion, RemoteKey};
-use crate::operation::{Anchors, Operation};
+use crate::operation::{Anchors, Operation, StableBuffer};
 use crate::sockaddr;
 use crate::sys;
 use crate::worker::{EndpointState, Worker, WorkerInner, endpoint_failed};
@@ -72,6 +72,26 @@ pub(crate) fn connect(worker: &Worker, address: SocketAddr) -> Result<Endpoint, 
     params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler = error_handler(&worker.inner);
     create(worker, &params, address.to_string())
+}
+
+/// Longest worker address accepted (UCX's are a few hundred bytes; more with many devices).
+pub const MAX_WORKER_ADDRESS: usize = 64 << 10;
+
+pub(crate) fn connect_to_address(worker: &Worker, address: &[u8], peer: &str) -> Result<Endpoint, Error> {
+    if address.is_empty() || address.len() > MAX_WORKER_ADDRESS {
+        return Err(Error::Protocol(format!("a UCX worker address of {} bytes", address.len())));
+    }
+    // UCX parses the address without knowing its length: a zero-padded copy keeps a malformed
+    // one from making it read past the bytes received.
+    let mut padded = vec![0u8; address.len() + 4096];
+    padded[..address.len()].copy_from_slice(address);
+    // SAFETY: plain data; zero leaves the optional fields unset.
+    let mut params: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
+    params.field_mask = sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.address = padded.as_ptr().cast();
+    params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler = error_handler(&worker.inner);
+    create(worker, &params, peer.to_string())
 }
 
 impl Endpoint {
@@ -201,16 +221,17 @@ impl Endpoint {
     /// Writes the first `length` bytes of `buffer` to `remote_address` of the peer; the
     /// operation returns the buffer. Completion means the buffer may be reused, not that the
     /// bytes arrived: [`Endpoint::flush`] says that.
-    pub fn put(
+    pub fn put<B: StableBuffer>(
         &self,
-        buffer: Vec<u8>,
+        buffer: B,
         length: usize,
         remote_address: u64,
         key: &RemoteKey,
         region: Option<Arc<MemoryRegion>>,
-    ) -> Result<Operation<Vec<u8>>, Error> {
-        let handle = self.rma_handle(buffer.len(), length, key, region.as_deref(), buffer.as_ptr())?;
-        let pointer = buffer.as_ptr();
+    ) -> Result<Operation<B>, Error> {
+        let bytes = buffer.as_ref();
+        let handle = self.rma_handle(bytes.len(), length, key, region.as_deref(), bytes.as_ptr())?;
+        let pointer = bytes.as_ptr();
         let anchors = Anchors { region: region.clone(), key: Some(key.clone()) };
         let worker = &self.shared.worker;
         worker.operation("ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {

@@ -38,7 +38,7 @@ mod worker;
 pub use context::{Context, ContextConfig, is_available, version};
 pub use endpoint::{Endpoint, Listener};
 pub use memory::{MemoryRegion, RegistrationCache, RemoteKey};
-pub use operation::Operation;
+pub use operation::{Operation, StableBuffer};
 pub use worker::{DEFAULT_SPIN, IncomingMessage, Worker};
 
 use thiserror::Error;

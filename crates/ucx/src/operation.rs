@@ -18,6 +18,20 @@ use crate::sys;
 use crate::worker::WorkerInner;
 use crate::Error;
 
+/// A buffer whose bytes stay at the same address when the buffer value moves (it owns a heap
+/// allocation), so that UCX may keep using them while an [`Operation`] holds the buffer.
+///
+/// # Safety
+/// `as_ref()` must return the same memory for the life of the value, wherever it is moved.
+pub unsafe trait StableBuffer: AsRef<[u8]> + 'static {}
+
+// SAFETY: the bytes live in a heap allocation owned by the value.
+unsafe impl StableBuffer for Vec<u8> {}
+// SAFETY: as above.
+unsafe impl StableBuffer for Box<[u8]> {}
+// SAFETY: as above (shared, never moved while a reference exists).
+unsafe impl StableBuffer for Arc<[u8]> {}
+
 /// What an operation keeps alive besides its buffer: the registration of its local memory and
 /// the remote key of its target.
 #[derive(Default)]

@@ -209,6 +209,26 @@ impl Worker {
         endpoint::connect(self, address)
     }
 
+    /// This worker's UCX address: every transport it can be reached by. A peer that has it
+    /// connects with [`Worker::connect_to_address`] (ringfs passes it over the TCP connection
+    /// that carries the handshake).
+    pub fn address(&self) -> Result<Vec<u8>, Error> {
+        let mut address: *mut c_void = ptr::null_mut();
+        let mut length: libc::size_t = 0;
+        // SAFETY: valid worker; UCX allocates the address, released once after the copy.
+        check("ucp_worker_get_address", unsafe { (self.inner.functions.ucp_worker_get_address)(self.inner.handle, &mut address, &mut length) })?;
+        // SAFETY: UCX wrote `length` bytes at `address`.
+        let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), length) }.to_vec();
+        // SAFETY: the address came from ucp_worker_get_address of this worker.
+        unsafe { (self.inner.functions.ucp_worker_release_address)(self.inner.handle, address) };
+        Ok(bytes)
+    }
+
+    /// Connects to the worker whose [`Worker::address`] is `address`.
+    pub fn connect_to_address(&self, address: &[u8], peer: &str) -> Result<Endpoint, Error> {
+        endpoint::connect_to_address(self, address, peer)
+    }
+
     /// Delivers active messages with `id` to this worker's queue ([`Worker::next_message`]).
     pub fn accept_messages(&self, id: u16) -> Result<(), Error> {
         let argument = Box::new(HandlerArgument { worker: Rc::as_ptr(&self.inner), id });

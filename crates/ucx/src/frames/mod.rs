@@ -17,7 +17,7 @@ mod server;
 pub(crate) mod wire;
 
 pub use client::{Client, Connection, PendingCall, Reply, Request};
-pub use server::{Incoming, Outgoing, Server, Service};
+pub use server::{Incoming, Outgoing, Server, Service, SharedData};
 
 use std::time::Duration;
 

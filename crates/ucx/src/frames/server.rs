@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,7 +19,7 @@ use ringfs_proto::FrameHeader;
 
 use super::wire::{Descriptor, RequestHeader, ResponseHeader};
 use super::{FrameConfig, REQUEST, RESPONSE};
-use crate::{Endpoint, Error, IncomingMessage, Listener, Operation, RegistrationCache, RemoteKey, Worker};
+use crate::{Endpoint, Error, IncomingMessage, Listener, Operation, RegistrationCache, RemoteKey, StableBuffer, Worker};
 
 /// Remote keys kept per connection (a client lends few distinct buffers at a time).
 const KEYS_PER_CONNECTION: usize = 8;
@@ -54,6 +55,34 @@ pub struct Outgoing {
     pub epoch: u64,
     pub body: Vec<u8>,
     pub data: Vec<u8>,
+    /// Instead of `data`: bytes the service keeps in memory anyway (a chunk), sent from there
+    /// without a copy.
+    pub shared: Option<SharedData>,
+}
+
+/// A range of bytes shared with the service.
+#[derive(Clone, Debug)]
+pub struct SharedData {
+    pub bytes: Arc<[u8]>,
+    pub range: Range<usize>,
+}
+
+/// Response data on its way out: the server's buffer or the service's shared bytes.
+enum ReplyData {
+    Owned(Vec<u8>),
+    Shared(SharedData),
+}
+
+// SAFETY: both variants own heap memory that does not move with the value.
+unsafe impl StableBuffer for ReplyData {}
+
+impl AsRef<[u8]> for ReplyData {
+    fn as_ref(&self) -> &[u8] {
+        match self {
+            ReplyData::Owned(buffer) => buffer,
+            ReplyData::Shared(shared) => &shared.bytes[shared.range.clone()],
+        }
+    }
 }
 
 struct Peer<Session> {
@@ -94,7 +123,7 @@ enum Step {
     /// The body, while the write data is fetched from the client's source.
     Source { body: Vec<u8>, fetch: Operation<Vec<u8>> },
     /// Response data being put into the client's destination.
-    Placing { put: Operation<Vec<u8>>, flush: Operation<()>, body: Vec<u8>, epoch: u64, data_len: usize },
+    Placing { put: Operation<ReplyData>, flush: Operation<()>, body: Vec<u8>, epoch: u64, data_len: usize },
     /// The response being sent.
     Replying(Operation<(Vec<u8>, Vec<u8>)>),
 }
@@ -276,7 +305,7 @@ impl<S: Service> Server<S> {
     fn answer(&mut self, connection: usize, request: &RequestHeader, body: &[u8], data: &[u8]) {
         let Some(peer) = self.connections.get_mut(&connection) else { return };
         let reply_data = self.reply_buffers.pop().unwrap_or_default();
-        let mut outgoing = Outgoing { epoch: 0, body: Vec::new(), data: reply_data };
+        let mut outgoing = Outgoing { epoch: 0, body: Vec::new(), data: reply_data, shared: None };
         let incoming = Incoming {
             frame: request.frame,
             body,
@@ -285,46 +314,68 @@ impl<S: Service> Server<S> {
             peer: peer.endpoint.peer(),
         };
         self.service.handle(&mut peer.session, &incoming, &mut outgoing);
-        let result = match &request.destination {
-            Some(destination) if outgoing.data.len() >= self.config.rma_threshold && outgoing.data.len() as u64 <= destination.length => {
-                self.place(connection, request, destination, outgoing)
+        let Outgoing { epoch, body, data, shared } = outgoing;
+        let data = match shared {
+            Some(shared) => {
+                self.recycle_reply_buffer(data);
+                ReplyData::Shared(shared)
             }
-            _ => self.reply(connection, request.frame.request_id, outgoing.epoch, outgoing.body, outgoing.data, false),
+            None => ReplyData::Owned(data),
+        };
+        let data_len = data.as_ref().len();
+        let result = match &request.destination {
+            Some(destination) if data_len >= self.config.rma_threshold && data_len as u64 <= destination.length => {
+                self.place(connection, request, destination, epoch, body, data)
+            }
+            _ => {
+                let sent = self.reply(connection, request.frame.request_id, epoch, body, data.as_ref(), false);
+                self.recycle_data(data);
+                sent
+            }
         };
         if let Err(error) = result {
             self.close(connection, &error);
         }
     }
 
+    fn recycle_data(&mut self, data: ReplyData) {
+        if let ReplyData::Owned(buffer) = data {
+            self.recycle_reply_buffer(buffer);
+        }
+    }
+
     /// Puts the response data into the client's destination, then flushes.
-    fn place(&mut self, connection: usize, request: &RequestHeader, destination: &Descriptor, outgoing: Outgoing) -> Result<(), Error> {
-        let data_len = outgoing.data.len();
-        let region = self.cache.register(&outgoing.data)?;
+    fn place(&mut self, connection: usize, request: &RequestHeader, destination: &Descriptor, epoch: u64, body: Vec<u8>, data: ReplyData) -> Result<(), Error> {
+        let data_len = data.as_ref().len();
+        let region = self.cache.register(data.as_ref())?;
         let peer = self.connections.get_mut(&connection).ok_or_else(|| Error::Invalid("no such connection".into()))?;
         let key = peer.remote_key(&destination.key)?;
-        let put = peer.endpoint.put(outgoing.data, data_len, destination.address, &key, Some(region))?;
+        let put = peer.endpoint.put(data, data_len, destination.address, &key, Some(region))?;
         let flush = peer.endpoint.flush()?;
-        let step = Step::Placing { put, flush, body: outgoing.body, epoch: outgoing.epoch, data_len };
+        let step = Step::Placing { put, flush, body, epoch, data_len };
         self.work.push(Work { connection, request: request.clone(), started: Instant::now(), step });
         Ok(())
     }
 
-    /// Sends a response; `placed`: its data (`data`, whose buffer is then reused) is already in
-    /// the client's destination.
-    fn reply(&mut self, connection: usize, request_id: u64, epoch: u64, mut body: Vec<u8>, data: Vec<u8>, placed: bool) -> Result<(), Error> {
-        let frame = FrameHeader { body_len: body.len() as u32, data_len: data.len() as u32, request_id, epoch };
+    /// Sends a response. With `placed`, its `data_len` bytes of data are already in the
+    /// client's destination (and `inline` is empty); otherwise `inline` is the data section.
+    fn send_reply(&mut self, connection: usize, request_id: u64, epoch: u64, mut body: Vec<u8>, inline: &[u8], data_len: usize, placed: bool) -> Result<(), Error> {
+        let frame = FrameHeader { body_len: body.len() as u32, data_len: data_len as u32, request_id, epoch };
         let mut header = Vec::with_capacity(32);
         ResponseHeader { frame, placed }.encode(&mut header);
-        if !placed {
-            body.extend_from_slice(&data);
-        }
-        self.recycle_reply_buffer(data);
+        body.extend_from_slice(inline);
         let peer = self.connections.get(&connection).ok_or_else(|| Error::Invalid("no such connection".into()))?;
         let sending = peer.endpoint.send(RESPONSE, header, body)?;
         if !sending.is_complete() {
             self.work.push(Work { connection, request: placeholder_request(request_id), started: Instant::now(), step: Step::Replying(sending) });
         }
         Ok(())
+    }
+
+    /// Sends a response with its data inside.
+    fn reply(&mut self, connection: usize, request_id: u64, epoch: u64, body: Vec<u8>, data: &[u8], placed: bool) -> Result<(), Error> {
+        debug_assert!(!placed);
+        self.send_reply(connection, request_id, epoch, body, data, data.len(), false)
     }
 
     /// Polls every request in flight once; true if any moved on.
@@ -371,12 +422,10 @@ impl<S: Service> Server<S> {
                 if !(put.is_complete() && flush.is_complete()) {
                     return Ok(Some(work));
                 }
-                let buffer = put.take().unwrap_or_else(|| Err(Error::Invalid("incomplete put".into()))).map_err(failed)?;
+                let data = put.take().unwrap_or_else(|| Err(Error::Invalid("incomplete put".into()))).map_err(failed)?;
                 flush.result().unwrap_or(Ok(())).map_err(failed)?;
-                let placed_len = *data_len;
-                let mut placed_data = buffer;
-                placed_data.truncate(placed_len);
-                self.reply(connection, work.request.frame.request_id, *epoch, std::mem::take(body), placed_data, true).map_err(failed)?;
+                self.recycle_data(data);
+                self.send_reply(connection, work.request.frame.request_id, *epoch, std::mem::take(body), &[], *data_len, true).map_err(failed)?;
             }
             Step::Replying(sending) => {
                 let Some(result) = sending.take() else { return Ok(Some(work)) };
