@@ -60,6 +60,16 @@ pub fn version() -> Result<String, Error> {
     Ok(text.to_string_lossy().into_owned())
 }
 
+/// True if the transport list `transports` (UCX_TLS syntax; `None`: all) may select a
+/// shared-memory transport.
+fn may_use_shared_memory(transports: Option<&str>) -> bool {
+    let Some(list) = transports else { return true };
+    if list.starts_with('^') {
+        return true;
+    }
+    list.split(',').map(str::trim).any(|name| matches!(name, "all" | "sm" | "shm" | "mm" | "posix" | "sysv" | "xpmem"))
+}
+
 impl Context {
     /// Reads UCX's configuration, applies `config` and creates the context.
     pub fn new(config: &ContextConfig) -> Result<Context, Error> {
@@ -80,6 +90,16 @@ impl Context {
             // SAFETY: valid configuration and NUL-terminated strings.
             check("ucp_config_modify(TLS)", unsafe { (functions.ucp_config_modify)(ucx_config, c"TLS".as_ptr(), value.as_ptr()) })?;
         }
+        // Shared-memory transports refuse endpoints with peer error handling unless told that
+        // they may use it (UCX 1.13 and later); ringfs always needs failures detected.
+        let transports = config.transports.clone().or_else(|| std::env::var("UCX_TLS").ok());
+        if std::env::var_os("UCX_MM_ERROR_HANDLING").is_none() && may_use_shared_memory(transports.as_deref()) {
+            // SAFETY: valid configuration and NUL-terminated strings.
+            let status = unsafe { (functions.ucp_config_modify)(ucx_config, c"MM_ERROR_HANDLING".as_ptr(), c"y".as_ptr()) };
+            if status != sys::UCS_OK {
+                log::debug!("UCX does not know MM_ERROR_HANDLING ({}): shared memory may not be used", sys::status_text(status));
+            }
+        }
         // SAFETY: ucp_params_t is plain data; zero means "no optional field set".
         let mut params: sys::ucp_params_t = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_PARAM_FIELD_FEATURES | sys::UCP_PARAM_FIELD_MT_WORKERS_SHARED | sys::UCP_PARAM_FIELD_NAME;
@@ -90,5 +110,17 @@ impl Context {
         // SAFETY: params and configuration are valid for the call; UCX writes the handle.
         check("ucp_init", unsafe { (functions.ucp_init_version)(sys::UCP_API_MAJOR, sys::UCP_API_MINOR, &params, ucx_config, &mut handle) })?;
         Ok(Context { inner: Arc::new(ContextInner { handle, functions }) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_memory_is_possible_unless_the_list_leaves_it_out() {
+        for (list, expected) in [(None, true), (Some("tcp"), false), (Some("posix,sysv,cma,tcp"), true), (Some("sm,tcp"), true), (Some("^tcp"), true), (Some("rc,ud"), false)] {
+            assert_eq!(may_use_shared_memory(list), expected, "{list:?}");
+        }
     }
 }

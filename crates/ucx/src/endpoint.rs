@@ -153,43 +153,85 @@ impl Endpoint {
         }
     }
 
+    /// The lanes UCX chose for this endpoint (known once the connection is established: after
+    /// the first message went through).
+    pub fn lanes(&self) -> Vec<Lane> {
+        parse_lanes(&self.describe())
+    }
+
+    /// True if one of the endpoint's RMA lanes does RMA in hardware or in the kernel (RDMA
+    /// verbs, `cma`, `knem`, `xpmem`), not emulated by messages over TCP.
+    pub fn has_native_rma(&self) -> bool {
+        self.lanes().iter().any(|lane| lane.rma && !lane.transport.starts_with("tcp/"))
+    }
+
     /// Sends an active message with `id`, `header` and `payload`; the operation returns both
     /// buffers. The receiver's [`crate::IncomingMessage::endpoint_key`] names its side of this
     /// connection.
     pub fn send(&self, id: u16, header: Vec<u8>, payload: Vec<u8>) -> Result<Operation<(Vec<u8>, Vec<u8>)>, Error> {
-        let handle = self.live_handle()?;
-        let (header_pointer, header_length) = (header.as_ptr(), header.len());
-        let (payload_pointer, payload_length) = (payload.as_ptr(), payload.len());
-        let worker = &self.shared.worker;
-        worker.operation("ucp_am_send_nbx", None, sys::UCP_AM_SEND_FLAG_REPLY, Some((header, payload)), Anchors::default(), |param| {
-            // SAFETY: the buffers are owned by the operation until UCX completes it.
-            unsafe {
-                (worker.functions.ucp_am_send_nbx)(
-                    handle,
-                    id as u32,
-                    header_pointer.cast(),
-                    header_length,
-                    payload_pointer.cast(),
-                    payload_length,
-                    param,
-                )
-            }
-        })
+        let parts = [payload.as_slice()];
+        // SAFETY: the buffers move into the operation with their heap memory unmoved, and are
+        // released only when UCX completed it.
+        let (pointer, anchors) = unsafe { self.start_send(id, &header, &parts, false) }?;
+        Operation::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, Some((header, payload)), anchors)
+    }
+
+    /// Sends an active message whose payload is `body` followed by `data`, without joining
+    /// them (UCX gathers the parts). `eager`: send it eagerly even when large (the receiver gets
+    /// it whole, in UCX's buffers) instead of by UCX's rendezvous protocol.
+    pub fn send_parts<B: StableBuffer>(&self, id: u16, header: Vec<u8>, body: Vec<u8>, data: B, eager: bool) -> Result<Operation<(Vec<u8>, Vec<u8>, B)>, Error> {
+        let parts = [body.as_slice(), data.as_ref()];
+        // SAFETY: as in send().
+        let (pointer, anchors) = unsafe { self.start_send(id, &header, &parts, eager) }?;
+        Operation::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, Some((header, body, data)), anchors)
     }
 
     /// Sends an active message from borrowed buffers and waits until UCX is done with them
     /// (usually at once: small messages are copied out). On a timeout the endpoint is closed.
     pub fn send_and_wait(&self, id: u16, header: &[u8], payload: &[u8], deadline: Instant) -> Result<(), Error> {
-        let handle = self.live_handle()?;
-        let worker = &self.shared.worker;
-        let operation = worker.operation::<()>("ucp_am_send_nbx", None, sys::UCP_AM_SEND_FLAG_REPLY, None, Anchors::default(), |param| {
-            // SAFETY: the buffers are borrowed until finish_borrowed returns, which is after UCX
-            // completed the operation.
-            unsafe {
-                (worker.functions.ucp_am_send_nbx)(handle, id as u32, header.as_ptr().cast(), header.len(), payload.as_ptr().cast(), payload.len(), param)
-            }
-        })?;
+        self.send_parts_and_wait(id, header, &[payload], false, deadline)
+    }
+
+    /// Like [`Endpoint::send_parts`] from borrowed buffers, waiting as
+    /// [`Endpoint::send_and_wait`] does.
+    pub fn send_parts_and_wait(&self, id: u16, header: &[u8], parts: &[&[u8]], eager: bool, deadline: Instant) -> Result<(), Error> {
+        // SAFETY: the buffers are borrowed until finish_borrowed returns, which is after UCX
+        // completed the operation.
+        let (pointer, anchors) = unsafe { self.start_send(id, header, parts, eager) }?;
+        let operation = Operation::<()>::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, None, anchors)?;
         self.finish_borrowed(operation, deadline)
+    }
+
+    /// Starts `ucp_am_send_nbx` of `header` and the concatenation of `parts`.
+    ///
+    /// # Safety
+    /// The header and parts must stay valid and unchanged until the returned request completes.
+    unsafe fn start_send(&self, id: u16, header: &[u8], parts: &[&[u8]], eager: bool) -> Result<(sys::ucs_status_ptr_t, Anchors), Error> {
+        let handle = self.live_handle()?;
+        let functions = self.shared.worker.functions;
+        let non_empty: Vec<&[u8]> = parts.iter().copied().filter(|part| !part.is_empty()).collect();
+        // SAFETY: plain data; zero means no callback.
+        let mut param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
+        param.flags = sys::UCP_AM_SEND_FLAG_REPLY | if eager { sys::UCP_AM_SEND_FLAG_EAGER } else { 0 };
+        let mut anchors = Anchors::default();
+        let (buffer, count): (*const c_void, usize) = match non_empty.as_slice() {
+            [] => (ptr::null(), 0),
+            [only] => (only.as_ptr().cast(), only.len()),
+            several => {
+                let list: Box<[sys::ucp_dt_iov_t]> =
+                    several.iter().map(|part| sys::ucp_dt_iov_t { buffer: part.as_ptr().cast_mut().cast(), length: part.len() }).collect();
+                param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_DATATYPE;
+                param.datatype = sys::UCP_DATATYPE_IOV;
+                let pointer = (list.as_ptr().cast(), list.len());
+                anchors.parts = Some(list);
+                pointer
+            }
+        };
+        // SAFETY: a live endpoint; the caller keeps the buffers valid until completion, and the
+        // scatter-gather list lives in the anchors that the operation keeps.
+        let pointer = unsafe { (functions.ucp_am_send_nbx)(handle, id as u32, header.as_ptr().cast(), header.len(), buffer, count, &param) };
+        Ok((pointer, anchors))
     }
 
     /// Makes a packed remote key (from the peer's [`MemoryRegion::pack_key`]) usable on this
@@ -210,7 +252,7 @@ impl Endpoint {
     ) -> Result<Operation<Vec<u8>>, Error> {
         let handle = self.rma_handle(buffer.len(), length, key, region.as_deref(), buffer.as_ptr())?;
         let pointer = buffer.as_mut_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()) };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
         let worker = &self.shared.worker;
         worker.operation("ucp_get_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: the buffer (length checked) and key are owned by the operation until completion.
@@ -232,7 +274,7 @@ impl Endpoint {
         let bytes = buffer.as_ref();
         let handle = self.rma_handle(bytes.len(), length, key, region.as_deref(), bytes.as_ptr())?;
         let pointer = bytes.as_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()) };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
         let worker = &self.shared.worker;
         worker.operation("ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: as in get().
@@ -312,6 +354,42 @@ impl Endpoint {
         }
         Err(failure.unwrap_or(Error::Timeout { operation: "UCX operation", timeout_ms: deadline.saturating_duration_since(started).as_millis() as u64 }))
     }
+}
+
+/// One lane of an endpoint: a transport and what UCX uses it for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lane {
+    /// Transport and device, e.g. `tcp/lo`, `sysv/memory`, `rc_mlx5/mlx5_0:1`.
+    pub transport: String,
+    /// Carries active messages.
+    pub active_messages: bool,
+    /// Carries RMA (`get`, `put`, and the rendezvous protocol's bulk data).
+    pub rma: bool,
+}
+
+/// The lanes in UCX's endpoint description, lines such as
+/// `lane[1]:  2:sysv/memory.0 md[1] -> md[1]/sysv/sysdev[255] am am_bw#0 keepalive`.
+fn parse_lanes(description: &str) -> Vec<Lane> {
+    description
+        .lines()
+        .filter_map(|line| {
+            let (_, rest) = line.split_once("lane[")?;
+            let (_, rest) = rest.split_once("]:")?;
+            let (local, remote) = rest.split_once("->")?;
+            let first = local.split_whitespace().next()?;
+            let transport = first.split_once(':').map_or(first, |(_, name)| name);
+            let transport = match transport.rsplit_once('.') {
+                Some((name, index)) if index.chars().all(|c| c.is_ascii_digit()) => name,
+                _ => transport,
+            };
+            let uses: Vec<&str> = remote.split_whitespace().skip(1).collect();
+            Some(Lane {
+                transport: transport.to_string(),
+                active_messages: uses.iter().any(|usage| *usage == "am" || usage.starts_with("am_bw")),
+                rma: uses.iter().any(|usage| usage.starts_with("rma_bw") || usage.starts_with("rma")),
+            })
+        })
+        .collect()
 }
 
 impl EndpointShared {
@@ -441,5 +519,28 @@ impl Drop for Listener {
         let functions = self.shared.worker.inner.functions;
         // SAFETY: a live listener, destroyed once; no callback comes after this returns.
         unsafe { (functions.ucp_listener_destroy)(self.shared.handle.get()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lanes_are_read_from_the_endpoint_description() {
+        let description = "#\n#                 lane[0]: cm rdmacm\n\
+            #                 lane[1]:  2:sysv/memory.0 md[1]           -> md[1]/sysv/sysdev[255] am am_bw#0 keepalive\n\
+            #                 lane[2]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] rma_bw#0 wireup\n\
+            #                 lane[3]:  4:rc_mlx5/mlx5_0:1 md[3]        -> md[3]/ib/sysdev[0] rma_bw#1\n\
+            #                 am_send: 0..<egr/short>..93..<egr/bcopy>..8256..<rndv>..(inf)\n";
+        let lanes = parse_lanes(description);
+        assert_eq!(
+            lanes,
+            vec![
+                Lane { transport: "sysv/memory".into(), active_messages: true, rma: false },
+                Lane { transport: "tcp/lo".into(), active_messages: false, rma: true },
+                Lane { transport: "rc_mlx5/mlx5_0:1".into(), active_messages: false, rma: true },
+            ]
+        );
     }
 }

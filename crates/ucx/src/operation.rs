@@ -39,6 +39,8 @@ unsafe impl StableBuffer for Arc<[u8]> {}
 pub(crate) struct Anchors {
     pub(crate) region: Option<Arc<MemoryRegion>>,
     pub(crate) key: Option<RemoteKey>,
+    /// The scatter-gather list of a vectored send.
+    pub(crate) parts: Option<Box<[crate::sys::ucp_dt_iov_t]>>,
 }
 
 /// A started operation that owns its buffer `B` until it completes.

@@ -95,11 +95,15 @@ pub const UCP_AM_HANDLER_PARAM_FIELD_CB: u64 = 1 << 2;
 pub const UCP_AM_HANDLER_PARAM_FIELD_ARG: u64 = 1 << 3;
 pub const UCP_AM_FLAG_WHOLE_MSG: u32 = 1 << 0;
 pub const UCP_AM_SEND_FLAG_REPLY: u32 = 1 << 0;
+pub const UCP_AM_SEND_FLAG_EAGER: u32 = 1 << 1;
 pub const UCP_AM_RECV_ATTR_FIELD_REPLY_EP: u64 = 1 << 0;
 pub const UCP_AM_RECV_ATTR_FLAG_DATA: u64 = 1 << 16;
 pub const UCP_AM_RECV_ATTR_FLAG_RNDV: u64 = 1 << 17;
 
+pub const UCP_OP_ATTR_FIELD_DATATYPE: u32 = 1 << 3;
 pub const UCP_OP_ATTR_FIELD_FLAGS: u32 = 1 << 4;
+/// `ucp_dt_make_iov()`: the buffer is an array of [`ucp_dt_iov_t`].
+pub const UCP_DATATYPE_IOV: ucp_datatype_t = 2;
 pub const UCP_OP_ATTR_FIELD_MEMH: u32 = 1 << 8;
 
 pub const UCM_EVENT_VM_UNMAPPED: c_int = 1 << 17;
@@ -224,6 +228,12 @@ pub struct ucp_request_param_t {
     pub memory_type: ucs_memory_type_t,
     pub recv_info: *mut c_void,
     pub memh: ucp_mem_h,
+}
+
+#[repr(C)]
+pub struct ucp_dt_iov_t {
+    pub buffer: *mut c_void,
+    pub length: size_t,
 }
 
 #[repr(C)]

@@ -305,7 +305,7 @@ impl WorkerInner {
         flags: u32,
         buffer: Option<B>,
         anchors: Anchors,
-        start: impl FnOnce(&sys::ucp_request_param_t) -> sys::ucs_status_ptr_t,
+        start: impl FnOnce(&mut sys::ucp_request_param_t) -> sys::ucs_status_ptr_t,
     ) -> Result<Operation<B>, Error> {
         // SAFETY: plain data; zero means no callback and no optional field.
         let mut param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
@@ -317,7 +317,7 @@ impl WorkerInner {
             param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_MEMH;
             param.memh = region.handle();
         }
-        let pointer = start(&param);
+        let pointer = start(&mut param);
         Operation::started(self.clone(), name, pointer, buffer, anchors)
     }
 }
@@ -472,7 +472,7 @@ impl IncomingMessage {
             }
         };
         let destination = buffer.as_mut_ptr();
-        let anchors = Anchors { region: region.clone(), key: None };
+        let anchors = Anchors { region: region.clone(), ..Anchors::default() };
         let worker = self.worker.clone();
         worker.operation("ucp_am_recv_data_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: the descriptor came with this message and is consumed once; the buffer

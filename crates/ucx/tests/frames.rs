@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use common::{PeerProcess, VARIANTS, context, loopback, ucx_present};
-use ringfs_ucx::frames::{Client, Connection, FrameConfig, Incoming, Outgoing, Request, Server, Service, REQUEST};
+use ringfs_ucx::frames::{BulkTransfer, Client, Connection, FrameConfig, Incoming, Outgoing, REQUEST, Request, Server, Service};
 use ringfs_ucx::{Error, RegistrationCache, Worker};
 
 const THRESHOLD: usize = 32 << 10;
@@ -80,7 +80,7 @@ impl TestServer {
         let thread = std::thread::spawn(move || {
             let worker = Worker::new(&context(transports)).unwrap();
             let cache = RegistrationCache::new(worker.context(), 64);
-            let config = FrameConfig { rma_threshold: THRESHOLD, timeout: Duration::from_secs(5) };
+            let config = FrameConfig { rma_threshold: THRESHOLD, timeout: Duration::from_secs(5), bulk: BulkTransfer::Auto };
             let mut server = Server::bind(&worker, loopback(), ArrayService::default(), cache, config).unwrap();
             sender.send(server.address()).unwrap();
             server.run(&stopping).unwrap();
@@ -98,10 +98,14 @@ impl Drop for TestServer {
     }
 }
 
-fn client(transports: &str, timeout: Duration) -> Client {
+/// Both ways of moving large data: RMA (forced: UCX emulates it over TCP here) and inside the
+/// messages; `Auto` picks one of them per connection.
+const BULK_MODES: [BulkTransfer; 3] = [BulkTransfer::Rma, BulkTransfer::Inline, BulkTransfer::Auto];
+
+fn client(transports: &str, timeout: Duration, bulk: BulkTransfer) -> Client {
     let worker = Worker::new(&context(transports)).unwrap();
     let cache = RegistrationCache::new(worker.context(), 64);
-    Client::new(&worker, cache, FrameConfig { rma_threshold: THRESHOLD, timeout }).unwrap()
+    Client::new(&worker, cache, FrameConfig { rma_threshold: THRESHOLD, timeout, bulk }).unwrap()
 }
 
 fn write(connection: &Connection, offset: usize, data: &[u8]) -> u64 {
@@ -124,26 +128,27 @@ fn small_requests_and_bulk_data_of_every_size_arrive_intact() {
     if !ucx_present() {
         return;
     }
-    for transports in VARIANTS {
+    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| BULK_MODES.map(|bulk| (transports, bulk))) {
         let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10));
+        let client = client(transports, Duration::from_secs(10), bulk);
         let connection = client.connect(server.address).unwrap();
         let echoed = connection.call(Request { epoch: 0, body: b"Ehello", data: &[], destination: None }).unwrap();
         assert_eq!(&echoed.body[8..], b"Ehello", "{transports}");
+        assert_eq!(connection.uses_rma(), bulk == BulkTransfer::Rma || (bulk == BulkTransfer::Auto && connection.endpoint().has_native_rma()));
         for (seed, length) in [1, 4095, THRESHOLD - 1, THRESHOLD, THRESHOLD + 1, 1 << 20, (8 << 20) + 3].into_iter().enumerate() {
             let data = pattern(length, seed as u8);
-            assert_eq!(write(&connection, 0, &data), checksum(&data), "{transports}: write of {length} bytes");
+            assert_eq!(write(&connection, 0, &data), checksum(&data), "{transports} {bulk:?}: write of {length} bytes");
             let mut destination = vec![0u8; length];
             let reply = read(&connection, 0, &mut destination);
-            assert!(reply.in_destination && reply.data_len == length, "{transports}: read of {length} bytes: {reply:?}");
-            assert!(destination == data, "{transports}: read of {length} bytes returns the written bytes");
+            assert!(reply.in_destination && reply.data_len == length, "{transports} {bulk:?}: read of {length} bytes: {reply:?}");
+            assert!(destination == data, "{transports} {bulk:?}: read of {length} bytes returns the written bytes");
         }
         // A destination smaller than the data: the data comes back in the reply instead.
         let mut small = vec![0u8; 16];
         let body = command(b'R', &[0, 1 << 20]);
         let reply = connection.call(Request { epoch: 0, body: &body, data: &[], destination: Some(&mut small) }).unwrap();
-        assert!(!reply.in_destination && reply.data.len() == 1 << 20, "{transports}");
-        assert!(reply.data == pattern(1 << 20, 6), "{transports}: the last write (seed 6) comes back");
+        assert!(!reply.in_destination && reply.data.len() == 1 << 20, "{transports} {bulk:?}");
+        assert!(reply.data == pattern(1 << 20, 6), "{transports} {bulk:?}: the last write (seed 6) comes back");
     }
 }
 
@@ -152,9 +157,9 @@ fn pipelined_calls_each_get_their_own_reply() {
     if !ucx_present() {
         return;
     }
-    for transports in VARIANTS {
+    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk))) {
         let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10));
+        let client = client(transports, Duration::from_secs(10), bulk);
         let connection = client.connect(server.address).unwrap();
         let block = 256 << 10;
         let data = pattern(16 * block, 9);
@@ -171,7 +176,7 @@ fn pipelined_calls_each_get_their_own_reply() {
         for call in calls {
             assert!(call.wait().unwrap().in_destination);
         }
-        assert!(destinations.concat() == data, "{transports}: each pipelined read filled its own buffer");
+        assert!(destinations.concat() == data, "{transports} {bulk:?}: each pipelined read filled its own buffer");
     }
 }
 
@@ -192,17 +197,17 @@ fn a_random_mix_of_reads_and_writes_matches_a_model() {
     if !ucx_present() {
         return;
     }
-    for transports in VARIANTS {
+    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk))) {
         let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10));
+        let client = client(transports, Duration::from_secs(10), bulk);
         let connection = client.connect(server.address).unwrap();
-        let seed = 0x5eed_0000 + transports.len() as u64;
+        let seed = 0x5eed_0000 + transports.len() as u64 + bulk as u64;
         let mut random = Random(seed);
         let size = 4 << 20;
         let mut model = vec![0u8; size];
         write(&connection, 0, &model);
         let started = Instant::now();
-        for step in 0..300 {
+        for step in 0..150 {
             let length = [1, 100, THRESHOLD - 1, THRESHOLD, 100_000, 1 << 20][random.below(6)];
             let offset = random.below(size - length);
             if random.below(2) == 0 {
@@ -238,7 +243,7 @@ fn a_malformed_request_closes_only_that_connection() {
         }
         worker.progress_until(deadline, || stranger.failure().is_some()).unwrap();
         assert!(stranger.failure().is_some(), "{transports}: the server closed the malformed connection");
-        let client = client(transports, Duration::from_secs(10));
+        let client = client(transports, Duration::from_secs(10), BulkTransfer::Auto);
         let connection = client.connect(server.address).unwrap();
         let echoed = connection.call(Request { epoch: 0, body: b"Estill here", data: &[], destination: None }).unwrap();
         assert_eq!(&echoed.body[8..], b"Estill here", "{transports}: other clients are still served");
@@ -254,7 +259,7 @@ fn frame_server_main() {
     };
     let worker = Worker::new(&context(&transports)).unwrap();
     let cache = RegistrationCache::new(worker.context(), 64);
-    let config = FrameConfig { rma_threshold: THRESHOLD, timeout: Duration::from_secs(5) };
+    let config = FrameConfig { rma_threshold: THRESHOLD, timeout: Duration::from_secs(5), bulk: BulkTransfer::Auto };
     let mut server = Server::bind(&worker, loopback(), ArrayService::default(), cache, config).unwrap();
     println!("PEER {}", server.address());
     server.run(&AtomicBool::new(false)).unwrap();
@@ -267,7 +272,7 @@ fn a_killed_server_gives_an_error_in_bounded_time() {
     }
     for transports in VARIANTS {
         let mut peer = PeerProcess::start("frame_server_main", transports);
-        let client = client(transports, Duration::from_secs(5));
+        let client = client(transports, Duration::from_secs(5), BulkTransfer::Auto);
         let connection = client.connect(peer.address).unwrap();
         write(&connection, 0, &pattern(1 << 20, 1));
         peer.child.kill().unwrap();
@@ -289,7 +294,7 @@ fn a_paused_server_times_out_and_the_connection_is_closed() {
     }
     for transports in VARIANTS {
         let peer = PeerProcess::start("frame_server_main", transports);
-        let client = client(transports, Duration::from_millis(800));
+        let client = client(transports, Duration::from_millis(800), BulkTransfer::Rma);
         let connection = client.connect(peer.address).unwrap();
         write(&connection, 0, &pattern(1 << 20, 1));
         peer.signal(libc::SIGSTOP);

@@ -34,6 +34,7 @@ fn declared_layouts() -> Vec<Layout> {
         ucp_conn_request_attr_t => "ucp_conn_request_attr_t" { field_mask, client_address, client_id }
         ucp_mem_map_params_t => "ucp_mem_map_params_t" { field_mask, address, length, flags, prot, memory_type }
         ucp_request_param_t => "ucp_request_param_t" { op_attr_mask, flags, request, cb, datatype, user_data, reply_buffer, memory_type, recv_info, memh }
+        ucp_dt_iov_t => "ucp_dt_iov_t" { buffer, length }
         ucp_am_recv_param_t => "ucp_am_recv_param_t" { recv_attr, reply_ep }
         ucp_am_handler_param_t => "ucp_am_handler_param_t" { field_mask, id, flags, cb, arg }
     }

@@ -12,7 +12,7 @@ use std::time::Instant;
 use ringfs_proto::{FrameHeader, MAX_BODY_LEN, MAX_DATA_LEN};
 
 use super::wire::{Descriptor, RequestHeader, ResponseHeader};
-use super::{FrameConfig, REQUEST, RESPONSE};
+use super::{BulkTransfer, FrameConfig, REQUEST, RESPONSE};
 use crate::{Endpoint, Error, IncomingMessage, MemoryRegion, RegistrationCache, Worker};
 
 /// The frame transport's client state of one thread: connections to any number of servers
@@ -32,7 +32,6 @@ struct ClientShared {
     /// Endpoints whose server broke the protocol, by key.
     broken: RefCell<HashMap<usize, Error>>,
     header: RefCell<Vec<u8>>,
-    payload: RefCell<Vec<u8>>,
 }
 
 /// One request: the frame body, its data section, and where response data should go.
@@ -71,14 +70,13 @@ impl Client {
                 arrived: RefCell::new(HashMap::new()),
                 broken: RefCell::new(HashMap::new()),
                 header: RefCell::new(Vec::new()),
-                payload: RefCell::new(Vec::new()),
             }),
         })
     }
 
     /// Connects to a frame server.
     pub fn connect(&self, address: SocketAddr) -> Result<Connection, Error> {
-        Ok(Connection { client: self.shared.clone(), endpoint: self.shared.worker.connect(address)? })
+        Ok(Connection { client: self.shared.clone(), endpoint: self.shared.worker.connect(address)?, native_rma: Cell::new(None) })
     }
 
     pub fn worker(&self) -> &Worker {
@@ -108,6 +106,8 @@ impl ClientShared {
 pub struct Connection {
     client: Rc<ClientShared>,
     endpoint: Endpoint,
+    /// Whether the connection's lanes do RMA natively, once known (after the first reply).
+    native_rma: Cell<Option<bool>>,
 }
 
 /// A request sent and not answered yet; [`PendingCall::wait`] gets its reply. Dropping it
@@ -146,9 +146,10 @@ impl Connection {
         }
         let request_id = client.next_request_id.get();
         client.next_request_id.set(request_id + 1);
+        let rma = self.uses_rma();
         let mut regions = Vec::new();
         let mut describe = |memory: &[u8]| -> Result<Option<Descriptor>, Error> {
-            if memory.len() < config.rma_threshold || memory.is_empty() {
+            if !rma || memory.len() < config.rma_threshold || memory.is_empty() {
                 return Ok(None);
             }
             let region = client.cache.register(memory)?;
@@ -162,15 +163,13 @@ impl Connection {
             None => None,
         };
         let frame = FrameHeader { body_len: request.body.len() as u32, data_len: request.data.len() as u32, request_id, epoch: request.epoch };
-        let header = RequestHeader { frame, source, destination };
+        let header = RequestHeader { frame, source, destination, eager_reply: !rma };
         let deadline = Instant::now() + config.timeout;
         {
-            let (mut header_bytes, mut payload) = (client.header.borrow_mut(), client.payload.borrow_mut());
+            let mut header_bytes = client.header.borrow_mut();
             header.encode(&mut header_bytes);
-            payload.clear();
-            payload.extend_from_slice(request.body);
-            payload.extend_from_slice(&request.data[..header.inline_data()]);
-            self.endpoint.send_and_wait(REQUEST, &header_bytes, &payload, deadline)?;
+            let parts = [request.body, &request.data[..header.inline_data()]];
+            self.endpoint.send_parts_and_wait(REQUEST, &header_bytes, &parts, !rma, deadline)?;
         }
         Ok(PendingCall {
             connection: self,
@@ -182,6 +181,15 @@ impl Connection {
             finished: false,
             _borrow: PhantomData,
         })
+    }
+
+    /// True if large data of the next request moves by RMA (see [`BulkTransfer`]).
+    pub fn uses_rma(&self) -> bool {
+        match self.client.config.bulk {
+            BulkTransfer::Rma => true,
+            BulkTransfer::Inline => false,
+            BulkTransfer::Auto => self.native_rma.get().unwrap_or(false),
+        }
     }
 
     /// The endpoint (for its transports, [`Endpoint::describe`]).
@@ -224,6 +232,9 @@ impl PendingCall<'_> {
             connection.endpoint.close();
             return Err(error);
         };
+        if connection.native_rma.get().is_none() {
+            connection.native_rma.set(Some(connection.endpoint.has_native_rma()));
+        }
         self.read_reply(header, message)
     }
 

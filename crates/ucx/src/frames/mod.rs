@@ -17,6 +17,7 @@ mod server;
 pub(crate) mod wire;
 
 pub use client::{Client, Connection, PendingCall, Reply, Request};
+
 pub use server::{Incoming, Outgoing, Server, Service, SharedData};
 
 use std::time::Duration;
@@ -30,17 +31,33 @@ pub const RESPONSE: u16 = 22;
 /// measured on this machine (docs/PERFORMANCE.md, "UCX transport"), and CHFS's default too.
 pub const DEFAULT_RMA_THRESHOLD: usize = 32 << 10;
 
+/// How a client moves data sections of at least [`FrameConfig::rma_threshold`] bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BulkTransfer {
+    /// By RMA where the connection's transports do RMA natively (RDMA, `cma`, …), inside the
+    /// messages (sent eagerly) where UCX would only emulate RMA over TCP. Decided per
+    /// connection after its first reply, from the lanes UCX chose ([`crate::Endpoint::lanes`]).
+    #[default]
+    Auto,
+    /// Always by RMA.
+    Rma,
+    /// Always inside the messages, sent eagerly however large.
+    Inline,
+}
+
 /// Settings of a frame client or server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FrameConfig {
-    /// Data sections of at least this many bytes move by RMA instead of inside the messages.
+    /// Data sections of at least this many bytes may move by RMA instead of inside the messages.
     pub rma_threshold: usize,
     /// How long a client waits for a response (and a server for an RMA transfer).
     pub timeout: Duration,
+    /// Whether large data moves by RMA (the client decides; the server follows each request).
+    pub bulk: BulkTransfer,
 }
 
 impl Default for FrameConfig {
     fn default() -> FrameConfig {
-        FrameConfig { rma_threshold: DEFAULT_RMA_THRESHOLD, timeout: Duration::from_secs(10) }
+        FrameConfig { rma_threshold: DEFAULT_RMA_THRESHOLD, timeout: Duration::from_secs(10), bulk: BulkTransfer::Auto }
     }
 }

@@ -125,7 +125,7 @@ enum Step {
     /// Response data being put into the client's destination.
     Placing { put: Operation<ReplyData>, flush: Operation<()>, body: Vec<u8>, epoch: u64, data_len: usize },
     /// The response being sent.
-    Replying(Operation<(Vec<u8>, Vec<u8>)>),
+    Replying(Operation<(Vec<u8>, Vec<u8>, ReplyData)>),
 }
 
 /// A frame server on one thread.
@@ -327,11 +327,7 @@ impl<S: Service> Server<S> {
             Some(destination) if data_len >= self.config.rma_threshold && data_len as u64 <= destination.length => {
                 self.place(connection, request, destination, epoch, body, data)
             }
-            _ => {
-                let sent = self.reply(connection, request.frame.request_id, epoch, body, data.as_ref(), false);
-                self.recycle_data(data);
-                sent
-            }
+            _ => self.send_reply(connection, request, epoch, body, Some(data), data_len),
         };
         if let Err(error) = result {
             self.close(connection, &error);
@@ -357,25 +353,24 @@ impl<S: Service> Server<S> {
         Ok(())
     }
 
-    /// Sends a response. With `placed`, its `data_len` bytes of data are already in the
-    /// client's destination (and `inline` is empty); otherwise `inline` is the data section.
-    fn send_reply(&mut self, connection: usize, request_id: u64, epoch: u64, mut body: Vec<u8>, inline: &[u8], data_len: usize, placed: bool) -> Result<(), Error> {
+    /// Sends a response: `data` inside it, or (`None`) with its `data_len` bytes already put
+    /// into the client's destination.
+    fn send_reply(&mut self, connection: usize, request: &RequestHeader, epoch: u64, body: Vec<u8>, data: Option<ReplyData>, data_len: usize) -> Result<(), Error> {
+        let request_id = request.frame.request_id;
         let frame = FrameHeader { body_len: body.len() as u32, data_len: data_len as u32, request_id, epoch };
         let mut header = Vec::with_capacity(32);
-        ResponseHeader { frame, placed }.encode(&mut header);
-        body.extend_from_slice(inline);
+        ResponseHeader { frame, placed: data.is_none() }.encode(&mut header);
+        let data = data.unwrap_or(ReplyData::Owned(Vec::new()));
         let peer = self.connections.get(&connection).ok_or_else(|| Error::Invalid("no such connection".into()))?;
-        let sending = peer.endpoint.send(RESPONSE, header, body)?;
-        if !sending.is_complete() {
-            self.work.push(Work { connection, request: placeholder_request(request_id), started: Instant::now(), step: Step::Replying(sending) });
+        let mut sending = peer.endpoint.send_parts(RESPONSE, header, body, data, request.eager_reply)?;
+        match sending.take() {
+            Some(result) => {
+                let (_, _, data) = result?;
+                self.recycle_data(data);
+            }
+            None => self.work.push(Work { connection, request: placeholder_request(request_id), started: Instant::now(), step: Step::Replying(sending) }),
         }
         Ok(())
-    }
-
-    /// Sends a response with its data inside.
-    fn reply(&mut self, connection: usize, request_id: u64, epoch: u64, body: Vec<u8>, data: &[u8], placed: bool) -> Result<(), Error> {
-        debug_assert!(!placed);
-        self.send_reply(connection, request_id, epoch, body, data, data.len(), false)
     }
 
     /// Polls every request in flight once; true if any moved on.
@@ -425,11 +420,13 @@ impl<S: Service> Server<S> {
                 let data = put.take().unwrap_or_else(|| Err(Error::Invalid("incomplete put".into()))).map_err(failed)?;
                 flush.result().unwrap_or(Ok(())).map_err(failed)?;
                 self.recycle_data(data);
-                self.send_reply(connection, work.request.frame.request_id, *epoch, std::mem::take(body), &[], *data_len, true).map_err(failed)?;
+                let body = std::mem::take(body);
+                self.send_reply(connection, &work.request, *epoch, body, None, *data_len).map_err(failed)?;
             }
             Step::Replying(sending) => {
                 let Some(result) = sending.take() else { return Ok(Some(work)) };
-                result.map_err(failed)?;
+                let (_, _, data) = result.map_err(failed)?;
+                self.recycle_data(data);
             }
         }
         Ok(None)
@@ -438,5 +435,5 @@ impl<S: Service> Server<S> {
 
 /// The request header kept with a response being sent (only its id matters then).
 fn placeholder_request(request_id: u64) -> RequestHeader {
-    RequestHeader { frame: FrameHeader { body_len: 1, data_len: 0, request_id, epoch: 0 }, source: None, destination: None }
+    RequestHeader { frame: FrameHeader { body_len: 1, data_len: 0, request_id, epoch: 0 }, source: None, destination: None, eager_reply: false }
 }

@@ -3,7 +3,8 @@
 //! ```text
 //! request header (message REQUEST)          response header (message RESPONSE)
 //!  0  24  ringfs FrameHeader                  0  24  ringfs FrameHeader
-//! 24   1  flags: 1 source, 2 destination     24   1  1: the data was put into the
+//! 24   1  flags: 1 source, 2 destination,    24   1  1: the data was put into the
+//!            4 send the reply eagerly
 //!  …      source descriptor, if flagged                destination, 0: it is in the payload
 //!  …      destination descriptor, if flagged
 //!
@@ -22,6 +23,7 @@ use crate::memory::MAX_PACKED_KEY;
 
 const HAS_SOURCE: u8 = 1;
 const HAS_DESTINATION: u8 = 2;
+const EAGER_REPLY: u8 = 4;
 
 /// Client memory the server may access by RMA.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -37,13 +39,18 @@ pub(crate) struct RequestHeader {
     pub(crate) frame: FrameHeader,
     pub(crate) source: Option<Descriptor>,
     pub(crate) destination: Option<Descriptor>,
+    /// Send the response eagerly, however large (UCX's rendezvous protocol would move its data
+    /// by RMA, which the client found emulated on its transports).
+    pub(crate) eager_reply: bool,
 }
 
 impl RequestHeader {
     pub(crate) fn encode(&self, bytes: &mut Vec<u8>) {
         bytes.clear();
         bytes.extend_from_slice(&self.frame.encode());
-        let flags = if self.source.is_some() { HAS_SOURCE } else { 0 } | if self.destination.is_some() { HAS_DESTINATION } else { 0 };
+        let flags = if self.source.is_some() { HAS_SOURCE } else { 0 }
+            | if self.destination.is_some() { HAS_DESTINATION } else { 0 }
+            | if self.eager_reply { EAGER_REPLY } else { 0 };
         bytes.push(flags);
         for descriptor in [&self.source, &self.destination].into_iter().flatten() {
             bytes.extend_from_slice(&descriptor.address.to_le_bytes());
@@ -58,7 +65,7 @@ impl RequestHeader {
         let mut reader = Reader { bytes, position: 0 };
         let frame = reader.frame()?;
         let flags = reader.take(1)?[0];
-        if flags & !(HAS_SOURCE | HAS_DESTINATION) != 0 {
+        if flags & !(HAS_SOURCE | HAS_DESTINATION | EAGER_REPLY) != 0 {
             return Err(Error::Protocol(format!("unknown request flags {flags:#x}")));
         }
         let source = if flags & HAS_SOURCE != 0 { Some(reader.descriptor()?) } else { None };
@@ -72,7 +79,7 @@ impl RequestHeader {
             None => frame.data_len as usize,
         };
         check_payload(&frame, inline_data, payload_length)?;
-        Ok(RequestHeader { frame, source, destination })
+        Ok(RequestHeader { frame, source, destination, eager_reply: flags & EAGER_REPLY != 0 })
     }
 
     /// Bytes of the data section that travel inside the message.
@@ -186,10 +193,10 @@ mod tests {
     #[test]
     fn request_headers_round_trip() {
         let cases = [
-            RequestHeader { frame: frame(10, 100), source: None, destination: None },
-            RequestHeader { frame: frame(10, 1 << 20), source: Some(descriptor(1 << 20)), destination: None },
-            RequestHeader { frame: frame(10, 0), source: None, destination: Some(descriptor(4096)) },
-            RequestHeader { frame: frame(3, 8192), source: Some(descriptor(8192)), destination: Some(descriptor(64)) },
+            RequestHeader { frame: frame(10, 100), source: None, destination: None, eager_reply: true },
+            RequestHeader { frame: frame(10, 1 << 20), source: Some(descriptor(1 << 20)), destination: None, eager_reply: false },
+            RequestHeader { frame: frame(10, 0), source: None, destination: Some(descriptor(4096)), eager_reply: false },
+            RequestHeader { frame: frame(3, 8192), source: Some(descriptor(8192)), destination: Some(descriptor(64)), eager_reply: true },
         ];
         let mut bytes = Vec::new();
         for header in cases {
@@ -211,7 +218,7 @@ mod tests {
     #[test]
     fn malformed_headers_are_protocol_errors() {
         let mut bytes = Vec::new();
-        let header = RequestHeader { frame: frame(10, 1 << 20), source: Some(descriptor(1 << 20)), destination: None };
+        let header = RequestHeader { frame: frame(10, 1 << 20), source: Some(descriptor(1 << 20)), destination: None, eager_reply: false };
         header.encode(&mut bytes);
         for cut in 0..bytes.len() {
             assert!(matches!(RequestHeader::decode(&bytes[..cut], 10), Err(Error::Protocol(_))), "cut at {cut}");
@@ -220,14 +227,14 @@ mod tests {
         longer.push(0);
         assert!(RequestHeader::decode(&longer, 10).is_err(), "trailing bytes");
         assert!(RequestHeader::decode(&bytes, 11).is_err(), "a payload longer than announced");
-        let mismatched = RequestHeader { frame: frame(10, 100), source: Some(descriptor(1 << 20)), destination: None };
+        let mismatched = RequestHeader { frame: frame(10, 100), source: Some(descriptor(1 << 20)), destination: None, eager_reply: false };
         mismatched.encode(&mut bytes);
         assert!(RequestHeader::decode(&bytes, 10).is_err(), "a source whose length is not the data length");
-        let huge = RequestHeader { frame: frame(1, 0), source: None, destination: Some(descriptor(MAX_DATA_LEN as u64 + 1)) };
+        let huge = RequestHeader { frame: frame(1, 0), source: None, destination: Some(descriptor(MAX_DATA_LEN as u64 + 1)), eager_reply: false };
         huge.encode(&mut bytes);
         assert!(RequestHeader::decode(&bytes, 1).is_err(), "a destination beyond the data limit");
         let mut flags = Vec::new();
-        RequestHeader { frame: frame(1, 0), source: None, destination: None }.encode(&mut flags);
+        RequestHeader { frame: frame(1, 0), source: None, destination: None, eager_reply: false }.encode(&mut flags);
         flags[HEADER_LEN] = 0x80;
         assert!(RequestHeader::decode(&flags, 1).is_err(), "unknown flags");
         let mut response = Vec::new();
