@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use ringfs_ucx::frames::{Client, Connection, FrameConfig, Incoming, Outgoing, Request, Server, Service, SharedData};
+use ringfs_ucx::frames::{BulkTransfer, Client, Connection, DEFAULT_RMA_THRESHOLD, FrameConfig, Incoming, Outgoing, Request, Server, Service, SharedData};
 use ringfs_ucx::{Context, ContextConfig, RegistrationCache, Worker};
 
 use crate::BenchError;
@@ -42,6 +42,8 @@ pub struct UcxBenchConfig {
     pub ringfs: PathBuf,
     /// Also measure inline against RMA transfers from 4 KiB to 1 MiB.
     pub sweep: bool,
+    /// Also measure forced RMA against UCX's own RMA (`ucx_perftest` `ucp_get`, `ucp_put_bw`).
+    pub rma: bool,
 }
 
 /// The medians of one transport list.
@@ -57,8 +59,13 @@ pub struct VariantResult {
     pub round_trip_us: f64,
     pub write_bandwidth: f64,
     pub read_bandwidth: f64,
+    /// Whether the frame transport moved 1 MiB by RMA (`BulkTransfer::Auto`'s choice).
+    pub used_rma: bool,
     /// (size, inline write µs, RMA write µs, inline read µs, RMA read µs).
     pub sweep: Vec<(usize, f64, f64, f64, f64)>,
+    /// With `rma`: (perftest ucp_get MB/s, perftest ucp_put_bw MB/s, forced-RMA write MB/s,
+    /// forced-RMA read MB/s).
+    pub rma: Option<(f64, f64, f64, f64)>,
 }
 
 fn median(values: &mut [f64]) -> f64 {
@@ -101,7 +108,7 @@ pub fn serve(transports: &str, spin: Duration, rma_threshold: usize) -> Result<(
     worker.set_spin(spin);
     let cache = RegistrationCache::new(&context, 64);
     let source: Arc<[u8]> = vec![0x42u8; 8 * MIB].into();
-    let config = FrameConfig { rma_threshold, timeout: Duration::from_secs(30) };
+    let config = FrameConfig { rma_threshold, timeout: Duration::from_secs(30), bulk: BulkTransfer::Auto };
     let address: SocketAddr = "127.0.0.1:0".parse().map_err(setup)?;
     let mut server = Server::bind(&worker, address, SinkSource { source }, cache, config).map_err(setup)?;
     println!("ADDRESS {}", server.address());
@@ -186,10 +193,13 @@ fn perftest(transports: &str, test: &str, size: usize, iterations: usize) -> Res
     };
     // The server's socket sometimes refuses the first connection although it is listening:
     // try again for a while (the server keeps waiting for its client).
+    let refused = |output: &std::process::Output| {
+        String::from_utf8_lossy(&output.stderr).contains("Connection refused") || String::from_utf8_lossy(&output.stdout).contains("Connection refused")
+    };
     let mut client = run_client();
-    for _ in 0..20 {
+    for _ in 0..50 {
         match &client {
-            Ok(output) if String::from_utf8_lossy(&output.stderr).contains("Connection refused") => {
+            Ok(output) if refused(output) => {
                 std::thread::sleep(Duration::from_millis(100));
                 client = run_client();
             }
@@ -215,12 +225,12 @@ struct FrameClient {
     connection: Connection,
 }
 
-fn frame_client(transports: &str, address: SocketAddr, rma_threshold: usize) -> Result<FrameClient, BenchError> {
+fn frame_client(transports: &str, address: SocketAddr, rma_threshold: usize, bulk: BulkTransfer) -> Result<FrameClient, BenchError> {
     let context = Context::new(&ContextConfig { transports: Some(transports.to_string()) }).map_err(setup)?;
     let worker = Worker::new(&context).map_err(setup)?;
     worker.set_spin(Duration::from_secs(1));
     let cache = RegistrationCache::new(&context, 64);
-    let client = Client::new(&worker, cache, FrameConfig { rma_threshold, timeout: Duration::from_secs(30) }).map_err(setup)?;
+    let client = Client::new(&worker, cache, FrameConfig { rma_threshold, timeout: Duration::from_secs(30), bulk }).map_err(setup)?;
     let connection = client.connect(address).map_err(setup)?;
     connection.call(Request { epoch: 0, body: b"L", data: &[], destination: None }).map_err(setup)?;
     if std::env::var_os("RINGFS_UCX_DESCRIBE").is_some() {
@@ -283,8 +293,8 @@ fn bandwidth(connection: &Connection, read: bool, iterations: usize, window: usi
 /// Inline against RMA latency of writes and reads from 4 KiB to 1 MiB.
 fn sweep(config: &UcxBenchConfig, transports: &str) -> Result<Vec<(usize, f64, f64, f64, f64)>, BenchError> {
     let server = ServerProcess::start(&config.ringfs, transports, 1)?;
-    let inline = frame_client(transports, server.address, usize::MAX)?;
-    let rma = frame_client(transports, server.address, 1)?;
+    let inline = frame_client(transports, server.address, usize::MAX, BulkTransfer::Inline)?;
+    let rma = frame_client(transports, server.address, 1, BulkTransfer::Rma)?;
     let iterations = (config.latency_iterations / 10).max(50);
     let mut rows = Vec::new();
     for size in [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, MIB] {
@@ -301,17 +311,31 @@ fn sweep(config: &UcxBenchConfig, transports: &str) -> Result<Vec<(usize, f64, f
     Ok(rows)
 }
 
-/// One round of the frame transport: (round trip µs, write MB/s, read MB/s).
-fn frame_round(config: &UcxBenchConfig, transports: &str) -> Result<(f64, f64, f64), BenchError> {
-    let server = ServerProcess::start(&config.ringfs, transports, ringfs_ucx::frames::DEFAULT_RMA_THRESHOLD)?;
-    let client = frame_client(transports, server.address, ringfs_ucx::frames::DEFAULT_RMA_THRESHOLD)?;
+/// One round of the frame transport with `bulk`: (round trip µs, write MB/s, read MB/s,
+/// whether 1 MiB moved by RMA).
+fn frame_round(config: &UcxBenchConfig, transports: &str, bulk: BulkTransfer) -> Result<(f64, f64, f64, bool), BenchError> {
+    let server = ServerProcess::start(&config.ringfs, transports, DEFAULT_RMA_THRESHOLD)?;
+    let client = frame_client(transports, server.address, DEFAULT_RMA_THRESHOLD, bulk)?;
     let connection = &client.connection;
     call_latency(connection, b"L0000000", &[], 0, 200)?;
     let round_trip = call_latency(connection, b"L0000000", &[], 0, config.latency_iterations)?;
     bandwidth(connection, false, 20, config.window)?;
     let write = bandwidth(connection, false, config.bandwidth_iterations, config.window)?;
     let read = bandwidth(connection, true, config.bandwidth_iterations, config.window)?;
-    Ok((round_trip, write, read))
+    Ok((round_trip, write, read, connection.uses_rma()))
+}
+
+/// Forced RMA against UCX's own RMA, with a tenth of the transfers (UCX emulates RMA over TCP
+/// slowly): (perftest ucp_get, perftest ucp_put_bw, frame write, frame read) in MB/s.
+fn rma_round(config: &UcxBenchConfig, transports: &str) -> Result<(f64, f64, f64, f64), BenchError> {
+    let transfers = (config.bandwidth_iterations / 10).max(10);
+    let get = perftest(transports, "ucp_get", MIB, transfers)?[5];
+    let put = perftest(transports, "ucp_put_bw", MIB, transfers)?[5];
+    let server = ServerProcess::start(&config.ringfs, transports, DEFAULT_RMA_THRESHOLD)?;
+    let client = frame_client(transports, server.address, DEFAULT_RMA_THRESHOLD, BulkTransfer::Rma)?;
+    let write = bandwidth(&client.connection, false, transfers, config.window)?;
+    let read = bandwidth(&client.connection, true, transfers, config.window)?;
+    Ok((get, put, write, read))
 }
 
 /// Runs the benchmark.
@@ -322,15 +346,26 @@ pub fn run(config: &UcxBenchConfig) -> Result<Vec<VariantResult>, BenchError> {
     let mut results = Vec::new();
     for (label, transports) in &config.variants {
         let (mut latency, mut bandwidth_anchor, mut round_trip, mut write, mut read) = (vec![], vec![], vec![], vec![], vec![]);
+        let (mut rma_get, mut rma_put, mut rma_write, mut rma_read) = (vec![], vec![], vec![], vec![]);
+        let mut used_rma = false;
         for _ in 0..config.rounds {
             latency.push(perftest(transports, "tag_lat", 8, config.latency_iterations)?[1]);
             bandwidth_anchor.push(perftest(transports, "tag_bw", MIB, config.bandwidth_iterations)?[5]);
-            let (trip, written, readback) = frame_round(config, transports)?;
+            let (trip, written, readback, rma) = frame_round(config, transports, BulkTransfer::Auto)?;
             round_trip.push(trip);
             write.push(written);
             read.push(readback);
+            used_rma = rma;
+            if config.rma {
+                let (get, put, written, readback) = rma_round(config, transports)?;
+                rma_get.push(get);
+                rma_put.push(put);
+                rma_write.push(written);
+                rma_read.push(readback);
+            }
         }
         let sweep = if config.sweep { sweep(config, transports)? } else { Vec::new() };
+        let rma = config.rma.then(|| (median(&mut rma_get), median(&mut rma_put), median(&mut rma_write), median(&mut rma_read)));
         results.push(VariantResult {
             label: label.clone(),
             transports: transports.clone(),
@@ -339,7 +374,9 @@ pub fn run(config: &UcxBenchConfig) -> Result<Vec<VariantResult>, BenchError> {
             round_trip_us: median(&mut round_trip),
             write_bandwidth: median(&mut write),
             read_bandwidth: median(&mut read),
+            used_rma,
             sweep,
+            rma,
         });
     }
     Ok(results)
@@ -355,12 +392,12 @@ pub fn report(results: &[VariantResult], config: &UcxBenchConfig) -> String {
         config.bandwidth_iterations,
         config.window
     );
-    text += "| UCX_TLS | perftest tag_lat one way | perftest round trip | frame round trip | difference | perftest tag_bw 1 MiB | frame write 1 MiB (get) | ratio | frame read 1 MiB (put) | ratio |\n";
-    text += "|---|---|---|---|---|---|---|---|---|---|\n";
+    text += "| UCX_TLS | perftest tag_lat one way | perftest round trip | frame round trip | difference | perftest tag_bw 1 MiB | frame write 1 MiB | ratio | frame read 1 MiB | ratio | 1 MiB moved by |\n";
+    text += "|---|---|---|---|---|---|---|---|---|---|---|\n";
     for result in results {
         let perftest_round_trip = 2.0 * result.perftest_latency_us;
         text += &format!(
-            "| {} (`{}`) | {:.2} µs | {:.2} µs | {:.2} µs | {:+.2} µs | {:.0} MB/s | {:.0} MB/s | {:.2}× | {:.0} MB/s | {:.2}× |\n",
+            "| {} (`{}`) | {:.2} µs | {:.2} µs | {:.2} µs | {:+.2} µs | {:.0} MB/s | {:.0} MB/s | {:.2}× | {:.0} MB/s | {:.2}× | {} |\n",
             result.label,
             result.transports,
             result.perftest_latency_us,
@@ -372,7 +409,17 @@ pub fn report(results: &[VariantResult], config: &UcxBenchConfig) -> String {
             result.write_bandwidth / result.perftest_bandwidth,
             result.read_bandwidth,
             result.read_bandwidth / result.perftest_bandwidth,
+            if result.used_rma { "RMA" } else { "eager messages" },
         );
+    }
+    if results.iter().any(|result| result.rma.is_some()) {
+        text += "\nForced RMA (`BulkTransfer::Rma`) against UCX's own RMA, 1 MiB, MB/s:\n\n";
+        text += "| UCX_TLS | perftest ucp_get | frame write (server gets) | ratio | perftest ucp_put_bw | frame read (server puts) | ratio |\n|---|---|---|---|---|---|---|\n";
+        for result in results {
+            if let Some((get, put, write, read)) = result.rma {
+                text += &format!("| {} | {get:.0} | {write:.0} | {:.2}× | {put:.0} | {read:.0} | {:.2}× |\n", result.label, write / get, read / put);
+            }
+        }
     }
     for result in results.iter().filter(|result| !result.sweep.is_empty()) {
         text += &format!("\nInline against RMA, {} (`{}`), median µs per call:\n\n", result.label, result.transports);

@@ -26,6 +26,9 @@ pub struct UcxBenchArgs {
     /// Also time inline against RMA transfers from 4 KiB to 1 MiB.
     #[arg(long)]
     pub sweep: bool,
+    /// Also compare forced RMA with UCX's own RMA (ucx_perftest ucp_get, ucp_put_bw).
+    #[arg(long)]
+    pub rma: bool,
 }
 
 #[derive(Args, Debug)]
@@ -55,6 +58,7 @@ pub fn run(args: &UcxBenchArgs) -> Result<()> {
         window: args.window.max(1),
         ringfs: std::env::current_exe()?,
         sweep: args.sweep,
+        rma: args.rma,
     };
     let results = ucx::run(&config)?;
     print!("{}", ucx::report(&results, &config));
