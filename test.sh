@@ -31,6 +31,12 @@ if command -v mpicc >/dev/null 2>&1 && command -v mpiexec >/dev/null 2>&1; then
 else
     echo "note: MPICH is missing here; the MPI-IO test under the preload library will be skipped"
 fi
+if [ -e /usr/include/ucp/api/ucp.h ] && command -v ucx_perftest >/dev/null 2>&1; then
+    # UCX is installed (scripts/setup.sh): the UCX tests (crates/ucx) must run, not skip.
+    export RINGFS_REQUIRE_UCX=1
+else
+    echo "note: UCX (libucx-dev, ucx-utils) is missing here; the UCX tests will report SKIPPED"
+fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
 echo "== Python package (crates/python, built with maturin) and its pytest suite"

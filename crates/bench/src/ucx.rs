@@ -20,7 +20,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use ringfs_ucx::frames::{BulkTransfer, Client, Connection, DEFAULT_RMA_THRESHOLD, FrameConfig, Incoming, Outgoing, Request, Server, Service, SharedData};
+use ringfs_ucx::frames::{
+    BulkTransfer, Client, Connection, DEFAULT_RMA_THRESHOLD, FrameConfig, Incoming, Outgoing, Request, Server, Service, SharedData,
+};
 use ringfs_ucx::{Context, ContextConfig, RegistrationCache, Worker};
 
 use crate::BenchError;
@@ -46,6 +48,16 @@ pub struct UcxBenchConfig {
     pub rma: bool,
 }
 
+/// Median µs per call of one size sent inside the messages and by RMA.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SweepRow {
+    pub size: usize,
+    pub write_inline: f64,
+    pub write_rma: f64,
+    pub read_inline: f64,
+    pub read_rma: f64,
+}
+
 /// The medians of one transport list.
 #[derive(Clone, Debug, Default)]
 pub struct VariantResult {
@@ -61,8 +73,7 @@ pub struct VariantResult {
     pub read_bandwidth: f64,
     /// Whether the frame transport moved 1 MiB by RMA (`BulkTransfer::Auto`'s choice).
     pub used_rma: bool,
-    /// (size, inline write µs, RMA write µs, inline read µs, RMA read µs).
-    pub sweep: Vec<(usize, f64, f64, f64, f64)>,
+    pub sweep: Vec<SweepRow>,
     /// With `rma`: (perftest ucp_get MB/s, perftest ucp_put_bw MB/s, forced-RMA write MB/s,
     /// forced-RMA read MB/s).
     pub rma: Option<(f64, f64, f64, f64)>,
@@ -194,7 +205,8 @@ fn perftest(transports: &str, test: &str, size: usize, iterations: usize) -> Res
     // The server's socket sometimes refuses the first connection although it is listening:
     // try again for a while (the server keeps waiting for its client).
     let refused = |output: &std::process::Output| {
-        String::from_utf8_lossy(&output.stderr).contains("Connection refused") || String::from_utf8_lossy(&output.stdout).contains("Connection refused")
+        String::from_utf8_lossy(&output.stderr).contains("Connection refused")
+            || String::from_utf8_lossy(&output.stdout).contains("Connection refused")
     };
     let mut client = run_client();
     for _ in 0..50 {
@@ -291,7 +303,7 @@ fn bandwidth(connection: &Connection, read: bool, iterations: usize, window: usi
 }
 
 /// Inline against RMA latency of writes and reads from 4 KiB to 1 MiB.
-fn sweep(config: &UcxBenchConfig, transports: &str) -> Result<Vec<(usize, f64, f64, f64, f64)>, BenchError> {
+fn sweep(config: &UcxBenchConfig, transports: &str) -> Result<Vec<SweepRow>, BenchError> {
     let server = ServerProcess::start(&config.ringfs, transports, 1)?;
     let inline = frame_client(transports, server.address, usize::MAX, BulkTransfer::Inline)?;
     let rma = frame_client(transports, server.address, 1, BulkTransfer::Rma)?;
@@ -300,13 +312,13 @@ fn sweep(config: &UcxBenchConfig, transports: &str) -> Result<Vec<(usize, f64, f
     for size in [4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, MIB] {
         let data = vec![1u8; size];
         let body = read_body(size);
-        rows.push((
+        rows.push(SweepRow {
             size,
-            call_latency(&inline.connection, b"W", &data, 0, iterations)?,
-            call_latency(&rma.connection, b"W", &data, 0, iterations)?,
-            call_latency(&inline.connection, &body, &[], 0, iterations)?,
-            call_latency(&rma.connection, &body, &[], size, iterations)?,
-        ));
+            write_inline: call_latency(&inline.connection, b"W", &data, 0, iterations)?,
+            write_rma: call_latency(&rma.connection, b"W", &data, 0, iterations)?,
+            read_inline: call_latency(&inline.connection, &body, &[], 0, iterations)?,
+            read_rma: call_latency(&rma.connection, &body, &[], size, iterations)?,
+        });
     }
     Ok(rows)
 }
@@ -417,15 +429,27 @@ pub fn report(results: &[VariantResult], config: &UcxBenchConfig) -> String {
         text += "| UCX_TLS | perftest ucp_get | frame write (server gets) | ratio | perftest ucp_put_bw | frame read (server puts) | ratio |\n|---|---|---|---|---|---|---|\n";
         for result in results {
             if let Some((get, put, write, read)) = result.rma {
-                text += &format!("| {} | {get:.0} | {write:.0} | {:.2}× | {put:.0} | {read:.0} | {:.2}× |\n", result.label, write / get, read / put);
+                text += &format!(
+                    "| {} | {get:.0} | {write:.0} | {:.2}× | {put:.0} | {read:.0} | {:.2}× |\n",
+                    result.label,
+                    write / get,
+                    read / put
+                );
             }
         }
     }
     for result in results.iter().filter(|result| !result.sweep.is_empty()) {
         text += &format!("\nInline against RMA, {} (`{}`), median µs per call:\n\n", result.label, result.transports);
         text += "| size | write inline | write by get | read inline | read by put |\n|---|---|---|---|---|\n";
-        for (size, write_inline, write_rma, read_inline, read_rma) in &result.sweep {
-            text += &format!("| {} KiB | {write_inline:.1} | {write_rma:.1} | {read_inline:.1} | {read_rma:.1} |\n", size >> 10);
+        for row in &result.sweep {
+            text += &format!(
+                "| {} KiB | {:.1} | {:.1} | {:.1} | {:.1} |\n",
+                row.size >> 10,
+                row.write_inline,
+                row.write_rma,
+                row.read_inline,
+                row.read_rma
+            );
         }
     }
     text

@@ -86,7 +86,8 @@ impl Context {
 
     fn init(functions: &'static Functions, ucx_config: *mut sys::ucp_config_t, config: &ContextConfig) -> Result<Context, Error> {
         if let Some(transports) = &config.transports {
-            let value = CString::new(transports.as_str()).map_err(|_| Error::Invalid(format!("transport list {transports:?} contains NUL")))?;
+            let value =
+                CString::new(transports.as_str()).map_err(|_| Error::Invalid(format!("transport list {transports:?} contains NUL")))?;
             // SAFETY: valid configuration and NUL-terminated strings.
             check("ucp_config_modify(TLS)", unsafe { (functions.ucp_config_modify)(ucx_config, c"TLS".as_ptr(), value.as_ptr()) })?;
         }
@@ -108,7 +109,9 @@ impl Context {
         params.name = c"ringfs".as_ptr();
         let mut handle: sys::ucp_context_h = ptr::null_mut();
         // SAFETY: params and configuration are valid for the call; UCX writes the handle.
-        check("ucp_init", unsafe { (functions.ucp_init_version)(sys::UCP_API_MAJOR, sys::UCP_API_MINOR, &params, ucx_config, &mut handle) })?;
+        check("ucp_init", unsafe {
+            (functions.ucp_init_version)(sys::UCP_API_MAJOR, sys::UCP_API_MINOR, &params, ucx_config, &mut handle)
+        })?;
         Ok(Context { inner: Arc::new(ContextInner { handle, functions }) })
     }
 }
@@ -119,7 +122,14 @@ mod tests {
 
     #[test]
     fn shared_memory_is_possible_unless_the_list_leaves_it_out() {
-        for (list, expected) in [(None, true), (Some("tcp"), false), (Some("posix,sysv,cma,tcp"), true), (Some("sm,tcp"), true), (Some("^tcp"), true), (Some("rc,ud"), false)] {
+        for (list, expected) in [
+            (None, true),
+            (Some("tcp"), false),
+            (Some("posix,sysv,cma,tcp"), true),
+            (Some("sm,tcp"), true),
+            (Some("^tcp"), true),
+            (Some("rc,ud"), false),
+        ] {
             assert_eq!(may_use_shared_memory(list), expected, "{list:?}");
         }
     }

@@ -28,6 +28,13 @@ use crate::{Error, check};
 /// buffer before the process aborts rather than return the buffer while UCX may still use it.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
 
+/// The buffers of a sent active message, given back when the send completes.
+pub struct MessageBuffers<B = Vec<u8>> {
+    pub header: Vec<u8>,
+    pub body: Vec<u8>,
+    pub data: B,
+}
+
 /// One side of a connection. Cheap to clone; the connection closes when the last clone drops
 /// or at [`Endpoint::close`], at once: operations still in progress fail, and the peer sees its
 /// endpoint fail. ([`Endpoint::flush`] first lets them finish. UCX's graceful close is not
@@ -87,7 +94,8 @@ pub(crate) fn connect_to_address(worker: &Worker, address: &[u8], peer: &str) ->
     padded[..address.len()].copy_from_slice(address);
     // SAFETY: plain data; zero leaves the optional fields unset.
     let mut params: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
-    params.field_mask = sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.field_mask =
+        sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = padded.as_ptr().cast();
     params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
     params.err_handler = error_handler(&worker.inner);
@@ -108,11 +116,8 @@ impl Endpoint {
 
     /// Why the endpoint is unusable (the peer failed, or it was closed), if it is.
     pub fn failure(&self) -> Option<Error> {
-        let text = if self.shared.handle.get().is_null() {
-            "closed".to_string()
-        } else {
-            sys::status_text(self.shared.state.failure.get()?)
-        };
+        let text =
+            if self.shared.handle.get().is_null() { "closed".to_string() } else { sys::status_text(self.shared.state.failure.get()?) };
         Some(Error::EndpointFailed { peer: self.shared.peer.clone(), text })
     }
 
@@ -168,22 +173,25 @@ impl Endpoint {
     /// Sends an active message with `id`, `header` and `payload`; the operation returns both
     /// buffers. The receiver's [`crate::IncomingMessage::endpoint_key`] names its side of this
     /// connection.
-    pub fn send(&self, id: u16, header: Vec<u8>, payload: Vec<u8>) -> Result<Operation<(Vec<u8>, Vec<u8>)>, Error> {
-        let parts = [payload.as_slice()];
-        // SAFETY: the buffers move into the operation with their heap memory unmoved, and are
-        // released only when UCX completed it.
-        let (pointer, anchors) = unsafe { self.start_send(id, &header, &parts, false) }?;
-        Operation::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, Some((header, payload)), anchors)
+    pub fn send(&self, id: u16, header: Vec<u8>, payload: Vec<u8>) -> Result<Operation<MessageBuffers>, Error> {
+        self.send_parts(id, header, payload, Vec::new(), false)
     }
 
     /// Sends an active message whose payload is `body` followed by `data`, without joining
     /// them (UCX gathers the parts). `eager`: send it eagerly even when large (the receiver gets
     /// it whole, in UCX's buffers) instead of by UCX's rendezvous protocol.
-    pub fn send_parts<B: StableBuffer>(&self, id: u16, header: Vec<u8>, body: Vec<u8>, data: B, eager: bool) -> Result<Operation<(Vec<u8>, Vec<u8>, B)>, Error> {
+    pub fn send_parts<B: StableBuffer>(
+        &self,
+        id: u16,
+        header: Vec<u8>,
+        body: Vec<u8>,
+        data: B,
+        eager: bool,
+    ) -> Result<Operation<MessageBuffers<B>>, Error> {
         let parts = [body.as_slice(), data.as_ref()];
         // SAFETY: as in send().
         let (pointer, anchors) = unsafe { self.start_send(id, &header, &parts, eager) }?;
-        Operation::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, Some((header, body, data)), anchors)
+        Operation::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, Some(MessageBuffers { header, body, data }), anchors)
     }
 
     /// Sends an active message from borrowed buffers and waits until UCX is done with them
@@ -230,7 +238,8 @@ impl Endpoint {
         };
         // SAFETY: a live endpoint; the caller keeps the buffers valid until completion, and the
         // scatter-gather list lives in the anchors that the operation keeps.
-        let pointer = unsafe { (functions.ucp_am_send_nbx)(handle, id as u32, header.as_ptr().cast(), header.len(), buffer, count, &param) };
+        let pointer =
+            unsafe { (functions.ucp_am_send_nbx)(handle, id as u32, header.as_ptr().cast(), header.len(), buffer, count, &param) };
         Ok((pointer, anchors))
     }
 
@@ -288,7 +297,16 @@ impl Endpoint {
         let worker = &self.shared.worker;
         let operation = worker.operation::<()>("ucp_get_nbx", None, 0, None, Anchors::default(), |param| {
             // SAFETY: the buffer is borrowed until finish_borrowed returns, after completion.
-            unsafe { (worker.functions.ucp_get_nbx)(handle, destination.as_mut_ptr().cast(), destination.len(), remote_address, key.handle(), param) }
+            unsafe {
+                (worker.functions.ucp_get_nbx)(
+                    handle,
+                    destination.as_mut_ptr().cast(),
+                    destination.len(),
+                    remote_address,
+                    key.handle(),
+                    param,
+                )
+            }
         })?;
         self.finish_borrowed(operation, deadline)
     }
@@ -317,7 +335,14 @@ impl Endpoint {
 
     /// Checks an RMA call's arguments: the buffer holds `length` bytes, the key belongs to this
     /// endpoint, and the registration (if any) covers the buffer.
-    fn rma_handle(&self, capacity: usize, length: usize, key: &RemoteKey, region: Option<&MemoryRegion>, buffer: *const u8) -> Result<sys::ucp_ep_h, Error> {
+    fn rma_handle(
+        &self,
+        capacity: usize,
+        length: usize,
+        key: &RemoteKey,
+        region: Option<&MemoryRegion>,
+        buffer: *const u8,
+    ) -> Result<sys::ucp_ep_h, Error> {
         let handle = self.live_handle()?;
         if length > capacity {
             return Err(Error::Invalid(format!("{length} bytes do not fit a buffer of {capacity}")));
@@ -352,7 +377,10 @@ impl Endpoint {
                 std::process::abort();
             }
         }
-        Err(failure.unwrap_or(Error::Timeout { operation: "UCX operation", timeout_ms: deadline.saturating_duration_since(started).as_millis() as u64 }))
+        Err(failure.unwrap_or(Error::Timeout {
+            operation: "UCX operation",
+            timeout_ms: deadline.saturating_duration_since(started).as_millis() as u64,
+        }))
     }
 }
 
@@ -438,7 +466,8 @@ unsafe extern "C" fn connection_requested(request: sys::ucp_conn_request_h, argu
 }
 
 pub(crate) fn listen(worker: &Worker, address: SocketAddr) -> Result<Listener, Error> {
-    let shared = Box::new(ListenerShared { worker: worker.clone(), handle: Cell::new(ptr::null_mut()), requests: RefCell::new(VecDeque::new()) });
+    let shared =
+        Box::new(ListenerShared { worker: worker.clone(), handle: Cell::new(ptr::null_mut()), requests: RefCell::new(VecDeque::new()) });
     let (storage, length) = sockaddr::to_c(&address);
     let params = sys::ucp_listener_params_t {
         field_mask: sys::UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | sys::UCP_LISTENER_PARAM_FIELD_CONN_HANDLER,
@@ -494,7 +523,8 @@ impl Listener {
         };
         // SAFETY: plain data.
         let mut params: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
-        params.field_mask = sys::UCP_EP_PARAM_FIELD_CONN_REQUEST | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
+        params.field_mask =
+            sys::UCP_EP_PARAM_FIELD_CONN_REQUEST | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
         params.conn_request = request;
         params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
         params.err_handler = error_handler(&self.shared.worker.inner);

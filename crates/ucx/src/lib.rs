@@ -36,7 +36,7 @@ pub mod sys;
 mod worker;
 
 pub use context::{Context, ContextConfig, is_available, version};
-pub use endpoint::{Endpoint, Lane, Listener};
+pub use endpoint::{Endpoint, Lane, Listener, MessageBuffers};
 pub use memory::{MemoryRegion, RegistrationCache, RemoteKey};
 pub use operation::{Operation, StableBuffer};
 pub use worker::{DEFAULT_SPIN, IncomingMessage, Worker};

@@ -258,7 +258,8 @@ impl RegistrationCache {
             let evicted = entries.swap_remove(oldest);
             self.slots[evicted.slot].valid.store(false, Ordering::Release);
         }
-        let slot = (0..self.slots.len()).find(|slot| !entries.iter().any(|entry| entry.slot == *slot)).expect("a slot is free after eviction");
+        let slot =
+            (0..self.slots.len()).find(|slot| !entries.iter().any(|entry| entry.slot == *slot)).expect("a slot is free after eviction");
         self.slots[slot].start.store(start, Ordering::Relaxed);
         self.slots[slot].end.store(end, Ordering::Relaxed);
         self.slots[slot].valid.store(true, Ordering::Release);

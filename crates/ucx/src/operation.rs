@@ -13,10 +13,10 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::Error;
 use crate::memory::{MemoryRegion, RemoteKey};
 use crate::sys;
 use crate::worker::WorkerInner;
-use crate::Error;
 
 /// A buffer whose bytes stay at the same address when the buffer value moves (it owns a heap
 /// allocation), so that UCX may keep using them while an [`Operation`] holds the buffer.
@@ -123,7 +123,10 @@ impl<B: 'static> Operation<B> {
     /// The buffer once the operation completed (`None` while in progress). After the buffer
     /// was taken, later calls report [`Error::Invalid`].
     pub fn take(&mut self) -> Option<Result<B, Error>> {
-        Some(self.result()?.and_then(|()| self.buffer.take().ok_or_else(|| Error::Invalid("the operation's buffer was already taken".into()))))
+        Some(
+            self.result()?
+                .and_then(|()| self.buffer.take().ok_or_else(|| Error::Invalid("the operation's buffer was already taken".into()))),
+        )
     }
 
     /// Progresses the worker until the operation completes or `deadline` passes. On a

@@ -6,7 +6,7 @@
 //!   and a binary built once uses UCX wherever the cluster has `libucp.so.0`: the transport is
 //!   chosen when a cluster starts, not when ringfs is compiled;
 //! - no libclang at build time (bindgen and clang-sys cost ~25 s per clean build);
-//! - the declarations are few (about 40 functions, 12 structs) and UCP keeps them stable: every
+//! - the declarations are few (about 40 functions, 17 structs) and UCP keeps them stable: every
 //!   parameter struct starts with a `field_mask` saying which fields the caller filled, and new
 //!   fields are only ever appended, so the 1.13 layouts below stay valid for later libraries.
 //!

@@ -62,6 +62,8 @@ pub(crate) struct WorkerInner {
     /// Endpoints by UCX handle, for the error callback (which only gets the handle).
     pub(crate) endpoints: RefCell<HashMap<usize, Rc<EndpointState>>>,
     orphans: RefCell<Vec<Orphan>>,
+    /// Boxed: UCX keeps their addresses, which must not move when the vector grows.
+    #[allow(clippy::vec_box, reason = "the boxes give the handler arguments stable addresses")]
     handlers: RefCell<Vec<Box<HandlerArgument>>>,
 }
 
@@ -216,7 +218,9 @@ impl Worker {
         let mut address: *mut c_void = ptr::null_mut();
         let mut length: libc::size_t = 0;
         // SAFETY: valid worker; UCX allocates the address, released once after the copy.
-        check("ucp_worker_get_address", unsafe { (self.inner.functions.ucp_worker_get_address)(self.inner.handle, &mut address, &mut length) })?;
+        check("ucp_worker_get_address", unsafe {
+            (self.inner.functions.ucp_worker_get_address)(self.inner.handle, &mut address, &mut length)
+        })?;
         // SAFETY: UCX wrote `length` bytes at `address`.
         let bytes = unsafe { std::slice::from_raw_parts(address.cast::<u8>(), length) }.to_vec();
         // SAFETY: the address came from ucp_worker_get_address of this worker.
@@ -243,7 +247,9 @@ impl Worker {
             arg: (&*argument as *const HandlerArgument).cast_mut().cast(),
         };
         // SAFETY: valid worker; the argument lives in `handlers` as long as the worker.
-        check("ucp_worker_set_am_recv_handler", unsafe { (self.inner.functions.ucp_worker_set_am_recv_handler)(self.inner.handle, &param) })?;
+        check("ucp_worker_set_am_recv_handler", unsafe {
+            (self.inner.functions.ucp_worker_set_am_recv_handler)(self.inner.handle, &param)
+        })?;
         self.inner.handlers.borrow_mut().push(argument);
         Ok(())
     }

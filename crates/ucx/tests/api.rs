@@ -58,8 +58,8 @@ fn active_messages_travel_both_ways_and_name_their_endpoint() {
         let operation = server.send(ECHO, b"pong".to_vec(), vec![7u8; 100]).unwrap();
         let reply = next_message(&client_worker, &server_worker, &client_worker);
         assert_eq!((reply.header(), reply.data().map(|data| data.len())), (&b"pong"[..], Some(100)));
-        let (header, payload) = operation.wait(deadline).unwrap();
-        assert_eq!((header.len(), payload.len()), (4, 100), "the operation gives its buffers back");
+        let buffers = operation.wait(deadline).unwrap();
+        assert_eq!((buffers.header.len(), buffers.body.len()), (4, 100), "the operation gives its buffers back");
         assert!(client.describe().contains("tcp") || transports != "tcp", "{}", client.describe());
     }
 }
@@ -138,7 +138,9 @@ fn the_registration_cache_reuses_registrations_and_forgets_unmapped_memory() {
     assert_eq!(cache.statistics(), (1, 1));
     let length = 1 << 20;
     // SAFETY: an anonymous private mapping, unmapped below.
-    let mapped = unsafe { libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let mapped = unsafe {
+        libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
     assert_ne!(mapped, libc::MAP_FAILED);
     // SAFETY: the mapping is `length` bytes, readable.
     let view = unsafe { std::slice::from_raw_parts(mapped.cast::<u8>(), length) };
@@ -147,7 +149,9 @@ fn the_registration_cache_reuses_registrations_and_forgets_unmapped_memory() {
     // SAFETY: unmapping the mapping made above; `view` is not used after this.
     unsafe { libc::munmap(mapped, length) };
     // SAFETY: a new mapping (often at the same address), unmapped below.
-    let remapped = unsafe { libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0) };
+    let remapped = unsafe {
+        libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0)
+    };
     // SAFETY: as above.
     let view = unsafe { std::slice::from_raw_parts(remapped.cast::<u8>(), length) };
     let after = cache.register(view).unwrap();
@@ -243,7 +247,8 @@ fn peer_main() {
             if message.id() == KEY_REQUEST {
                 reply.extend_from_slice(region.pack_key());
             }
-            let _ = endpoint.send_and_wait(message.id(), &reply, message.data().unwrap_or_default(), Instant::now() + Duration::from_secs(5));
+            let _ =
+                endpoint.send_and_wait(message.id(), &reply, message.data().unwrap_or_default(), Instant::now() + Duration::from_secs(5));
         }
     }
 }
@@ -254,7 +259,13 @@ fn connect_to_peer(worker: &Worker, peer: &PeerProcess) -> (Endpoint, u64, ringf
     let deadline = Instant::now() + Duration::from_secs(10);
     endpoint.send_and_wait(KEY_REQUEST, b"", b"", deadline).unwrap();
     let mut reply = None;
-    assert_eq!(worker.progress_until(deadline, || { reply = worker.next_message(); reply.is_some() }), Ok(true));
+    assert_eq!(
+        worker.progress_until(deadline, || {
+            reply = worker.next_message();
+            reply.is_some()
+        }),
+        Ok(true)
+    );
     let header = reply.unwrap().header().to_vec();
     let address = u64::from_le_bytes(header[..8].try_into().unwrap());
     let key = endpoint.unpack_key(&header[8..]).unwrap();

@@ -134,7 +134,10 @@ fn small_requests_and_bulk_data_of_every_size_arrive_intact() {
         let connection = client.connect(server.address).unwrap();
         let echoed = connection.call(Request { epoch: 0, body: b"Ehello", data: &[], destination: None }).unwrap();
         assert_eq!(&echoed.body[8..], b"Ehello", "{transports}");
-        assert_eq!(connection.uses_rma(), bulk == BulkTransfer::Rma || (bulk == BulkTransfer::Auto && connection.endpoint().has_native_rma()));
+        assert_eq!(
+            connection.uses_rma(),
+            bulk == BulkTransfer::Rma || (bulk == BulkTransfer::Auto && connection.endpoint().has_native_rma())
+        );
         for (seed, length) in [1, 4095, THRESHOLD - 1, THRESHOLD, THRESHOLD + 1, 1 << 20, (8 << 20) + 3].into_iter().enumerate() {
             let data = pattern(length, seed as u8);
             assert_eq!(write(&connection, 0, &data), checksum(&data), "{transports} {bulk:?}: write of {length} bytes");
@@ -157,7 +160,9 @@ fn pipelined_calls_each_get_their_own_reply() {
     if !ucx_present() {
         return;
     }
-    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk))) {
+    for (transports, bulk) in
+        VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk)))
+    {
         let server = TestServer::start(transports);
         let client = client(transports, Duration::from_secs(10), bulk);
         let connection = client.connect(server.address).unwrap();
@@ -197,7 +202,9 @@ fn a_random_mix_of_reads_and_writes_matches_a_model() {
     if !ucx_present() {
         return;
     }
-    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk))) {
+    for (transports, bulk) in
+        VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk)))
+    {
         let server = TestServer::start(transports);
         let client = client(transports, Duration::from_secs(10), bulk);
         let connection = client.connect(server.address).unwrap();

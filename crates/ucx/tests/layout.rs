@@ -42,7 +42,8 @@ fn declared_layouts() -> Vec<Layout> {
 
 /// The C program printing `NAME SIZE` and `NAME.FIELD OFFSET` lines.
 fn c_program(layouts: &[Layout]) -> String {
-    let mut program = String::from("#include <stddef.h>\n#include <stdio.h>\n#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\nint main(void) {\n");
+    let mut program =
+        String::from("#include <stddef.h>\n#include <stdio.h>\n#include <ucp/api/ucp.h>\n#include <ucm/api/ucm.h>\nint main(void) {\n");
     for (name, _, fields) in layouts {
         program += &format!("  printf(\"{name} %zu\\n\", sizeof({name}));\n");
         for (field, _) in fields {

@@ -162,7 +162,8 @@ impl Connection {
             Some(buffer) => describe(buffer)?,
             None => None,
         };
-        let frame = FrameHeader { body_len: request.body.len() as u32, data_len: request.data.len() as u32, request_id, epoch: request.epoch };
+        let frame =
+            FrameHeader { body_len: request.body.len() as u32, data_len: request.data.len() as u32, request_id, epoch: request.epoch };
         let header = RequestHeader { frame, source, destination, eager_reply: !rma };
         let deadline = Instant::now() + config.timeout;
         {
@@ -228,7 +229,10 @@ impl PendingCall<'_> {
         let Some((header, message)) = arrived else {
             // No reply in time, or the connection failed: the server must not touch the lent
             // buffers after this returns, and a late reply must not be mistaken for another.
-            let error = connection.check().err().unwrap_or(Error::Timeout { operation: "frame call", timeout_ms: client.config.timeout.as_millis() as u64 });
+            let error = connection
+                .check()
+                .err()
+                .unwrap_or(Error::Timeout { operation: "frame call", timeout_ms: client.config.timeout.as_millis() as u64 });
             connection.endpoint.close();
             return Err(error);
         };

@@ -19,10 +19,14 @@ use ringfs_proto::FrameHeader;
 
 use super::wire::{Descriptor, RequestHeader, ResponseHeader};
 use super::{FrameConfig, REQUEST, RESPONSE};
-use crate::{Endpoint, Error, IncomingMessage, Listener, Operation, RegistrationCache, RemoteKey, StableBuffer, Worker};
+use crate::{Endpoint, Error, IncomingMessage, Listener, MessageBuffers, Operation, RegistrationCache, RemoteKey, StableBuffer, Worker};
 
 /// Remote keys kept per connection (a client lends few distinct buffers at a time).
 const KEYS_PER_CONNECTION: usize = 8;
+
+/// Requests a server works on at once (fetching data, placing it, sending the response): more
+/// wait in the worker's queue, so that clients cannot make a server hold unbounded buffers.
+const MAX_REQUESTS_IN_FLIGHT: usize = 64;
 
 /// What a frame server does with requests.
 pub trait Service {
@@ -125,7 +129,7 @@ enum Step {
     /// Response data being put into the client's destination.
     Placing { put: Operation<ReplyData>, flush: Operation<()>, body: Vec<u8>, epoch: u64, data_len: usize },
     /// The response being sent.
-    Replying(Operation<(Vec<u8>, Vec<u8>, ReplyData)>),
+    Replying(Operation<MessageBuffers<ReplyData>>),
 }
 
 /// A frame server on one thread.
@@ -150,7 +154,13 @@ const POOLED_BUFFERS: usize = 16;
 
 impl<S: Service> Server<S> {
     /// Listens on `address` with `worker`, answering with `service`.
-    pub fn bind(worker: &Worker, address: SocketAddr, service: S, cache: Arc<RegistrationCache>, config: FrameConfig) -> Result<Server<S>, Error> {
+    pub fn bind(
+        worker: &Worker,
+        address: SocketAddr,
+        service: S,
+        cache: Arc<RegistrationCache>,
+        config: FrameConfig,
+    ) -> Result<Server<S>, Error> {
         worker.accept_messages(REQUEST)?;
         let listener = worker.listen(address)?;
         Ok(Server {
@@ -203,7 +213,8 @@ impl<S: Service> Server<S> {
                 Err(error) => log::debug!("cannot accept a UCX connection: {error}"),
             }
         }
-        while let Some(message) = self.worker.next_message() {
+        while self.work.len() < MAX_REQUESTS_IN_FLIGHT {
+            let Some(message) = self.worker.next_message() else { break };
             active = true;
             self.receive(message);
         }
@@ -341,7 +352,15 @@ impl<S: Service> Server<S> {
     }
 
     /// Puts the response data into the client's destination, then flushes.
-    fn place(&mut self, connection: usize, request: &RequestHeader, destination: &Descriptor, epoch: u64, body: Vec<u8>, data: ReplyData) -> Result<(), Error> {
+    fn place(
+        &mut self,
+        connection: usize,
+        request: &RequestHeader,
+        destination: &Descriptor,
+        epoch: u64,
+        body: Vec<u8>,
+        data: ReplyData,
+    ) -> Result<(), Error> {
         let data_len = data.as_ref().len();
         let region = self.cache.register(data.as_ref())?;
         let peer = self.connections.get_mut(&connection).ok_or_else(|| Error::Invalid("no such connection".into()))?;
@@ -355,7 +374,15 @@ impl<S: Service> Server<S> {
 
     /// Sends a response: `data` inside it, or (`None`) with its `data_len` bytes already put
     /// into the client's destination.
-    fn send_reply(&mut self, connection: usize, request: &RequestHeader, epoch: u64, body: Vec<u8>, data: Option<ReplyData>, data_len: usize) -> Result<(), Error> {
+    fn send_reply(
+        &mut self,
+        connection: usize,
+        request: &RequestHeader,
+        epoch: u64,
+        body: Vec<u8>,
+        data: Option<ReplyData>,
+        data_len: usize,
+    ) -> Result<(), Error> {
         let request_id = request.frame.request_id;
         let frame = FrameHeader { body_len: body.len() as u32, data_len: data_len as u32, request_id, epoch };
         let mut header = Vec::with_capacity(32);
@@ -365,10 +392,15 @@ impl<S: Service> Server<S> {
         let mut sending = peer.endpoint.send_parts(RESPONSE, header, body, data, request.eager_reply)?;
         match sending.take() {
             Some(result) => {
-                let (_, _, data) = result?;
+                let data = result?.data;
                 self.recycle_data(data);
             }
-            None => self.work.push(Work { connection, request: placeholder_request(request_id), started: Instant::now(), step: Step::Replying(sending) }),
+            None => self.work.push(Work {
+                connection,
+                request: placeholder_request(request_id),
+                started: Instant::now(),
+                step: Step::Replying(sending),
+            }),
         }
         Ok(())
     }
@@ -378,7 +410,10 @@ impl<S: Service> Server<S> {
         let mut moved = false;
         for work in std::mem::take(&mut self.work) {
             if work.started.elapsed() > self.config.timeout {
-                self.close(work.connection, &Error::Timeout { operation: "RMA transfer", timeout_ms: self.config.timeout.as_millis() as u64 });
+                self.close(
+                    work.connection,
+                    &Error::Timeout { operation: "RMA transfer", timeout_ms: self.config.timeout.as_millis() as u64 },
+                );
                 moved = true;
                 continue;
             }
@@ -402,7 +437,8 @@ impl<S: Service> Server<S> {
             Step::Payload(receiving) => {
                 let Some(result) = receiving.take() else { return Ok(Some(work)) };
                 let buffer = result.map_err(failed)?;
-                let (body, data) = buffer[..work.request.frame.body_len as usize + work.request.inline_data()].split_at(work.request.frame.body_len as usize);
+                let (body, data) = buffer[..work.request.frame.body_len as usize + work.request.inline_data()]
+                    .split_at(work.request.frame.body_len as usize);
                 self.answer(connection, &work.request, body, data);
                 self.recycle(buffer);
             }
@@ -425,7 +461,7 @@ impl<S: Service> Server<S> {
             }
             Step::Replying(sending) => {
                 let Some(result) = sending.take() else { return Ok(Some(work)) };
-                let (_, _, data) = result.map_err(failed)?;
+                let data = result.map_err(failed)?.data;
                 self.recycle_data(data);
             }
         }
@@ -435,5 +471,10 @@ impl<S: Service> Server<S> {
 
 /// The request header kept with a response being sent (only its id matters then).
 fn placeholder_request(request_id: u64) -> RequestHeader {
-    RequestHeader { frame: FrameHeader { body_len: 1, data_len: 0, request_id, epoch: 0 }, source: None, destination: None, eager_reply: false }
+    RequestHeader {
+        frame: FrameHeader { body_len: 1, data_len: 0, request_id, epoch: 0 },
+        source: None,
+        destination: None,
+        eager_reply: false,
+    }
 }

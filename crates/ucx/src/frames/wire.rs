@@ -230,7 +230,8 @@ mod tests {
         let mismatched = RequestHeader { frame: frame(10, 100), source: Some(descriptor(1 << 20)), destination: None, eager_reply: false };
         mismatched.encode(&mut bytes);
         assert!(RequestHeader::decode(&bytes, 10).is_err(), "a source whose length is not the data length");
-        let huge = RequestHeader { frame: frame(1, 0), source: None, destination: Some(descriptor(MAX_DATA_LEN as u64 + 1)), eager_reply: false };
+        let huge =
+            RequestHeader { frame: frame(1, 0), source: None, destination: Some(descriptor(MAX_DATA_LEN as u64 + 1)), eager_reply: false };
         huge.encode(&mut bytes);
         assert!(RequestHeader::decode(&bytes, 1).is_err(), "a destination beyond the data limit");
         let mut flags = Vec::new();
