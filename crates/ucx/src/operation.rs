@@ -113,10 +113,9 @@ impl<B: 'static> Operation<B> {
     /// The buffer back, once the operation completed successfully; the operation itself if it
     /// is still in progress.
     pub fn into_buffer(mut self) -> Result<Result<B, Error>, Operation<B>> {
-        match self.result() {
+        match self.take() {
             None => Err(self),
-            Some(Err(error)) => Ok(Err(error)),
-            Some(Ok(())) => Ok(Ok(self.buffer.take().expect("an operation's buffer is taken once"))),
+            Some(result) => Ok(result),
         }
     }
 
@@ -139,10 +138,8 @@ impl<B: 'static> Operation<B> {
             let timeout_ms = deadline.saturating_duration_since(started).as_millis() as u64;
             return Err(Error::Timeout { operation: self.name, timeout_ms });
         }
-        match self.into_buffer() {
-            Ok(result) => result,
-            Err(_) => unreachable!("a completed operation has a result"),
-        }
+        let mut operation = self;
+        operation.take().unwrap_or_else(|| Err(Error::Invalid("a completed operation has no result".into())))
     }
 }
 

@@ -108,6 +108,19 @@ fn client(transports: &str, timeout: Duration, bulk: BulkTransfer) -> Client {
     Client::new(&worker, cache, FrameConfig { rma_threshold: THRESHOLD, timeout, bulk }).unwrap()
 }
 
+/// Every transport variant with every bulk mode of `modes`.
+fn variants_and_modes(modes: &[BulkTransfer]) -> Vec<(&'static str, BulkTransfer)> {
+    VARIANTS.into_iter().flat_map(|transports| modes.iter().map(move |bulk| (transports, *bulk))).collect()
+}
+
+/// A server on its own thread and a client connected to it.
+fn serve_and_connect(transports: &'static str, bulk: BulkTransfer) -> (TestServer, Client, Connection) {
+    let server = TestServer::start(transports);
+    let client = client(transports, Duration::from_secs(10), bulk);
+    let connection = client.connect(server.address).unwrap();
+    (server, client, connection)
+}
+
 fn write(connection: &Connection, offset: usize, data: &[u8]) -> u64 {
     let reply = connection.call(Request { epoch: 3, body: &command(b'W', &[offset]), data, destination: None }).unwrap();
     assert_eq!(reply.frame.epoch, 4, "the service's epoch comes back");
@@ -128,10 +141,8 @@ fn small_requests_and_bulk_data_of_every_size_arrive_intact() {
     if !ucx_present() {
         return;
     }
-    for (transports, bulk) in VARIANTS.into_iter().flat_map(|transports| BULK_MODES.map(|bulk| (transports, bulk))) {
-        let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10), bulk);
-        let connection = client.connect(server.address).unwrap();
+    for (transports, bulk) in variants_and_modes(&BULK_MODES) {
+        let (_server, _client, connection) = serve_and_connect(transports, bulk);
         let echoed = connection.call(Request { epoch: 0, body: b"Ehello", data: &[], destination: None }).unwrap();
         assert_eq!(&echoed.body[8..], b"Ehello", "{transports}");
         assert_eq!(
@@ -160,12 +171,8 @@ fn pipelined_calls_each_get_their_own_reply() {
     if !ucx_present() {
         return;
     }
-    for (transports, bulk) in
-        VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk)))
-    {
-        let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10), bulk);
-        let connection = client.connect(server.address).unwrap();
+    for (transports, bulk) in variants_and_modes(&[BulkTransfer::Rma, BulkTransfer::Inline]) {
+        let (_server, _client, connection) = serve_and_connect(transports, bulk);
         let block = 256 << 10;
         let data = pattern(16 * block, 9);
         for (index, chunk) in data.chunks(block).enumerate() {
@@ -202,12 +209,8 @@ fn a_random_mix_of_reads_and_writes_matches_a_model() {
     if !ucx_present() {
         return;
     }
-    for (transports, bulk) in
-        VARIANTS.into_iter().flat_map(|transports| [BulkTransfer::Rma, BulkTransfer::Inline].map(|bulk| (transports, bulk)))
-    {
-        let server = TestServer::start(transports);
-        let client = client(transports, Duration::from_secs(10), bulk);
-        let connection = client.connect(server.address).unwrap();
+    for (transports, bulk) in variants_and_modes(&[BulkTransfer::Rma, BulkTransfer::Inline]) {
+        let (_server, _client, connection) = serve_and_connect(transports, bulk);
         let seed = 0x5eed_0000 + transports.len() as u64 + bulk as u64;
         let mut random = Random(seed);
         let size = 4 << 20;
