@@ -37,6 +37,12 @@ if [ "${RINGFS_REQUIRE_NETNS:-}" = 1 ] && command -v slurmctld >/dev/null 2>&1 &
 else
     echo "note: Slurm or network namespaces are missing here; tests/slurm.rs will report skipped"
 fi
+if [ -e /usr/include/ucp/api/ucp.h ] && command -v ucx_perftest >/dev/null 2>&1; then
+    # UCX is installed (scripts/setup.sh): the UCX tests (crates/ucx) must run, not skip.
+    export RINGFS_REQUIRE_UCX=1
+else
+    echo "note: UCX (libucx-dev, ucx-utils) is missing here; the UCX tests will report SKIPPED"
+fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
 echo "== Python package (crates/python, built with maturin) and its pytest suite"

@@ -14,12 +14,16 @@
 #   slurmd, munge,   (scripts/local-slurm.sh)
 #   slurm-client
 #   python3-venv     the venv the Python package is built and tested in (scripts/python-test.sh)
+#   libucx-dev,      UCX: the library crates/ucx loads at run time, the headers its layout test
+#   ucx-utils        compiles against, and ucx_perftest (`ringfs bench ucx`)
 
 need_packages=()
 for tool in cc:gcc pkg-config:pkg-config fusermount3:fuse3 rsync:rsync python3:python3 git:git ip:iproute2 fio:fio mpicc.mpich:libmpich-dev mpiexec.mpich:mpich \
-    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge nsenter:util-linux; do
+    slurmctld:slurmctld slurmd:slurmd sbatch:slurm-client munged:munge nsenter:util-linux \
+    ucx_perftest:ucx-utils; do
     command -v "${tool%%:*}" >/dev/null 2>&1 || need_packages+=("${tool#*:}")
 done
+[ -e /usr/include/ucp/api/ucp.h ] || need_packages+=(libucx-dev)
 if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     need_packages+=(python3-venv)
 fi

@@ -333,3 +333,25 @@ fn micro_measures_ringfs_and_the_baseline_and_writes_json() {
     assert!(stdout.contains("ringfs/base") && stdout.lines().any(|line| line.starts_with("create ")), "{stdout}");
     assert_eq!(std::fs::read_dir(scratch.posix()).unwrap().count(), 0, "the benchmark removes its files");
 }
+
+/// `ringfs bench ucx` at a smoke size: ucx_perftest and the UCX frame transport both report
+/// (skipped where UCX is not installed, required by test.sh where it is).
+#[test]
+fn ucx_bench_reports_the_frame_transport_beside_ucx_perftest() {
+    let installed = Command::new("ucx_perftest").arg("-h").output().is_ok() && Path::new("/usr/include/ucp/api/ucp.h").exists();
+    if !installed {
+        assert!(std::env::var("RINGFS_REQUIRE_UCX").as_deref() != Ok("1"), "UCX is missing but RINGFS_REQUIRE_UCX=1");
+        eprintln!("SKIPPED: UCX (libucx-dev, ucx-utils) is not installed");
+        return;
+    }
+    let output = Command::new(ringfs_binary())
+        .args(["bench", "ucx", "--rounds", "1", "--latency-iterations", "200", "--bandwidth-iterations", "20", "--variant", "tcp=tcp"])
+        .output()
+        .expect("run ringfs bench ucx");
+    let (stdout, stderr) = text(&output);
+    assert!(output.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    let row = stdout.lines().find(|line| line.starts_with("| tcp (`tcp`)")).unwrap_or_else(|| panic!("no tcp row:\n{stdout}"));
+    let numbers: Vec<f64> = row.split('|').filter_map(|cell| cell.split_whitespace().next()?.trim_end_matches('×').parse().ok()).collect();
+    assert!(numbers.len() >= 9 && numbers.iter().all(|number| number.is_finite()), "{row}");
+    assert!(numbers[0] > 0.0 && numbers[2] > 0.0 && numbers[5] > 0.0 && numbers[7] > 0.0, "latencies and bandwidths measured: {row}");
+}

@@ -7,6 +7,7 @@
 //! - [`io500`]: `ringfs bench io500`, the 12 scored IO500 phases and IO500's score.
 //! - [`flush`]: `ringfs bench flush`, a compute/snapshot job against each flush policy of
 //!   cache mode.
+//! - [`ucx`]: `ringfs bench ucx`, the UCX frame transport against `ucx_perftest`.
 //!
 //! The `ringfs` command wires these to `ringfs bench …` and starts the worker processes as
 //! `ringfs bench worker …`.
@@ -28,6 +29,7 @@ pub mod gmem_apps;
 pub mod io500;
 pub mod micro;
 pub mod target;
+pub mod ucx;
 pub mod workers;
 
 use thiserror::Error;

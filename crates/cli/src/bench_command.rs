@@ -32,6 +32,11 @@ pub enum BenchCommand {
     /// (`micro`, the default), or the shared scan and the out-of-core stencil with and
     /// without caches and cooperation (`scan`, `stencil`).
     Gmem(crate::gmem_bench_command::GmemBenchArgs),
+    /// UCX: the frame transport against `ucx_perftest` on the same UCX transports.
+    Ucx(crate::ucx_bench_command::UcxBenchArgs),
+    /// (internal) the server process of `ringfs bench ucx`.
+    #[command(hide = true)]
+    UcxServe(crate::ucx_bench_command::UcxServeArgs),
     /// (internal) one rank of `ringfs bench gmem`.
     #[command(hide = true)]
     GmemRank,
@@ -650,6 +655,8 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Compare(args) => run_compare(&args),
         BenchCommand::Flush(args) => run_flush(&args),
         BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
+        BenchCommand::Ucx(args) => crate::ucx_bench_command::run(&args),
+        BenchCommand::UcxServe(args) => crate::ucx_bench_command::serve(&args),
         BenchCommand::GmemRank => match std::env::var("RINGFS_GMEM_APP") {
             Ok(plan) => Ok(ringfs_bench::gmem_apps::rank_main(&plan)?),
             Err(_) => Ok(ringfs_bench::gmem::rank_main()?),

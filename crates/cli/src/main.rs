@@ -18,6 +18,7 @@ mod run_command;
 mod server_command;
 mod signals;
 mod tools;
+mod ucx_bench_command;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
