@@ -78,7 +78,10 @@ impl PollBudget {
 pub enum WhenIdle {
     /// Block in a read until the link's read timeout (the tick) passes.
     Block,
-    /// Return at once: the caller waits for the link some other way (a server's event loop).
+    /// Return once the poll budget is spent: the caller waits for the link some other way
+    /// (a server's event loop).
+    PollThenReturn,
+    /// Look once and return (the caller may not poll now).
     Return,
 }
 
@@ -143,7 +146,7 @@ impl FrameBuffer {
 
     /// Adapts the budget after a poll gave up and the next bytes came `waited` after the
     /// poll began (`None`: not within a tick), when the caller did the waiting
-    /// ([`WhenIdle::Return`]).
+    /// ([`WhenIdle::PollThenReturn`]).
     pub fn note_idle_wait(&mut self, waited: Option<Duration>) {
         if !self.poll_budget.is_zero() {
             self.poll_budget = self.poll.next(self.poll_budget, waited);
@@ -172,14 +175,15 @@ impl FrameBuffer {
         }
         let poll_started = Instant::now();
         let destination = &mut self.buffer[self.end..];
-        let polled = match poll(reader, destination, self.poll_budget, poll_started)? {
-            // Not even one look yet (a zero budget): one try before giving up.
-            None if when_idle == WhenIdle::Return && self.poll_budget.is_zero() => try_read(reader, destination)?,
-            polled => polled,
+        let polled = match when_idle {
+            WhenIdle::Return => try_read(reader, destination)?,
+            // Not even one look with a zero budget: one try before giving up.
+            WhenIdle::PollThenReturn if self.poll_budget.is_zero() => try_read(reader, destination)?,
+            WhenIdle::PollThenReturn | WhenIdle::Block => poll(reader, destination, self.poll_budget, poll_started)?,
         };
         let read = match polled {
             Some(count) => Ok(count),
-            None if when_idle == WhenIdle::Return => return Ok(false),
+            None if when_idle != WhenIdle::Block => return Ok(false),
             None => {
                 let read = reader.read(destination);
                 if !self.poll_budget.is_zero() {
@@ -202,8 +206,9 @@ impl FrameBuffer {
     }
 
     /// The next frame header, or `Ok(None)` if no byte of a new frame came: within a tick
-    /// ([`WhenIdle::Block`]) or within the poll budget ([`WhenIdle::Return`]). Once a frame
-    /// has started, reads block until it is complete or stalls.
+    /// ([`WhenIdle::Block`]), within the poll budget ([`WhenIdle::PollThenReturn`]), or at
+    /// once ([`WhenIdle::Return`]). Once a frame has started, reads block until it is
+    /// complete or stalls.
     pub fn next_header(&mut self, reader: &mut dyn ReadHalf, when_idle: WhenIdle) -> Result<Option<FrameHeader>, FrameReadError> {
         let started = Instant::now();
         while self.buffered() < HEADER_LEN {

@@ -30,6 +30,7 @@
 mod epoll;
 mod event_loop;
 mod handshake;
+mod occupancy;
 mod registry;
 mod requests;
 mod unpollable;
@@ -131,6 +132,9 @@ struct Shared<S> {
     connections: AtomicUsize,
     /// Connections in their handshake.
     handshakes: AtomicUsize,
+    /// Threads polling a quiet connection, at most `max_pollers`.
+    pollers: AtomicUsize,
+    max_pollers: usize,
     refusals: RefusalLogs,
 }
 
@@ -238,6 +242,8 @@ impl RpcServer {
             poll,
             connections: AtomicUsize::new(0),
             handshakes: AtomicUsize::new(0),
+            pollers: AtomicUsize::new(0),
+            max_pollers: requests::max_pollers(),
             refusals: RefusalLogs {
                 handshake: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),
                 over_limit: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),

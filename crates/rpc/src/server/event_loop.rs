@@ -11,9 +11,13 @@
 //! one-shot, so one connection is served by at most one thread at a time: its requests are
 //! answered in order and its session needs no lock.
 //!
-//! The pool grows when a thread takes an event and no other thread is left waiting, so a
-//! handler that blocks (on another server, on a lock) never keeps other connections from
-//! being served; it is capped at [`super::ServerLimits::max_threads`]. Threads above
+//! The pool grows when a thread takes a request and no other thread is left waiting: at
+//! once up to a few threads (as many as may poll, and the minimum), beyond that when no
+//! thread has come back to wait for a millisecond (`occupancy`). So a handler that blocks
+//! (on another server, on a lock) never keeps other connections from being served, while
+//! requests that are merely short do not multiply threads on a busy CPU. The pool is capped
+//! at [`super::ServerLimits::max_threads`]. Accepting and handshakes never block and never
+//! grow it: a storm of new clients is served by the threads there are. Threads above
 //! [`MIN_THREADS`] that wait [`IDLE_THREAD_EXIT`] for an event end. Threads therefore follow
 //! the number of *busy* connections, never the number of connections.
 //!
@@ -30,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use super::epoll::{Epoll, EventFd, ONE_SHOT, READABLE, TimerFd};
 use super::handshake::{HandshakeProgress, PendingHandshake};
+use super::occupancy::Occupancy;
 use super::registry::{FIRST_SPECIAL_TOKEN, Registry, Token};
 use super::requests::{Scratch, Served, ServedConnection};
 use super::{CONNECTION_STACK_BYTES, SERVER_TICK, STALL_LIMIT, Service, Shared};
-use crate::frame_io::WhenIdle;
 use crate::transport::{Link, Listener};
 
 /// Threads the pool keeps however idle the server is.
@@ -91,8 +95,10 @@ pub struct EventLoop<S: Service> {
     /// Mirrors `housekeeping.accept_paused_until.is_some()`, read without the lock.
     accept_paused: AtomicBool,
     threads: AtomicUsize,
-    /// Threads in `epoll_wait`.
-    waiting: AtomicUsize,
+    /// Threads in `epoll_wait`, and the watch that adds threads when they are stuck.
+    occupancy: Occupancy,
+    /// A thread was added and has not begun to wait yet.
+    spawning: AtomicBool,
 }
 
 fn listener_token(index: usize) -> u64 {
@@ -112,7 +118,8 @@ impl<S: Service> EventLoop<S> {
             housekeeping: Mutex::new(Housekeeping::default()),
             accept_paused: AtomicBool::new(false),
             threads: AtomicUsize::new(0),
-            waiting: AtomicUsize::new(0),
+            occupancy: Occupancy::default(),
+            spawning: AtomicBool::new(false),
         });
         // The wake-up descriptor is level-triggered and never drained: once signalled, every
         // thread sees it.
@@ -127,6 +134,8 @@ impl<S: Service> EventLoop<S> {
             event_loop.threads.fetch_add(1, Ordering::SeqCst);
             event_loop.spawn_thread()?;
         }
+        let watched = event_loop.clone();
+        thread::Builder::new().name("ringfs-rpc-watch".into()).spawn(move || watched.occupancy.watch(|| watched.grow()))?;
         Ok(event_loop)
     }
 
@@ -138,6 +147,7 @@ impl<S: Service> EventLoop<S> {
     /// Stops serving: threads end, idle connections are closed now, busy ones when their
     /// thread is done with them.
     pub fn stop(&self) {
+        self.occupancy.stop();
         self.wake.signal();
         for peer in self.registry.drain_idle() {
             self.end_peer(*peer);
@@ -156,13 +166,18 @@ impl<S: Service> EventLoop<S> {
         spawned.map(drop)
     }
 
-    /// Adds a thread unless the pool is at its cap.
+    /// Adds a thread unless the pool is at its cap or a thread just added has not begun to
+    /// wait yet (it will be the waiter; without this, under a backlog of short requests
+    /// every new thread would take an event at once, find nobody waiting, and add another).
     fn grow(self: &Arc<Self>) {
+        if self.spawning.swap(true, Ordering::SeqCst) {
+            return;
+        }
         let grown = self
             .threads
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |threads| (threads < self.shared.limits.max_threads).then_some(threads + 1));
-        if grown.is_ok() {
-            let _ = self.spawn_thread();
+        if grown.is_err() || self.spawn_thread().is_err() {
+            self.spawning.store(false, Ordering::SeqCst);
         }
     }
 
@@ -174,17 +189,13 @@ impl<S: Service> EventLoop<S> {
     fn run_thread(self: Arc<Self>) {
         let mut scratch = Scratch::new(self.shared.poll);
         while !self.shared.is_stopping() {
-            self.waiting.fetch_add(1, Ordering::SeqCst);
+            self.occupancy.begin_wait();
+            self.spawning.store(false, Ordering::SeqCst);
             let event = self.epoll.wait_one(IDLE_THREAD_EXIT);
-            let others_waiting = self.waiting.fetch_sub(1, Ordering::SeqCst) - 1;
+            let others_waiting = self.occupancy.end_wait();
             match event {
                 Ok(Some((WAKE_TOKEN, _))) => {}
-                Ok(Some((token, _))) => {
-                    if others_waiting == 0 && !self.shared.is_stopping() {
-                        self.grow();
-                    }
-                    self.dispatch(token, &mut scratch);
-                }
+                Ok(Some((token, _))) => self.dispatch(token, others_waiting, &mut scratch),
                 Ok(None) if self.retire() => return,
                 Ok(None) => {}
                 Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
@@ -199,7 +210,8 @@ impl<S: Service> EventLoop<S> {
         self.wake.signal();
     }
 
-    fn dispatch(self: &Arc<Self>, raw: u64, scratch: &mut Scratch) {
+    /// Handles one event; `others_waiting` threads were left waiting when it was taken.
+    fn dispatch(self: &Arc<Self>, raw: u64, others_waiting: usize, scratch: &mut Scratch) {
         if raw == TIMER_TOKEN {
             self.housekeep();
         } else if raw >= FIRST_LISTENER_TOKEN {
@@ -207,6 +219,14 @@ impl<S: Service> EventLoop<S> {
         } else if let Some(token) = Token::from_event(raw)
             && let Some(peer) = self.registry.take(token)
         {
+            // A request's handler may block: someone must be left to wait for other events.
+            // (Accepting and handshakes never wait, and do not grow the pool.)
+            if others_waiting == 0 && matches!(*peer, Peer::Served(_)) && !self.shared.is_stopping() {
+                if self.threads() < MIN_THREADS + self.shared.max_pollers {
+                    self.grow();
+                }
+                self.occupancy.saturated();
+            }
             self.serve(token, peer, scratch);
         }
     }
@@ -214,7 +234,7 @@ impl<S: Service> EventLoop<S> {
     /// Serves a connection whose event this thread received.
     fn serve(&self, token: Token, mut peer: Box<Peer<S::Session>>, scratch: &mut Scratch) {
         if let Peer::Served(connection) = &mut *peer {
-            match self.shared.answer_requests(connection, scratch, WhenIdle::Return) {
+            match self.shared.answer_requests(connection, scratch, false) {
                 Served::Quiet => self.park(token, peer, Arming::Again),
                 Served::Ended => self.close(token, *peer),
             }

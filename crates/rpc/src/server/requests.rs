@@ -3,6 +3,7 @@
 
 use std::io;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, FrameHeader, Request, Response};
@@ -59,6 +60,22 @@ pub fn server_poll_budget(poll: Duration) -> PollBudget {
     PollBudget::adaptive(poll, poll * MAX_POLL_GROWTH)
 }
 
+/// The right to poll a connection, held while polling (see [`Shared::poll_slot`]).
+pub struct PollSlot<'a>(&'a AtomicUsize);
+
+impl Drop for PollSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Threads that may poll a quiet connection at once: as many as the machine has CPUs, as
+/// polling only pays while a CPU would otherwise idle (beyond that, pollers only take turns
+/// with each other, and keep threads from waiting for other work).
+pub fn max_pollers() -> usize {
+    std::thread::available_parallelism().map_or(2, usize::from).max(1)
+}
+
 /// How serving a connection ended for now.
 pub enum Served {
     /// No request came within the poll budget, and nothing is buffered: wait for the next.
@@ -68,14 +85,18 @@ pub enum Served {
 }
 
 impl<S: Service> Shared<S> {
-    /// Answers requests on `connection` until it goes quiet (with [`WhenIdle::Return`]) or
-    /// ends. A frame that has started is always finished here (or the connection ends).
-    pub(super) fn answer_requests(
-        &self,
-        connection: &mut ServedConnection<S::Session>,
-        scratch: &mut Scratch,
-        when_idle: WhenIdle,
-    ) -> Served {
+    /// A poll slot, if fewer than [`max_pollers`] threads are polling.
+    fn poll_slot(&self) -> Option<PollSlot<'_>> {
+        let taken =
+            self.pollers.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |pollers| (pollers < self.max_pollers).then_some(pollers + 1));
+        taken.ok().map(|_| PollSlot(&self.pollers))
+    }
+
+    /// Answers requests on `connection` until it goes quiet or ends; `waits` says whether
+    /// this thread may block on it ([`WhenIdle::Block`]) or returns when no request comes
+    /// within the poll budget (otherwise). A frame that has started is always finished here
+    /// (or the connection ends).
+    pub(super) fn answer_requests(&self, connection: &mut ServedConnection<S::Session>, scratch: &mut Scratch, waits: bool) -> Served {
         scratch.frames.set_poll_budget(connection.poll_budget);
         if let Some(since) = connection.quiet_since.take() {
             let waited = since.elapsed();
@@ -86,10 +107,20 @@ impl<S: Service> Shared<S> {
                 break Served::Ended;
             }
             let waiting_since = Instant::now();
-            let header = match scratch.frames.next_header(connection.reader.as_mut(), when_idle) {
+            let poll_slot = if waits { None } else { self.poll_slot() };
+            let when_idle = match (waits, &poll_slot) {
+                (true, _) => WhenIdle::Block,
+                (false, Some(_)) => WhenIdle::PollThenReturn,
+                (false, None) => WhenIdle::Return,
+            };
+            let next = scratch.frames.next_header(connection.reader.as_mut(), when_idle);
+            drop(poll_slot);
+            let header = match next {
                 Ok(Some(header)) => header,
-                Ok(None) if when_idle == WhenIdle::Return => {
-                    connection.quiet_since = Some(waiting_since);
+                Ok(None) if !waits => {
+                    if when_idle == WhenIdle::PollThenReturn {
+                        connection.quiet_since = Some(waiting_since);
+                    }
                     break Served::Quiet;
                 }
                 Ok(None) => continue,

@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 use super::handshake::{HandshakeProgress, PendingHandshake};
 use super::requests::{Scratch, Served, ServedConnection};
 use super::{CONNECTION_STACK_BYTES, SERVER_TICK, STALL_LIMIT, Service, Shared};
-use crate::frame_io::WhenIdle;
 use crate::transport::{Link, Listener};
 
 /// How often a handshake on a link without a descriptor is looked at.
@@ -66,7 +65,7 @@ fn serve_in_thread<S: Service>(shared: &Shared<S>, mut link: Link) {
     };
     let mut connection = ServedConnection::new(handshake.link, session, shared.poll);
     let mut scratch = Scratch::new(shared.poll);
-    while let Served::Quiet = shared.answer_requests(&mut connection, &mut scratch, WhenIdle::Block) {}
+    while let Served::Quiet = shared.answer_requests(&mut connection, &mut scratch, true) {}
     shared.end_connection(connection);
 }
 
