@@ -2,7 +2,9 @@
 //! authenticated connections at once (from several loopback source addresses) and hold
 //! them; meanwhile a real client's `stat` latency is measured alone, beside the idle
 //! connections, and while they all send small requests, and the server's threads and
-//! resident memory are read from /proc.
+//! resident memory are read from /proc. Optionally first a job's cold start: R real client
+//! processes started at once, each writing its first MiB, and the connections each server
+//! then holds.
 
 pub mod holder;
 
@@ -35,6 +37,10 @@ pub struct ConnectionsConfig {
     pub server_address: String,
     /// That server's process, if known (for its threads and memory).
     pub server_pid: Option<u32>,
+    /// Client processes of the cold-start phase (0: none).
+    pub ranks: usize,
+    /// Every server's process, if known (for the connections each holds after the cold start).
+    pub server_pids: Vec<u32>,
 }
 
 /// Threads and resident memory of a process.
@@ -92,6 +98,48 @@ pub struct ConnectionsResult {
     pub chatter: Phase,
     /// Pings answered per second while chattering.
     pub chatter_rate: f64,
+    pub cold_start: Option<ColdStart>,
+}
+
+/// A job's cold start: ranks started at once, each connecting and writing its first MiB.
+#[derive(Clone, Debug, Default)]
+pub struct ColdStart {
+    pub ranks: usize,
+    /// From starting the processes until the last one's MiB was written and synced.
+    pub elapsed: Duration,
+    /// Sockets each server holds more than before the ranks started (their connections).
+    pub connections_per_server: Vec<usize>,
+}
+
+/// Sockets a process holds.
+fn sockets_of(pid: u32) -> usize {
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    entries
+        .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+        .filter(|target| target.to_string_lossy().starts_with("socket:"))
+        .count()
+}
+
+/// Starts `ranks` real clients at once; each writes 1 MiB to a file of its own.
+fn cold_start(
+    executable: &Path,
+    client: &Client,
+    environment: &[(&str, String)],
+    config: &ConnectionsConfig,
+) -> Result<ColdStart, BenchError> {
+    const DIR: &str = "/bench-connections-cold-start";
+    let setup = |what: &str, errno: ringfs_client::Errno| BenchError::Setup(format!("{what} {DIR}: {errno}"));
+    client.mkdir(DIR, 0o755).map_err(|errno| setup("mkdir", errno))?;
+    let before: Vec<usize> = config.server_pids.iter().map(|pid| sockets_of(*pid)).collect();
+    let started = Instant::now();
+    let mut ranks = Workers::spawn(executable, "micro", &TargetSpec::Ringfs, config.ranks, environment)?;
+    ranks.run(&format!("write {DIR} {} {}", 1 << 20, 1 << 20))?;
+    let elapsed = started.elapsed();
+    let connections_per_server =
+        config.server_pids.iter().zip(&before).map(|(pid, before)| sockets_of(*pid).saturating_sub(*before)).collect();
+    ranks.finish();
+    client.remove_tree(DIR).map_err(|errno| setup("remove", errno))?;
+    Ok(ColdStart { ranks: config.ranks, elapsed, connections_per_server })
 }
 
 impl ConnectionsResult {
@@ -135,6 +183,9 @@ pub fn run(
     let _ = client.close(fd);
     let processes = config.processes.max(1);
     let mut result = ConnectionsResult { clients: config.clients, processes, ..ConnectionsResult::default() };
+    if config.ranks > 0 {
+        result.cold_start = Some(cold_start(executable, client, environment, config)?);
+    }
     result.alone = measure(client, config)?;
     let mut workers = Workers::spawn(executable, "connections", &TargetSpec::Ringfs, processes, environment)?;
     let share = |rank: usize| config.clients / processes + usize::from(rank < config.clients % processes);
@@ -189,6 +240,15 @@ pub fn report(result: &ConnectionsResult) -> String {
         text += &format!("\nserver memory per held connection: {:.2} KiB\n", bytes as f64 / 1024.0);
     }
     text += &format!("pings answered while chattering: {:.0}/s\n", result.chatter_rate);
+    if let Some(cold) = &result.cold_start {
+        text += &format!(
+            "cold start of {} client processes (started at once, each connects and writes and syncs 1 MiB): {:.2} s; \
+             their connections at each server: {:?}\n",
+            cold.ranks,
+            cold.elapsed.as_secs_f64(),
+            cold.connections_per_server
+        );
+    }
     text
 }
 
@@ -213,6 +273,11 @@ pub fn to_json(result: &ConnectionsResult) -> String {
         "chatter": phase(&result.chatter),
         "bytes_per_connection": result.bytes_per_connection(),
         "chatter_requests_per_second": result.chatter_rate,
+        "cold_start": result.cold_start.as_ref().map(|cold| serde_json::json!({
+            "ranks": cold.ranks,
+            "seconds": cold.elapsed.as_secs_f64(),
+            "connections_per_server": cold.connections_per_server,
+        })),
     })
     .to_string()
 }

@@ -240,6 +240,10 @@ pub struct ConnectionsArgs {
     /// cluster started by the benchmark or named by RINGFS_RUN_DIR).
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// First measure a job's cold start: this many client processes started at once, each
+    /// writing 1 MiB to its own file, and the connections each server then holds.
+    #[arg(long, default_value_t = 0)]
+    pub ranks: usize,
     /// Also write the results as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -547,14 +551,17 @@ fn run_flush(args: &FlushArgs) -> Result<()> {
     Ok(())
 }
 
-/// The pid of the server at `address`, from a run directory's `servers` file (name,
-/// address, pid per line).
-fn server_pid_in(run_dir: &std::path::Path, address: &str) -> Option<u32> {
-    let records = std::fs::read_to_string(run_dir.join("servers")).ok()?;
-    records.lines().find_map(|line| {
-        let words: Vec<&str> = line.split_whitespace().collect();
-        (words.get(1) == Some(&address)).then(|| words.get(2)?.parse().ok()).flatten()
-    })
+/// The (address, pid) of every server in a run directory's `servers` file (name, address,
+/// pid per line).
+fn servers_in(run_dir: &std::path::Path) -> Vec<(String, u32)> {
+    let records = std::fs::read_to_string(run_dir.join("servers")).unwrap_or_default();
+    records
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            Some((words.get(1)?.to_string(), words.get(2)?.parse().ok()?))
+        })
+        .collect()
 }
 
 fn run_connections(args: &ConnectionsArgs) -> Result<()> {
@@ -563,7 +570,8 @@ fn run_connections(args: &ConnectionsArgs) -> Result<()> {
     let variable = |name: &str| environment.iter().find(|(key, _)| *key == name).map(|(_, value)| value.clone());
     let server_address =
         variable("RINGFS_SERVER").and_then(|servers| servers.split(',').next().map(String::from)).context("no server address")?;
-    let server_pid = args.server_pid.or_else(|| server_pid_in(std::path::Path::new(&variable("RINGFS_RUN_DIR")?), &server_address));
+    let servers = variable("RINGFS_RUN_DIR").map(|dir| servers_in(std::path::Path::new(&dir))).unwrap_or_default();
+    let server_pid = args.server_pid.or_else(|| servers.iter().find(|(address, _)| *address == server_address).map(|(_, pid)| *pid));
     let config = ringfs_bench::connections::ConnectionsConfig {
         clients: args.clients,
         processes: args.procs.unwrap_or(args.clients.div_ceil(ringfs_bench::connections::CONNECTIONS_PER_PROCESS)).max(1),
@@ -571,6 +579,8 @@ fn run_connections(args: &ConnectionsArgs) -> Result<()> {
         chatter_period: std::time::Duration::from_millis(args.chatter_period_ms.max(1)),
         server_address,
         server_pid,
+        ranks: args.ranks,
+        server_pids: servers.iter().map(|(_, pid)| *pid).collect(),
     };
     println!(
         "ringfs bench connections: {} connections to {} from {} processes; {}",

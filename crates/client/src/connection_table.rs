@@ -83,10 +83,4 @@ impl ConnectionTable {
         }
         idle
     }
-
-    /// Connections held now.
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
 }
