@@ -101,7 +101,9 @@ pub struct ConnectionsResult {
     pub cold_start: Option<ColdStart>,
 }
 
-/// A job's cold start: ranks started at once, each connecting and writing its first MiB.
+/// A job's cold start: ranks started at once, each connecting and writing its first MiB;
+/// then the same write again at once (warm), and after the ranks' connections were closed
+/// for being idle (reopened).
 #[derive(Clone, Debug, Default)]
 pub struct ColdStart {
     pub ranks: usize,
@@ -109,7 +111,16 @@ pub struct ColdStart {
     pub elapsed: Duration,
     /// Sockets each server holds more than before the ranks started (their connections).
     pub connections_per_server: Vec<usize>,
+    /// The median rank's second write, at once.
+    pub warm: Duration,
+    /// The median rank's third write, after its connections were closed as idle.
+    pub reopened: Duration,
+    /// Connections each server held while the ranks were idle, before the third write.
+    pub idle_connections_per_server: Vec<usize>,
 }
+
+/// How long the cold-start ranks leave a connection unused before they close it.
+const RANK_IDLE_CLOSE_SECONDS: u64 = 1;
 
 /// Sockets a process holds.
 fn sockets_of(pid: u32) -> usize {
@@ -118,6 +129,11 @@ fn sockets_of(pid: u32) -> usize {
         .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
         .filter(|target| target.to_string_lossy().starts_with("socket:"))
         .count()
+}
+
+/// The median time of the workers of a phase.
+fn median_elapsed(results: &[crate::workers::WorkerResult]) -> Duration {
+    Latency::of(results.iter().map(|result| result.elapsed).collect()).median
 }
 
 /// Starts `ranks` real clients at once; each writes 1 MiB to a file of its own.
@@ -131,15 +147,23 @@ fn cold_start(
     let setup = |what: &str, errno: ringfs_client::Errno| BenchError::Setup(format!("{what} {DIR}: {errno}"));
     client.mkdir(DIR, 0o755).map_err(|errno| setup("mkdir", errno))?;
     let before: Vec<usize> = config.server_pids.iter().map(|pid| sockets_of(*pid)).collect();
+    let held = || config.server_pids.iter().zip(&before).map(|(pid, before)| sockets_of(*pid).saturating_sub(*before)).collect();
+    let mut environment = environment.to_vec();
+    environment.push(("RINGFS_IDLE_CLOSE_S", RANK_IDLE_CLOSE_SECONDS.to_string()));
+    let write = format!("write {DIR} {} {}", 1 << 20, 1 << 20);
     let started = Instant::now();
-    let mut ranks = Workers::spawn(executable, "micro", &TargetSpec::Ringfs, config.ranks, environment)?;
-    ranks.run(&format!("write {DIR} {} {}", 1 << 20, 1 << 20))?;
+    let mut ranks = Workers::spawn(executable, "micro", &TargetSpec::Ringfs, config.ranks, &environment)?;
+    ranks.run(&write)?;
     let elapsed = started.elapsed();
-    let connections_per_server =
-        config.server_pids.iter().zip(&before).map(|(pid, before)| sockets_of(*pid).saturating_sub(*before)).collect();
+    let connections_per_server = held();
+    let warm = median_elapsed(&ranks.run(&write)?);
+    // Idle for the idle time and the client's check interval, with margin.
+    std::thread::sleep(Duration::from_secs(RANK_IDLE_CLOSE_SECONDS + 2));
+    let idle_connections_per_server = held();
+    let reopened = median_elapsed(&ranks.run(&write)?);
     ranks.finish();
     client.remove_tree(DIR).map_err(|errno| setup("remove", errno))?;
-    Ok(ColdStart { ranks: config.ranks, elapsed, connections_per_server })
+    Ok(ColdStart { ranks: config.ranks, elapsed, connections_per_server, warm, reopened, idle_connections_per_server })
 }
 
 impl ConnectionsResult {
@@ -242,11 +266,17 @@ pub fn report(result: &ConnectionsResult) -> String {
     text += &format!("pings answered while chattering: {:.0}/s\n", result.chatter_rate);
     if let Some(cold) = &result.cold_start {
         text += &format!(
-            "cold start of {} client processes (started at once, each connects and writes and syncs 1 MiB): {:.2} s; \
-             their connections at each server: {:?}\n",
+            "\ncold start of {} client processes (started at once; each connects, writes and syncs 1 MiB): {:.2} s\n\
+             their connections at each server: {:?}\n\
+             the same write again at once: {:.2} ms (median process)\n\
+             after {} s idle (connections at each server then: {:?}), the same write reopening them: {:.2} ms\n",
             cold.ranks,
             cold.elapsed.as_secs_f64(),
-            cold.connections_per_server
+            cold.connections_per_server,
+            cold.warm.as_secs_f64() * 1e3,
+            RANK_IDLE_CLOSE_SECONDS + 2,
+            cold.idle_connections_per_server,
+            cold.reopened.as_secs_f64() * 1e3,
         );
     }
     text
@@ -277,6 +307,9 @@ pub fn to_json(result: &ConnectionsResult) -> String {
             "ranks": cold.ranks,
             "seconds": cold.elapsed.as_secs_f64(),
             "connections_per_server": cold.connections_per_server,
+            "warm_seconds": cold.warm.as_secs_f64(),
+            "reopened_seconds": cold.reopened.as_secs_f64(),
+            "idle_connections_per_server": cold.idle_connections_per_server,
         })),
     })
     .to_string()

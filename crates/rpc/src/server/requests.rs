@@ -69,11 +69,17 @@ impl Drop for PollSlot<'_> {
     }
 }
 
-/// Threads that may poll a quiet connection at once: as many as the machine has CPUs, as
-/// polling only pays while a CPU would otherwise idle (beyond that, pollers only take turns
-/// with each other, and keep threads from waiting for other work).
+/// Threads that may poll a quiet connection at once, per CPU the server may run on.
+/// Pollers yield the CPU between tries, so a few per CPU cost nothing another thread wants;
+/// with one per CPU, `ringfs bench micro` with the servers pinned to one vCPU lost a third of
+/// its metadata rate (two clients' connections, one poller), with four it kept the old rate.
+/// The bound keeps a burst of requests on thousands of connections from holding a thread
+/// each in a poll.
+const POLLERS_PER_CPU: usize = 4;
+
+/// Threads that may poll a quiet connection at once (see [`POLLERS_PER_CPU`]).
 pub fn max_pollers() -> usize {
-    std::thread::available_parallelism().map_or(2, usize::from).max(1)
+    std::thread::available_parallelism().map_or(2, usize::from).max(1) * POLLERS_PER_CPU
 }
 
 /// How serving a connection ended for now.
