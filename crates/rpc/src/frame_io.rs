@@ -1,10 +1,12 @@
 //! Reading and writing whole frames on a link.
 //!
-//! [`FrameReader`] buffers reads so that a small frame (header and body) costs one `read`
-//! system call, and reads large data sections straight into their final buffer. Its
-//! underlying reader has a short timeout (the *tick*): an idle wait for the next frame returns
-//! `Ok(None)` at every tick so the caller can check deadlines, while a frame that has started
-//! must complete within `stall_limit` or the link is considered broken.
+//! [`FrameBuffer`] buffers reads so that a small frame (header and body) costs one `read`
+//! system call, and reads large data sections straight into their final buffer; the link is
+//! lent on each call, so a server thread's one buffer serves whichever connection it is
+//! serving ([`FrameReader`] owns its link: a client connection). The link's reads have a
+//! short timeout (the *tick*): an idle wait for the next frame returns `Ok(None)` at every
+//! tick so the caller can check deadlines (or at once, [`WhenIdle`]), while a frame that has
+//! started must complete within `stall_limit` or the link is considered broken.
 //!
 //! Before blocking, a reader may *poll* for a short budget: it tries non-blocking reads and
 //! yields the CPU between tries. A reply that arrives within the budget is then picked up
