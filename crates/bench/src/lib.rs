@@ -5,6 +5,7 @@
 //! - [`workers`]: N worker processes driven phase by phase by a coordinator.
 //! - [`micro`]: `ringfs bench micro`, sequential bandwidth and metadata rates.
 //! - [`io500`]: `ringfs bench io500`, the 12 scored IO500 phases and IO500's score.
+//! - [`connections`]: `ringfs bench connections`, a server holding thousands of clients.
 //! - [`flush`]: `ringfs bench flush`, a compute/snapshot job against each flush policy of
 //!   cache mode.
 //! - [`ucx`]: `ringfs bench ucx`, the UCX frame transport against `ucx_perftest`.
@@ -23,6 +24,7 @@
 //! ```
 
 pub mod canvas;
+pub mod connections;
 pub mod flush;
 pub mod gmem;
 pub mod gmem_apps;

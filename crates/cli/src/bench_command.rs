@@ -28,6 +28,10 @@ pub enum BenchCommand {
     Compare(CompareArgs),
     /// Cache mode: a compute/snapshot job against each flush policy (I/O-aware flushing).
     Flush(FlushArgs),
+    /// Many clients: N authenticated connections opened at once and held, a real client's
+    /// stat latency beside them (idle, then all sending small requests), and the server's
+    /// threads and memory.
+    Connections(ConnectionsArgs),
     /// Global memory: get/put latency and bandwidth for P ranks, in DRAM and spilling
     /// (`micro`, the default), or the shared scan and the out-of-core stencil with and
     /// without caches and cooperation (`scan`, `stencil`).
@@ -222,6 +226,35 @@ pub struct CompareArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct ConnectionsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Connections held in all (to the first server).
+    #[arg(long, default_value_t = 1000)]
+    pub clients: usize,
+    /// Holder processes (default: one per 4,000 connections).
+    #[arg(long)]
+    pub procs: Option<usize>,
+    /// stat calls timed in each phase.
+    #[arg(long, default_value_t = 2000)]
+    pub stats: usize,
+    /// While chattering, each held connection sends a ping this often (milliseconds).
+    #[arg(long, default_value_t = 1000)]
+    pub chatter_period_ms: u64,
+    /// The server's pid, to read its threads and memory (found in the run directory of a
+    /// cluster started by the benchmark or named by RINGFS_RUN_DIR).
+    #[arg(long)]
+    pub server_pid: Option<u32>,
+    /// First measure a job's cold start: this many client processes started at once, each
+    /// writing 1 MiB to its own file, and the connections each server then holds.
+    #[arg(long, default_value_t = 0)]
+    pub ranks: usize,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
 pub struct FlushArgs {
     /// Servers of the local cluster started for each run.
     #[arg(long, default_value_t = 2)]
@@ -391,6 +424,9 @@ fn run_micro(args: &MicroArgs) -> Result<()> {
 }
 
 fn run_worker(workload: &str, target: &str, rank: usize, processes: usize) -> Result<()> {
+    if workload == "connections" {
+        return run_holder(rank);
+    }
     let spec = TargetSpec::parse(target).map_err(anyhow::Error::msg)?;
     let target = spec.connect().with_context(|| format!("worker {rank} cannot reach {target}"))?;
     match workload {
@@ -517,6 +553,65 @@ fn run_flush(args: &FlushArgs) -> Result<()> {
     }
     println!();
     print!("{}", flush::report(&results));
+    Ok(())
+}
+
+/// The (address, pid) of every server in a run directory's `servers` file (name, address,
+/// pid per line).
+fn servers_in(run_dir: &std::path::Path) -> Vec<(String, u32)> {
+    let records = std::fs::read_to_string(run_dir.join("servers")).unwrap_or_default();
+    records
+        .lines()
+        .filter_map(|line| {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            Some((words.get(1)?.to_string(), words.get(2)?.parse().ok()?))
+        })
+        .collect()
+}
+
+fn run_connections(args: &ConnectionsArgs) -> Result<()> {
+    let cluster = BenchCluster::start(&args.cluster)?;
+    let environment = cluster.environment();
+    let variable = |name: &str| environment.iter().find(|(key, _)| *key == name).map(|(_, value)| value.clone());
+    let server_address =
+        variable("RINGFS_SERVER").and_then(|servers| servers.split(',').next().map(String::from)).context("no server address")?;
+    let servers = variable("RINGFS_RUN_DIR").map(|dir| servers_in(std::path::Path::new(&dir))).unwrap_or_default();
+    let server_pid = args.server_pid.or_else(|| servers.iter().find(|(address, _)| *address == server_address).map(|(_, pid)| *pid));
+    let config = ringfs_bench::connections::ConnectionsConfig {
+        clients: args.clients,
+        processes: args.procs.unwrap_or(args.clients.div_ceil(ringfs_bench::connections::CONNECTIONS_PER_PROCESS)).max(1),
+        stat_samples: args.stats.max(1),
+        chatter_period: std::time::Duration::from_millis(args.chatter_period_ms.max(1)),
+        server_address,
+        server_pid,
+        ranks: args.ranks,
+        server_pids: servers.iter().map(|(_, pid)| *pid).collect(),
+    };
+    println!(
+        "ringfs bench connections: {} connections to {} from {} processes; {}",
+        config.clients,
+        config.server_address,
+        config.processes,
+        cluster.describe()
+    );
+    let client = cluster.client()?;
+    let executable = std::env::current_exe().context("cannot find the ringfs executable")?;
+    let result = ringfs_bench::connections::run(&executable, &client, &environment, &config)?;
+    print!("{}", ringfs_bench::connections::report(&result));
+    if let Some(path) = &args.json {
+        std::fs::write(path, ringfs_bench::connections::to_json(&result)).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A holder process of `ringfs bench connections`, serving the coordinator's commands.
+fn run_holder(rank: usize) -> Result<()> {
+    let servers = std::env::var("RINGFS_SERVER").context("RINGFS_SERVER is not set")?;
+    let server = servers.split(',').next().unwrap_or_default();
+    let secret = std::env::var("RINGFS_SECRET").context("RINGFS_SECRET is not set")?;
+    let client_id = (u64::from(std::process::id()) << 16 | rank as u64) | 1;
+    let mut holder = ringfs_bench::connections::holder::Holder::new(server, secret.as_bytes(), client_id).map_err(anyhow::Error::msg)?;
+    ringfs_bench::workers::serve(|words| holder.command(words))?;
     Ok(())
 }
 
@@ -654,6 +749,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Io500(args) => run_io500_command(&args),
         BenchCommand::Compare(args) => run_compare(&args),
         BenchCommand::Flush(args) => run_flush(&args),
+        BenchCommand::Connections(args) => run_connections(&args),
         BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
         BenchCommand::Ucx(args) => crate::ucx_bench_command::run(&args),
         BenchCommand::UcxServe(args) => crate::ucx_bench_command::serve(&args),

@@ -293,6 +293,10 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
         let own = args.name.clone();
         config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move || recorded_peers(&run_dir, &own))));
     }
+    // Each client connection holds a descriptor: take all the hard limit allows (the
+    // connection limit follows it, docs/ARCHITECTURE.md "Unauthenticated peers").
+    let descriptors = ringfs_rpc::raise_open_file_limit();
+    log::info!("open-file limit {descriptors}: up to {} client connections", ringfs_rpc::ServerLimits::default().max_connections);
     let server = Server::start(config)?;
     if let Some(path) = &args.address_file {
         write_atomically(path, server.tcp_address())?;

@@ -6,7 +6,8 @@
 //! cost creating programs (create, write, close, …) about a tenth of their rate, so closes
 //! wait here and go out together: one `Close` per server, once [`BATCH`] have gathered or
 //! the oldest has waited [`DELAY`] (a background thread sends them then), and whatever is
-//! left when the client goes.
+//! left when the client goes. The same thread, when it has nothing to send for
+//! [`IDLE_CHECK`], closes the connections the client has not used for a while.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -20,6 +21,8 @@ use crate::cluster::Cluster;
 const BATCH: usize = 256;
 /// Longest a close waits before it is sent.
 pub(crate) const DELAY: Duration = Duration::from_millis(2);
+/// How often idle connections are looked for.
+const IDLE_CHECK: Duration = Duration::from_secs(1);
 
 #[derive(Default)]
 struct Pending {
@@ -59,7 +62,19 @@ impl CloseQueue {
                                 let wait = DELAY - since.elapsed();
                                 pending = queue.wake.wait_timeout(pending, wait).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
                             }
-                            None => pending = queue.wake.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner()),
+                            None => {
+                                let waited;
+                                (pending, waited) =
+                                    queue.wake.wait_timeout(pending, IDLE_CHECK).unwrap_or_else(|poisoned| poisoned.into_inner());
+                                if waited.timed_out() && pending.since.is_none() && !pending.ended {
+                                    drop(pending);
+                                    match cluster.upgrade() {
+                                        Some(cluster) => cluster.close_idle_connections(),
+                                        None => return,
+                                    }
+                                    pending = queue.lock();
+                                }
+                            }
                         }
                     }
                 };

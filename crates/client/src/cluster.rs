@@ -1,4 +1,5 @@
-//! The client's view of the servers: member list, placement, and one connection per server.
+//! The client's view of the servers: member list, placement, and one connection per server
+//! it talks to (`connection_table`).
 //!
 //! The member list comes from any server named in the configuration. Every response carries
 //! the server's membership epoch; when it is newer than ours, the client fetches the list
@@ -14,6 +15,7 @@ use ringfs_proto::{ChunkKey, Errno, FileId, Member, MemberList, Request, Respons
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
 
 use crate::ConnectError;
+use crate::connection_table::ConnectionTable;
 
 struct View {
     list: MemberList,
@@ -41,7 +43,9 @@ pub(crate) struct Cluster {
     config: ConnectionConfig,
     view: RwLock<View>,
     epoch: AtomicU64,
-    connections: Mutex<HashMap<String, Arc<Connection>>>,
+    connections: ConnectionTable,
+    /// Connections unused this long are closed (`None`: never).
+    idle_close: Option<Duration>,
     /// Per server: leases this client is done with, to be released with the next read.
     lease_backlog: Mutex<HashMap<String, Vec<u64>>>,
     /// Held while the member list is being fetched; holds the time of the last fetch that
@@ -79,11 +83,28 @@ fn members_of(reply: Result<Reply, ringfs_rpc::RpcError>) -> Result<MemberList, 
     }
 }
 
+/// Where [`Connection::open_member`] connects to `member` first.
+fn preferred_endpoint(member: &Member, config: &ConnectionConfig) -> Option<Endpoint> {
+    if member.host_id == config.host_id && !member.unix_path.is_empty() {
+        return Some(Endpoint::Unix(member.unix_path.clone().into()));
+    }
+    Endpoint::parse(&member.tcp_address).ok()
+}
+
 impl Cluster {
-    /// Fetches the member list from the first reachable server of `seeds`.
-    pub fn connect(seeds: &[String], config: ConnectionConfig, run_dir: Option<std::path::PathBuf>) -> Result<Cluster, ConnectError> {
+    /// Fetches the member list from the first reachable server of `seeds`, starting at a
+    /// seed picked by the client's id: the ranks of a job given the same list ask different
+    /// servers, not all the first one. The connection to it is kept if it is the one the
+    /// client would open to that server anyway.
+    pub fn connect(
+        seeds: &[String],
+        config: ConnectionConfig,
+        run_dir: Option<std::path::PathBuf>,
+        idle_close: Option<Duration>,
+    ) -> Result<Cluster, ConnectError> {
         let mut failures = Vec::new();
-        for seed in seeds {
+        let first = (config.client_id as usize).checked_rem(seeds.len()).unwrap_or(0);
+        for seed in seeds.iter().cycle().skip(first).take(seeds.len()) {
             let endpoint = Endpoint::parse(seed).map_err(ConnectError::Config)?;
             let list = Connection::open(&endpoint, &config).map_err(|error| match error {
                 ringfs_rpc::RpcError::Refused { errno, .. } => ConnectError::Refused(errno),
@@ -93,11 +114,19 @@ impl Cluster {
                 Ok(connection) => match fetch_members(&connection) {
                     Ok(list) => {
                         let view = View::new(list).map_err(ConnectError::Config)?;
+                        let connections = ConnectionTable::default();
+                        if let Some(member) = view.list.members.iter().find(|member| member.name == connection.server_name())
+                            && preferred_endpoint(member, &config).as_ref() == Some(&endpoint)
+                        {
+                            connection.set_local_epoch(view.list.epoch);
+                            connections.insert(member.name.clone(), Arc::new(connection));
+                        }
                         let cluster = Cluster {
                             config,
                             epoch: AtomicU64::new(view.list.epoch),
                             view: RwLock::new(view),
-                            connections: Mutex::new(HashMap::new()),
+                            connections,
+                            idle_close,
                             lease_backlog: Mutex::new(HashMap::new()),
                             refreshing: Mutex::new(None),
                             suspects: Mutex::new(HashMap::new()),
@@ -209,10 +238,8 @@ impl Cluster {
         if self.is_suspect(&member.name) {
             return Err(Errno::EIO);
         }
-        if let Some(connection) = lock(&self.connections).get(&member.name)
-            && !connection.is_broken()
-        {
-            return Ok(connection.clone());
+        if let Some(connection) = self.connections.usable(&member.name) {
+            return Ok(connection);
         }
         let connection = match Connection::open_member(member, &self.config) {
             Ok(connection) => connection,
@@ -224,8 +251,28 @@ impl Cluster {
         };
         connection.set_local_epoch(self.epoch.load(Ordering::Relaxed));
         let connection = Arc::new(connection);
-        lock(&self.connections).insert(member.name.clone(), connection.clone());
+        self.connections.insert(member.name.clone(), connection.clone());
         Ok(connection)
+    }
+
+    /// The connections to servers, and the opens that keep them (see `connection_table`).
+    pub fn connections(&self) -> &ConnectionTable {
+        &self.connections
+    }
+
+    /// Closes the connections unused for the configured idle time (see `connection_table`),
+    /// with the lease releases waiting for them (their server forgets those leases with the
+    /// connection).
+    pub fn close_idle_connections(&self) {
+        let Some(idle_for) = self.idle_close else { return };
+        let closed = self.connections.close_idle(idle_for);
+        if !closed.is_empty() {
+            let mut backlog = lock(&self.lease_backlog);
+            for server in &closed {
+                backlog.remove(server);
+            }
+            log::debug!("closed idle connections to {closed:?}");
+        }
     }
 
     /// Leases to release with the next read sent to `server`.
@@ -362,7 +409,7 @@ impl Cluster {
             if left.is_zero() {
                 return;
             }
-            let connection = lock(&self.connections).get(&member.name).filter(|connection| !connection.is_broken()).cloned();
+            let connection = self.connections.usable(&member.name);
             let connection = match connection {
                 Some(connection) => connection,
                 None => match Connection::open_member(&member, &ConnectionConfig { timeout: left, ..self.config.clone() }) {
@@ -406,9 +453,7 @@ impl Cluster {
         if always || epoch > self.epoch.load(Ordering::Relaxed) {
             *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
             self.epoch.store(epoch, Ordering::Relaxed);
-            for connection in lock(&self.connections).values() {
-                connection.set_local_epoch(epoch);
-            }
+            self.connections.for_each(|connection| connection.set_local_epoch(epoch));
             log::debug!("member list updated to epoch {epoch}");
         }
     }

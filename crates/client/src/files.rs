@@ -125,6 +125,7 @@ impl Client {
             } else {
                 self.lookup_opened(&path, client, access)?
             };
+            self.registered_with(&opened);
             let attr = opened.attr;
             if attr.is_symlink() {
                 path = self.follow_link(&path)?;
@@ -157,6 +158,7 @@ impl Client {
         let path = ringfs_proto::path::canonicalize(path)?;
         for _ in 0..OPEN_ATTEMPTS {
             let opened = self.lookup_opened(&path, self.inner.client_id, 0)?;
+            self.registered_with(&opened);
             let attr = opened.attr;
             let referenced = attr.is_regular();
             if referenced && !opened.registered {
@@ -236,14 +238,25 @@ impl Client {
     fn register_open(&self, file: FileId) -> Result<Attr> {
         let request = Request::Open(OpenRequest { file, client: self.inner.client_id });
         match self.inner.cluster.call_home(file, &request)? {
-            Response::Attr(attr) => Ok(attr),
+            Response::Attr(attr) => {
+                self.inner.cluster.connections().hold();
+                Ok(attr)
+            }
             _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Notes an open a server registered along with a lookup or create.
+    fn registered_with(&self, opened: &Opened) {
+        if opened.registered {
+            self.inner.cluster.connections().hold();
         }
     }
 
     /// Ends an open of `file` at its inode's server (one-way: no round trip).
     fn unregister_open(&self, file: FileId) {
         self.inner.closes.close(&self.inner.cluster, self.inner.client_id, file);
+        self.inner.cluster.connections().release();
     }
 
     /// Creates (or truncates) a regular file for writing, like `creat(2)`.

@@ -27,6 +27,7 @@ mod cache;
 mod chunking;
 mod closes;
 mod cluster;
+mod connection_table;
 mod files;
 mod locks;
 mod namespace;
@@ -56,6 +57,9 @@ pub type Result<T> = std::result::Result<T, Errno>;
 pub const DEFAULT_CHUNK_SIZE: u32 = 1 << 20;
 /// Default request deadline.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+/// By default a connection to a server unused this long is closed (and opened again when
+/// needed), unless the process has files open.
+pub const DEFAULT_IDLE_CLOSE: Duration = Duration::from_secs(60);
 
 /// How to reach the file system. Built by hand or from the environment ([`ClientConfig::from_env`]).
 #[derive(Clone, Debug)]
@@ -75,6 +79,9 @@ pub struct ClientConfig {
     /// The cluster's run directory, if known: where to find servers again when none of the
     /// known addresses answers (a server restarted on a new port; see [`run_dir`]).
     pub run_dir: Option<std::path::PathBuf>,
+    /// A connection to a server unused this long is closed, and opened again by the next
+    /// request to that server, while the process has no file open (`None`: never).
+    pub idle_close: Option<Duration>,
 }
 
 impl ClientConfig {
@@ -87,14 +94,16 @@ impl ClientConfig {
             local_fast_path: true,
             poll: ringfs_rpc::DEFAULT_POLL,
             run_dir: None,
+            idle_close: Some(DEFAULT_IDLE_CLOSE),
         }
     }
 
     /// Reads `RINGFS_SERVER` (comma-separated addresses) and/or `RINGFS_RUN_DIR` (the
     /// cluster's run directory, whose recorded addresses come first), `RINGFS_SECRET`
     /// (default: the run directory's secret), `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`,
-    /// `RINGFS_LOCAL` (0 disables the same-host fast path) and `RINGFS_POLL_US` (poll
-    /// budget, 0 disables) — `ringfs start` prints the first ones.
+    /// `RINGFS_LOCAL` (0 disables the same-host fast path), `RINGFS_POLL_US` (poll
+    /// budget, 0 disables) and `RINGFS_IDLE_CLOSE_S` (idle connections closed after this
+    /// many seconds, 0: never) — `ringfs start` prints the first ones.
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
         let servers = std::env::var("RINGFS_SERVER").ok();
         if servers.is_none() && std::env::var_os("RINGFS_RUN_DIR").is_none() {
@@ -104,7 +113,8 @@ impl ClientConfig {
     }
 
     /// Applies `RINGFS_RUN_DIR`, `RINGFS_SECRET`, `RINGFS_TIMEOUT_MS`, `RINGFS_CHUNK_SIZE`,
-    /// `RINGFS_LOCAL` and `RINGFS_POLL_US` from the environment to this configuration.
+    /// `RINGFS_LOCAL`, `RINGFS_POLL_US` and `RINGFS_IDLE_CLOSE_S` from the environment to
+    /// this configuration.
     pub fn with_environment(mut self) -> std::result::Result<ClientConfig, ConnectError> {
         if let Some(dir) = std::env::var_os("RINGFS_RUN_DIR").filter(|dir| !dir.is_empty()) {
             self = self.with_run_dir(std::path::PathBuf::from(dir));
@@ -125,6 +135,10 @@ impl ClientConfig {
         if let Ok(text) = std::env::var("RINGFS_POLL_US") {
             let micros: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_POLL_US={text:?} is not a number")))?;
             self.poll = Duration::from_micros(micros);
+        }
+        if let Ok(text) = std::env::var("RINGFS_IDLE_CLOSE_S") {
+            let seconds: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_IDLE_CLOSE_S={text:?} is not a number")))?;
+            self.idle_close = (seconds > 0).then(|| Duration::from_secs(seconds));
         }
         Ok(self)
     }
@@ -390,7 +404,7 @@ impl Client {
             client_id,
             credentials: credentials.clone(),
         };
-        let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone())?;
+        let cluster = Cluster::connect(&config.servers, connection_config, config.run_dir.clone(), config.idle_close)?;
         let cluster = Arc::new(cluster);
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);

@@ -1,10 +1,12 @@
 //! Reading and writing whole frames on a link.
 //!
-//! [`FrameReader`] buffers reads so that a small frame (header and body) costs one `read`
-//! system call, and reads large data sections straight into their final buffer. Its
-//! underlying reader has a short timeout (the *tick*): an idle wait for the next frame returns
-//! `Ok(None)` at every tick so the caller can check deadlines, while a frame that has started
-//! must complete within `stall_limit` or the link is considered broken.
+//! [`FrameBuffer`] buffers reads so that a small frame (header and body) costs one `read`
+//! system call, and reads large data sections straight into their final buffer; the link is
+//! lent on each call, so a server thread's one buffer serves whichever connection it is
+//! serving ([`FrameReader`] owns its link: a client connection). The link's reads have a
+//! short timeout (the *tick*): an idle wait for the next frame returns `Ok(None)` at every
+//! tick so the caller can check deadlines (or at once, [`WhenIdle`]), while a frame that has
+//! started must complete within `stall_limit` or the link is considered broken.
 //!
 //! Before blocking, a reader may *poll* for a short budget: it tries non-blocking reads and
 //! yields the CPU between tries. A reply that arrives within the budget is then picked up
@@ -72,9 +74,24 @@ impl PollBudget {
     }
 }
 
-/// Buffered frame reader over a [`ReadHalf`].
-pub struct FrameReader {
-    reader: Box<dyn ReadHalf>,
+/// What [`FrameBuffer::next_header`] does when no byte of a new frame has come within the
+/// poll budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenIdle {
+    /// Block in a read until the link's read timeout (the tick) passes.
+    Block,
+    /// Return once the poll budget is spent: the caller waits for the link some other way
+    /// (a server's event loop).
+    PollThenReturn,
+    /// Look once and return (the caller may not poll now).
+    Return,
+}
+
+/// The bytes read ahead of the frames of a link, and the poll budget. The link is lent on
+/// every call, so that one buffer can serve many links in turn: a server's worker thread
+/// owns one and reads from whichever connection it is serving, which then needs no buffer
+/// of its own while it is idle. A frame that has started is finished from the same buffer.
+pub struct FrameBuffer {
     buffer: Box<[u8]>,
     start: usize,
     end: usize,
@@ -88,20 +105,35 @@ fn is_timeout(error: &io::Error) -> bool {
     matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
-impl FrameReader {
-    /// Wraps `reader`, whose blocking reads return after `tick` when nothing arrives; before
-    /// blocking it polls as `poll` says.
-    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration, poll: PollBudget) -> io::Result<FrameReader> {
-        reader.set_read_timeout(Some(tick))?;
-        Ok(FrameReader {
-            reader,
-            buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(),
-            start: 0,
-            end: 0,
-            stall_limit,
-            poll,
-            poll_budget: poll.base,
-        })
+/// Tries non-blocking reads into `destination` until `budget` has passed since `started`.
+/// `Ok(Some(n))` when bytes (or EOF: `Some(0)`) arrived, `Ok(None)` when the budget ran out.
+fn poll(reader: &mut dyn ReadHalf, destination: &mut [u8], budget: Duration, started: Instant) -> io::Result<Option<usize>> {
+    if budget.is_zero() {
+        return Ok(None);
+    }
+    loop {
+        match try_read(reader, destination)? {
+            Some(count) => return Ok(Some(count)),
+            None if started.elapsed() >= budget => return Ok(None),
+            None => std::thread::yield_now(),
+        }
+    }
+}
+
+/// One non-blocking read: `Ok(None)` if nothing has arrived.
+fn try_read(reader: &mut dyn ReadHalf, destination: &mut [u8]) -> io::Result<Option<usize>> {
+    match reader.read_available(destination) {
+        Ok(count) => Ok(Some(count)),
+        Err(error) if error.kind() == io::ErrorKind::WouldBlock || error.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(error) => Err(error),
+    }
+}
+
+impl FrameBuffer {
+    /// An empty buffer; frames that have started must complete within `stall_limit`, and
+    /// reads poll as `poll` says before they block.
+    pub fn new(stall_limit: Duration, poll: PollBudget) -> FrameBuffer {
+        FrameBuffer { buffer: vec![0u8; BUFFER_BYTES].into_boxed_slice(), start: 0, end: 0, stall_limit, poll, poll_budget: poll.base }
     }
 
     /// The poll budget the next wait starts with.
@@ -109,31 +141,32 @@ impl FrameReader {
         self.poll_budget
     }
 
-    /// Tries non-blocking reads into `destination` until `budget` has passed since `started`.
-    /// `Ok(Some(n))` when bytes (or EOF: `Some(0)`) arrived, `Ok(None)` when the budget ran out.
-    fn poll(reader: &mut dyn ReadHalf, destination: &mut [u8], budget: Duration, started: Instant) -> io::Result<Option<usize>> {
-        if budget.is_zero() {
-            return Ok(None);
+    /// Continues with the budget a link had when it was last served (see [`FrameBuffer`]).
+    pub fn set_poll_budget(&mut self, budget: Duration) {
+        self.poll_budget = budget;
+    }
+
+    /// Adapts the budget after a poll gave up and the next bytes came `waited` after the
+    /// poll began (`None`: not within a tick), when the caller did the waiting
+    /// ([`WhenIdle::PollThenReturn`]).
+    pub fn note_idle_wait(&mut self, waited: Option<Duration>) {
+        if !self.poll_budget.is_zero() {
+            self.poll_budget = self.poll.next(self.poll_budget, waited);
         }
-        loop {
-            match reader.read_available(destination) {
-                Ok(count) => return Ok(Some(count)),
-                Err(error) if error.kind() == io::ErrorKind::WouldBlock || error.kind() == io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(error),
-            }
-            if started.elapsed() >= budget {
-                return Ok(None);
-            }
-            std::thread::yield_now();
-        }
+    }
+
+    /// True when no byte read ahead waits in the buffer (the link may be left alone).
+    pub fn is_empty(&self) -> bool {
+        self.start == self.end
     }
 
     fn buffered(&self) -> usize {
         self.end - self.start
     }
 
-    /// One read into the buffer. `Ok(false)` on a tick timeout.
-    fn fill(&mut self) -> Result<bool, FrameReadError> {
+    /// One read into the buffer. `Ok(false)` on a tick timeout, or when `when_idle` is
+    /// [`WhenIdle::Return`] and nothing came within the poll budget.
+    fn fill(&mut self, reader: &mut dyn ReadHalf, when_idle: WhenIdle) -> Result<bool, FrameReadError> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -143,11 +176,18 @@ impl FrameReader {
             self.start = 0;
         }
         let poll_started = Instant::now();
-        let polled = Self::poll(self.reader.as_mut(), &mut self.buffer[self.end..], self.poll_budget, poll_started)?;
+        let destination = &mut self.buffer[self.end..];
+        let polled = match when_idle {
+            WhenIdle::Return => try_read(reader, destination)?,
+            // Not even one look with a zero budget: one try before giving up.
+            WhenIdle::PollThenReturn if self.poll_budget.is_zero() => try_read(reader, destination)?,
+            WhenIdle::PollThenReturn | WhenIdle::Block => poll(reader, destination, self.poll_budget, poll_started)?,
+        };
         let read = match polled {
             Some(count) => Ok(count),
+            None if when_idle != WhenIdle::Block => return Ok(false),
             None => {
-                let read = self.reader.read(&mut self.buffer[self.end..]);
+                let read = reader.read(destination);
                 if !self.poll_budget.is_zero() {
                     let waited = matches!(read, Ok(count) if count > 0).then(|| poll_started.elapsed());
                     self.poll_budget = self.poll.next(self.poll_budget, waited);
@@ -167,11 +207,15 @@ impl FrameReader {
         }
     }
 
-    /// The next frame header, or `Ok(None)` if a tick passed with no byte of a new frame.
-    pub fn next_header(&mut self) -> Result<Option<FrameHeader>, FrameReadError> {
+    /// The next frame header, or `Ok(None)` if no byte of a new frame came: within a tick
+    /// ([`WhenIdle::Block`]), within the poll budget ([`WhenIdle::PollThenReturn`]), or at
+    /// once ([`WhenIdle::Return`]). Once a frame has started, reads block until it is
+    /// complete or stalls.
+    pub fn next_header(&mut self, reader: &mut dyn ReadHalf, when_idle: WhenIdle) -> Result<Option<FrameHeader>, FrameReadError> {
         let started = Instant::now();
         while self.buffered() < HEADER_LEN {
-            if !self.fill()? {
+            let wait = if self.buffered() == 0 { when_idle } else { WhenIdle::Block };
+            if !self.fill(reader, wait)? {
                 if self.buffered() == 0 {
                     return Ok(None);
                 }
@@ -187,7 +231,7 @@ impl FrameReader {
     }
 
     /// Fills `destination` completely with the next bytes of the current frame.
-    pub fn read_exact(&mut self, destination: &mut [u8]) -> Result<(), FrameReadError> {
+    pub fn read_exact(&mut self, reader: &mut dyn ReadHalf, destination: &mut [u8]) -> Result<(), FrameReadError> {
         let from_buffer = self.buffered().min(destination.len());
         destination[..from_buffer].copy_from_slice(&self.buffer[self.start..self.start + from_buffer]);
         self.start += from_buffer;
@@ -197,7 +241,7 @@ impl FrameReader {
             let left = destination.len() - filled;
             if left < self.buffer.len() / 2 {
                 // Small remainder: read through the buffer to pick up following frames too.
-                if self.fill()? {
+                if self.fill(reader, WhenIdle::Block)? {
                     let step = self.buffered().min(left);
                     destination[filled..filled + step].copy_from_slice(&self.buffer[self.start..self.start + step]);
                     self.start += step;
@@ -208,7 +252,7 @@ impl FrameReader {
                 }
                 continue;
             }
-            match self.reader.read(&mut destination[filled..]) {
+            match reader.read(&mut destination[filled..]) {
                 Ok(0) => return Err(FrameReadError::Closed),
                 Ok(count) => {
                     filled += count;
@@ -226,14 +270,49 @@ impl FrameReader {
     }
 
     /// Reads and drops `count` bytes of the current frame.
-    pub fn skip(&mut self, mut count: usize) -> Result<(), FrameReadError> {
+    pub fn skip(&mut self, reader: &mut dyn ReadHalf, mut count: usize) -> Result<(), FrameReadError> {
         let mut scratch = [0u8; 4096];
         while count > 0 {
             let step = count.min(scratch.len());
-            self.read_exact(&mut scratch[..step])?;
+            self.read_exact(reader, &mut scratch[..step])?;
             count -= step;
         }
         Ok(())
+    }
+}
+
+/// Buffered frame reader that owns its link's [`ReadHalf`] (a client connection).
+pub struct FrameReader {
+    reader: Box<dyn ReadHalf>,
+    frames: FrameBuffer,
+}
+
+impl FrameReader {
+    /// Wraps `reader`, whose blocking reads return after `tick` when nothing arrives; before
+    /// blocking it polls as `poll` says.
+    pub fn new(mut reader: Box<dyn ReadHalf>, tick: Duration, stall_limit: Duration, poll: PollBudget) -> io::Result<FrameReader> {
+        reader.set_read_timeout(Some(tick))?;
+        Ok(FrameReader { reader, frames: FrameBuffer::new(stall_limit, poll) })
+    }
+
+    /// The poll budget the next wait starts with.
+    pub fn poll_budget(&self) -> Duration {
+        self.frames.poll_budget()
+    }
+
+    /// The next frame header, or `Ok(None)` if a tick passed with no byte of a new frame.
+    pub fn next_header(&mut self) -> Result<Option<FrameHeader>, FrameReadError> {
+        self.frames.next_header(self.reader.as_mut(), WhenIdle::Block)
+    }
+
+    /// Fills `destination` completely with the next bytes of the current frame.
+    pub fn read_exact(&mut self, destination: &mut [u8]) -> Result<(), FrameReadError> {
+        self.frames.read_exact(self.reader.as_mut(), destination)
+    }
+
+    /// Reads and drops `count` bytes of the current frame.
+    pub fn skip(&mut self, count: usize) -> Result<(), FrameReadError> {
+        self.frames.skip(self.reader.as_mut(), count)
     }
 }
 

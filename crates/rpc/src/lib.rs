@@ -4,7 +4,8 @@
 //!   verbs) can be added without touching anything above.
 //! - [`frame_io`]: buffered frame reading and vectored frame writing.
 //! - [`Connection`]: the client side; many threads, many requests in flight, deadlines.
-//! - [`RpcServer`] and [`Service`]: the server side; one thread per connection.
+//! - [`RpcServer`] and [`Service`]: the server side; an event loop whose pool of threads
+//!   serves ready connections in place, so idle connections cost no thread.
 //! - [`memory`]: cross-memory attach for same-host bulk copies.
 //!
 //! This crate knows the frame layout and the handshake, not what requests mean: the file
@@ -30,7 +31,10 @@ pub mod throttle;
 pub mod transport;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection, wall_clock_ns};
-pub use server::{MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RpcServer, ServerLimits, Service};
+pub use server::{
+    MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RESERVED_DESCRIPTORS, RpcCounters, RpcServer, ServerLimits, Service, open_file_limit,
+    raise_open_file_limit,
+};
 pub use transport::{Endpoint, Link, Listener, PeerIdentity};
 
 use std::sync::Arc;

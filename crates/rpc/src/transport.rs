@@ -13,7 +13,12 @@ use std::net::{Shutdown, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Connections the kernel may hold completed for a listener before they are accepted (the
+/// kernel caps it at `net.core.somaxconn`, 4096 by default).
+pub const LISTEN_BACKLOG: libc::c_int = 65_535;
 
 /// Where a server listens or a client connects.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -97,17 +102,36 @@ pub struct Link {
     pub peer: PeerIdentity,
 }
 
-macro_rules! stream_halves {
+/// What the two halves of a link need from a stream socket.
+trait StreamSocket: AsRawFd + Send + Sync + 'static {
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn shutdown(&self, how: Shutdown) -> io::Result<()>;
+}
+
+macro_rules! stream_socket {
     ($stream:ty) => {
+        impl StreamSocket for $stream {
+            fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                <$stream>::set_read_timeout(self, timeout)
+            }
+
+            fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+                <$stream>::set_write_timeout(self, timeout)
+            }
+
+            fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+                <$stream>::shutdown(self, how)
+            }
+        }
+
         impl ReadHalf for $stream {
             fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
                 <$stream>::set_read_timeout(self, timeout)
             }
 
             fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
-                // SAFETY: recv writes at most buffer.len() bytes into the buffer.
-                let count = unsafe { libc::recv(self.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT) };
-                if count < 0 { Err(io::Error::last_os_error()) } else { Ok(count as usize) }
+                receive_available(self.as_raw_fd(), buffer)
             }
 
             fn poll_fd(&self) -> Option<RawFd> {
@@ -127,8 +151,84 @@ macro_rules! stream_halves {
     };
 }
 
-stream_halves!(TcpStream);
-stream_halves!(UnixStream);
+stream_socket!(TcpStream);
+stream_socket!(UnixStream);
+
+/// Reads what the socket `fd` holds without blocking.
+fn receive_available(fd: RawFd, buffer: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: recv writes at most buffer.len() bytes into the buffer.
+    let count = unsafe { libc::recv(fd, buffer.as_mut_ptr().cast(), buffer.len(), libc::MSG_DONTWAIT) };
+    if count < 0 { Err(io::Error::last_os_error()) } else { Ok(count as usize) }
+}
+
+/// One half of a link whose halves share one socket: a connection costs one file descriptor,
+/// not two (a server holding tens of thousands of connections is bounded by its descriptors).
+struct SocketHalf<T>(Arc<T>);
+
+impl<T> Read for SocketHalf<T>
+where
+    for<'a> &'a T: Read,
+{
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        (&*self.0).read(buffer)
+    }
+}
+
+impl<T> Write for SocketHalf<T>
+where
+    for<'a> &'a T: Write,
+{
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        (&*self.0).write(bytes)
+    }
+
+    fn write_vectored(&mut self, slices: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        (&*self.0).write_vectored(slices)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        (&*self.0).flush()
+    }
+}
+
+impl<T: StreamSocket> ReadHalf for SocketHalf<T>
+where
+    for<'a> &'a T: Read,
+{
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.0.set_read_timeout(timeout)
+    }
+
+    fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        receive_available(self.0.as_raw_fd(), buffer)
+    }
+
+    fn poll_fd(&self) -> Option<RawFd> {
+        Some(self.0.as_raw_fd())
+    }
+}
+
+impl<T: StreamSocket> WriteHalf for SocketHalf<T>
+where
+    for<'a> &'a T: Write,
+{
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()> {
+        self.0.set_write_timeout(timeout)
+    }
+
+    fn shutdown(&self) {
+        let _ = self.0.shutdown(Shutdown::Both);
+    }
+}
+
+/// A link whose halves share `stream`.
+fn shared_link<T: StreamSocket>(stream: T, peer: PeerIdentity) -> Link
+where
+    for<'a> &'a T: Read + Write,
+{
+    let stream = Arc::new(stream);
+    Link { reader: Box::new(SocketHalf(stream.clone())), writer: Box::new(SocketHalf(stream)), peer }
+}
 
 fn peer_pid(fd: RawFd) -> Option<u32> {
     let mut credentials = libc::ucred { pid: 0, uid: 0, gid: 0 };
@@ -140,14 +240,12 @@ fn peer_pid(fd: RawFd) -> Option<u32> {
 
 fn tcp_link(stream: TcpStream) -> io::Result<Link> {
     stream.set_nodelay(true)?;
-    let reader = stream.try_clone()?;
-    Ok(Link { reader: Box::new(reader), writer: Box::new(stream), peer: PeerIdentity { pid: None } })
+    Ok(shared_link(stream, PeerIdentity { pid: None }))
 }
 
 fn unix_link(stream: UnixStream) -> io::Result<Link> {
     let pid = peer_pid(stream.as_raw_fd());
-    let reader = stream.try_clone()?;
-    Ok(Link { reader: Box::new(reader), writer: Box::new(stream), peer: PeerIdentity { pid } })
+    Ok(shared_link(stream, PeerIdentity { pid }))
 }
 
 /// Connects to `endpoint`, giving up after `timeout`.
@@ -179,15 +277,43 @@ impl Listener {
     /// Binds `endpoint`. A TCP port of 0 picks a free port; a stale Unix socket file is
     /// replaced.
     pub fn bind(endpoint: &Endpoint) -> io::Result<Listener> {
-        match endpoint {
-            Endpoint::Tcp(address) => Ok(Listener::Tcp(TcpListener::bind(address)?)),
+        let listener = match endpoint {
+            Endpoint::Tcp(address) => Listener::Tcp(TcpListener::bind(address)?),
             Endpoint::Unix(path) => {
                 if path.exists() {
                     std::fs::remove_file(path)?;
                 }
-                Ok(Listener::Unix(UnixListener::bind(path)?, path.clone()))
+                Listener::Unix(UnixListener::bind(path)?, path.clone())
             }
-            Endpoint::Sim(name) => Ok(Listener::Sim(crate::sim::network().bind(name)?)),
+            Endpoint::Sim(name) => return Ok(Listener::Sim(crate::sim::network().bind(name)?)),
+        };
+        if let Some(fd) = listener.poll_fd() {
+            // Listening again only raises the queue of connections the kernel completes
+            // before they are accepted (capped by net.core.somaxconn): a storm of clients
+            // waits there instead of being dropped and retrying a second later.
+            // SAFETY: listen(2) on a socket this listener owns.
+            unsafe { libc::listen(fd, LISTEN_BACKLOG) };
+        }
+        Ok(listener)
+    }
+
+    /// The file descriptor to wait on for connections to accept (none for simulated
+    /// listeners, which are served by a blocking accept instead).
+    pub fn poll_fd(&self) -> Option<RawFd> {
+        match self {
+            Listener::Tcp(listener) => Some(listener.as_raw_fd()),
+            Listener::Unix(listener, _) => Some(listener.as_raw_fd()),
+            Listener::Sim(_) => None,
+        }
+    }
+
+    /// Makes [`Listener::accept`] fail with `WouldBlock` instead of waiting (pollable
+    /// listeners only).
+    pub fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Listener::Tcp(listener) => listener.set_nonblocking(true),
+            Listener::Unix(listener, _) => listener.set_nonblocking(true),
+            Listener::Sim(_) => Ok(()),
         }
     }
 
