@@ -53,8 +53,9 @@ pub struct StartArgs {
     /// $TMPDIR/ringfs-<uid>, or under ~/.ringfs with --hostfile so every host can read it).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// Microseconds each server's connection threads poll for the next request before they
-    /// sleep (0: never; clients take theirs from RINGFS_POLL_US).
+    /// Microseconds a server keeps polling a connection for its next request before the
+    /// connection goes back to the event loop (0: never; clients take theirs from
+    /// RINGFS_POLL_US).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
     #[command(flatten)]

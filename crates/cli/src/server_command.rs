@@ -67,7 +67,8 @@ pub struct ServerArgs {
     /// exist).
     #[arg(long, default_value_t = 60_000)]
     pub reclaim_interval_ms: u64,
-    /// Microseconds a connection thread polls for the next request before sleeping (0: never).
+    /// Microseconds a serving thread keeps polling a connection for its next request before
+    /// the connection goes back to the event loop (0: never).
     #[arg(long, default_value_t = 50)]
     pub poll_us: u64,
     #[command(flatten)]

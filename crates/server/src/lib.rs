@@ -100,8 +100,9 @@ pub struct ServerConfig {
     pub open_grace: Duration,
     /// How often this server looks for orphan chunks (`reclaim`). Default 60 s.
     pub reclaim_interval: Duration,
-    /// How long a connection thread polls for the next request before sleeping. Default
-    /// 50 µs; zero never polls (see docs/PERFORMANCE.md).
+    /// How long a serving thread keeps polling a connection for its next request before the
+    /// connection goes back to the event loop. Default 50 µs; zero never polls (see
+    /// docs/PERFORMANCE.md).
     pub poll: Duration,
     /// Cache mode (a store with a backend): when dirty data is written back.
     pub flush: FlushConfig,
