@@ -30,10 +30,11 @@
 //! Accesses of blocks through the cache are atomic per block, as uncached ones are at the
 //! home.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::coherence::{CacheState, on_forward, on_invalidate, relay_tree};
@@ -270,10 +271,6 @@ struct Shared {
     requests: AtomicU64,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Sends a request to the server of that name; its answer.
 pub(crate) type SendFn<'a> = dyn Fn(&str, &Request, &[u8]) -> Result<ringfs_rpc::Reply> + Sync + 'a;
 
@@ -359,12 +356,12 @@ impl BlockCache {
     }
 
     pub fn add_array(&self, layout: Arc<ArrayLayout>) {
-        lock(&self.shared.table).layouts.insert(layout.array, layout);
+        self.shared.table.lock().layouts.insert(layout.array, layout);
     }
 
     /// An array was freed: its frames go (no write-back: its bytes are gone everywhere).
     pub fn drop_array(&self, array: u64) {
-        let mut table = lock(&self.shared.table);
+        let mut table = self.shared.table.lock();
         table.layouts.remove(&array);
         let keys: Vec<BlockKey> =
             table.frames.iter().filter(|(key, frame)| key.0 == array && frame.phase == Phase::Idle).map(|(key, _)| *key).collect();
@@ -380,7 +377,7 @@ impl BlockCache {
     /// Only a cache of some blocks fetches ahead (it must not push out what is in use).
     pub fn prefetch_after(&self, layout: &ArrayLayout, block: u64) -> Vec<u64> {
         let depth = prefetch_depth(self.config.prefetch, self.shared.capacity, layout.block_size);
-        let mut table = lock(&self.shared.table);
+        let mut table = self.shared.table.lock();
         let previous = table.last_access.insert(layout.array, block);
         if depth == 0 || previous.is_none_or(|previous| previous + 1 != block) {
             return Vec::new();
@@ -395,7 +392,7 @@ impl BlockCache {
         if blocks.len() as u64 * u64::from(layout.block_size) > self.shared.capacity / 2 {
             return Vec::new();
         }
-        let table = lock(&self.shared.table);
+        let table = self.shared.table.lock();
         blocks.iter().copied().filter(|block| !table.frames.contains_key(&(layout.array, *block))).collect()
     }
 
@@ -410,7 +407,7 @@ impl BlockCache {
         // Set at the first wait: a hit reads no clock.
         let mut deadline = None;
         let request = shared.requests.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         loop {
             let over = table.used + block_size as u64 > shared.capacity;
             match table.frames.get_mut(&key) {
@@ -433,7 +430,7 @@ impl BlockCache {
                     Some(victim) => {
                         drop(table);
                         self.evict(victim, send);
-                        table = lock(&shared.table);
+                        table = shared.table.lock();
                     }
                     None => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
                 },
@@ -447,7 +444,7 @@ impl BlockCache {
         add(&shared.counters.misses, 1);
         let get = CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite, request };
         let answer = send(&layout.homes[home_index(layout, block)], &Request::CoGet(get), &[]);
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         let mut installed = match answer {
             Ok(reply) => match reply.response {
                 Response::CoGrant(grant) => Ok((grant, reply.data)),
@@ -464,7 +461,7 @@ impl BlockCache {
                     Ok(guard) => table = guard,
                     Err(errno) => {
                         installed = Err(errno);
-                        table = lock(&shared.table);
+                        table = shared.table.lock();
                         break;
                     }
                 }
@@ -498,7 +495,7 @@ impl BlockCache {
     pub fn flush(&self, send: &SendFn<'_>) {
         loop {
             let victim = {
-                let mut table = lock(&self.shared.table);
+                let mut table = self.shared.table.lock();
                 let key = table.frames.iter().find(|(_, frame)| frame.phase == Phase::Idle).map(|(key, _)| *key);
                 if let Some(key) = key {
                     table.frames.get_mut(&key).expect("found").phase = Phase::Evicting;
@@ -516,7 +513,7 @@ impl BlockCache {
     fn evict(&self, key: BlockKey, send: &SendFn<'_>) {
         let shared = &self.shared;
         let (dirty, data, home) = {
-            let table = lock(&shared.table);
+            let table = shared.table.lock();
             let frame = &table.frames[&key];
             let home = table.layouts.get(&key.0).map(|layout| layout.homes[home_index(layout, key.1)].clone());
             let dirty = frame.state.is_dirty();
@@ -534,7 +531,7 @@ impl BlockCache {
                 log::warn!("global memory: the eviction notice of block {} of array {:x} failed: {errno}", key.1, key.0);
             }
         }
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         table.remove(key);
         shared.changed.notify_all();
     }
@@ -578,7 +575,7 @@ fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) ->
 /// something that should have come did not).
 fn wait<'a>(
     changed: &Condvar,
-    table: MutexGuard<'a, Table>,
+    mut table: MutexGuard<'a, Table>,
     deadline: &mut Option<Instant>,
     timeout: Duration,
 ) -> Result<MutexGuard<'a, Table>> {
@@ -588,7 +585,8 @@ fn wait<'a>(
         log::warn!("global memory: a block's request or eviction did not complete in time");
         return Err(Errno::EIO);
     }
-    Ok(changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0)
+    changed.wait_for(&mut table, left);
+    Ok(table)
 }
 
 /// The IP address this host uses to reach `address` (`host:port`), for the endpoint to listen
@@ -642,7 +640,7 @@ impl Shared {
     fn settled(&self, key: BlockKey, expected: u8) -> MutexGuard<'_, Table> {
         let expected = CacheState::from_code(expected).unwrap_or(CacheState::Invalid);
         let deadline = Instant::now() + self.peer_config.timeout;
-        let mut table = lock(&self.table);
+        let mut table = self.table.lock();
         loop {
             let waiting = match table.frames.get(&key) {
                 Some(frame) => matches!(frame.phase, Phase::Requesting { .. }) && !agrees(frame.state, expected),
@@ -656,7 +654,7 @@ impl Shared {
                 log::warn!("global memory: a home asked about block {} of array {:x} and this rank's grant never came", key.1, key.0);
                 return table;
             }
-            table = self.changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            self.changed.wait_for(&mut table, left);
         }
     }
 
@@ -720,7 +718,7 @@ impl Shared {
     /// ranks while it answers).
     fn fill(shared: &Arc<Shared>, fill: CoFill, data: &[u8]) -> Result<Response> {
         {
-            let mut table = lock(&shared.table);
+            let mut table = shared.table.lock();
             match table.frames.get_mut(&(fill.array, fill.block)).map(|frame| &mut frame.phase) {
                 Some(Phase::Requesting { request, fill: slot }) if *request == fill.request => {
                     *slot = Some(data.to_vec());
@@ -756,7 +754,7 @@ impl Shared {
         let mut lists = vec![list];
         while let Some(list) = lists.pop() {
             for (child, theirs) in relay_tree(list) {
-                let endpoint = lock(&self.table).layouts.get(&array).and_then(|layout| layout.nodes.get(child.rank as usize).cloned());
+                let endpoint = self.table.lock().layouts.get(&array).and_then(|layout| layout.nodes.get(child.rank as usize).cloned());
                 let Some(endpoint) = endpoint else {
                     // The array was freed meanwhile: nobody needs the copies.
                     return;
@@ -783,7 +781,7 @@ impl Shared {
 
     /// A connection to another rank's endpoint.
     fn peer(&self, endpoint: &str) -> Result<Arc<Connection>> {
-        let mut peers = lock(&self.peers);
+        let mut peers = self.peers.lock();
         if let Some(connection) = peers.get(endpoint)
             && !connection.is_broken()
         {

@@ -16,11 +16,12 @@
 //! [`RpcError::Timeout`]; a connection whose peer closes or stops in the middle of a frame is
 //! *broken*, and all its requests fail at once.
 
+use parking_lot::{Condvar, Mutex};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
@@ -116,10 +117,6 @@ pub struct Connection {
 
 thread_local! {
     static BODY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Connection {
@@ -238,13 +235,13 @@ impl Connection {
     }
 
     pub fn is_broken(&self) -> bool {
-        lock(&self.pending).broken.is_some()
+        self.pending.lock().broken.is_some()
     }
 
     /// True when the connection works and the server owes it no response: a new request on
     /// it is answered without queuing behind an earlier one.
     pub fn is_idle(&self) -> bool {
-        let pending = lock(&self.pending);
+        let pending = self.pending.lock();
         pending.broken.is_none() && pending.slots.is_empty() && pending.abandoned == 0
     }
 
@@ -266,7 +263,7 @@ impl Connection {
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             if let Some(broken) = &pending.broken {
                 return Err(broken.clone());
             }
@@ -285,7 +282,7 @@ impl Connection {
 
     /// Sends a request that gets no response (request id 0).
     pub fn send_one_way(&self, request: &Request) -> Result<(), RpcError> {
-        if let Some(broken) = &lock(&self.pending).broken {
+        if let Some(broken) = &self.pending.lock().broken {
             return Err(broken.clone());
         }
         self.send(request, &[], 0).map_err(|error| self.break_connection(format!("sending failed: {error}")))
@@ -301,7 +298,7 @@ impl Connection {
                 request_id,
                 epoch: self.local_epoch.load(Ordering::Relaxed),
             };
-            write_frame(lock(&self.writer).as_mut(), &header, body, data)
+            write_frame(self.writer.lock().as_mut(), &header, body, data)
         };
         match BODY.try_with(|body| encode_and_write(&mut body.borrow_mut())) {
             Ok(sent) => sent,
@@ -313,11 +310,11 @@ impl Connection {
 
     /// Marks the connection broken: every waiting request fails with the returned error.
     fn break_connection(&self, reason: String) -> RpcError {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let error = self.fail_all(&mut pending, reason);
         let sleepers = pending.sleepers;
         drop(pending);
-        lock(&self.writer).shutdown();
+        self.writer.lock().shutdown();
         if sleepers > 0 {
             self.wakeup.notify_all();
         }
@@ -337,7 +334,7 @@ impl Connection {
 
     /// Waits for the response to `request_id` until `deadline`.
     fn finish(&self, request_id: u64, deadline: Instant) -> Result<Reply, RpcError> {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         loop {
             match pending.slots.get(&request_id) {
                 Some(Slot::Done(_)) => match pending.slots.remove(&request_id) {
@@ -355,18 +352,18 @@ impl Connection {
             if pending.reader_busy {
                 let wait = deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), TICK);
                 pending.sleepers += 1;
-                pending = self.wakeup.wait_timeout(pending, wait).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                self.wakeup.wait_for(&mut pending, wait);
                 pending.sleepers -= 1;
                 continue;
             }
             pending.reader_busy = true;
             drop(pending);
             let received = self.receive_one();
-            pending = lock(&self.pending);
+            pending = self.pending.lock();
             pending.reader_busy = false;
             if let Err(error) = received {
                 self.fail_all(&mut pending, error.to_string());
-                lock(&self.writer).shutdown();
+                self.writer.lock().shutdown();
             }
             if pending.sleepers > 0 {
                 self.wakeup.notify_all();
@@ -376,7 +373,7 @@ impl Connection {
 
     /// Reads one frame (or waits one tick) and delivers it. Called by the current reader only.
     fn receive_one(&self) -> Result<(), FrameReadError> {
-        let mut reader = lock(&self.reader);
+        let mut reader = self.reader.lock();
         let Some(header) = reader.next_header()? else { return Ok(()) };
         self.peer_epoch.fetch_max(header.epoch, Ordering::Relaxed);
         let mut body = vec![0u8; header.body_len as usize];
@@ -387,7 +384,7 @@ impl Connection {
         let data_len = header.data_len as usize;
 
         let destination = {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             match pending.slots.get_mut(&header.request_id) {
                 Some(slot @ Slot::Waiting(_)) => match std::mem::replace(slot, Slot::Receiving) {
                     Slot::Waiting(Some(destination)) if destination.len >= data_len => Some(Some(destination)),
@@ -413,7 +410,7 @@ impl Connection {
                 reader.read_exact(&mut data).map(|()| data)
             }
         };
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         match outcome {
             Ok(data) => {
                 pending.slots.insert(header.request_id, Slot::Done(Ok(Reply { response, data, data_len })));
@@ -430,7 +427,7 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        lock(&self.writer).shutdown();
+        self.writer.lock().shutdown();
     }
 }
 
@@ -464,10 +461,10 @@ impl Drop for PendingCall<'_> {
         if self.finished {
             return;
         }
-        let mut pending = lock(&self.connection.pending);
+        let mut pending = self.connection.pending.lock();
         while matches!(pending.slots.get(&self.request_id), Some(Slot::Receiving)) {
             pending.sleepers += 1;
-            pending = self.connection.wakeup.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.connection.wakeup.wait(&mut pending);
             pending.sleepers -= 1;
         }
         if let Some(Slot::Waiting(_)) = pending.slots.remove(&self.request_id) {

@@ -36,10 +36,11 @@
 //! `Freeze` and `PrepareRmdir` every server sees) turns the held-back touches at or below
 //! it into *loose* ones, sent by file id with the next flush.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
@@ -141,15 +142,15 @@ struct Deferral {
 
 impl TouchState {
     fn batches(&self) -> MutexGuard<'_, Batches> {
-        self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.batches.lock()
     }
 
     fn deferred(&self) -> MutexGuard<'_, Deferred> {
-        self.deferred.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.deferred.lock()
     }
 
     fn lent(&self) -> MutexGuard<'_, HashMap<FileId, Vec<String>>> {
-        self.lent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lent.lock()
     }
 
     /// Holds back a touch of `dir` if its times are lent to this server.
@@ -355,7 +356,7 @@ impl DirTimes {
             if now >= end {
                 return Turn::GiveUp;
             }
-            batches = crate::sched::wait_timeout(&times.sent, &times.batches, batches, end - now);
+            crate::sched::wait_timeout(&times.sent, &mut batches, end - now);
         }
     }
 

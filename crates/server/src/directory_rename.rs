@@ -27,8 +27,9 @@
 //! subtree wait during the move; the two parent directories' listings may show both names (or,
 //! for an instant, only the old one) while the rename completes.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
@@ -98,8 +99,8 @@ struct SubtreeMove {
 }
 
 impl SubtreeMoves {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
-        self.moves.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
+        self.moves.lock()
     }
 
     /// A rename froze this server: its move has begun.
@@ -109,7 +110,7 @@ impl SubtreeMoves {
 
     /// Rename `token` ended here.
     fn record_end(&self, token: u64) {
-        let mut ended = self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut ended = self.ended.lock();
         if ended.tokens.insert(token) {
             ended.order.push_back(token);
             if ended.order.len() > ENDED_KEPT
@@ -122,7 +123,7 @@ impl SubtreeMoves {
 
     /// Rename `token` ended here: a step of it now is a late one.
     pub fn has_ended(&self, token: u64) -> bool {
-        self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).tokens.contains(&token)
+        self.ended.lock().tokens.contains(&token)
     }
 }
 
@@ -294,7 +295,7 @@ impl DirectoryRenames {
         let deadline = started + WAIT_LIMIT;
         let mut warned = false;
         loop {
-            let mut held = self.namespace_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut held = self.namespace_lock.lock();
             let now = Instant::now();
             if acquire && self.namespace_lock_ended.has_ended(token) {
                 // Overtaken by its release: that rename is over.

@@ -14,7 +14,8 @@
 //!   then the old name goes. From the moment the new name is installed it shows the whole
 //!   file: no data moves. Directories are renamed by `directory_rename`.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
@@ -397,12 +398,12 @@ impl Names {
     /// Queues a release that failed, to be tried again by [`Names::retry_releases`].
     pub fn release_later(&self, what: Release) {
         let until = std::time::Instant::now() + crate::name_locks::LEASE;
-        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease { what, until });
+        self.later_releases.lock().push(LaterRelease { what, until });
     }
 
     /// Tries again the releases that failed (called every heartbeat interval).
     pub fn retry_releases(&self) {
-        let waiting = std::mem::take(&mut *self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let waiting = std::mem::take(&mut *self.later_releases.lock());
         let now = std::time::Instant::now();
         let still: Vec<LaterRelease> = waiting
             .into_iter()
@@ -415,7 +416,7 @@ impl Names {
                     }
             })
             .collect();
-        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(still);
+        self.later_releases.lock().extend(still);
     }
 
     /// Takes or gives back, for `token`, the namespace lock held by the first server of the

@@ -5,8 +5,9 @@
 //! behind its own mutex ([`ChunkHandle`]), which guards all of it: copying a chunk's bytes
 //! never blocks other chunks.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ringfs_proto::{Attr, ChunkKey, EntryFlags};
 
@@ -211,12 +212,6 @@ impl Chunk {
 }
 
 pub(crate) type ChunkHandle = Arc<Mutex<Chunk>>;
-
-/// Locks a mutex, taking over the data if another thread panicked while holding it (a
-/// request that panics must not take the whole server down).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[cfg(test)]
 mod tests {

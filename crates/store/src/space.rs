@@ -6,14 +6,15 @@
 //! ENOSPC. [`Space::charge`] only refuses; making room (cache mode's eviction) is the store's
 //! decision.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use ringfs_proto::{Attr, ChunkKey, Errno, FileId};
 
 use crate::body::Body;
-use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
+use crate::chunk::{CacheState, Chunk, ChunkHandle};
 use crate::directory::ChunkDirectory;
 use crate::pool::BufferPool;
 use crate::{ByteSource, StoreError};
@@ -83,8 +84,8 @@ impl Space {
         self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn reservations(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, u64>> {
-        self.reserved.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn reservations(&self) -> parking_lot::MutexGuard<'_, HashMap<FileId, u64>> {
+        self.reserved.lock()
     }
 
     /// Adds `bytes` (already charged) to `file`'s reservation.
@@ -157,12 +158,12 @@ impl Space {
         };
         let body = body.inspect_err(|_| self.refund(CHUNK_OVERHEAD_BYTES))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(std::sync::Mutex::new(Chunk::new(key.index, attr, body, cache))))
+        Ok(Arc::new(parking_lot::Mutex::new(Chunk::new(key.index, attr, body, cache))))
     }
 
     /// Takes a chunk that has left the index out of service and releases its space.
     pub fn discard(&self, handle: &ChunkHandle) {
-        let mut chunk = lock(handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return;
         }
