@@ -143,7 +143,7 @@ impl Worker {
             }
             _ => {
                 let directory = path.parent().expect("a name has a directory").to_path_buf();
-                let listed = std::fs::read_dir(&directory).and_then(|entries| entries.map(|entry| entry.map(|_| ())).collect());
+                let listed = std::fs::read_dir(&directory).and_then(|mut entries| entries.try_for_each(|entry| entry.map(|_| ())));
                 self.note("list", &directory, listed);
             }
         }
@@ -283,4 +283,80 @@ fn a_directory_opened_before_a_file_was_overwritten_in_place_does_not_change_its
     assert_eq!(names.len(), 1);
     let read = std::fs::read(&name).unwrap();
     assert_eq!((read.len(), read_problem(&read)), (7000, None), "the file read back whole");
+}
+
+/// Lists `directory` through the mount: its names, each as often as listed.
+fn listed_names(directory: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(directory).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_listing_paged_while_names_come_and_go_lists_every_lasting_name_once() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/big", 0o755).unwrap();
+    let lasting: Vec<String> = (0..3000).map(|index| format!("lasting-{index:05}")).collect();
+    for name in &lasting {
+        client.close(client.create(&format!("/big/{name}"), 0o644).unwrap()).unwrap();
+    }
+    let mount = cluster.mount(&[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, directory) = (stop.clone(), mount.path("big"));
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) && rounds < 100_000 {
+                let name = directory.join(format!("churn-{}", rounds % 50));
+                let _ = if rounds.is_multiple_of(2) { std::fs::write(&name, b"x") } else { std::fs::remove_file(&name) };
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    for _ in 0..5 {
+        let listed: Vec<String> = listed_names(&mount.path("big")).into_iter().filter(|name| name.starts_with("lasting-")).collect();
+        assert_eq!(listed, lasting, "every lasting name once, in a listing of several pages");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(churn.join().unwrap() > 0);
+}
+
+#[test]
+fn a_cached_directory_lists_backend_and_ringfs_names_once_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let backend = common::scratch_dir("mount-load-backend");
+    std::fs::create_dir(backend.join("dir")).unwrap();
+    for index in 0..700 {
+        std::fs::write(backend.join(format!("dir/backend-{index:04}")), b"old").unwrap();
+    }
+    let mut options = common::ClusterOptions::new(3);
+    options.extra_args = ["--backend", backend.to_str().unwrap(), "--flush", "none"].map(String::from).to_vec();
+    let cluster = TestCluster::with_options(options);
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("dir");
+    let mut expected = Vec::new();
+    for index in 0..700 {
+        let name = format!("backend-{index:04}");
+        if index % 7 == 0 {
+            std::fs::remove_file(directory.join(&name)).unwrap();
+        } else {
+            expected.push(name);
+        }
+        let name = format!("ringfs-{index:04}");
+        std::fs::write(directory.join(&name), b"new").unwrap();
+        expected.push(name);
+    }
+    // Loaded from the backend and changed in ringfs: listed once.
+    std::fs::write(directory.join("backend-0001"), b"changed").unwrap();
+    expected.sort();
+    assert_eq!(listed_names(&directory), expected);
+    let _ = std::fs::remove_dir_all(&backend);
 }

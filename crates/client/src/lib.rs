@@ -294,6 +294,24 @@ pub struct DirEntry {
     pub stat: Stat,
 }
 
+/// A directory opened for listing page by page ([`Client::open_directory`]).
+#[derive(Clone, Debug)]
+pub struct Directory {
+    /// Its canonical path.
+    pub path: String,
+    /// Its attributes when opened.
+    pub stat: Stat,
+}
+
+/// One page of a directory listing ([`Client::list_page`]).
+#[derive(Clone, Debug)]
+pub struct DirectoryPage {
+    /// Names in order, with their files' attributes.
+    pub entries: Vec<DirEntry>,
+    /// Names follow after the last one.
+    pub more: bool,
+}
+
 /// One name of a directory as [`Client::readdir_names`] lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameEntry {

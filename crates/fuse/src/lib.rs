@@ -20,13 +20,13 @@
 //! mounted.unmount().unwrap();
 //! ```
 
+pub mod directories;
 pub mod inodes;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -36,9 +36,10 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
     TimeOrNow, WriteFlags,
 };
-use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, LockKind, LockRange, OpenFlags, Stat};
+use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, FileKind, LockKind, LockRange, OpenFlags, Stat};
 use thiserror::Error;
 
+use crate::directories::{Listed, OpenDirectories};
 use crate::inodes::{InodeTable, ROOT_INODE};
 
 /// Largest read or write the kernel sends in one request.
@@ -75,22 +76,13 @@ pub enum MountError {
     Unmount(std::io::Error),
 }
 
-/// One listed entry of an open directory.
-struct Listed {
-    file: FileId,
-    name: String,
-    attr: FileAttr,
-}
-
 /// The ringfs file system, as the kernel sees it.
 pub struct RingfsFilesystem {
     client: Client,
     inodes: InodeTable,
     options: MountOptions,
-    /// Listings of open directories, by directory handle (taken at opendir, so that the
-    /// kernel's successive readdir calls page through one consistent list).
-    directories: Mutex<HashMap<u64, Vec<Listed>>>,
-    next_directory_handle: AtomicU64,
+    /// Open directories and where their listings stand (see [`directories`]).
+    directories: OpenDirectories,
     /// The kernel's lock owners that took advisory locks, by inode, each with the file handle
     /// it took them through: a process's close (flush) gives back its locks on the file, and
     /// the release of a handle those of every owner that took locks through it (OFD locks
@@ -192,8 +184,7 @@ impl RingfsFilesystem {
             client,
             inodes: InodeTable::default(),
             options,
-            directories: Mutex::new(HashMap::new()),
-            next_directory_handle: AtomicU64::new(1),
+            directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
             notifier: Arc::new(OnceLock::new()),
         }
@@ -307,26 +298,32 @@ impl RingfsFilesystem {
         Ok(file_attr(&self.client.stat_id(file)?))
     }
 
-    fn list(&self, inode: INodeNo) -> Result<Vec<Listed>, Errno> {
+    /// Opens directory `inode` for listing: its handle.
+    fn open_directory(&self, inode: INodeNo) -> Result<u64, Errno> {
         let path = self.inodes.path(inode.0)?;
-        let own = self.client.lstat(&path)?;
-        if own.file != self.inodes.file(inode.0)? {
+        let directory = self.client.open_directory(&path)?;
+        if directory.stat.file != self.inodes.file(inode.0)? {
             // The directory was renamed (or replaced) by another client since the kernel
             // looked it up: the kernel looks its name up again.
             return Err(Errno::ESTALE);
         }
-        let parent_path = ringfs_proto::path::parent(&path).unwrap_or("/");
-        let parent = if parent_path == path { own } else { self.client.lstat(parent_path)? };
-        let mut listing = vec![
-            Listed { file: own.file, name: ".".into(), attr: file_attr(&own) },
-            Listed { file: parent.file, name: "..".into(), attr: file_attr(&parent) },
-        ];
-        listing.extend(self.client.readdir(&path)?.into_iter().map(|entry| Listed {
-            file: entry.stat.file,
-            attr: file_attr(&entry.stat),
-            name: entry.name,
-        }));
-        Ok(listing)
+        let parent = match ringfs_proto::path::parent(&directory.path) {
+            Some(parent) if parent != directory.path => self.client.lstat(parent)?.ino,
+            _ => directory.stat.ino,
+        };
+        let own = directory.stat.ino;
+        Ok(self.directories.insert(directory, [own, parent]))
+    }
+
+    /// Answers a `READDIR(PLUS)` of `handle` continuing after cookie `offset`: a page read
+    /// from the servers now (see [`directories`]), given to the kernel through `add` (a
+    /// name, its cookie and what it is; `true` when the reply is full).
+    fn list_page(&self, handle: FileHandle, offset: u64, add: impl FnMut(&str, u64, Listed<'_, DirEntry>) -> bool) -> Result<(), Errno> {
+        let (directory, resume) = self.directories.resume(handle.0, offset).ok_or(Errno::EBADF)?;
+        let Some(resume) = resume else { return Ok(()) };
+        let page = self.client.list_page(&directory, resume.after.as_deref(), resume.wanted)?;
+        let given = self.directories.give(handle.0, &resume, &page.entries, |entry| entry.name.as_str(), page.more, add);
+        if given { Ok(()) } else { Err(Errno::EBADF) }
     }
 
     /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
@@ -367,10 +364,6 @@ impl RingfsFilesystem {
             }
         }
         released.into_iter().try_for_each(|owner| self.client.release_locks(fd_of(handle), owner))
-    }
-
-    fn directories(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Listed>>> {
-        self.directories.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -678,52 +671,49 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        match self.list(inode) {
-            Ok(listing) => {
-                let handle = self.next_directory_handle.fetch_add(1, Ordering::Relaxed);
-                self.directories().insert(handle, listing);
-                reply.opened(FileHandle(handle), FopenFlags::empty());
-            }
+        match self.open_directory(inode) {
+            Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
 
     fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let directories = self.directories();
-        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
-        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(entry.file.ino()), (position + 1) as u64, entry.attr.kind, &entry.name) {
-                break;
-            }
+        let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
+            Listed::Dot(ino) => reply.add(INodeNo(ino), cookie, FileType::Directory, name),
+            Listed::Entry(entry) => reply.add(INodeNo(entry.stat.ino), cookie, file_type(&entry.stat), name),
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
         }
-        reply.ok();
     }
 
     fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Ok(dir_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
-        let directories = self.directories();
-        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
-        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(entry.file.ino()),
-                (position + 1) as u64,
-                &entry.name,
-                &self.options.attr_timeout,
-                &entry.attr,
-                Generation(0),
-            ) {
-                break;
+        let Ok(directory_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
+        let timeout = self.options.attr_timeout;
+        let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
+            // (The kernel takes no attributes from the dot entries.)
+            Listed::Dot(ino) => {
+                let attr = FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) };
+                reply.add(INodeNo(ino), cookie, name, &Duration::ZERO, &attr, Generation(0))
             }
-            // The kernel now holds a reference to every entry but "." and "..".
-            if position >= 2 {
-                self.inodes.remember(entry.file, &ringfs_proto::path::join(&dir_path, &entry.name), false);
+            Listed::Entry(entry) => {
+                let full = reply.add(INodeNo(entry.stat.ino), cookie, name, &timeout, &file_attr(&entry.stat), Generation(0));
+                if !full {
+                    // The kernel now holds a reference to the entry's inode.
+                    self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), false);
+                }
+                full
             }
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
         }
-        reply.ok();
     }
 
     fn releasedir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
-        self.directories().remove(&handle.0);
+        self.directories.remove(handle.0);
         reply.ok();
     }
 
