@@ -214,7 +214,7 @@ impl Client {
         let request = Request::Read(ringfs_proto::Read {
             chunk: ChunkKey::inode(file),
             offset: 0,
-            len: path::MAX_PATH_BYTES as u64,
+            len: path::MAX_CALL_PATH_BYTES as u64,
             lease: false,
             release: Vec::new(),
             backend_len: 0,

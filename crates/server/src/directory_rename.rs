@@ -120,6 +120,10 @@ impl SubtreeMoves {
     }
 }
 
+/// Most bytes of paths one `PutEntries` carries: a tree with long paths moves in several
+/// requests, each far below the frame limit (`MAX_BODY_LEN`, 4 MiB).
+const PUT_ENTRIES_BYTES: usize = 1 << 20;
+
 impl ServerState {
     /// Names another server moved here: stored now, or held back until this server has taken
     /// its own names for the same rename.
@@ -196,12 +200,25 @@ impl ServerState {
             by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
         }
         let mut unsent = Vec::new();
-        for (_, (owner, entries)) in by_owner {
-            // Storing the same names twice is harmless: a lost answer is simply asked again.
-            let put = |entries: &Vec<MovedEntry>| self.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
-            if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
-                log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
-                unsent.extend(entries);
+        for (_, (owner, mut entries)) in by_owner {
+            // In requests of at most PUT_ENTRIES_BYTES of paths, far below the frame limit.
+            while !entries.is_empty() {
+                let mut bytes = 0;
+                let count = entries
+                    .iter()
+                    .take_while(|entry| {
+                        bytes += entry.path.len();
+                        bytes <= PUT_ENTRIES_BYTES
+                    })
+                    .count();
+                let rest = entries.split_off(count.max(1));
+                // Storing the same names twice is harmless: a lost answer is simply asked again.
+                let put = |entries: &Vec<MovedEntry>| self.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
+                if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
+                    log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
+                    unsent.append(&mut entries);
+                }
+                entries = rest;
             }
         }
         if unsent.is_empty() { Ok(()) } else { Err(unsent) }

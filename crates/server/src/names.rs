@@ -144,9 +144,9 @@ impl ServerState {
             return Err(Errno::EINVAL);
         }
         if let Some(target) = &create.link_target
-            && (target.is_empty() || target.len() > path::MAX_PATH_BYTES)
+            && (target.is_empty() || target.len() > path::MAX_CALL_PATH_BYTES)
         {
-            return Err(Errno::EINVAL);
+            return Err(if target.is_empty() { Errno::EINVAL } else { Errno::ENAMETOOLONG });
         }
         let new_file = FileId { anchor: self.anchor_of(&create.path), serial: fast_random_u64() | 1 };
         // A name still being removed (EAGAIN from the store) is waited for here, with the name
