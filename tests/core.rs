@@ -494,3 +494,33 @@ fn a_deep_tree_holding_more_path_bytes_than_one_frame_carries_is_renamed_whole()
     assert!(listed == names, "{} of {} names moved", listed.len(), names.len());
     assert_eq!(client.stat("/tree").unwrap_err(), Errno::ENOENT);
 }
+
+#[test]
+fn a_directorys_link_count_is_two_plus_its_subdirectories_through_mkdir_rmdir_and_renames() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let links = |path: &str| client.stat(path).unwrap().nlink;
+    let root_before = links("/");
+    client.mkdir("/p", 0o755).unwrap();
+    client.mkdir("/q", 0o755).unwrap();
+    assert_eq!(links("/"), root_before + 2, "the root counts its subdirectories on every server");
+    for name in ["a", "b", "c"] {
+        client.mkdir(&format!("/p/{name}"), 0o755).unwrap();
+    }
+    client.close(client.create("/p/file", 0o644).unwrap()).unwrap();
+    client.symlink("a", "/p/link").unwrap();
+    assert_eq!((links("/p"), links("/p/a")), (5, 2), "files and links do not count");
+    client.rmdir("/p/c").unwrap();
+    assert_eq!(links("/p"), 4);
+    client.rename("/p/a", "/q/a").unwrap();
+    assert_eq!((links("/p"), links("/q")), (3, 3), "a directory moved out and in");
+    client.rename("/p/b", "/p/renamed").unwrap();
+    assert_eq!(links("/p"), 3, "a rename inside changes nothing");
+    client.mkdir("/q/empty", 0o755).unwrap();
+    client.rename("/p/renamed", "/q/empty").unwrap();
+    assert_eq!((links("/p"), links("/q")), (2, 4), "a directory replacing an empty one");
+    client.rename_with_flags("/p/file", "/q/a", ringfs_client::RenameFlags::EXCHANGE).unwrap();
+    assert_eq!((links("/p"), links("/q")), (3, 3), "an exchange of a file and a directory");
+    client.rename("/p", "/q/p").unwrap();
+    assert_eq!((links("/"), links("/q")), (root_before + 1, 4));
+}

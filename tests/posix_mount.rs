@@ -161,11 +161,11 @@ fn python(script: &str, args: &[&Path], limit: Duration) -> String {
 // Trees, as the tests compare them
 // ---------------------------------------------------------------------------------------------
 
-/// What a tree holds at one name. Directory sizes and link counts are left out: they are not
-/// specified (tmpfs counts subdirectories, ringfs reports 2 for every directory).
+/// What a tree holds at one name. Directory sizes are left out: they are not specified. A
+/// directory's link count is 2 + its subdirectories on both.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Node {
-    Directory { mode: u32 },
+    Directory { mode: u32, nlink: u64 },
     File { mode: u32, nlink: u64, size: u64, fingerprint: u64 },
     Symlink { nlink: u64, size: u64, target: PathBuf },
     Special { kind: &'static str, mode: u32, nlink: u64, rdev: u64 },
@@ -204,7 +204,7 @@ fn walk(dir: &Path, prefix: &str, depth: usize, nodes: &mut BTreeMap<String, Nod
         let file_type = metadata.file_type();
         let mode = metadata.mode() & 0o7777;
         let node = if file_type.is_dir() {
-            Node::Directory { mode }
+            Node::Directory { mode, nlink: metadata.nlink() }
         } else if file_type.is_file() {
             let contents = std::fs::read(&path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
             assert_eq!(contents.len() as u64, metadata.len(), "{}: bytes read and size differ", path.display());

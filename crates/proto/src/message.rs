@@ -19,7 +19,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -524,14 +524,17 @@ pub const XATTR_LIST_MAX: usize = 65536;
 /// on by `file` (with an empty path) to the directory's inode. With `defer_for` (a server's
 /// name), that server holds back its later touches of the directory until the inode's
 /// server collects them (`CollectTouches`) — see `crates/server/src/dir_times.rs`.
+/// `subdirectories`: how many subdirectories the directory gained (negative: lost) with
+/// the change (its link count is 2 + its subdirectories); such a touch is never held back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirTouch {
     pub path: String,
     pub file: FileId,
     pub time_ns: i64,
     pub defer_for: String,
+    pub subdirectories: i32,
 }
-wire_struct!(DirTouch { path, file, time_ns, defer_for });
+wire_struct!(DirTouch { path, file, time_ns, defer_for, subdirectories });
 
 /// A list of files (orphan-chunk reclaiming).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]

@@ -35,6 +35,11 @@
 //! A held-back touch names its directory by path here, so a directory rename or rmdir (the
 //! `Freeze` and `PrepareRmdir` every server sees) turns the held-back touches at or below
 //! it into *loose* ones, sent by file id with the next flush.
+//!
+//! A touch also carries how many subdirectories the directory gained or lost (a mkdir, an
+//! rmdir, a directory renamed in or out): its link count is 2 + its subdirectories, as
+//! `find` and `rsync` expect. Those touches are never held back (a count cannot be
+//! collected as "the latest"): they go as in step 1, and the request waits for them.
 
 use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
@@ -84,8 +89,9 @@ pub struct DirTimes {
 /// numbered below `gathering` has been taken by a thread, and has been sent unless it is in
 /// `in_flight`.
 struct Batches {
-    /// Touches waiting to be sent: the latest time for each directory.
-    pending: HashMap<String, i64>,
+    /// Touches waiting to be sent: the latest time for each directory, and how many
+    /// subdirectories it gained.
+    pending: HashMap<String, (i64, i32)>,
     /// When the oldest pending touch was noted.
     pending_since: Option<Instant>,
     /// The number of the batch the pending touches will go in.
@@ -102,7 +108,7 @@ impl Default for Batches {
 
 impl Batches {
     /// Takes the pending touches as a batch to send.
-    fn take_batch(&mut self) -> (u64, Vec<(String, i64)>) {
+    fn take_batch(&mut self) -> (u64, Vec<(String, (i64, i32))>) {
         self.pending_since = None;
         let batch = self.gathering;
         self.gathering += 1;
@@ -164,12 +170,15 @@ impl DirTimes {
 
     /// Queues a touch of `dir` (no allocation for a directory queued already: the common
     /// case of a burst) and returns the number of the batch it goes in.
-    fn note(&self, dir: &str, time_ns: i64) -> u64 {
+    fn note(&self, dir: &str, time_ns: i64, subdirectories: i32) -> u64 {
         let mut batches = self.batches();
         match batches.pending.get_mut(dir) {
-            Some(latest) => *latest = (*latest).max(time_ns),
+            Some((latest, gained)) => {
+                *latest = (*latest).max(time_ns);
+                *gained += subdirectories;
+            }
             None => {
-                batches.pending.insert(dir.to_string(), time_ns);
+                batches.pending.insert(dir.to_string(), (time_ns, subdirectories));
                 batches.pending_since.get_or_insert_with(Instant::now);
             }
         }
@@ -274,7 +283,7 @@ enum Turn {
     /// It has been sent.
     Sent,
     /// Send it: its touches are these.
-    Send(u64, Vec<(String, i64)>),
+    Send(u64, Vec<(String, (i64, i32))>),
     /// The wait is over without it.
     GiveUp,
 }
@@ -284,11 +293,17 @@ impl ServerState {
     /// Held back if the directory's times are lent here; otherwise the request being
     /// handled answers once the touch is delivered (see the module doc).
     pub(crate) fn touch_parent(&self, child: &str, time_ns: i64) {
+        self.touch_parent_counting(child, time_ns, 0);
+    }
+
+    /// [`ServerState::touch_parent`] of a change that gave the parent `subdirectories` more
+    /// subdirectories (negative: fewer); never held back when that is not 0.
+    pub(crate) fn touch_parent_counting(&self, child: &str, time_ns: i64, subdirectories: i32) {
         let Some(parent) = path::parent(child) else { return };
-        if self.dir_times.hold_back(parent, time_ns) {
+        if subdirectories == 0 && self.dir_times.hold_back(parent, time_ns) {
             return;
         }
-        let batch = self.dir_times.note(parent, time_ns);
+        let batch = self.dir_times.note(parent, time_ns, subdirectories);
         AWAITED_BATCH.with(|awaited| awaited.set(awaited.get().max(batch)));
     }
 
@@ -335,17 +350,17 @@ impl ServerState {
 
     /// Sends one batch of touches by path, all at once, waiting for the answers until
     /// `end`; a directory whose times are lent here in answer is held back from then on.
-    fn send_touches(&self, touches: Vec<(String, i64)>, end: Instant) {
+    fn send_touches(&self, touches: Vec<(String, (i64, i32))>, end: Instant) {
         let collections = self.dir_times.deferred().collections;
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
-        for (dir, time_ns) in touches {
+        for (dir, (time_ns, subdirectories)) in touches {
             if dir == "/" {
-                // Every server holds the root directory.
-                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new() };
+                // Every server holds the root directory (and counts its subdirectories).
+                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new(), subdirectories };
                 let members = self.membership().list().members.clone();
                 targets.extend(members.into_iter().map(|member| (member, touch.clone())));
             } else {
-                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.name.clone() };
+                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.name.clone(), subdirectories };
                 targets.push((self.owner_of_path(&dir), touch));
             }
         }
@@ -424,7 +439,8 @@ impl ServerState {
             .into_iter()
             .map(|(file, time_ns, lent_on)| {
                 let defer_for = if lent_on { self.name.clone() } else { String::new() };
-                (self.owner_of_chunk(ChunkKey::inode(file)), DirTouch { path: String::new(), file, time_ns, defer_for })
+                let touch = DirTouch { path: String::new(), file, time_ns, defer_for, subdirectories: 0 };
+                (self.owner_of_chunk(ChunkKey::inode(file)), touch)
             })
             .collect();
         if targets.is_empty() {
@@ -441,7 +457,7 @@ impl ServerState {
     /// at the inode, which lends the directory's times to `defer_for`.
     pub fn touch_dir(&self, touch: DirTouch) -> Result<Response, Errno> {
         if touch.path.is_empty() {
-            self.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
+            self.store.touch_dir(touch.file, touch.time_ns, touch.subdirectories).map_err(store_errno)?;
             if !touch.defer_for.is_empty() && touch.defer_for != self.name {
                 self.dir_times.lend(touch.file, &touch.defer_for);
             }
@@ -515,7 +531,7 @@ impl ServerState {
             }
         }
         if latest != 0
-            && let Err(error) = self.store.touch_dir(file, latest)
+            && let Err(error) = self.store.touch_dir(file, latest, 0)
         {
             log::debug!("collected touches of directory {file} not applied: {error}");
         }

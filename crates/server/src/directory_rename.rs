@@ -315,10 +315,6 @@ impl ServerState {
             log::info!("could not give back the namespace lock yet: {errno} (trying again)");
             self.release_later(crate::names::Release::NamespaceLock { token });
         }
-        if outcome.is_ok() {
-            self.touch_parent(from, time_ns);
-            self.touch_parent(to, time_ns);
-        }
         outcome
     }
 
@@ -396,6 +392,11 @@ impl ServerState {
             self.thaw_everywhere(&subtree);
         }
         outcome?;
+        // The parents' times, and their subdirectories: the source's kind leaves `from` and
+        // enters `to`; the target's (replaced, or exchanged into `from`) leaves `to`.
+        let (source_dir, target_dir) = (i32::from(source.is_dir()), i32::from(target.is_some_and(|target| target.is_dir())));
+        self.touch_parent_counting(from, time_ns, if exchange { target_dir } else { 0 } - source_dir);
+        self.touch_parent_counting(to, time_ns, source_dir - target_dir);
         if let Some(replaced) = replaced_dir {
             self.drop_link(replaced.file, time_ns, None)?;
         }

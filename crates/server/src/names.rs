@@ -170,7 +170,8 @@ impl ServerState {
             }
         };
         if outcome.created {
-            self.touch_parent(&create.path, create.time_ns);
+            let directory = ringfs_proto::FileKind::from_mode(create.mode) == Some(ringfs_proto::FileKind::Directory);
+            self.touch_parent_counting(&create.path, create.time_ns, i32::from(directory));
         }
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
@@ -263,7 +264,7 @@ impl ServerState {
         };
         outcome?;
         finished?;
-        self.touch_parent(path, time_ns);
+        self.touch_parent_counting(path, time_ns, -1);
         self.drop_link(directory.file, time_ns, None)?;
         Ok(Response::Done)
     }
