@@ -360,3 +360,106 @@ fn a_cached_directory_lists_backend_and_ringfs_names_once_through_the_mount() {
     assert_eq!(listed_names(&directory), expected);
     let _ = std::fs::remove_dir_all(&backend);
 }
+
+/// The requests the servers have answered so far, all of them together.
+fn server_requests(client: &ringfs_client::Client) -> u64 {
+    client.server_stats().unwrap().iter().map(|stats| stats.requests).sum()
+}
+
+fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let (path, name) = (std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap(), std::ffi::CString::new(name).unwrap());
+    let mut value = vec![0u8; 256];
+    // SAFETY: NUL-terminated strings and a buffer of the length given.
+    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    if length < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    value.truncate(length as usize);
+    Ok(value)
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let (path, name) = (std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap(), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings and a value of the length given.
+    let outcome = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if outcome < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+#[test]
+fn writes_through_the_mount_ask_the_servers_nothing_but_the_writes() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&[]);
+    let mut file = std::fs::File::create(mount.path("file")).unwrap();
+    let before = server_requests(&client);
+    for _ in 0..200 {
+        file.write_all(&[7u8; 1000]).unwrap();
+    }
+    let asked = server_requests(&client) - before;
+    // One request per write (the kernel sends two for a write across a page boundary), not
+    // one more for the `security.capability` question the kernel asks before each.
+    assert!(asked < 400, "{asked} requests for 200 writes");
+    drop(file);
+    assert_eq!(std::fs::read(mount.path("file")).unwrap(), vec![7u8; 200_000]);
+}
+
+#[test]
+fn extended_attributes_set_elsewhere_show_through_the_mount_once_attributes_expire() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "300"]);
+    let path = mount.path("file");
+    std::fs::write(&path, b"x").unwrap();
+    assert_eq!(get_xattr(&path, "user.a").unwrap_err().raw_os_error(), Some(libc::ENODATA));
+    client.set_xattr("/file", "user.a", b"set elsewhere", 0).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(get_xattr(&path, "user.a").unwrap(), b"set elsewhere", "seen once the attributes expired");
+    let other = mount.path("other");
+    std::fs::write(&other, b"y").unwrap();
+    assert_eq!(get_xattr(&other, "user.b").unwrap_err().raw_os_error(), Some(libc::ENODATA));
+    set_xattr(&other, "user.b", b"set here").unwrap();
+    assert_eq!(get_xattr(&other, "user.b").unwrap(), b"set here", "seen at once through the mount that set it");
+}
+
+#[test]
+fn a_directory_shows_this_mounts_creates_and_removals_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000"]);
+    let directory = mount.path("dir");
+    std::fs::create_dir(&directory).unwrap();
+    let times = |path: &Path| {
+        let metadata = std::fs::metadata(path).unwrap();
+        (metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(), metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(), metadata.nlink())
+    };
+    let mut last = times(&directory);
+    for step in 0..6 {
+        std::thread::sleep(Duration::from_millis(2));
+        let name = directory.join(format!("n{}", step / 3));
+        match step % 3 {
+            0 => std::fs::write(&name, b"x").unwrap(),
+            1 => {
+                std::fs::remove_file(&name).unwrap();
+                std::fs::create_dir(&name).unwrap();
+            }
+            _ => std::fs::remove_dir(&name).unwrap(),
+        }
+        let now = times(&directory);
+        assert!(now.0 > last.0 && now.1 > last.1, "step {step}: the times moved ({last:?} -> {now:?})");
+        assert_eq!(now.2, if step % 3 == 1 { 3 } else { 2 }, "step {step}: subdirectories counted");
+        last = now;
+    }
+    // What the mount showed is what the servers hold.
+    let client = cluster.client();
+    let stat = client.stat("/dir").unwrap();
+    assert!(stat.mtime_ns >= last.0 && stat.nlink as u64 == last.2);
+}

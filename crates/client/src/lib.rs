@@ -252,6 +252,8 @@ pub struct Stat {
     pub ctime_ns: i64,
     /// Cache mode: the entry lies in the tree cached from the backend.
     pub backed: bool,
+    /// The file has extended attributes.
+    pub has_xattrs: bool,
 }
 
 impl Stat {
@@ -270,6 +272,7 @@ impl Stat {
             mtime_ns: attr.mtime_ns,
             ctime_ns: attr.ctime_ns,
             backed: attr.has(ringfs_proto::EntryFlags::BACKED),
+            has_xattrs: attr.has(ringfs_proto::EntryFlags::XATTRS),
         }
     }
 

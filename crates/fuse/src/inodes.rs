@@ -6,10 +6,22 @@
 //! to, the file id — everything done to a file (open, stat, attribute changes) goes by id,
 //! whatever happened to its names — and the path it was last seen at, which operations on
 //! names inside a directory need. Lookups are counted so that `forget` can drop entries.
+//!
+//! For a directory the table also keeps the attributes last read from ringfs, with the
+//! changes of names this mount made in it since ([`InodeTable::directory_attr`]): the kernel
+//! drops its copy of a directory's attributes at every create or removal in it and asks again
+//! before the next one (for its permission check), and answering from here spares that
+//! request to the servers — and spares the servers collecting the directory's held-back time
+//! touches each time, which made every create in it wait for its touch. For every inode
+//! it keeps whether the file had extended attributes when its attributes were last read:
+//! the kernel asks for `security.capability` before every write, and a file with none is
+//! answered here, as fresh as the attributes the kernel caches.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
+use fuser::FileAttr;
 use ringfs_client::{Errno, FileId};
 
 /// FUSE's root inode number (and ringfs's root file id).
@@ -22,6 +34,11 @@ struct Entry {
     /// The mount holds a reference on the file (see `ringfs_client::Client::lookup_ref`),
     /// given back when the kernel forgets the inode.
     referenced: bool,
+    /// A directory's attributes as read from ringfs at that instant, changed since by what
+    /// this mount did in it.
+    directory: Option<(FileAttr, Instant)>,
+    /// When the attributes read last said the file has no extended attributes.
+    no_xattrs_since: Option<Instant>,
 }
 
 /// The paths of the inodes the kernel knows.
@@ -32,7 +49,8 @@ pub struct InodeTable {
 impl Default for InodeTable {
     fn default() -> Self {
         let mut entries = HashMap::new();
-        entries.insert(ROOT_INODE, Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, referenced: false });
+        let root = Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, referenced: false, directory: None, no_xattrs_since: None };
+        entries.insert(ROOT_INODE, root);
         InodeTable { entries: Mutex::new(entries) }
     }
 }
@@ -73,7 +91,14 @@ impl InodeTable {
     /// keeps one per inode, and returns `true` when the caller's one is surplus (to give back).
     pub fn remember(&self, file: FileId, path: &str, referenced: bool) -> bool {
         let mut entries = self.entries();
-        let entry = entries.entry(file.ino()).or_insert_with(|| Entry { file, path: path.to_string(), lookups: 0, referenced: false });
+        let entry = entries.entry(file.ino()).or_insert_with(|| Entry {
+            file,
+            path: path.to_string(),
+            lookups: 0,
+            referenced: false,
+            directory: None,
+            no_xattrs_since: None,
+        });
         entry.file = file;
         if entry.path != path {
             // Renamed or linked (by anyone): the file id stays, the name changes.
@@ -101,6 +126,52 @@ impl InodeTable {
         entry.referenced.then_some(entry.file)
     }
 
+    /// Attributes of `attr.ino` (an inode the kernel holds) just read from ringfs, and
+    /// whether the file has extended attributes.
+    pub fn read_attr(&self, attr: &FileAttr, has_xattrs: bool) {
+        let mut entries = self.entries();
+        let Some(entry) = entries.get_mut(&attr.ino.0) else { return };
+        let now = Instant::now();
+        if attr.kind == fuser::FileType::Directory {
+            entry.directory = Some((*attr, now));
+        }
+        entry.no_xattrs_since = (!has_xattrs).then_some(now);
+    }
+
+    /// Whether `inode` had no extended attributes when its attributes were read, less than
+    /// `valid_for` ago.
+    pub fn has_no_xattrs(&self, inode: u64, valid_for: Duration) -> bool {
+        self.entries().get(&inode).and_then(|entry| entry.no_xattrs_since).is_some_and(|since| since.elapsed() < valid_for)
+    }
+
+    /// The attributes of directory `inode` read from ringfs less than `valid_for` ago, with
+    /// the changes made through this mount since, and how much longer they are valid.
+    pub fn directory_attr(&self, inode: u64, valid_for: Duration) -> Option<(FileAttr, Duration)> {
+        let entries = self.entries();
+        let (attr, read_at) = entries.get(&inode)?.directory?;
+        let remaining = valid_for.checked_sub(read_at.elapsed()).filter(|remaining| !remaining.is_zero())?;
+        Some((attr, remaining))
+    }
+
+    /// This mount created or removed names in `directory` at `time` (`subdirectories`: how
+    /// many more it has now): its times and link count change as ringfs changes them.
+    pub fn names_changed(&self, directory: u64, time: SystemTime, subdirectories: i32) {
+        if let Some((attr, _)) = self.entries().get_mut(&directory).and_then(|entry| entry.directory.as_mut()) {
+            attr.mtime = attr.mtime.max(time);
+            attr.ctime = attr.ctime.max(time);
+            attr.nlink = attr.nlink.saturating_add_signed(subdirectories).max(2);
+        }
+    }
+
+    /// The attributes kept for `inode` no longer hold (it changed in a way this table does
+    /// not follow: a rename, an extended attribute set or removed).
+    pub fn forget_attr(&self, inode: u64) {
+        if let Some(entry) = self.entries().get_mut(&inode) {
+            entry.directory = None;
+            entry.no_xattrs_since = None;
+        }
+    }
+
     /// A rename through this mount: every inode at `from` or below now lives under `to`;
     /// with `exchange`, those at `to` or below under `from` too.
     pub fn renamed(&self, from: &str, to: &str, exchange: bool) {
@@ -114,10 +185,11 @@ impl InodeTable {
             }
         };
         for entry in self.entries().values_mut() {
-            if let Some(path) = moved(&entry.path, from, to) {
+            let path = moved(&entry.path, from, to).or_else(|| if exchange { moved(&entry.path, to, from) } else { None });
+            if let Some(path) = path {
                 entry.path = path;
-            } else if exchange && let Some(path) = moved(&entry.path, to, from) {
-                entry.path = path;
+                // (A moved directory's ctime changed.)
+                entry.directory = None;
             }
         }
     }
@@ -162,6 +234,63 @@ mod tests {
         assert_eq!(table.path(2).unwrap(), "/dx");
         assert_eq!(table.path(4).unwrap(), "/e");
         assert_eq!(table.path(5).unwrap(), "/e/y");
+    }
+
+    #[test]
+    fn a_directorys_attributes_follow_this_mounts_changes_until_they_expire() {
+        let table = InodeTable::default();
+        table.remember(file(2), "/d", false);
+        let read = FileAttr { ino: fuser::INodeNo(2), kind: fuser::FileType::Directory, nlink: 3, ..attr() };
+        table.read_attr(&read, false);
+        let later = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
+        table.names_changed(2, later, 1);
+        let (kept, remaining) = table.directory_attr(2, Duration::from_secs(1)).unwrap();
+        assert_eq!((kept.mtime, kept.ctime, kept.nlink), (later, later, 4));
+        assert!(remaining <= Duration::from_secs(1));
+        table.names_changed(2, SystemTime::UNIX_EPOCH, -5);
+        let (kept, _) = table.directory_attr(2, Duration::from_secs(1)).unwrap();
+        assert_eq!((kept.mtime, kept.nlink), (later, 2), "times never go back; at least 2 links");
+        assert!(table.directory_attr(2, Duration::ZERO).is_none(), "expired");
+        table.renamed("/d", "/e", false);
+        assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "a moved directory is read again");
+        table.read_attr(&FileAttr { kind: fuser::FileType::RegularFile, ..read }, false);
+        assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "files are not kept");
+    }
+
+    #[test]
+    fn a_file_without_extended_attributes_is_known_so_until_the_attributes_expire() {
+        let table = InodeTable::default();
+        table.remember(file(3), "/f", false);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "nothing known yet");
+        let read = FileAttr { ino: fuser::INodeNo(3), ..attr() };
+        table.read_attr(&read, false);
+        assert!(table.has_no_xattrs(3, Duration::from_secs(1)));
+        assert!(!table.has_no_xattrs(3, Duration::ZERO), "expired");
+        table.forget_attr(3);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "set through this mount since");
+        table.read_attr(&read, true);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)));
+    }
+
+    fn attr() -> FileAttr {
+        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
+        FileAttr {
+            ino: fuser::INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind: fuser::FileType::RegularFile,
+            perm: 0o755,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
     }
 
     fn file(serial: u64) -> FileId {

@@ -202,12 +202,17 @@ impl RingfsFilesystem {
         if self.inodes.remember(stat.file, path, referenced) {
             self.client.release_ref(stat.file);
         }
-        Ok(file_attr(&stat))
+        Ok(self.read(&stat))
     }
 
-    /// Attributes of `path` just created here, for a reply that hands the kernel its inode (no
-    /// reference is taken: the creator holds the file, and a later open of an inode whose file
-    /// went fails with ESTALE, on which the kernel looks the name up again).
+    /// The kernel's attributes of a file the kernel holds, just read from ringfs (noted in
+    /// the inode table, see [`inodes`]).
+    fn read(&self, stat: &Stat) -> FileAttr {
+        let attr = file_attr(stat);
+        self.inodes.read_attr(&attr, stat.has_xattrs);
+        attr
+    }
+
     /// The client acting for the caller of `request`: what it creates belongs to the caller
     /// (the kernel has checked the caller may create there: `default_permissions`).
     fn caller(&self, request: &Request) -> Client {
@@ -219,10 +224,16 @@ impl RingfsFilesystem {
         self.client.as_user(Credentials { uid: request.uid(), gid: request.gid(), groups })
     }
 
-    fn created_entry(&self, path: &str) -> Result<FileAttr, Errno> {
+    /// Attributes of `path` just created in `parent` here, for a reply that hands the kernel
+    /// its inode (no reference is taken: the creator holds the file, and a later open of an
+    /// inode whose file went fails with ESTALE, on which the kernel looks the name up again).
+    fn created_entry(&self, parent: INodeNo, path: &str) -> Result<FileAttr, Errno> {
         let stat = self.client.lstat(path)?;
         self.inodes.remember(stat.file, path, false);
-        Ok(file_attr(&stat))
+        let attr = self.read(&stat);
+        // The new name's time is the change's (a link's too: it sets the file's ctime).
+        self.inodes.names_changed(parent.0, attr.ctime, i32::from(attr.kind == FileType::Directory));
+        Ok(attr)
     }
 
     /// The client's open flags for the kernel's. With the writeback cache the kernel also
@@ -295,7 +306,7 @@ impl RingfsFilesystem {
                     matches!(times.0, Some(TimeOrNow::SpecificTime(_))) || matches!(times.1, Some(TimeOrNow::SpecificTime(_)));
             })?;
         }
-        Ok(file_attr(&self.client.stat_id(file)?))
+        Ok(self.read(&self.client.stat_id(file)?))
     }
 
     /// Opens directory `inode` for listing: its handle.
@@ -392,6 +403,13 @@ impl Filesystem for RingfsFilesystem {
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let result = self.child_path(parent, name).and_then(|path| self.entry(&path));
+        if result == Err(Errno::ENOENT) {
+            // A missing name is remembered as long as names are (inode 0: none); a name made
+            // through this mount replaces it at once, one made elsewhere shows as late as
+            // other changes.
+            let missing = FileAttr { ino: INodeNo(0), ..file_attr(&Stat::default()) };
+            return reply.entry(&self.options.attr_timeout, &missing, Generation(0));
+        }
         self.reply_entry(reply, result);
     }
 
@@ -402,12 +420,16 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        // (A directory's, read lately and changed since by this mount: see `inodes`.)
+        if let Some((attr, valid_for)) = self.inodes.directory_attr(inode.0, self.options.attr_timeout) {
+            return reply.attr(&valid_for, &attr);
+        }
         let stat = match handle {
             Some(handle) if inode.0 != ROOT_INODE => self.client.fstat(fd_of(handle)),
             _ => self.inodes.file(inode.0).and_then(|file| self.client.stat_id(file)),
         };
         match stat {
-            Ok(stat) => reply.attr(&self.options.attr_timeout, &file_attr(&stat)),
+            Ok(stat) => reply.attr(&self.options.attr_timeout, &self.read(&stat)),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -446,23 +468,33 @@ impl Filesystem for RingfsFilesystem {
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         let result = self.child_path(parent, name).and_then(|path| {
             self.caller(request).mkdir(&path, mode & !umask)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
         self.reply_entry(reply, result);
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.unlink(&path)));
+        let time = SystemTime::now();
+        let result = self.child_path(parent, name).and_then(|path| self.client.unlink(&path));
+        if result.is_ok() {
+            self.inodes.names_changed(parent.0, time, 0);
+        }
+        Self::reply_empty(reply, result);
     }
 
     fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.rmdir(&path)));
+        let time = SystemTime::now();
+        let result = self.child_path(parent, name).and_then(|path| self.client.rmdir(&path));
+        if result.is_ok() {
+            self.inodes.names_changed(parent.0, time, -1);
+        }
+        Self::reply_empty(reply, result);
     }
 
     fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         let result = self.child_path(parent, link_name).and_then(|path| {
             self.caller(request).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
         self.reply_entry(reply, result);
     }
@@ -471,7 +503,7 @@ impl Filesystem for RingfsFilesystem {
         let result = self.child_path(parent, name).and_then(|path| {
             let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
             self.caller(request).mknod(&path, mode, rdev as u64)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
         self.reply_entry(reply, result);
     }
@@ -483,7 +515,7 @@ impl Filesystem for RingfsFilesystem {
             let file = self.inodes.file(inode.0)?;
             let to = self.child_path(new_parent, new_name)?;
             self.client.link_file(file, &to)?;
-            self.created_entry(&to)
+            self.created_entry(new_parent, &to)
         })();
         self.reply_entry(reply, result);
     }
@@ -514,6 +546,9 @@ impl Filesystem for RingfsFilesystem {
             }
             self.client.rename_with_flags(&from, &to, ringfs_flags)?;
             self.inodes.renamed(&from, &to, exchange);
+            // (The parents' link counts depend on what moved: they are read again.)
+            self.inodes.forget_attr(parent.0);
+            self.inodes.forget_attr(new_parent.0);
             Ok(())
         })();
         Self::reply_empty(reply, result);
@@ -534,7 +569,9 @@ impl Filesystem for RingfsFilesystem {
             let (fd, stat) =
                 self.caller(request).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
             self.inodes.remember(stat.file, &path, false);
-            Ok((fd, file_attr(&stat)))
+            let attr = self.read(&stat);
+            self.inodes.names_changed(parent.0, attr.ctime, 0);
+            Ok((fd, attr))
         });
         match result {
             Ok((fd, attr)) => reply.created(&self.options.attr_timeout, &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
@@ -702,6 +739,7 @@ impl Filesystem for RingfsFilesystem {
                 if !full {
                     // The kernel now holds a reference to the entry's inode.
                     self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), false);
+                    self.read(&entry.stat);
                 }
                 full
             }
@@ -743,12 +781,17 @@ impl Filesystem for RingfsFilesystem {
     fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
         let result = (|| {
             let name = name.to_str().ok_or(Errno::EINVAL)?;
+            self.inodes.forget_attr(inode.0);
             self.client.set_xattr_id(self.inodes.file(inode.0)?, name, value, flags as u32)
         })();
         Self::reply_empty(reply, result);
     }
 
     fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.inodes.has_no_xattrs(inode.0, self.options.attr_timeout) {
+            // (The kernel asks for `security.capability` before every write.)
+            return reply.error(FuseErrno::ENODATA);
+        }
         let result = (|| {
             let name = name.to_str().ok_or(Errno::ENODATA)?;
             self.client.get_xattr_id(self.inodes.file(inode.0)?, name)
@@ -757,6 +800,9 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.inodes.has_no_xattrs(inode.0, self.options.attr_timeout) {
+            return Self::reply_xattr(reply, size, Ok(Vec::new()));
+        }
         let result = self.inodes.file(inode.0).and_then(|file| self.client.list_xattrs_id(file)).map(|names| {
             let mut list = Vec::new();
             // `trusted.` names are listed to root only (as file systems do; the kernel leaves
@@ -773,6 +819,7 @@ impl Filesystem for RingfsFilesystem {
     fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let result = (|| {
             let name = name.to_str().ok_or(Errno::ENODATA)?;
+            self.inodes.forget_attr(inode.0);
             self.client.remove_xattr_id(self.inodes.file(inode.0)?, name)
         })();
         Self::reply_empty(reply, result);

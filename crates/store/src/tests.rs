@@ -469,3 +469,17 @@ fn a_directory_counts_its_subdirectories_in_its_link_count() {
     store.drop_link(file(5), 4_000).unwrap();
     assert!(store.stat(file(5)).is_err() || links(&store) == 0, "a removed directory does not count again");
 }
+
+#[test]
+fn a_files_attributes_say_whether_it_has_extended_attributes() {
+    let store = memory_store();
+    create(&store, "/f", REGULAR, 6);
+    let flagged = |store: &ChunkStore| store.stat(file(6)).unwrap().has(ringfs_proto::EntryFlags::XATTRS);
+    assert!(!flagged(&store));
+    assert!(store.set_xattr(file(6), "user.a", b"1", 0, 10).unwrap().has(ringfs_proto::EntryFlags::XATTRS));
+    store.set_xattr(file(6), "user.b", b"2", 0, 20).unwrap();
+    store.remove_xattr(file(6), "user.a", 30).unwrap();
+    assert!(flagged(&store), "one is left");
+    assert!(!store.remove_xattr(file(6), "user.b", 40).unwrap().has(ringfs_proto::EntryFlags::XATTRS));
+    assert!(!flagged(&store));
+}
