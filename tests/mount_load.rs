@@ -439,7 +439,11 @@ fn a_directory_shows_this_mounts_creates_and_removals_at_once() {
     std::fs::create_dir(&directory).unwrap();
     let times = |path: &Path| {
         let metadata = std::fs::metadata(path).unwrap();
-        (metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(), metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(), metadata.nlink())
+        (
+            metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
+            metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
+            metadata.nlink(),
+        )
     };
     let mut last = times(&directory);
     for step in 0..6 {
@@ -462,4 +466,70 @@ fn a_directory_shows_this_mounts_creates_and_removals_at_once() {
     let client = cluster.client();
     let stat = client.stat("/dir").unwrap();
     assert!(stat.mtime_ns >= last.0 && stat.nlink as u64 == last.2);
+}
+
+/// Waits (at most 2 s) until `check` holds; whether it did.
+fn within_two_seconds(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
+
+#[test]
+fn changes_made_elsewhere_show_through_a_mount_that_caches_for_a_minute() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000", "--watch-ms", "100"]);
+    let (file, missing, directory) = (mount.path("file"), mount.path("missing"), mount.path("dir"));
+    std::fs::write(&file, b"first").unwrap();
+    std::fs::create_dir(&directory).unwrap();
+    std::fs::write(directory.join("inside"), b"x").unwrap();
+    // The kernel caches all of it now (and that `missing` is missing).
+    assert_eq!(std::fs::read(&file).unwrap(), b"first");
+    assert!(!missing.exists());
+    assert!(directory.join("inside").exists());
+    // Another client changes each of them.
+    let fd = client.open("/file", ringfs_client::OpenFlags::WRITE, 0).unwrap();
+    client.pwrite(fd, b"second, longer", 0).unwrap();
+    client.close(fd).unwrap();
+    client.close(client.create("/missing", 0o600).unwrap()).unwrap();
+    client.rename("/dir", "/moved").unwrap();
+    client.chmod("/moved/inside", 0o640).unwrap();
+    client.set_xattr("/moved/inside", "user.k", b"v", 0).unwrap();
+    assert!(within_two_seconds(|| std::fs::read(&file).is_ok_and(|bytes| bytes == b"second, longer")), "new bytes and size");
+    assert!(within_two_seconds(|| missing.exists()), "a name created elsewhere");
+    assert!(within_two_seconds(|| !directory.exists() && mount.path("moved/inside").exists()), "a directory renamed elsewhere");
+    let inside = mount.path("moved/inside");
+    assert!(within_two_seconds(|| std::fs::metadata(&inside).is_ok_and(|metadata| metadata.permissions().mode() & 0o777 == 0o640)));
+    assert!(within_two_seconds(|| get_xattr(&inside, "user.k").is_ok_and(|value| value == b"v")));
+    client.unlink("/file").unwrap();
+    assert!(within_two_seconds(|| !file.exists()), "a name removed elsewhere");
+    // What this mount does itself shows at once, and stays cached.
+    std::fs::write(mount.path("own"), b"mine").unwrap();
+    assert_eq!(std::fs::metadata(mount.path("own")).unwrap().size(), 4);
+}
+
+#[test]
+fn without_watching_the_kernel_keeps_what_it_cached_until_it_expires() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000", "--watch-ms", "0"]);
+    let missing = mount.path("missing");
+    assert!(!missing.exists());
+    client.close(client.create("/missing", 0o600).unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // (This is what the watch is for: the test checks that it is what makes the difference.)
+    assert!(!missing.exists(), "the kernel still remembers the name as missing");
 }

@@ -24,6 +24,7 @@
 //! ```
 
 mod cache;
+mod changes;
 mod chunking;
 mod closes;
 mod cluster;
@@ -35,6 +36,7 @@ pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
+pub use changes::{ChangeWatch, Changes};
 pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};

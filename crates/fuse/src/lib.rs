@@ -22,6 +22,7 @@
 
 pub mod directories;
 pub mod inodes;
+pub mod watch;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -41,6 +42,7 @@ use thiserror::Error;
 
 use crate::directories::{Listed, OpenDirectories};
 use crate::inodes::{InodeTable, ROOT_INODE};
+use crate::watch::Watch;
 
 /// Largest read or write the kernel sends in one request.
 const MAX_TRANSFER: u32 = 1 << 20;
@@ -48,8 +50,14 @@ const MAX_TRANSFER: u32 = 1 << 20;
 /// How a mount behaves.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// How long the kernel may cache attributes and names. Default 1 s.
+    /// How long the kernel may cache attributes and names. Default 60 s: changes made
+    /// elsewhere are dropped from the kernel's caches as the mount learns of them (see
+    /// `watch_interval`).
     pub attr_timeout: Duration,
+    /// How often the mount asks the servers what other clients changed (see [`watch`]);
+    /// zero: never (then only `attr_timeout` bounds how stale the kernel's caches are).
+    /// Default 100 ms.
+    pub watch_interval: Duration,
     /// Bypass the page cache: every read and write goes to ringfs (mmap does not work).
     pub direct_io: bool,
     /// Let the kernel collect small writes in the page cache and send them later (faster
@@ -64,7 +72,14 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { attr_timeout: Duration::from_secs(1), direct_io: false, writeback_cache: false, threads: 4, allow_other: false }
+        MountOptions {
+            attr_timeout: Duration::from_secs(60),
+            watch_interval: Duration::from_millis(100),
+            direct_io: false,
+            writeback_cache: false,
+            threads: 4,
+            allow_other: false,
+        }
     }
 }
 
@@ -79,7 +94,9 @@ pub enum MountError {
 /// The ringfs file system, as the kernel sees it.
 pub struct RingfsFilesystem {
     client: Client,
-    inodes: InodeTable,
+    inodes: Arc<InodeTable>,
+    /// Drops from the kernel's caches what changed elsewhere (see [`watch`]).
+    watch: Arc<Watch>,
     options: MountOptions,
     /// Open directories and where their listings stand (see [`directories`]).
     directories: OpenDirectories,
@@ -182,7 +199,8 @@ impl RingfsFilesystem {
     pub fn new(client: Client, options: MountOptions) -> RingfsFilesystem {
         RingfsFilesystem {
             client,
-            inodes: InodeTable::default(),
+            inodes: Arc::new(InodeTable::default()),
+            watch: Arc::new(Watch::default()),
             options,
             directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
@@ -252,9 +270,15 @@ impl RingfsFilesystem {
         if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
+    /// How long the kernel may keep an answer read from the servers since the watch's count
+    /// of drops was `dropped_before` (see [`watch`]).
+    fn cache_time(&self, dropped_before: u64) -> Duration {
+        self.watch.cache_time(dropped_before, self.options.attr_timeout)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, dropped_before: u64, result: Result<FileAttr, Errno>) {
         match result {
-            Ok(attr) => reply.entry(&self.options.attr_timeout, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&self.cache_time(dropped_before), &attr, Generation(0)),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -402,15 +426,16 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| self.entry(&path));
-        if result == Err(Errno::ENOENT) {
+        if result == Err(Errno::ENOENT) && self.inodes.note_missing(parent.0, &name.to_string_lossy(), self.options.attr_timeout) {
             // A missing name is remembered as long as names are (inode 0: none); a name made
             // through this mount replaces it at once, one made elsewhere shows as late as
             // other changes.
             let missing = FileAttr { ino: INodeNo(0), ..file_attr(&Stat::default()) };
-            return reply.entry(&self.options.attr_timeout, &missing, Generation(0));
+            return reply.entry(&self.cache_time(dropped), &missing, Generation(0));
         }
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
@@ -420,6 +445,7 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        let dropped = self.watch.dropped();
         // (A directory's, read lately and changed since by this mount: see `inodes`.)
         if let Some((attr, valid_for)) = self.inodes.directory_attr(inode.0, self.options.attr_timeout) {
             return reply.attr(&valid_for, &attr);
@@ -429,7 +455,7 @@ impl Filesystem for RingfsFilesystem {
             _ => self.inodes.file(inode.0).and_then(|file| self.client.stat_id(file)),
         };
         match stat {
-            Ok(stat) => reply.attr(&self.options.attr_timeout, &self.read(&stat)),
+            Ok(stat) => reply.attr(&self.cache_time(dropped), &self.read(&stat)),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -466,11 +492,12 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             self.caller(request).mkdir(&path, mode & !umask)?;
             self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -492,23 +519,26 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, link_name).and_then(|path| {
             self.caller(request).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
             self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
             self.caller(request).mknod(&path, mode, rdev as u64)?;
             self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = (|| {
             // By id: the file the kernel holds, whatever its names are now (the name this
             // mount saw last may be gone while others remain).
@@ -517,7 +547,7 @@ impl Filesystem for RingfsFilesystem {
             self.client.link_file(file, &to)?;
             self.created_entry(new_parent, &to)
         })();
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn rename(
@@ -565,6 +595,7 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             let (fd, stat) =
                 self.caller(request).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
@@ -574,7 +605,7 @@ impl Filesystem for RingfsFilesystem {
             Ok((fd, attr))
         });
         match result {
-            Ok((fd, attr)) => reply.created(&self.options.attr_timeout, &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
+            Ok((fd, attr)) => reply.created(&self.cache_time(dropped), &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -727,7 +758,7 @@ impl Filesystem for RingfsFilesystem {
 
     fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
         let Ok(directory_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
-        let timeout = self.options.attr_timeout;
+        let dropped = self.watch.dropped();
         let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
             // (The kernel takes no attributes from the dot entries.)
             Listed::Dot(ino) => {
@@ -735,6 +766,7 @@ impl Filesystem for RingfsFilesystem {
                 reply.add(INodeNo(ino), cookie, name, &Duration::ZERO, &attr, Generation(0))
             }
             Listed::Entry(entry) => {
+                let timeout = self.cache_time(dropped);
                 let full = reply.add(INodeNo(entry.stat.ino), cookie, name, &timeout, &file_attr(&entry.stat), Generation(0));
                 if !full {
                     // The kernel now holds a reference to the entry's inode.
@@ -834,6 +866,8 @@ impl Filesystem for RingfsFilesystem {
 /// A mounted file system; unmounts when [`MountedFs::unmount`] is called or it is dropped.
 pub struct MountedFs {
     session: Option<BackgroundSession>,
+    /// The thread watching for changes elsewhere, and how to stop it.
+    watching: Option<(Arc<Watch>, std::thread::JoinHandle<()>)>,
 }
 
 impl MountedFs {
@@ -844,15 +878,24 @@ impl MountedFs {
 
     /// Unmounts and waits for the request threads to finish.
     pub fn unmount(mut self) -> Result<(), MountError> {
+        self.stop_watching();
         match self.session.take() {
             Some(session) => session.umount_and_join().map_err(MountError::Unmount),
             None => Ok(()),
+        }
+    }
+
+    fn stop_watching(&mut self) {
+        if let Some((watch, thread)) = self.watching.take() {
+            watch.stop();
+            let _ = thread.join();
         }
     }
 }
 
 impl Drop for MountedFs {
     fn drop(&mut self) {
+        self.stop_watching();
         if let Some(session) = self.session.take()
             && let Err(error) = session.umount_and_join()
         {
@@ -875,10 +918,14 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
-    let filesystem = RingfsFilesystem::new(client, options.clone());
-    let notifier = filesystem.notifier.clone();
+    let filesystem = RingfsFilesystem::new(client.clone(), options.clone());
+    let (notifier, watch, inodes) = (filesystem.notifier.clone(), filesystem.watch.clone(), filesystem.inodes.clone());
     let session = fuser::spawn_mount(filesystem, directory, &config)
         .map_err(|source| MountError::Mount { path: directory.display().to_string(), source })?;
     let _ = notifier.set(session.notifier());
-    Ok(MountedFs { session: Some(session) })
+    let watching = (!options.watch_interval.is_zero()).then(|| {
+        let thread = watch::spawn(watch.clone(), client, inodes, session.notifier(), options.watch_interval);
+        (watch, thread)
+    });
+    Ok(MountedFs { session: Some(session), watching })
 }

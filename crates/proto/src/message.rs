@@ -475,6 +475,32 @@ wire_struct!(NamespaceLock { token, acquire });
 
 // ----- files and chunks ---------------------------------------------------------------------------
 
+/// What changed at a server after position `after` of its change log, leaving out the
+/// changes `client` made itself (`Changes`, from a FUSE mount that lets the kernel cache long:
+/// see `crates/server/src/changes.rs`). `epoch` names the log the position belongs to (0:
+/// none yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangesSince {
+    pub epoch: u64,
+    pub after: u64,
+    pub client: u64,
+}
+wire_struct!(ChangesSince { epoch, after, client });
+
+/// Answer to `Changes`: the files whose attributes or bytes changed and the names created
+/// or removed (each once) after the position asked, up to position `last`; `complete` is
+/// false when the log no longer reaches back there (or is another epoch's): then anything
+/// may have changed.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ChangeList {
+    pub epoch: u64,
+    pub last: u64,
+    pub complete: bool,
+    pub files: Vec<FileId>,
+    pub names: Vec<String>,
+}
+wire_struct!(ChangeList { epoch, last, complete, files, names });
+
 /// A file alone (requests to the file's inode, or broadcasts about it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileOnly {
@@ -997,6 +1023,9 @@ wire_enum! {
         /// another file (cache mode): give up a pending backend creation there. Answered
         /// `Count` (1: given up, to be made again if the rename fails; 0: nothing pending).
         84 => YieldBackendName(BackendName),
+        /// What other clients changed here since a position of this server's change log
+        /// (answered with `ChangeList`).
+        85 => Changes(ChangesSince),
     }
 }
 
@@ -1153,7 +1182,8 @@ impl Request {
             | Request::CoPut(_)
             | Request::CoForward(_)
             | Request::CoInvalidate(_)
-            | Request::CoFill(_) => Route::Here,
+            | Request::CoFill(_)
+            | Request::Changes(_) => Route::Here,
         }
     }
 
@@ -1375,6 +1405,7 @@ wire_enum! {
         152 => GmemArray(ArrayLayout),
         /// Result of `CoGet`.
         153 => CoGrant(CoGrant),
+        154 => ChangeList(ChangeList),
     }
 }
 

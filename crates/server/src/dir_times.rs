@@ -85,13 +85,16 @@ pub struct DirTimes {
     any_lent: AtomicBool,
 }
 
+/// A directory's pending touch: the latest time, and how many subdirectories it gained.
+type PendingTouch = (i64, i32);
+
 /// Touches to send, in batches. Invariant: `pending` goes in batch `gathering`; every batch
 /// numbered below `gathering` has been taken by a thread, and has been sent unless it is in
 /// `in_flight`.
 struct Batches {
     /// Touches waiting to be sent: the latest time for each directory, and how many
     /// subdirectories it gained.
-    pending: HashMap<String, (i64, i32)>,
+    pending: HashMap<String, PendingTouch>,
     /// When the oldest pending touch was noted.
     pending_since: Option<Instant>,
     /// The number of the batch the pending touches will go in.
@@ -108,7 +111,7 @@ impl Default for Batches {
 
 impl Batches {
     /// Takes the pending touches as a batch to send.
-    fn take_batch(&mut self) -> (u64, Vec<(String, (i64, i32))>) {
+    fn take_batch(&mut self) -> (u64, Vec<(String, PendingTouch)>) {
         self.pending_since = None;
         let batch = self.gathering;
         self.gathering += 1;
@@ -283,7 +286,7 @@ enum Turn {
     /// It has been sent.
     Sent,
     /// Send it: its touches are these.
-    Send(u64, Vec<(String, (i64, i32))>),
+    Send(u64, Vec<(String, PendingTouch)>),
     /// The wait is over without it.
     GiveUp,
 }
@@ -350,7 +353,7 @@ impl ServerState {
 
     /// Sends one batch of touches by path, all at once, waiting for the answers until
     /// `end`; a directory whose times are lent here in answer is held back from then on.
-    fn send_touches(&self, touches: Vec<(String, (i64, i32))>, end: Instant) {
+    fn send_touches(&self, touches: Vec<(String, PendingTouch)>, end: Instant) {
         let collections = self.dir_times.deferred().collections;
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
         for (dir, (time_ns, subdirectories)) in touches {

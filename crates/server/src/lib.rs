@@ -19,6 +19,7 @@
 //! server.stop();
 //! ```
 
+mod changes;
 mod dir_times;
 mod directory_rename;
 mod file_locks;

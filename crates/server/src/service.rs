@@ -133,6 +133,8 @@ pub struct ServerState {
     pub gmem: crate::gmem::Gmem,
     /// Modes and owners of directories, for permission checks (see `permissions`).
     pub dir_attrs: crate::permissions::DirAttrCache,
+    /// What changed here lately, for FUSE mounts that ask (see `changes`).
+    pub changes: crate::changes::ChangeLog,
 }
 
 /// Copies a write's bytes straight out of a client process on this host.
@@ -212,6 +214,7 @@ impl ServerState {
             gmem,
             dir_attrs: Default::default(),
             later_releases: Mutex::new(Vec::new()),
+            changes: Default::default(),
         }
     }
 
@@ -368,6 +371,7 @@ impl ServerState {
                 Ok(Response::DirPage(self.store.read_dir(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize)))
             }
             Request::Find(find) => Ok(Response::Found(self.store.find(&find.root, &find.filter))),
+            Request::Changes(asked) => Ok(Response::ChangeList(self.changes.since(&asked))),
             Request::LookupDir(lookup) => {
                 let _pass = self.gate.pass(&[&lookup.path], 0)?;
                 let entry = self.store.lookup_dir(&lookup.path, self.anchor_of(&lookup.path)).map_err(store_errno)?;
@@ -842,8 +846,10 @@ impl Service for ServerState {
             self.io_monitor.begin();
         }
         let deadline = session.patience.map(|patience| request_deadline(session, &request, patience));
-
+        // What the request changes, for FUSE mounts watching (see `changes`).
+        let changes = self.changes.changes_of(&request);
         let response = crate::locks::with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
+        self.changes.note(session.client_id.unwrap_or(0), changes);
         let mut response = response;
         // Directories' times: what the response shows includes every change of names before
         // it, and a change of names answers once its directories' times have moved.

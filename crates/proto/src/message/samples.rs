@@ -191,6 +191,7 @@ pub fn requests() -> Vec<Request> {
         Request::BackendOf(FileOnly { file: file(3) }),
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
+        Request::Changes(ChangesSince { epoch: 5, after: 17, client: 9 }),
     ]
 }
 
@@ -213,6 +214,7 @@ pub fn responses() -> Vec<Response> {
         Response::LockHolder(None),
         Response::GmemArray(gmem_layout()),
         Response::CoGrant(crate::gmem::CoGrant { state: 2, source: 1 }),
+        Response::ChangeList(ChangeList { epoch: 5, last: 20, complete: true, files: vec![file(3)], names: vec!["/a".into()] }),
         Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
         Response::Tail(TailSummary::default()),
         Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
