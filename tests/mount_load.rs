@@ -533,3 +533,31 @@ fn without_watching_the_kernel_keeps_what_it_cached_until_it_expires() {
     // (This is what the watch is for: the test checks that it is what makes the difference.)
     assert!(!missing.exists(), "the kernel still remembers the name as missing");
 }
+
+#[test]
+fn a_directory_made_through_the_mount_knows_its_missing_names_until_changed_elsewhere() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("made");
+    std::fs::create_dir(&directory).unwrap();
+    std::fs::write(directory.join("present"), b"x").unwrap();
+    let before = server_requests(&client);
+    for index in 0..100 {
+        assert!(!directory.join(format!("absent-{index}")).exists());
+    }
+    let asked = server_requests(&client) - before;
+    assert!(asked < 20, "{asked} requests to look up 100 names the mount knows are missing");
+    assert!(directory.join("present").exists());
+    // Changed elsewhere: a new name shows, also inside the directory renamed elsewhere.
+    client.close(client.create("/made/elsewhere", 0o644).unwrap()).unwrap();
+    assert!(within_two_seconds(|| directory.join("elsewhere").exists()));
+    std::fs::create_dir(mount.path("second")).unwrap();
+    assert!(!mount.path("second/later").exists());
+    client.rename("/second", "/renamed").unwrap();
+    client.close(client.create("/renamed/later", 0o644).unwrap()).unwrap();
+    assert!(within_two_seconds(|| mount.path("renamed/later").exists()), "a name made in a directory renamed elsewhere");
+}

@@ -39,6 +39,19 @@ struct Entry {
     directory: Option<(FileAttr, Instant)>,
     /// When the attributes read last said the file has no extended attributes.
     no_xattrs_since: Option<Instant>,
+    /// A directory made through this mount in which every change of names came through it
+    /// too (as far as the watch knows): how many of its names have each hash.
+    names: Option<HashMap<u64, u32>>,
+}
+
+/// Most names a directory's [`Entry::names`] counts (beyond, it is dropped).
+const MOST_KNOWN_NAMES: usize = 2_000_000;
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Most names the table remembers the kernel was told are missing (beyond, no more are
@@ -76,7 +89,15 @@ pub struct InodeTable {
 impl Default for InodeTable {
     fn default() -> Self {
         let mut inodes = Inodes::default();
-        let root = Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, referenced: false, directory: None, no_xattrs_since: None };
+        let root = Entry {
+            file: FileId::ROOT,
+            path: "/".into(),
+            lookups: 1,
+            referenced: false,
+            directory: None,
+            no_xattrs_since: None,
+            names: None,
+        };
         inodes.entries.insert(ROOT_INODE, root);
         inodes.by_path.insert("/".into(), ROOT_INODE);
         InodeTable { inodes: Mutex::new(inodes) }
@@ -155,7 +176,8 @@ impl InodeTable {
         let inode = file.ino();
         let known = inodes.entries.get(&inode).map(|entry| entry.path == path);
         if known.is_none() {
-            let entry = Entry { file, path: String::new(), lookups: 0, referenced: false, directory: None, no_xattrs_since: None };
+            let entry =
+                Entry { file, path: String::new(), lookups: 0, referenced: false, directory: None, no_xattrs_since: None, names: None };
             inodes.entries.insert(inode, entry);
         }
         if known != Some(true) {
@@ -163,6 +185,11 @@ impl InodeTable {
             inodes.move_to(inode, path.to_string());
         }
         let entry = inodes.entries.get_mut(&inode).expect("inserted above");
+        if known == Some(false) {
+            // Moved by someone else: news of its names under the new path may have been
+            // missed.
+            entry.names = None;
+        }
         entry.file = file;
         entry.lookups += 1;
         let surplus = referenced && entry.referenced;
@@ -224,6 +251,55 @@ impl InodeTable {
             attr.mtime = attr.mtime.max(time);
             attr.ctime = attr.ctime.max(time);
             attr.nlink = attr.nlink.saturating_add_signed(subdirectories).max(2);
+        }
+    }
+
+    /// Directory `inode` was just made, empty, through this mount: from now on the table
+    /// follows every name in it, until a change of names elsewhere is seen there.
+    pub fn made_directory(&self, inode: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&inode) {
+            entry.names = Some(HashMap::new());
+        }
+    }
+
+    /// This mount gave `directory` the name `name`.
+    pub fn name_added(&self, directory: u64, name: &str) {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&directory) else { return };
+        let Some(names) = entry.names.as_mut() else { return };
+        if names.len() >= MOST_KNOWN_NAMES {
+            entry.names = None;
+            return;
+        }
+        *names.entry(name_hash(name)).or_default() += 1;
+    }
+
+    /// This mount removed the name `name` from `directory`.
+    pub fn name_removed(&self, directory: u64, name: &str) {
+        let mut inodes = self.inodes();
+        let Some(names) = inodes.entries.get_mut(&directory).and_then(|entry| entry.names.as_mut()) else { return };
+        let hash = name_hash(name);
+        if let Some(count) = names.get_mut(&hash) {
+            *count -= 1;
+            if *count == 0 {
+                names.remove(&hash);
+            }
+        }
+    }
+
+    /// Whether `directory` surely has no name `name`: every change of names in it came
+    /// through this mount, and none gave it that name (or one of the same hash).
+    pub fn surely_missing(&self, directory: u64, name: &str) -> bool {
+        let inodes = self.inodes();
+        let names = inodes.entries.get(&directory).and_then(|entry| entry.names.as_ref());
+        names.is_some_and(|names| !names.contains_key(&name_hash(name)))
+    }
+
+    /// Names in `directory` changed in a way the table does not follow (elsewhere, or an
+    /// outcome not known).
+    pub fn lose_names(&self, directory: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&directory) {
+            entry.names = None;
         }
     }
 
@@ -361,6 +437,27 @@ mod tests {
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "set through this mount since");
         table.read_attr(&read, true);
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_directory_made_here_knows_which_names_it_surely_lacks_until_changed_elsewhere() {
+        let table = InodeTable::default();
+        table.remember(file(2), "/d", false);
+        assert!(!table.surely_missing(2, "a"), "a directory looked up: anything may be in it");
+        table.made_directory(2);
+        assert!(table.surely_missing(2, "a"));
+        table.name_added(2, "a");
+        table.name_added(2, "a");
+        assert!(!table.surely_missing(2, "a") && table.surely_missing(2, "b"));
+        table.name_removed(2, "a");
+        assert!(!table.surely_missing(2, "a"), "counted twice (a replacing rename), removed once");
+        table.name_removed(2, "a");
+        assert!(table.surely_missing(2, "a"));
+        table.lose_names(2);
+        assert!(!table.surely_missing(2, "b"), "changed elsewhere");
+        table.made_directory(2);
+        table.remember(file(2), "/moved", false);
+        assert!(!table.surely_missing(2, "b"), "moved by someone else");
     }
 
     fn attr() -> FileAttr {

@@ -251,6 +251,10 @@ impl RingfsFilesystem {
         let attr = self.read(&stat);
         // The new name's time is the change's (a link's too: it sets the file's ctime).
         self.inodes.names_changed(parent.0, attr.ctime, i32::from(attr.kind == FileType::Directory));
+        self.inodes.name_added(parent.0, ringfs_proto::path::file_name(path));
+        if attr.kind == FileType::Directory {
+            self.inodes.made_directory(attr.ino.0);
+        }
         Ok(attr)
     }
 
@@ -427,7 +431,14 @@ impl Filesystem for RingfsFilesystem {
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let dropped = self.watch.dropped();
-        let result = self.child_path(parent, name).and_then(|path| self.entry(&path));
+        let result = self.child_path(parent, name).and_then(|path| {
+            let short = name.len() <= ringfs_proto::path::MAX_NAME_BYTES && path.len() <= ringfs_proto::path::MAX_PATH_BYTES;
+            if short && self.inodes.surely_missing(parent.0, &name.to_string_lossy()) {
+                // (A directory made here, whose names all came through here: see `inodes`.)
+                return Err(Errno::ENOENT);
+            }
+            self.entry(&path)
+        });
         if result == Err(Errno::ENOENT) && self.inodes.note_missing(parent.0, &name.to_string_lossy(), self.options.attr_timeout) {
             // A missing name is remembered as long as names are (inode 0: none); a name made
             // through this mount replaces it at once, one made elsewhere shows as late as
@@ -505,6 +516,7 @@ impl Filesystem for RingfsFilesystem {
         let result = self.child_path(parent, name).and_then(|path| self.client.unlink(&path));
         if result.is_ok() {
             self.inodes.names_changed(parent.0, time, 0);
+            self.inodes.name_removed(parent.0, &name.to_string_lossy());
         }
         Self::reply_empty(reply, result);
     }
@@ -514,6 +526,7 @@ impl Filesystem for RingfsFilesystem {
         let result = self.child_path(parent, name).and_then(|path| self.client.rmdir(&path));
         if result.is_ok() {
             self.inodes.names_changed(parent.0, time, -1);
+            self.inodes.name_removed(parent.0, &name.to_string_lossy());
         }
         Self::reply_empty(reply, result);
     }
@@ -574,7 +587,18 @@ impl Filesystem for RingfsFilesystem {
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
-            self.client.rename_with_flags(&from, &to, ringfs_flags)?;
+            if let Err(errno) = self.client.rename_with_flags(&from, &to, ringfs_flags) {
+                if errno == Errno::EIO || errno == Errno::ETIMEDOUT {
+                    // (It may have happened.)
+                    self.inodes.lose_names(parent.0);
+                    self.inodes.lose_names(new_parent.0);
+                }
+                return Err(errno);
+            }
+            if !exchange {
+                self.inodes.name_removed(parent.0, &name.to_string_lossy());
+                self.inodes.name_added(new_parent.0, &new_name.to_string_lossy());
+            }
             self.inodes.renamed(&from, &to, exchange);
             // (The parents' link counts depend on what moved: they are read again.)
             self.inodes.forget_attr(parent.0);
@@ -602,6 +626,7 @@ impl Filesystem for RingfsFilesystem {
             self.inodes.remember(stat.file, &path, false);
             let attr = self.read(&stat);
             self.inodes.names_changed(parent.0, attr.ctime, 0);
+            self.inodes.name_added(parent.0, &name.to_string_lossy());
             Ok((fd, attr))
         });
         match result {
@@ -918,13 +943,15 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
+    let watching = !options.watch_interval.is_zero();
+    let position = watching.then(|| watch::start_position(&client));
     let filesystem = RingfsFilesystem::new(client.clone(), options.clone());
     let (notifier, watch, inodes) = (filesystem.notifier.clone(), filesystem.watch.clone(), filesystem.inodes.clone());
     let session = fuser::spawn_mount(filesystem, directory, &config)
         .map_err(|source| MountError::Mount { path: directory.display().to_string(), source })?;
     let _ = notifier.set(session.notifier());
-    let watching = (!options.watch_interval.is_zero()).then(|| {
-        let thread = watch::spawn(watch.clone(), client, inodes, session.notifier(), options.watch_interval);
+    let watching = position.map(|position| {
+        let thread = watch::spawn(watch.clone(), client, position, inodes, session.notifier(), options.watch_interval);
         (watch, thread)
     });
     Ok(MountedFs { session: Some(session), watching })

@@ -52,12 +52,29 @@ impl Watch {
     }
 }
 
-/// Starts the thread that asks the servers every `interval` what others changed.
-pub fn spawn(watch: Arc<Watch>, client: Client, inodes: Arc<InodeTable>, notifier: Notifier, interval: Duration) -> JoinHandle<()> {
+/// Where the servers' change logs stand now: taken before the mount serves the kernel
+/// (which caches nothing before), so that the first look finds only later changes.
+pub fn start_position(client: &Client) -> ChangeWatch {
+    let mut position = ChangeWatch::default();
+    if let Err(errno) = client.changes(&mut position) {
+        log::debug!("could not ask the servers what changed: {errno}");
+    }
+    position
+}
+
+/// Starts the thread that asks the servers every `interval` what others changed since
+/// `position`.
+pub fn spawn(
+    watch: Arc<Watch>,
+    client: Client,
+    mut position: ChangeWatch,
+    inodes: Arc<InodeTable>,
+    notifier: Notifier,
+    interval: Duration,
+) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("ringfs-watch".into())
         .spawn(move || {
-            let mut position = ChangeWatch::default();
             while !watch.stop.load(Ordering::Acquire) {
                 match client.changes(&mut position) {
                     Ok(changes) => drop_changed(&watch, &inodes, &notifier, changes),
@@ -84,9 +101,14 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes
         let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
     };
     let drop_name = |path: &str| {
+        if let Some(named) = inodes.inode_at(path) {
+            // (A directory renamed or removed: what is known of its names no longer holds.)
+            inodes.lose_names(named);
+        }
         let Some(parent) = ringfs_proto::path::parent(path) else { return };
         let Some(directory) = inodes.inode_at(parent) else { return };
         inodes.forget_attr(directory);
+        inodes.lose_names(directory);
         let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(ringfs_proto::path::file_name(path)));
     };
     if !complete {
@@ -94,6 +116,7 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes
         for (inode, path) in inodes.all() {
             drop_inode(inode);
             drop_name(&path);
+            inodes.lose_names(inode);
         }
         for (directory, name) in inodes.take_missing() {
             let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));

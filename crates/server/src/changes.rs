@@ -2,14 +2,13 @@
 //! the kernel cache names and attributes long and ask every server, a few times a second,
 //! what other clients changed (`Changes`; the mount then tells the kernel to drop those).
 //!
-//! A change is noted by the request that makes it, with the client that sent it (0: a
-//! server's step), whether or not it succeeded (a notice too many only makes a mount read
-//! something again). Nothing is noted while nobody asks: the log starts with the first
-//! `Changes` and stops [`LISTEN_FOR`] after the last. Whenever the log may have missed a
-//! change — it was not listening, or a request that started before it listened again ended
-//! after — it starts a new *epoch*. It keeps the last [`CAPACITY`] changes; a mount that asks
-//! about older ones, or about another epoch (also: this server restarted), is told that
-//! anything may have changed.
+//! A change is noted once the request that makes it has run, with the client that sent it
+//! (0: a server's step), whether or not it succeeded (a notice too many only makes a mount
+//! read something again). Nothing is noted while nobody asks: the log starts with the first
+//! `Changes` and stops [`LISTEN_FOR`] after the last; when it starts again it starts a new
+//! *epoch* (it may have missed changes meanwhile). It keeps the last [`CAPACITY`] changes; a
+//! mount that asks about older ones, or about another epoch (also: this server restarted),
+//! is told that anything may have changed.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::Mutex;
@@ -87,23 +86,15 @@ impl ChangeLog {
         self.now_ms() < self.listening_until_ms.load(Ordering::Acquire)
     }
 
-    /// The changes `request` makes, if anybody listens (`None` otherwise), to be noted once
-    /// it has run ([`ChangeLog::note`]).
-    pub fn changes_of(&self, request: &Request) -> Option<Vec<Change>> {
-        self.listening().then(|| changes_made_by(request))
+    /// The changes `request` makes, to be noted once it has run ([`ChangeLog::note`]).
+    pub fn changes_of(&self, request: &Request) -> Vec<Change> {
+        if may_change(request) { changes_made_by(request) } else { Vec::new() }
     }
 
-    /// Notes `changes` (from [`ChangeLog::changes_of`]), made by `client` (0: a server).
-    pub fn note(&self, client: u64, changes: Option<Vec<Change>>) {
-        let Some(changes) = changes else {
-            if self.listening() {
-                // Somebody started listening while the request ran: its change is not in
-                // the log.
-                self.log().new_epoch();
-            }
-            return;
-        };
-        if changes.is_empty() {
+    /// Notes `changes` (from [`ChangeLog::changes_of`]), made by `client` (0: a server), if
+    /// anybody listens.
+    pub fn note(&self, client: u64, changes: Vec<Change>) {
+        if changes.is_empty() || !self.listening() {
             return;
         }
         let mut log = self.log();
@@ -160,6 +151,34 @@ impl ChangeLog {
     }
 }
 
+/// Whether `request` may make a change [`changes_made_by`] names (without allocating).
+fn may_change(request: &Request) -> bool {
+    match request {
+        Request::TouchDir(touch) => touch.path.is_empty(),
+        request => matches!(
+            request,
+            Request::Create(_)
+                | Request::Unlink(_)
+                | Request::Rmdir(_)
+                | Request::Rename(_)
+                | Request::Link(_)
+                | Request::LinkFile(_)
+                | Request::InstallEntry(_)
+                | Request::RemoveEntry(_)
+                | Request::AddLink(_)
+                | Request::DropLink(_)
+                | Request::SetAttr(_)
+                | Request::Truncate(_)
+                | Request::SetXattr(_)
+                | Request::RemoveXattr(_)
+                | Request::MarkExtended(_)
+                | Request::ClampChunkTimes(_)
+                | Request::Write(_)
+                | Request::SetChunkLen(_)
+        ),
+    }
+}
+
 /// The changes `request` makes that a mount watching for them needs to know of.
 fn changes_made_by(request: &Request) -> Vec<Change> {
     let name = |path: &str| Change::Name(path.to_string());
@@ -202,13 +221,14 @@ mod tests {
     fn others_changes_are_told_once_and_ones_own_not_at_all() {
         let log = ChangeLog::default();
         let unlink = Request::Unlink(ringfs_proto::Unlink { path: "/a".into(), time_ns: 1 });
-        assert_eq!(log.changes_of(&unlink), None, "nobody listens yet");
+        log.note(9, log.changes_of(&unlink));
         let first = ask(&log, 0, 0, 7);
         assert!(!first.complete, "a new listener learns where the log is");
-        assert_eq!(log.changes_of(&unlink), Some(vec![Change::Name("/a".into())]));
+        assert_eq!(first.last, 0, "nothing is noted while nobody listens");
+        assert_eq!(log.changes_of(&unlink), vec![Change::Name("/a".into())]);
         log.note(9, log.changes_of(&unlink));
-        log.note(7, Some(vec![Change::File(file(3))]));
-        log.note(0, Some(vec![Change::File(file(4)), Change::File(file(4))]));
+        log.note(7, vec![Change::File(file(3))]);
+        log.note(0, vec![Change::File(file(4)), Change::File(file(4))]);
         let second = ask(&log, first.epoch, first.last, 7);
         assert!(second.complete);
         assert_eq!((second.names, second.files), (vec!["/a".to_string()], vec![file(4)]), "not its own change to file 3");
@@ -219,16 +239,23 @@ mod tests {
     }
 
     #[test]
-    fn a_change_that_may_have_been_missed_starts_a_new_epoch() {
+    fn the_requests_that_may_change_something_are_those_whose_changes_are_noted() {
+        for request in ringfs_proto::samples::requests() {
+            assert_eq!(may_change(&request), !changes_made_by(&request).is_empty(), "{request:?}");
+        }
+    }
+
+    #[test]
+    fn a_change_made_as_listening_begins_is_noted() {
         let log = ChangeLog::default();
         let unlink = Request::Unlink(ringfs_proto::Unlink { path: "/a".into(), time_ns: 1 });
         // A request starts while nobody listens, and ends after somebody asked.
-        let unnoted = log.changes_of(&unlink);
+        let changes = log.changes_of(&unlink);
         let first = ask(&log, 0, 0, 7);
-        log.note(9, unnoted);
+        log.note(9, changes);
         let second = ask(&log, first.epoch, first.last, 7);
-        assert!(!second.complete, "its change is not in the log");
-        assert!(ask(&log, second.epoch, second.last, 7).complete);
+        assert!(second.complete);
+        assert_eq!(second.names, vec!["/a".to_string()]);
     }
 
     #[test]
@@ -236,7 +263,7 @@ mod tests {
         let log = ChangeLog::default();
         let start = ask(&log, 0, 0, 1);
         for serial in 0..(CAPACITY as u64 + 5) {
-            log.note(2, Some(vec![Change::File(file(serial))]));
+            log.note(2, vec![Change::File(file(serial))]);
         }
         assert!(!ask(&log, start.epoch, start.last, 1).complete);
         let recent = ask(&log, start.epoch, start.last + 10, 1);
