@@ -231,12 +231,16 @@ fn eight_workers_mixing_renames_overwrites_reads_unlinks_and_listings_read_only_
     assert_whole(&tally, seed);
 }
 
+/// The same load on the directory `RINGFS_MOUNT_LOAD_DIR` names (a mount of any build, for
+/// measurements), or for 10 s on the local temporary directory (which checks the checker).
 #[test]
-#[ignore = "the same load on the local temporary directory: checks the checker, not ringfs"]
-fn the_mixed_load_on_the_local_file_system_reads_only_whole_versions() {
-    let root = common::scratch_dir("mixed-load-local");
+#[ignore = "a tool: the load on a directory of your choice"]
+fn the_mixed_load_on_a_given_directory_reads_only_whole_versions() {
+    let given = std::env::var_os("RINGFS_MOUNT_LOAD_DIR").map(PathBuf::from);
+    let root = given.clone().unwrap_or_else(|| common::scratch_dir("mixed-load-local")).join("load");
+    let seconds = if given.is_some() { load_seconds() } else { load_seconds().min(10) };
     let seed = seed();
-    let tally = run_mixed_load(&root, 8, Duration::from_secs(load_seconds().min(10)), seed);
+    let tally = run_mixed_load(&root, 8, Duration::from_secs(seconds), seed);
     let _ = std::fs::remove_dir_all(&root);
     assert_whole(&tally, seed);
 }
