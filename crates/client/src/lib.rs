@@ -24,6 +24,7 @@
 //! ```
 
 mod cache;
+mod changes;
 mod chunking;
 mod closes;
 mod cluster;
@@ -36,6 +37,7 @@ pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
+pub use changes::{ChangeWatch, Changes};
 pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
@@ -266,6 +268,8 @@ pub struct Stat {
     pub ctime_ns: i64,
     /// Cache mode: the entry lies in the tree cached from the backend.
     pub backed: bool,
+    /// The file has extended attributes.
+    pub has_xattrs: bool,
 }
 
 impl Stat {
@@ -284,6 +288,7 @@ impl Stat {
             mtime_ns: attr.mtime_ns,
             ctime_ns: attr.ctime_ns,
             backed: attr.has(ringfs_proto::EntryFlags::BACKED),
+            has_xattrs: attr.has(ringfs_proto::EntryFlags::XATTRS),
         }
     }
 
@@ -306,6 +311,24 @@ impl Stat {
 pub struct DirEntry {
     pub name: String,
     pub stat: Stat,
+}
+
+/// A directory opened for listing page by page ([`Client::open_directory`]).
+#[derive(Clone, Debug)]
+pub struct Directory {
+    /// Its canonical path.
+    pub path: String,
+    /// Its attributes when opened.
+    pub stat: Stat,
+}
+
+/// One page of a directory listing ([`Client::list_page`]).
+#[derive(Clone, Debug)]
+pub struct DirectoryPage {
+    /// Names in order, with their files' attributes.
+    pub entries: Vec<DirEntry>,
+    /// Names follow after the last one.
+    pub more: bool,
 }
 
 /// One name of a directory as [`Client::readdir_names`] lists it.

@@ -22,6 +22,7 @@ use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Reply, Service};
 
 use crate::ServerConfig;
+use crate::changes::ChangeLog;
 use crate::data::Data;
 use crate::deadline::{client_deadline, request_deadline_or, with_request_deadline};
 use crate::dir_times::DirTimes;
@@ -57,6 +58,8 @@ pub struct Dispatcher {
     pub permissions: Arc<Permissions>,
     pub opens: Arc<OpenRegistry>,
     pub gmem: Gmem,
+    /// What changed here lately, for FUSE mounts that ask (see `changes`).
+    changes: ChangeLog,
     requests: AtomicU64,
     forwarded: AtomicU64,
 }
@@ -109,6 +112,7 @@ impl Dispatcher {
             flusher,
             permissions,
             opens,
+            changes: ChangeLog::default(),
             requests: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
         }
@@ -158,6 +162,7 @@ impl Dispatcher {
             Request::LinkFile(link) => self.names.link_file(link.file, &link.to, link.time_ns),
             Request::ReadDir(read) => self.names.read_dir(&read),
             Request::Find(find) => Ok(Response::Found(store.find(&find.root, &find.filter))),
+            Request::Changes(asked) => Ok(Response::ChangeList(self.changes.since(&asked))),
             Request::LookupDir(lookup) => self.names.lookup_dir(&lookup.path),
             Request::PrepareRmdir(request) => self.names.prepare_rmdir(&request.path),
             Request::InstallEntry(install) => self.names.install_entry(install),
@@ -442,7 +447,10 @@ impl Service for Dispatcher {
             self.flusher.io_monitor.begin();
         }
         let deadline = session.patience.map(|patience| client_deadline(session, &request, patience));
+        // What the request changes, for FUSE mounts watching (see `changes`).
+        let changes = self.changes.changes_of(&request);
         let mut response = with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
+        self.changes.note(session.client_id.unwrap_or(0), changes);
         // Directories' times: what the response shows includes every change of names before
         // it, and a change of names answers once its directories' times have moved.
         self.dir_times.settle_dir_times(&mut response, deadline);

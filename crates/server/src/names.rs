@@ -175,9 +175,9 @@ impl Names {
             return Err(Errno::EINVAL);
         }
         if let Some(target) = &create.link_target
-            && (target.is_empty() || target.len() > path::MAX_PATH_BYTES)
+            && (target.is_empty() || target.len() > path::MAX_CALL_PATH_BYTES)
         {
-            return Err(Errno::EINVAL);
+            return Err(if target.is_empty() { Errno::EINVAL } else { Errno::ENAMETOOLONG });
         }
         let new_file = FileId { anchor: self.node.anchor_of(&create.path), serial: fast_random_u64() | 1 };
         // A name still being removed (EAGAIN from the store) is waited for here, with the name
@@ -201,7 +201,8 @@ impl Names {
             }
         };
         if outcome.created {
-            self.dir_times.touch_parent(&create.path, create.time_ns);
+            let directory = ringfs_proto::FileKind::from_mode(create.mode) == Some(ringfs_proto::FileKind::Directory);
+            self.dir_times.touch_parent_counting(&create.path, create.time_ns, i32::from(directory));
         }
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
@@ -288,7 +289,7 @@ impl Names {
         };
         outcome?;
         finished?;
-        self.dir_times.touch_parent(path, time_ns);
+        self.dir_times.touch_parent_counting(path, time_ns, -1);
         self.files.drop_link(directory.file, time_ns, None)?;
         Ok(Response::Done)
     }

@@ -192,6 +192,18 @@ impl Chunk {
         ChunkKey { file: self.attr.file_id, index: self.index }
     }
 
+    /// Replaces the inode's extended attributes (none: empty), keeping
+    /// [`EntryFlags::XATTRS`] in its attributes true to them.
+    pub fn set_xattrs(&mut self, xattrs: Xattrs) {
+        if xattrs.is_empty() {
+            self.attr.flags &= !EntryFlags::XATTRS;
+            self.xattrs = None;
+        } else {
+            self.attr.flags |= EntryFlags::XATTRS;
+            self.xattrs = Some(Box::new(xattrs));
+        }
+    }
+
     /// An inode whose file has no name left and is not open: it goes.
     pub fn is_unreferenced(&self) -> bool {
         self.attr.nlink == 0 && self.opens == 0

@@ -382,7 +382,9 @@ impl ChunkStore {
     /// mtime, unless the mtime was set explicitly after `time_ns` (`rsync` and `cp -a` set a
     /// directory's times after filling it, and a touch arriving late must not undo that). A
     /// later ctime alone (a chmod, a rename of the directory) does not stop the mtime.
-    pub fn touch_dir(&self, file: FileId, time_ns: i64) -> Result<(), StoreError> {
+    /// `subdirectories` is added to its link count (2 + its subdirectories; never below 2,
+    /// and a directory with no name left keeps 0).
+    pub fn touch_dir(&self, file: FileId, time_ns: i64, subdirectories: i32) -> Result<(), StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = handle.lock();
         if !chunk.attr.is_dir() {
@@ -398,7 +400,11 @@ impl ChunkStore {
             None => chunk.attr.mtime_ns = chunk.attr.mtime_ns.max(time_ns),
         }
         chunk.attr.ctime_ns = chunk.attr.ctime_ns.max(time_ns);
-        if (chunk.attr.mtime_ns, chunk.attr.ctime_ns) == before {
+        if chunk.attr.nlink != 0 {
+            let count = i64::from(chunk.attr.nlink) + i64::from(subdirectories);
+            chunk.attr.nlink = count.clamp(2, i64::from(u32::MAX - 1)) as u32;
+        }
+        if (chunk.attr.mtime_ns, chunk.attr.ctime_ns) == before && subdirectories == 0 {
             return Ok(());
         }
         self.persist(&mut chunk)

@@ -105,7 +105,7 @@ impl ChunkStore {
             };
             let cache = CacheState { pending: chunk.pending, backend_path, links, ..CacheState::default() };
             let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
-            recovered.xattrs = chunk.xattrs.filter(|xattrs| !xattrs.is_empty()).map(Box::new);
+            recovered.set_xattrs(chunk.xattrs.unwrap_or_default());
             let handle = Arc::new(parking_lot::Mutex::new(recovered));
             {
                 let mut recovered_chunk = handle.lock();

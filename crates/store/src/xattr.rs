@@ -102,7 +102,7 @@ impl ChunkStore {
             directory.write_xattrs(file, &xattrs).map_err(StoreError::Directory)?;
         }
         debug_assert!(xattr_bytes(&xattrs) <= (XATTR_LIST_MAX * (XATTR_VALUE_MAX + 1)) as u64);
-        chunk.xattrs = (!xattrs.is_empty()).then(|| Box::new(xattrs));
+        chunk.set_xattrs(xattrs);
         chunk.attr.ctime_ns = time_ns;
         chunk.version += 1;
         self.touched(chunk);

@@ -94,7 +94,7 @@ impl Cache {
                     match kept {
                         Ok(()) => {
                             space.charge_anyway(crate::chunk::xattr_bytes(&xattrs));
-                            chunk.xattrs = Some(Box::new(xattrs));
+                            chunk.set_xattrs(xattrs);
                         }
                         Err(error) => log::warn!("cannot keep the extended attributes of {path}: {error}"),
                     }
