@@ -12,8 +12,8 @@
 //! cookie here names that entry: cookie `i + 1` is the `i`-th name given out through the
 //! handle, so the next page starts after that name, whatever was created or removed since.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use ringfs_client::Directory;
 
@@ -51,8 +51,8 @@ pub struct OpenDirectories {
 }
 
 impl OpenDirectories {
-    fn open(&self) -> std::sync::MutexGuard<'_, HashMap<u64, OpenDirectory>> {
-        self.open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn open(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, OpenDirectory>> {
+        self.open.lock()
     }
 
     /// Registers an opened directory; its handle. `dots` are the inode numbers of the

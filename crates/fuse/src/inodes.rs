@@ -17,8 +17,8 @@
 //! the kernel asks for `security.capability` before every write, and a file with none is
 //! answered here, as fresh as the attributes the kernel caches.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::FileAttr;
@@ -105,8 +105,8 @@ impl Default for InodeTable {
 }
 
 impl InodeTable {
-    fn inodes(&self) -> std::sync::MutexGuard<'_, Inodes> {
-        self.inodes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn inodes(&self) -> parking_lot::MutexGuard<'_, Inodes> {
+        self.inodes.lock()
     }
 
     /// The inode last seen at `path`, if the kernel still knows it there.

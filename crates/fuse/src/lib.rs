@@ -24,11 +24,12 @@ pub mod directories;
 pub mod inodes;
 pub mod watch;
 
+use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -385,7 +386,7 @@ impl RingfsFilesystem {
     fn release_locks(&self, inode: INodeNo, handle: FileHandle, chosen: impl Fn(u64, FileHandle) -> bool) -> Result<(), Errno> {
         let mut released: Vec<u64> = Vec::new();
         {
-            let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut owners = self.lock_owners.lock();
             let Some(list) = owners.get_mut(&inode.0) else { return Ok(()) };
             list.retain(|(owner, through)| {
                 if !chosen(*owner, *through) {
@@ -737,7 +738,7 @@ impl Filesystem for RingfsFilesystem {
     ) {
         let outcome = ringfs_client::lock_kind_of(typ).and_then(|kind| {
             if kind != LockKind::Unlock {
-                let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut owners = self.lock_owners.lock();
                 let owners = owners.entry(inode.0).or_default();
                 if !owners.contains(&(lock_owner.0, handle)) {
                     owners.push((lock_owner.0, handle));
