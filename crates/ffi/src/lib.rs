@@ -18,6 +18,7 @@ use std::io::SeekFrom;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags, Stat};
+use ringfs_config::env;
 
 mod gmem;
 mod locks;
@@ -101,7 +102,7 @@ pub unsafe extern "C" fn ringfs_init(servers: *const c_char) -> c_int {
             return Ok(0);
         }
         let servers = if servers.is_null() {
-            std::env::var("RINGFS_SERVER").unwrap_or_default()
+            std::env::var(env::SERVER).unwrap_or_default()
         } else {
             // SAFETY: non-null, NUL-terminated by contract.
             unsafe { string(servers) }?.to_string()

@@ -46,6 +46,7 @@ use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service};
 
 use crate::Result;
 use crate::layout::home_index;
+use ringfs_config::env;
 
 /// How a rank caches (from the environment: [`CacheConfig::from_env`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,17 +78,17 @@ impl CacheConfig {
     pub fn from_env() -> Result<CacheConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let mut config = CacheConfig::default();
-        if let Some(text) = var("RINGFS_GMEM_CACHE") {
-            config.bytes = parse_bytes(&text).ok_or_else(|| {
-                log::error!("global memory: RINGFS_GMEM_CACHE={text:?} is not a size");
+        if let Some(text) = var(env::GMEM_CACHE) {
+            config.bytes = text.parse::<ringfs_config::ByteSize>().map(|size| size.bytes()).map_err(|error| {
+                log::error!("global memory: {}: {error}", env::GMEM_CACHE);
                 Errno::EINVAL
             })?;
         }
         let off = |text: &str| matches!(text, "0" | "off" | "false" | "no");
-        if let Some(text) = var("RINGFS_GMEM_COOP") {
+        if let Some(text) = var(env::GMEM_COOP) {
             config.cooperative = !off(&text);
         }
-        if let Some(text) = var("RINGFS_GMEM_RELAY") {
+        if let Some(text) = var(env::GMEM_RELAY) {
             config.relay = !off(&text);
         }
         let number = |name: &str| -> Result<Option<u64>> {
@@ -100,11 +101,11 @@ impl CacheConfig {
                 })
                 .transpose()
         };
-        if let Some(depth) = number("RINGFS_GMEM_PREFETCH")? {
+        if let Some(depth) = number(env::GMEM_PREFETCH)? {
             config.prefetch = depth.min(64) as u32;
         }
-        let mbps = number("RINGFS_GMEM_NET_MBPS")?.unwrap_or(0);
-        let latency = number("RINGFS_GMEM_NET_LATENCY_US")?.unwrap_or(0);
+        let mbps = number(env::GMEM_NET_MBPS)?.unwrap_or(0);
+        let latency = number(env::GMEM_NET_LATENCY_US)?.unwrap_or(0);
         if mbps > 0 || latency > 0 {
             config.network = Some(DeviceModel { bytes_per_second: mbps * 1_000_000, latency: Duration::from_micros(latency) });
         }
@@ -120,23 +121,6 @@ impl CacheConfig {
             (_, false, _) => CacheMode::HomeServed,
         }
     }
-}
-
-/// `123`, `64K`, `4M`, `2G` (powers of 1024).
-fn parse_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((at, _)) => text.split_at(at),
-        None => (text, ""),
-    };
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// What a rank's cache did (all since it started).
@@ -302,7 +286,7 @@ impl BlockCache {
     /// A cache of `config.bytes` for rank `rank`, its endpoint listening on the address this
     /// host reaches `server_address` from (or `RINGFS_GMEM_LISTEN`).
     pub fn start(config: CacheConfig, rank: u32, peer_config: ConnectionConfig, server_address: &str) -> Result<BlockCache> {
-        let listen = match std::env::var("RINGFS_GMEM_LISTEN") {
+        let listen = match std::env::var(env::GMEM_LISTEN) {
             Ok(address) if !address.is_empty() => address,
             _ => format!("{}:0", address_towards(server_address)),
         };
@@ -810,15 +794,6 @@ fn agrees(actual: CacheState, recorded: CacheState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_units() {
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes("64K"), Some(64 << 10));
-        assert_eq!(parse_bytes("4MiB"), Some(4 << 20));
-        assert_eq!(parse_bytes("2g"), Some(2 << 30));
-        assert_eq!(parse_bytes("lots"), None);
-    }
 
     #[test]
     fn prefetch_goes_as_deep_as_configured_while_the_cache_holds_four_times_that() {
