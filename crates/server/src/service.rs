@@ -12,7 +12,6 @@ use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use ringfs_proto::path;
 use ringfs_proto::{
     BackendFileReply, ChunkKey, Credentials, Errno, FileId, Hello, HelloReply, Lease, Member, PROTOCOL_VERSION, Read, ReadReply, Request,
     Response, Route, ServerStats, Write, WriteSource,
@@ -29,7 +28,7 @@ use crate::opens::OpenRegistry;
 use crate::peers::Peers;
 
 /// Largest chunk size a file may be created with (one chunk must fit in a frame).
-pub const MAX_CHUNK_SIZE: u32 = ringfs_proto::MAX_DATA_LEN;
+pub use ringfs_proto::limits::MAX_CHUNK_SIZE;
 
 /// Per-connection state.
 #[derive(Default)]
@@ -781,9 +780,10 @@ fn request_deadline(session: &mut Session, request: &Request, patience: std::tim
     now + patience.saturating_sub(std::time::Duration::from_nanos(delay_ns as u64))
 }
 
-/// EINVAL unless every path of `request` is canonical (checked once, before anything uses them).
+/// EINVAL unless every path of `request` is canonical, and every size and offset in range
+/// (checked once, before anything uses them; see `ringfs_proto::limits`).
 fn validate_paths(request: &Request) -> Result<(), Errno> {
-    request.paths().into_iter().try_for_each(path::validate)
+    request.validate()
 }
 
 /// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
