@@ -257,6 +257,60 @@ fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
     assert_eq!(read_file(&client, &format!("{root}/c/child.txt")).unwrap(), b"from the child\n");
 }
 
+/// rsync into and out of ringfs (`-a`, `-aH`, `--delete`, a destination given with and
+/// without a trailing `/`): every file's type, mode, size, link count, time and target as on
+/// a local directory. rsync's receiver opens its destination one component at a time from
+/// a descriptor of `/` (`ringfs` relative to `/`), which the library once sent to the kernel:
+/// `change_dir#2 failed: No such file or directory`; a path relative to the kernel's working
+/// directory (`ringfs/x` from `/`) went there too.
+#[test]
+fn rsync_copies_trees_into_and_out_of_ringfs_as_on_a_local_directory() {
+    let preloaded = Preloaded::start(2);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    std::fs::hard_link(source.join("a/hello.txt"), source.join("a/hard")).unwrap();
+    let script = format!(
+        r#"
+        # Type, mode, size, link count, mtime and target of every entry (directories: no size
+        # or link count, which ringfs reports as 0 and 2).
+        listing() {{ cd "$1" && {{ find . ! -type d -printf '%p %y %m %s %n %T@ %l\n'; find . -type d -printf '%p %m %T@\n'; }} | sort; cd /; }}
+        # Times in the past: rsync does not set a time equal to the second it finds.
+        aged() {{ find "$1" -depth -exec touch -h -d '2021-02-03 04:05:06.123456789' {{}} +; }}
+        WORK=$(mktemp -d)
+        cp -a {source} "$WORK/src" && aged "$WORK/src"
+        rsync -a "$WORK/src/" "$ROOT/copy/"
+        rsync -a "$WORK/src" "$ROOT/"
+        rsync -aH "$WORK/src/" "$ROOT/linked"
+        listing "$ROOT/copy"
+        listing "$ROOT/linked"
+        listing "$WORK/src" > "$WORK/expected"
+        # Without -H the two names of a file arrive as two files.
+        listing "$ROOT/src" | diff "$WORK/expected" - || echo src-differs-by-its-links
+        listing "$ROOT/linked" | diff "$WORK/expected" -
+        # Relative paths from the kernel's working directory lead there too.
+        (cd / && ls "${{ROOT#/}}/linked/a" && cd /tmp && cat "../${{ROOT#/}}/linked/a/hard")
+        rm "$WORK/src/a/b/c/deep.txt" "$WORK/src/a/empty"
+        echo new > "$WORK/src/a/new.txt" && aged "$WORK/src"
+        rsync -aH --delete "$WORK/src/" "$ROOT/linked/"
+        listing "$ROOT/linked"
+        rsync -aH "$ROOT/linked/" "$WORK/back"
+        diff -r "$WORK/src" "$WORK/back"
+        listing "$WORK/src" > "$WORK/expected"
+        listing "$WORK/back" | diff "$WORK/expected" -
+        rsync -a --delete "$ROOT/copy/" "$WORK/back/"
+        listing "$WORK/back"
+        rm -r "$WORK"
+        "#,
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("rsync", &script);
+    let client = preloaded.cluster.client();
+    let linked = client.stat(&format!("{root}/linked/a/hard")).unwrap();
+    assert_eq!((linked.nlink, linked.ino), (2, client.stat(&format!("{root}/linked/a/hello.txt")).unwrap().ino), "-H kept the link");
+    assert!(client.stat(&format!("{root}/linked/a/b/c/deep.txt")).is_err(), "--delete removed it");
+    assert_eq!(read_file(&client, &format!("{root}/src/a/b/big.bin")).unwrap(), std::fs::read(source.join("a/b/big.bin")).unwrap());
+}
+
 #[test]
 fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_untouched() {
     let preloaded = Preloaded::start(2);
