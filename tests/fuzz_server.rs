@@ -183,8 +183,8 @@ fn after_mutated_requests_from_a_client_the_cluster_still_serves_files() {
 fn forged_sizes_and_offsets_get_linux_errors_and_never_overflow() {
     use ringfs_proto::Errno;
     use ringfs_proto::{
-        ChunkKey, ChunkTemplate, Create, FileLock, LockKind, MAX_FILE_SIZE, RemoteBytes, Reservation, Response, SetChunkLen, Truncate, Write,
-        WriteSource,
+        ChunkKey, ChunkTemplate, Create, FileLock, LockKind, MAX_FILE_SIZE, RemoteBytes, Reservation, Response, SetChunkLen, Truncate,
+        Write, WriteSource,
     };
     let cluster = TestCluster::start(2);
     let connect = |index: usize, as_server: bool| {

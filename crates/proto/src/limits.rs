@@ -126,7 +126,14 @@ mod tests {
         assert_eq!(set_len(5, 4096).validate(), Ok(()));
         assert_eq!(set_len(5, 4097).validate(), Err(Errno::EINVAL));
         assert_eq!(set_len(u64::MAX / 4096, 1).validate(), Err(Errno::EFBIG));
-        let read = Request::Read(Read { chunk: ChunkKey::new(FILE, u64::MAX), offset: u64::MAX, len: u64::MAX, lease: false, release: vec![], backend_len: u64::MAX });
+        let read = Request::Read(Read {
+            chunk: ChunkKey::new(FILE, u64::MAX),
+            offset: u64::MAX,
+            len: u64::MAX,
+            lease: false,
+            release: vec![],
+            backend_len: u64::MAX,
+        });
         assert_eq!(read.validate(), Ok(()), "a read past the end reads nothing; the store saturates");
     }
 
