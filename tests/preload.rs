@@ -311,6 +311,77 @@ fn rsync_copies_trees_into_and_out_of_ringfs_as_on_a_local_directory() {
     assert_eq!(read_file(&client, &format!("{root}/src/a/b/big.bin")).unwrap(), std::fs::read(source.join("a/b/big.bin")).unwrap());
 }
 
+/// Symbolic links resolve as through a mount at the prefix: an absolute target under the
+/// prefix is ringfs's, any other absolute target — and a relative one leaving through `..` —
+/// is the kernel's. Each link is read, listed, entered and run on ringfs and on a local
+/// directory alike; before, every absolute target was taken for a ringfs path (ENOENT).
+#[test]
+fn symbolic_links_lead_where_a_mount_at_the_prefix_would_lead() {
+    let preloaded = Preloaded::start(2);
+    let kernel_dir = preloaded.local.join("kernel-side");
+    std::fs::create_dir_all(&kernel_dir).unwrap();
+    std::fs::write(kernel_dir.join("note.txt"), "a kernel file\n").unwrap();
+    let script = format!(
+        r#"
+        K={kernel}
+        mkdir "$ROOT/d" && echo inside > "$ROOT/d/f"
+        printf '#!/bin/sh\necho script "$@"\n' > "$ROOT/d/s.sh" && chmod +x "$ROOT/d/s.sh"
+        cd "$ROOT"
+        ln -s "$ROOT/d" abs-inside
+        ln -s d relative
+        ln -s "$K/note.txt" abs-kernel
+        ln -s "$K" abs-kernel-dir
+        ln -s "../../../../../../../../../..$K/note.txt" up-and-out
+        ln -s "$(python3 -c 'import sys; print(sys.executable)')" py
+        ln -s "$ROOT/d/s.sh" script
+        ln -s missing dangling
+        for link in abs-inside relative abs-kernel abs-kernel-dir up-and-out dangling; do
+            printf '%s -> %s %s\n' "$link" "$(readlink "$link" | sed "s|$ROOT|ROOT|; s|$K|K|")" "$(test -e "$link" && echo exists || echo missing)"
+        done
+        cat abs-inside/../abs-kernel up-and-out "$ROOT/relative/../d/f"
+        ls abs-kernel-dir
+        stat -L -c '%s %F' abs-kernel abs-kernel-dir
+        (cd abs-kernel-dir && cat note.txt)
+        python3 -c 'import sys; print(open(sys.argv[1]).read().strip(), len(__import__("os").listdir(sys.argv[2])))' abs-kernel abs-kernel-dir
+        ./py -c 'print("python through a link")'
+        "$ROOT/script" one two
+        ./d/s.sh three
+        cd /
+        "#,
+        kernel = kernel_dir.display()
+    );
+    preloaded.same_as_local("symlinks", &script);
+    // A program whose bytes are in ringfs cannot run (as on a noexec mount).
+    let output = preloaded
+        .command("sh")
+        .arg("-c")
+        .arg(format!("cp /bin/true {p}/true && chmod +x {p}/true && {p}/true", p = preloaded.prefix))
+        .output()
+        .unwrap();
+    assert!(!output.status.success() && String::from_utf8_lossy(&output.stderr).contains("Permission denied"), "{output:?}");
+}
+
+/// A Python virtual environment made in ringfs (`bin/python3` a link to the system's Python,
+/// `bin/pip` a script whose `#!` names it) runs through the library as from a mount:
+/// `python3 -m venv` (which installs pip by running the environment's Python) and its
+/// `pip --version`, by path and after `activate`.
+#[test]
+fn a_python_virtual_environment_in_ringfs_runs_its_pip() {
+    let preloaded = Preloaded::start(2);
+    let script = r#"
+        python3 -m venv "$ROOT/venv"
+        "$ROOT/venv/bin/pip" --version | sed 's/^pip [0-9.]* from //'
+        . "$ROOT/venv/bin/activate"
+        pip --version | sed 's/^pip [0-9.]* from //'
+        python -c 'import sys; print(sys.prefix, sys.prefix != sys.base_prefix)'
+        "#;
+    let root = preloaded.same_as_local("venv", script);
+    let client = preloaded.cluster.client();
+    let config = String::from_utf8(read_file(&client, &format!("{root}/venv/pyvenv.cfg")).unwrap()).unwrap();
+    assert!(config.contains("home = "), "{config}");
+    assert!(client.lstat(&format!("{root}/venv/bin/python3")).unwrap().mode & 0o170000 == 0o120000, "a symbolic link");
+}
+
 #[test]
 fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_untouched() {
     let preloaded = Preloaded::start(2);

@@ -28,6 +28,7 @@ mod chunking;
 mod closes;
 mod cluster;
 mod files;
+mod links;
 mod locks;
 mod namespace;
 mod raw;
@@ -35,6 +36,7 @@ pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
+pub use links::{LEADS_OUT, LinkDestination, link_destination};
 pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
@@ -75,6 +77,10 @@ pub struct ClientConfig {
     /// The cluster's run directory, if known: where to find servers again when none of the
     /// known addresses answers (a server restarted on a new port; see [`run_dir`]).
     pub run_dir: Option<std::path::PathBuf>,
+    /// Where the process sees ringfs (the LD_PRELOAD library's prefix): symbolic links are
+    /// resolved as a mount there would resolve them (see [`links`]). `None`: ringfs is the
+    /// whole tree, and an absolute target is a ringfs path.
+    pub mounted_at: Option<String>,
 }
 
 impl ClientConfig {
@@ -87,6 +93,7 @@ impl ClientConfig {
             local_fast_path: true,
             poll: ringfs_rpc::DEFAULT_POLL,
             run_dir: None,
+            mounted_at: None,
         }
     }
 
@@ -359,6 +366,8 @@ struct Inner {
     client_id: u64,
     /// Whom the connections act for (their `Hello` says so).
     credentials: Credentials,
+    /// As in [`ClientConfig::mounted_at`].
+    mounted_at: Option<String>,
 }
 
 impl Drop for Inner {
@@ -395,7 +404,15 @@ impl Client {
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);
         let files = FileTable::default();
-        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id, credentials: credentials.clone() });
+        let inner = Arc::new(Inner {
+            cluster,
+            closes,
+            files,
+            chunk_size: config.chunk_size,
+            client_id,
+            credentials: credentials.clone(),
+            mounted_at: config.mounted_at.clone(),
+        });
         Ok(Client { inner, credentials: Arc::new(credentials), acts_for_other: false })
     }
 

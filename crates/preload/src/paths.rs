@@ -4,16 +4,22 @@
 //! The working directory inside ringfs is kept here (the kernel's stays where it was): the
 //! kernel has no such directory. Paths are resolved lexically (`..` removes a component), as
 //! the kernel does not see these names either.
+//!
+//! Symbolic links in ringfs resolve as a mount at the prefix would resolve them (the client
+//! is told the prefix): an absolute target under the prefix is ringfs's, any other is the
+//! kernel's. A call that follows a link leading out of ringfs is done by the kernel, at the
+//! path the link leads to ([`following`]).
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use ringfs_client::Errno;
+use ringfs_client::{Errno, LEADS_OUT, LinkDestination};
 
 use crate::descriptors;
 use crate::real::real;
-use crate::state::config;
+use crate::ringfs_call;
+use crate::state::{client, config};
 
 /// Where a path argument leads.
 #[derive(Debug, PartialEq, Eq)]
@@ -148,6 +154,33 @@ fn kernel_directory(dirfd: c_int) -> Option<String> {
     };
     let path = std::str::from_utf8(&buffer[..len]).ok()?;
     (path.starts_with('/') && !path.ends_with(" (deleted)")).then(|| path.to_string())
+}
+
+/// Runs `ringfs`, an operation on ringfs path `path` that follows its symbolic links, for a C
+/// caller (as [`ringfs_call`]); when a link leads out of ringfs, runs `kernel` instead with
+/// the kernel's path it leads to.
+pub(crate) fn following<T>(failure: T, path: &str, ringfs: impl FnOnce() -> Result<T, Errno>, kernel: impl FnOnce(&CStr) -> T) -> T {
+    let mut outside = None;
+    let value = ringfs_call(failure, || match ringfs() {
+        Err(LEADS_OUT) => {
+            outside = where_links_lead_out(path)?;
+            Err(LEADS_OUT)
+        }
+        other => other,
+    });
+    match outside {
+        Some(kernel_path) => kernel(&kernel_path),
+        None => value,
+    }
+}
+
+/// The kernel's path the symbolic links at ringfs path `path` lead to, if they lead out of
+/// ringfs.
+pub(crate) fn where_links_lead_out(path: &str) -> Result<Option<CString>, Errno> {
+    match client()?.resolve_links(path)? {
+        LinkDestination::Outside(kernel_path) => CString::new(kernel_path).map(Some).map_err(|_| Errno::EINVAL),
+        LinkDestination::Ringfs(_) => Ok(None),
+    }
 }
 
 /// The path the program sees for ringfs path `path`.
