@@ -25,6 +25,7 @@ pub mod canvas;
 pub mod flush;
 pub mod gmem;
 pub mod gmem_apps;
+pub mod gmem_verdict;
 pub mod io500;
 pub mod micro;
 pub mod target;
