@@ -234,8 +234,10 @@ fn wait_for_exit_only(pids: &[u32], timeout: Duration) {
     }
 }
 
-/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end.
-/// Returns the pids that had to be killed.
+/// Waits for local server processes to exit; kills (SIGKILL) those still there at the end,
+/// and waits (5 s at most) until they are gone: SIGKILL only starts a process's end, which
+/// takes a while for one with much memory to free, or on a busy machine. Returns the pids
+/// that had to be killed.
 fn wait_for_exit(pids: &[u32], timeout: Duration) -> Vec<u32> {
     wait_for_exit_only(pids, timeout);
     let stubborn: Vec<u32> = pids.iter().copied().filter(|pid| process_alive(*pid)).collect();
@@ -244,6 +246,7 @@ fn wait_for_exit(pids: &[u32], timeout: Duration) -> Vec<u32> {
         signal(*pid, libc::SIGKILL);
         signal(*pid, libc::SIGCONT);
     }
+    wait_for_exit_only(&stubborn, Duration::from_secs(5));
     stubborn
 }
 
@@ -692,4 +695,31 @@ pub fn stop(run_dir: &Path, options: StopOptions) -> Result<()> {
         fs::remove_dir_all(run_dir).map_err(io_error(format!("cannot remove {}", run_dir.display())))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+
+    /// A server that had to be killed is gone when `stop` returns: `SIGKILL` only starts the
+    /// end of a process, and one with much memory to free (here 1 GiB) stays for a while
+    /// after it (`tests/cli.rs: stop_reports_a_server_it_had_to_kill` once found the killed
+    /// server still there, on a loaded machine).
+    #[test]
+    fn processes_killed_for_not_stopping_are_gone_when_the_wait_returns() {
+        let program = "import sys, time\nheld = b'1' * (1 << 30)\nprint('ready', flush=True)\ntime.sleep(600)";
+        let mut child = Command::new("python3").args(["-c", program]).stdout(Stdio::piped()).spawn().expect("python3");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut ready).expect("ready");
+        assert_eq!(ready.trim(), "ready");
+        let pid = child.id();
+        signal(pid, libc::SIGSTOP);
+        let killed = wait_for_exit(&[pid], Duration::from_millis(100));
+        let gone = !process_alive(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(killed, [pid]);
+        assert!(gone, "the killed process is still there");
+    }
 }
