@@ -791,7 +791,8 @@ fn the_scan_and_stencil_benchmarks_run_and_check_their_results() {
         assert!(output.status.success(), "ringfs bench gmem {args:?}:\n{}", String::from_utf8_lossy(&output.stderr));
         String::from_utf8_lossy(&output.stdout).to_string()
     };
-    let emulated = ["--gmem-ssd-mbps", "200", "--gmem-net-mbps", "400", "--block-size", "16K"];
+    // Two servers (the benchmark's default is one per rank), fast emulated devices, small blocks.
+    let emulated = ["--servers", "2", "--gmem-ssd-mbps", "200", "--gmem-net-mbps", "400", "--block-size", "16K"];
     let scan_path = scan_csv.display().to_string();
     let setups = "no-cache,cache,cache+coop,cache+relay";
     let mut args =
