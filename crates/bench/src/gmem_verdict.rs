@@ -60,11 +60,20 @@ fn explanation(runs: &[AppRun], ranks: u32, conditions: &Conditions) -> String {
         Some(Setup::Cooperative | Setup::Relayed) => {
             let homes_serving = find(Setup::HomeServed)
                 .map_or(String::new(), |run| format!(", against {} when only homes serve", mebibytes(run.bytes_from_homes)));
+            let mechanism = match conditions.workload {
+                Workload::Scan => {
+                    "a block leaves its home's SSD and link once per wave of readers, and the ranks' links, together much wider \
+                     than the homes', carry the other copies. Cooperation pays when many ranks read the same blocks and the \
+                     homes' SSDs or links are the bottleneck."
+                }
+                Workload::Stencil => {
+                    "the caches hold each rank's band, and a halo block a neighbour holds (written in the last sweep) comes from \
+                     it instead of being written back to its home and read from there. Caches pay when a rank's data fits in its \
+                     cache but not in the homes' DRAM; cooperation when ranks share blocks."
+                }
+            };
             format!(
-                "with cooperation the homes sent {} and the ranks forwarded {} to each other{homes_serving}: a block leaves its \
-                 home's SSD and link once per wave of readers, and the ranks' links, together much wider than the homes', carry \
-                 the other copies. Cooperation pays when many ranks read the same blocks and the homes' SSDs or links are the \
-                 bottleneck.",
+                "with cooperation the homes sent {} and the ranks forwarded {} to each other{homes_serving}: {mechanism}",
                 mebibytes(best.bytes_from_homes),
                 mebibytes(best.bytes_from_peers),
             )
