@@ -270,9 +270,13 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     // SAFETY: `file` is NUL-terminated by contract.
     if !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
-        // A path, not a name to search: the C library would call its own `execve`.
+        // A path, not a name to search: for a ringfs path the C library would call its own
+        // `execve`, which cannot run it.
         // SAFETY: forwarded contract.
-        return unsafe { execve(file, argv, envp) };
+        if let Route::Ringfs(_) = unsafe { route_at(libc::AT_FDCWD, file) } {
+            // SAFETY: forwarded contract.
+            return unsafe { execve(file, argv, envp) };
+        }
     }
     // SAFETY: forwarded contract.
     unsafe {
