@@ -20,13 +20,12 @@ use ringfs_proto::{
 use ringfs_rpc::{Connection, Reply};
 
 use crate::chunking::{Piece, pieces};
+use crate::links::MAX_SYMLINK_HOPS;
 use crate::{Client, FALLOC_FL_KEEP_SIZE, Fd, OpenFlags, Result, Stat, now_ns};
 
 /// Pieces at least this large move by cross-memory attach on same-host connections; smaller
 /// ones are cheaper inline (fewer system calls).
 const DIRECT_COPY_THRESHOLD: usize = 32 * 1024;
-/// Most symbolic links followed while resolving one path.
-const MAX_SYMLINK_HOPS: usize = 40;
 /// Times an open looks its name up again when the file it found went meanwhile.
 const OPEN_ATTEMPTS: usize = 16;
 

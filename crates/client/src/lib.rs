@@ -30,6 +30,7 @@ mod closes;
 mod cluster;
 mod connection_table;
 mod files;
+mod links;
 mod locks;
 mod namespace;
 mod raw;
@@ -38,6 +39,7 @@ mod xattr;
 
 pub use cache::StageInSummary;
 pub use changes::{ChangeWatch, Changes};
+pub use links::{LEADS_OUT, LinkDestination, link_destination};
 pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
@@ -85,6 +87,10 @@ pub struct ClientConfig {
     /// A connection to a server unused this long is closed, and opened again by the next
     /// request to that server, while the process has no file open (`None`: never).
     pub idle_close: Option<Duration>,
+    /// Where the process sees ringfs (the LD_PRELOAD library's prefix): symbolic links are
+    /// resolved as a mount there would resolve them (see [`links`]). `None`: ringfs is the
+    /// whole tree, and an absolute target is a ringfs path.
+    pub mounted_at: Option<String>,
 }
 
 impl ClientConfig {
@@ -98,6 +104,7 @@ impl ClientConfig {
             poll: ringfs_rpc::DEFAULT_POLL,
             run_dir: None,
             idle_close: Some(DEFAULT_IDLE_CLOSE),
+            mounted_at: None,
         }
     }
 
@@ -389,6 +396,8 @@ struct Inner {
     client_id: u64,
     /// Whom the connections act for (their `Hello` says so).
     credentials: Credentials,
+    /// As in [`ClientConfig::mounted_at`].
+    mounted_at: Option<String>,
 }
 
 impl Drop for Inner {
@@ -425,7 +434,15 @@ impl Client {
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);
         let files = FileTable::default();
-        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id, credentials: credentials.clone() });
+        let inner = Arc::new(Inner {
+            cluster,
+            closes,
+            files,
+            chunk_size: config.chunk_size,
+            client_id,
+            credentials: credentials.clone(),
+            mounted_at: config.mounted_at.clone(),
+        });
         Ok(Client { inner, credentials: Arc::new(credentials), acts_for_other: false })
     }
 

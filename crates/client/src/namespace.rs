@@ -16,12 +16,11 @@ use ringfs_proto::{
 };
 use ringfs_rpc::Connection;
 
+use crate::links::MAX_SYMLINK_HOPS;
 use crate::{Client, DirEntry, Directory, DirectoryPage, FindSummary, NameEntry, Result, Stat, now_ns};
 
 /// Entries asked from each server per page of a directory listing.
 const DIRECTORY_PAGE: u32 = 4096;
-/// Most symbolic links followed while resolving one path.
-const MAX_SYMLINK_HOPS: usize = 40;
 
 /// `renameat2` flags for [`Client::rename_with_flags`].
 pub use ringfs_proto::RenameFlags;
@@ -64,16 +63,6 @@ impl Client {
     /// The attributes of the file `path` names (no symlink following).
     pub(crate) fn lookup_attr(&self, path: &str) -> Result<Attr> {
         Ok(self.lookup_opened(path, 0, 0)?.attr)
-    }
-
-    /// The canonical path a symbolic link at `path` points to.
-    pub(crate) fn follow_link(&self, path: &str) -> Result<String> {
-        let target = self.readlink(path)?;
-        if target.starts_with('/') {
-            path::canonicalize(&target)
-        } else {
-            path::canonicalize(&path::join(path::parent(path).unwrap_or("/"), &target))
-        }
     }
 
     /// The attributes of the file `path` names after following symbolic links.

@@ -13,7 +13,6 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ringfs_proto::path;
 use ringfs_proto::{
     Credentials, Errno, Hello, HelloReply, Member, PROTOCOL_VERSION, Read, Request, Response, Route, ServerStats, Write, WriteSource,
 };
@@ -74,11 +73,6 @@ fn done(_: ()) -> Response {
     Response::Done
 }
 
-/// EINVAL unless every path of `request` is canonical (checked once, before anything uses them).
-fn validate_paths(request: &Request) -> Result<(), Errno> {
-    request.paths().into_iter().try_for_each(path::validate)
-}
-
 impl Dispatcher {
     /// Builds a server's parts on `node`, each on the parts below it (docs/ARCHITECTURE.md,
     /// "The server's parts").
@@ -120,7 +114,7 @@ impl Dispatcher {
 
     /// Executes a request here (after routing), as a step of a request checked already.
     fn execute(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        validate_paths(&request)?;
+        request.validate()?;
         self.execute_valid(session, request, data, reply_data)
     }
 
@@ -133,7 +127,7 @@ impl Dispatcher {
         data: &[u8],
         reply_data: &mut Vec<u8>,
     ) -> Result<Response, Errno> {
-        validate_paths(&request)?;
+        request.validate()?;
         let request = self.permissions.authorize(caller, request)?;
         match self.execute_valid(session, request, data, reply_data)? {
             Response::Names(names) => Ok(Response::Names(names.into_iter().filter(|name| caller.lists_xattr(name)).collect())),

@@ -19,7 +19,7 @@ use crate::membership::Membership;
 use crate::outbound::{Outbound, OutboundCall};
 
 /// Largest chunk size a file may be created with (one chunk must fit in a frame).
-pub const MAX_CHUNK_SIZE: u32 = ringfs_proto::MAX_DATA_LEN;
+pub use ringfs_proto::limits::MAX_CHUNK_SIZE;
 
 /// The errno a store error answers (a failure of the store's directory is logged here).
 pub fn store_errno(error: StoreError) -> Errno {

@@ -56,19 +56,15 @@ impl Space {
         }
     }
 
-    /// Charges `bytes` against the capacity; ENOSPC if they do not fit.
+    /// Charges `bytes` against the capacity; ENOSPC if they do not fit (without a limit: if
+    /// the count would overflow).
     pub fn charge(&self, bytes: u64) -> Result<(), Errno> {
         if bytes == 0 {
             return Ok(());
         }
-        if self.capacity_bytes == 0 {
-            self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
-            return Ok(());
-        }
+        let limit = if self.capacity_bytes == 0 { u64::MAX } else { self.capacity_bytes };
         self.used_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(bytes).filter(|total| *total <= self.capacity_bytes)
-            })
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| used.checked_add(bytes).filter(|total| *total <= limit))
             .map(drop)
             .map_err(|_| Errno::ENOSPC)
     }
@@ -88,10 +84,13 @@ impl Space {
         self.reserved.lock()
     }
 
-    /// Adds `bytes` (already charged) to `file`'s reservation.
+    /// Adds `bytes` (already charged) to `file`'s reservation. (Charged bytes fit in a
+    /// `u64`, so the sum cannot overflow; it saturates all the same.)
     pub fn add_reserved(&self, file: FileId, bytes: u64) {
         if bytes > 0 {
-            *self.reservations().entry(file).or_default() += bytes;
+            let mut reservations = self.reservations();
+            let reserved = reservations.entry(file).or_default();
+            *reserved = reserved.saturating_add(bytes);
         }
     }
 
@@ -141,6 +140,13 @@ impl Space {
                 .map_or(0, |kibibytes| kibibytes * 1024),
             Some(directory) => directory.file_system_size().unwrap_or(0),
         }
+    }
+
+    /// Whether `bytes` more would pass what the node of a store without a capacity limit can
+    /// hold ([`Space::capacity`]); false for a store with a limit (its charge decides).
+    pub fn beyond_node(&self, bytes: u64) -> bool {
+        let room = self.capacity();
+        self.capacity_bytes == 0 && room > 0 && self.used_bytes().saturating_add(bytes) > room
     }
 
     /// Counts a chunk recovered from the `dir` medium.

@@ -214,9 +214,14 @@ impl ChunkStore {
 
     /// Reserves room for `file` (`fallocate`): `needed` more bytes are charged now (ENOSPC
     /// if they do not fit, with nothing charged) and used by the file's later growth here.
-    /// The reservation ends when the file's chunks here are removed or truncated (and with
-    /// a restart: it is kept in memory only).
+    /// A store without a capacity limit refuses, as Linux does, more than the node can hold
+    /// (its memory, or the size of the `dir` store's file system). The reservation ends when
+    /// the file's chunks here are removed or truncated (and with a restart: it is kept in
+    /// memory only).
     pub fn reserve(&self, file: FileId, needed: u64) -> Result<(), Errno> {
+        if self.space.beyond_node(needed) {
+            return Err(Errno::ENOSPC);
+        }
         self.charge(needed)?;
         self.space.add_reserved(file, needed);
         Ok(())

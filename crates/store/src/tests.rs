@@ -225,6 +225,26 @@ fn reservations_hold_room_for_their_file_until_used_or_released() {
     assert_eq!(store.stats().used_bytes, baseline, "the removal ended the rest of the reservation");
 }
 
+/// Reservations as large as a forged request may ask (the request fuzzer's seed 4242 sent
+/// such): a store without a capacity limit refuses what the node cannot hold, and no sum of
+/// reservations overflows — ENOSPC, as Linux's `fallocate` answers, never a panic or a wrapped
+/// count.
+#[test]
+fn huge_reservations_are_refused_with_enospc_and_never_overflow_the_account() {
+    for capacity_bytes in [0, 1 << 40] {
+        let store = ChunkStore::open(StoreConfig { capacity_bytes, ..StoreConfig::memory() }).unwrap();
+        store.create(&Create::new("/f", REGULAR, 1 << 20), file(1)).unwrap();
+        let before = store.stats().used_bytes;
+        for _ in 0..3 {
+            assert_eq!(store.reserve(file(1), i64::MAX as u64), Err(Errno::ENOSPC), "capacity {capacity_bytes}");
+            assert_eq!(store.reserve(file(1), u64::MAX), Err(Errno::ENOSPC), "capacity {capacity_bytes}");
+        }
+        assert_eq!(store.stats().used_bytes, before, "nothing was charged (capacity {capacity_bytes})");
+        store.reserve(file(1), 1 << 20).unwrap();
+        assert_eq!(store.stats().used_bytes, before + (1 << 20));
+    }
+}
+
 #[test]
 fn hard_links_count_names_and_the_file_lives_until_the_last_goes() {
     let store = memory_store();

@@ -126,7 +126,7 @@ impl Cache {
 
     /// The length of a chunk whose bytes are still in the backend.
     pub fn stub_len(key: ChunkKey, backend_len: u64, chunk_size: u32) -> u64 {
-        backend_len.saturating_sub(key.index * chunk_size as u64).min(chunk_size as u64)
+        backend_len.saturating_sub(key.index.saturating_mul(chunk_size as u64)).min(chunk_size as u64)
     }
 
     /// Loads a chunk's bytes from the backend into the store (under the chunk's lock, which
