@@ -1430,7 +1430,10 @@ impl Response {
     }
 }
 
+// Test scaffolding (feature `testing`): a sample of every message and a mutator for fuzzers.
+#[cfg(any(test, feature = "testing"))]
 pub mod mutate;
+#[cfg(any(test, feature = "testing"))]
 pub mod samples;
 
 #[cfg(test)]

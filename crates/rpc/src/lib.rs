@@ -23,9 +23,11 @@
 
 mod connection;
 pub mod frame_io;
+pub mod link;
 pub mod log_limit;
 pub mod memory;
 mod server;
+#[cfg(feature = "testing")]
 pub mod sim;
 pub mod throttle;
 pub mod transport;

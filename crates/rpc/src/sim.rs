@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use ringfs_proto::message::mutate::Rng;
 use ringfs_proto::{FrameHeader, HEADER_LEN};
 
-use crate::transport::{Link, PeerIdentity, ReadHalf, WriteHalf};
+use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
 
 /// What the network does to frames; all off by default.
 #[derive(Clone, Copy, Debug, Default)]

@@ -16,6 +16,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
+
 /// Connections the kernel may hold completed for a listener before they are accepted (the
 /// kernel caps it at `net.core.somaxconn`, 4096 by default).
 pub const LISTEN_BACKLOG: libc::c_int = 65_535;
@@ -27,13 +29,16 @@ pub enum Endpoint {
     Tcp(String),
     /// `unix:/path/to/socket`.
     Unix(PathBuf),
-    /// `sim:NAME`: the simulated in-process network of tests ([`crate::sim`]).
+    /// `sim:NAME`: the simulated in-process network of tests ([`crate::sim`], feature
+    /// `testing`).
+    #[cfg(feature = "testing")]
     Sim(String),
 }
 
 impl Endpoint {
-    /// Parses `host:port`, `tcp://host:port`, `unix:/path` or `sim:NAME`.
+    /// Parses `host:port`, `tcp://host:port`, `unix:/path` or (feature `testing`) `sim:NAME`.
     pub fn parse(text: &str) -> Result<Endpoint, String> {
+        #[cfg(feature = "testing")]
         if let Some(name) = text.strip_prefix("sim:") {
             if name.is_empty() {
                 return Err(format!("empty simulated endpoint name in {text:?}"));
@@ -60,46 +65,10 @@ impl fmt::Display for Endpoint {
         match self {
             Endpoint::Tcp(address) => f.write_str(address),
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
+            #[cfg(feature = "testing")]
             Endpoint::Sim(name) => write!(f, "sim:{name}"),
         }
     }
-}
-
-/// The receiving half of a link.
-pub trait ReadHalf: Read + Send {
-    /// Longest a single `read` blocks before returning `WouldBlock`/`TimedOut`.
-    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
-
-    /// Reads what is available without blocking (`WouldBlock` if nothing is).
-    fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize>;
-
-    /// The file descriptor to `poll` for readability, if the link has one (links without
-    /// one are checked with [`ReadHalf::read_available`] at short intervals instead).
-    fn poll_fd(&self) -> Option<RawFd> {
-        None
-    }
-}
-
-/// The sending half of a link.
-pub trait WriteHalf: Write + Send {
-    /// Longest a single `write` blocks before failing.
-    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
-    /// Closes both directions, waking a reader blocked on the other half.
-    fn shutdown(&self);
-}
-
-/// Who is on the other end of a link, as far as the transport can tell.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub struct PeerIdentity {
-    /// Process id of the peer, when the transport can vouch for it (Unix sockets).
-    pub pid: Option<u32>,
-}
-
-/// An established connection.
-pub struct Link {
-    pub reader: Box<dyn ReadHalf>,
-    pub writer: Box<dyn WriteHalf>,
-    pub peer: PeerIdentity,
 }
 
 /// What the two halves of a link need from a stream socket.
@@ -262,6 +231,7 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
             Err(last_error)
         }
         Endpoint::Unix(path) => unix_link(UnixStream::connect(path)?),
+        #[cfg(feature = "testing")]
         Endpoint::Sim(name) => crate::sim::network().connect(name, timeout),
     }
 }
@@ -270,6 +240,7 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+    #[cfg(feature = "testing")]
     Sim(crate::sim::SimListener),
 }
 
@@ -285,6 +256,7 @@ impl Listener {
                 }
                 Listener::Unix(UnixListener::bind(path)?, path.clone())
             }
+            #[cfg(feature = "testing")]
             Endpoint::Sim(name) => return Ok(Listener::Sim(crate::sim::network().bind(name)?)),
         };
         if let Some(fd) = listener.poll_fd() {
@@ -303,6 +275,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => Some(listener.as_raw_fd()),
             Listener::Unix(listener, _) => Some(listener.as_raw_fd()),
+            #[cfg(feature = "testing")]
             Listener::Sim(_) => None,
         }
     }
@@ -313,6 +286,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => listener.set_nonblocking(true),
             Listener::Unix(listener, _) => listener.set_nonblocking(true),
+            #[cfg(feature = "testing")]
             Listener::Sim(_) => Ok(()),
         }
     }
@@ -322,6 +296,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => Ok(Endpoint::Tcp(listener.local_addr()?.to_string())),
             Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
+            #[cfg(feature = "testing")]
             Listener::Sim(listener) => Ok(Endpoint::Sim(listener.name().to_string())),
         }
     }
@@ -330,6 +305,7 @@ impl Listener {
         match self {
             Listener::Tcp(listener) => tcp_link(listener.accept()?.0),
             Listener::Unix(listener, _) => unix_link(listener.accept()?.0),
+            #[cfg(feature = "testing")]
             Listener::Sim(listener) => listener.accept(),
         }
     }
@@ -339,6 +315,7 @@ impl Listener {
         let fd = match self {
             Listener::Tcp(listener) => listener.as_raw_fd(),
             Listener::Unix(listener, _) => listener.as_raw_fd(),
+            #[cfg(feature = "testing")]
             Listener::Sim(listener) => return listener.shutdown(),
         };
         // SAFETY: shutting down a listening socket we own; accept() then returns EINVAL.

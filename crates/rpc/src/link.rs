@@ -1,0 +1,45 @@
+//! What every transport provides: a [`Link`] of a [`ReadHalf`] and a [`WriteHalf`], and who
+//! is on the other end ([`PeerIdentity`]). The layers above (framing, connections, the
+//! server loop) see only these; the transports ([`crate::transport`], the simulated network
+//! of tests) implement them.
+
+use std::io::{self, Read, Write};
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+/// The receiving half of a link.
+pub trait ReadHalf: Read + Send {
+    /// Longest a single `read` blocks before returning `WouldBlock`/`TimedOut`.
+    fn set_read_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+
+    /// Reads what is available without blocking (`WouldBlock` if nothing is).
+    fn read_available(&mut self, buffer: &mut [u8]) -> io::Result<usize>;
+
+    /// The file descriptor to `poll` for readability, if the link has one (links without
+    /// one are checked with [`ReadHalf::read_available`] at short intervals instead).
+    fn poll_fd(&self) -> Option<RawFd> {
+        None
+    }
+}
+
+/// The sending half of a link.
+pub trait WriteHalf: Write + Send {
+    /// Longest a single `write` blocks before failing.
+    fn set_write_timeout(&mut self, timeout: Option<Duration>) -> io::Result<()>;
+    /// Closes both directions, waking a reader blocked on the other half.
+    fn shutdown(&self);
+}
+
+/// Who is on the other end of a link, as far as the transport can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct PeerIdentity {
+    /// Process id of the peer, when the transport can vouch for it (Unix sockets).
+    pub pid: Option<u32>,
+}
+
+/// An established connection.
+pub struct Link {
+    pub reader: Box<dyn ReadHalf>,
+    pub writer: Box<dyn WriteHalf>,
+    pub peer: PeerIdentity,
+}
