@@ -11,38 +11,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ringfs_placement::Placement;
+use ringfs_placement::MemberRing;
 use ringfs_proto::{ChunkKey, Errno, FileId, Member, MemberList, Request, Response};
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
 
 use crate::ConnectError;
 use crate::connection_table::ConnectionTable;
 
-struct View {
-    list: MemberList,
-    placement: Placement,
-    /// Members in ring order: `ring[placement.owner(..)]` is the owner.
-    ring: Vec<Member>,
-}
-
-impl View {
-    fn new(list: MemberList) -> Result<View, String> {
-        let (scheme, hash) = ringfs_placement::parse_description(&list.placement)?;
-        let placement =
-            Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).map_err(|error| error.to_string())?;
-        let ring = placement
-            .ring()
-            .iter()
-            .map(|name| list.members.iter().find(|member| &member.name == name).cloned().expect("ring built from members"))
-            .collect();
-        Ok(View { list, placement, ring })
-    }
-}
-
 /// Connections to all servers, shared by every thread of the client.
 pub(crate) struct Cluster {
     config: ConnectionConfig,
-    view: RwLock<View>,
+    view: RwLock<MemberRing>,
     epoch: AtomicU64,
     connections: ConnectionTable,
     /// Connections unused this long are closed (`None`: never).
@@ -110,17 +89,17 @@ impl Cluster {
             match list {
                 Ok(connection) => match fetch_members(&connection) {
                     Ok(list) => {
-                        let view = View::new(list).map_err(ConnectError::Config)?;
+                        let view = MemberRing::new(list).map_err(ConnectError::Config)?;
                         let connections = ConnectionTable::default();
-                        if let Some(member) = view.list.members.iter().find(|member| member.name == connection.server_name())
+                        if let Some(member) = view.list().members.iter().find(|member| member.name == connection.server_name())
                             && preferred_endpoint(member, &config).as_ref() == Some(&endpoint)
                         {
-                            connection.set_local_epoch(view.list.epoch);
+                            connection.set_local_epoch(view.list().epoch);
                             connections.insert(member.name.clone(), Arc::new(connection));
                         }
                         let cluster = Cluster {
                             config,
-                            epoch: AtomicU64::new(view.list.epoch),
+                            epoch: AtomicU64::new(view.list().epoch),
                             view: RwLock::new(view),
                             connections,
                             idle_close,
@@ -140,7 +119,7 @@ impl Cluster {
         Err(ConnectError::Unreachable(if failures.is_empty() { "no server address given".into() } else { failures.join("; ") }))
     }
 
-    fn view(&self) -> parking_lot::RwLockReadGuard<'_, View> {
+    fn view(&self) -> parking_lot::RwLockReadGuard<'_, MemberRing> {
         self.view.read()
     }
 
@@ -149,7 +128,7 @@ impl Cluster {
     /// stays usable while some server is down.
     pub fn owner_of_path(&self, path: &str) -> Member {
         let view = self.view();
-        let owner = &view.ring[view.placement.owner_of_path(path)];
+        let owner = view.owner_of_path(path);
         if path == "/" {
             return self.usable_or_any(&view, owner);
         }
@@ -160,7 +139,7 @@ impl Cluster {
     /// inode is on every server, as its entry.
     pub fn owner_of_chunk(&self, key: ChunkKey) -> Member {
         let view = self.view();
-        let owner = &view.ring[view.placement.owner(key.file.anchor, key.index)];
+        let owner = view.owner(key.file.anchor, key.index);
         if key.file.is_root() {
             return self.usable_or_any(&view, owner);
         }
@@ -168,9 +147,9 @@ impl Cluster {
     }
 
     /// `owner` if it is alive and not suspect, else the first alive server that is not.
-    fn usable_or_any(&self, view: &View, owner: &Member) -> Member {
+    fn usable_or_any(&self, view: &MemberRing, owner: &Member) -> Member {
         if (!owner.alive || self.is_suspect(&owner.name))
-            && let Some(alive) = view.ring.iter().find(|member| member.alive && !self.is_suspect(&member.name))
+            && let Some(alive) = view.in_ring_order().find(|member| member.alive && !self.is_suspect(&member.name))
         {
             return alive.clone();
         }
@@ -193,7 +172,7 @@ impl Cluster {
     }
 
     pub fn member_list(&self) -> MemberList {
-        self.view().list.clone()
+        self.view().list().clone()
     }
 
     /// Whether `server` let a request time out less than a request deadline ago.
@@ -229,7 +208,7 @@ impl Cluster {
             member
         } else {
             self.refresh_after_failure(&member.name);
-            revived = self.view().list.members.iter().find(|known| known.name == member.name && known.alive).cloned();
+            revived = self.view().list().members.iter().find(|known| known.name == member.name && known.alive).cloned();
             revived.as_ref().ok_or(Errno::EIO)?
         };
         if self.is_suspect(&member.name) {
@@ -323,7 +302,7 @@ impl Cluster {
         if !about_root || first.is_ok() {
             return Ok(first?.response);
         }
-        let others: Vec<Member> = self.view().ring.iter().filter(|member| member.alive && member.name != owner.name).cloned().collect();
+        let others: Vec<Member> = self.view().in_ring_order().filter(|member| member.alive && member.name != owner.name).cloned().collect();
         let mut last = first;
         for member in others {
             last = self.call(&member, request, &[]);
@@ -358,7 +337,7 @@ impl Cluster {
 
     /// Sends `request` to every server at once; fails if any server fails.
     pub fn broadcast(&self, request: &Request) -> Result<Vec<Response>, Errno> {
-        let members = self.view().list.members.clone();
+        let members = self.view().list().members.clone();
         let connections = members.iter().map(|member| self.connection(member)).collect::<Result<Vec<_>, _>>()?;
         let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
         let mut responses = Vec::with_capacity(calls.len());
@@ -395,7 +374,7 @@ impl Cluster {
         let budget_end = Instant::now() + self.config.timeout;
         let others: Vec<Member> = self
             .view()
-            .list
+            .list()
             .members
             .iter()
             .filter(|member| member.alive && member.name != failed_server && !self.is_suspect(&member.name))
@@ -420,7 +399,7 @@ impl Cluster {
                 },
             };
             let left = budget_end.saturating_duration_since(Instant::now());
-            match fetch_members_within(&connection, left).map(View::new) {
+            match fetch_members_within(&connection, left).map(MemberRing::new) {
                 Ok(Ok(view)) => {
                     self.adopt_view(view, false);
                     return;
@@ -445,8 +424,8 @@ impl Cluster {
     }
 
     /// Adopts `view` if it is newer than ours (or in any case with `always`).
-    fn adopt_view(&self, view: View, always: bool) {
-        let epoch = view.list.epoch;
+    fn adopt_view(&self, view: MemberRing, always: bool) {
+        let epoch = view.list().epoch;
         if always || epoch > self.epoch.load(Ordering::Relaxed) {
             *self.view.write() = view;
             self.epoch.store(epoch, Ordering::Relaxed);
@@ -463,7 +442,7 @@ impl Cluster {
     /// Fetches the member list from `connection`'s server and adopts it if it is newer, or
     /// in any case with `always`.
     fn adopt_members(&self, connection: &Connection, always: bool) -> bool {
-        match fetch_members(connection).map(View::new) {
+        match fetch_members(connection).map(MemberRing::new) {
             Ok(Ok(view)) => {
                 self.adopt_view(view, always);
                 true

@@ -66,6 +66,11 @@ impl MemberRing {
         self.placement.anchor_of(path)
     }
 
+    /// The members in ring order (the order owners are counted in).
+    pub fn in_ring_order(&self) -> impl Iterator<Item = &Member> {
+        (0..self.ring_to_member.len()).map(|position| self.at(position))
+    }
+
     /// The member at the first position of the ring (fixed, so that all who ask the same
     /// list agree on it).
     pub fn first_in_ring(&self) -> &Member {
