@@ -557,11 +557,14 @@ fn a_rename_step_arriving_after_its_rename_ended_changes_nothing() {
         mode: ringfs_proto::InstallMode::REPLACE,
         expect: Default::default(),
         replace_empty_dir: false,
-        token: 0x5eed_0001,
+        token: ringfs_proto::RenameToken(0x5eed_0001),
     });
     assert_eq!(send_to_owner("/name", late_step), Response::Error(Errno::ETIMEDOUT), "a step of a rename holding no lock is refused");
-    let late_removal =
-        Request::RemoveEntry(ringfs_proto::RemoveEntry { path: "/old-version".into(), expect: old.file, token: 0x5eed_0003 });
+    let late_removal = Request::RemoveEntry(ringfs_proto::RemoveEntry {
+        path: "/old-version".into(),
+        expect: old.file,
+        token: ringfs_proto::RenameToken(0x5eed_0003),
+    });
     assert_eq!(send_to_owner("/old-version", late_removal), Response::Error(Errno::ETIMEDOUT), "so is a late removal of the old name");
     assert_eq!(read_file(&client, "/name").unwrap(), b"current");
     assert_eq!(read_file(&client, "/old-version").unwrap(), b"old");
@@ -593,7 +596,12 @@ fn a_directory_rename_step_arriving_after_its_rename_ended_moves_nothing() {
             })
             .collect()
     };
-    let subtree = |token: u64, from: &str, to: &str| ringfs_proto::Subtree { token, from: from.into(), to: to.into(), exchange: false };
+    let subtree = |token: u64, from: &str, to: &str| ringfs_proto::Subtree {
+        token: ringfs_proto::RenameToken(token),
+        from: from.into(),
+        to: to.into(),
+        exchange: false,
+    };
     let there = "/tree/a".to_string();
     let away = subtree(0x5eed_2001, "/tree/a", "/tree/b");
     let back = subtree(0x5eed_2002, "/tree/b", "/tree/a");

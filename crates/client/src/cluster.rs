@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_placement::MemberRing;
-use ringfs_proto::{ChunkKey, Errno, FileId, Member, MemberList, Request, Response};
+use ringfs_proto::{ChunkKey, Errno, FileId, LeaseId, Member, MemberList, Request, Response};
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
 
 use crate::ConnectError;
@@ -27,7 +27,7 @@ pub(crate) struct Cluster {
     /// Connections unused this long are closed (`None`: never).
     idle_close: Option<Duration>,
     /// Per server: leases this client is done with, to be released with the next read.
-    lease_backlog: Mutex<HashMap<String, Vec<u64>>>,
+    lease_backlog: Mutex<HashMap<String, Vec<LeaseId>>>,
     /// Held while the member list is being fetched; holds the time of the last fetch that
     /// followed a failure.
     refreshing: Mutex<Option<Instant>>,
@@ -252,13 +252,13 @@ impl Cluster {
     }
 
     /// Leases to release with the next read sent to `server`.
-    pub fn take_releases(&self, server: &str) -> Vec<u64> {
+    pub fn take_releases(&self, server: &str) -> Vec<LeaseId> {
         self.lease_backlog.lock().get_mut(server).map(std::mem::take).unwrap_or_default()
     }
 
     /// Remembers leases to release with the next read on `connection`; too many are released
     /// at once with a message of their own.
-    pub fn defer_releases(&self, connection: &Connection, leases: Vec<u64>) {
+    pub fn defer_releases(&self, connection: &Connection, leases: Vec<LeaseId>) {
         const MAX_BACKLOG: usize = 64;
         let mut backlog = self.lease_backlog.lock();
         let pending = backlog.entry(connection.server_name().to_string()).or_default();

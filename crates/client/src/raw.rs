@@ -31,7 +31,7 @@ impl Client {
     }
 
     /// Gives back leases `connection`'s server lent (with its next read, or in a batch).
-    pub fn release_leases(&self, connection: &Connection, leases: Vec<u64>) {
+    pub fn release_leases(&self, connection: &Connection, leases: Vec<ringfs_proto::LeaseId>) {
         self.inner.cluster.defer_releases(connection, leases);
     }
 

@@ -87,3 +87,24 @@ impl Wire for ChunkKey {
         Ok(ChunkKey { file: FileId::read(r)?, index: r.u64()? })
     }
 }
+
+crate::wire_newtype! {
+    /// Names one rename or link across the servers it touches: the token of the name locks it
+    /// holds, carried by each of its steps (so that a step repeated, late, or of another
+    /// operation is told apart). [`RenameToken::NONE`]: a step of no such operation.
+    RenameToken(u64);
+}
+
+impl RenameToken {
+    pub const NONE: RenameToken = RenameToken(0);
+
+    pub fn is_none(self) -> bool {
+        self == RenameToken::NONE
+    }
+}
+
+crate::wire_newtype! {
+    /// Names a [`crate::Lease`]: bytes a server keeps for a same-host client until the client
+    /// releases them by this id (unique per connection).
+    LeaseId(u64);
+}

@@ -11,7 +11,7 @@ use crate::gmem::{
     ArrayLayout, ArrayOnly, BlockRange, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, GmemAlloc, GmemAtomic, GmemBarrier,
     GmemFree,
 };
-use crate::id::{ChunkKey, FileId};
+use crate::id::{ChunkKey, FileId, LeaseId, RenameToken};
 use crate::wire::{Bytes, Wire};
 use crate::{Attr, Errno, wire_enum, wire_struct};
 
@@ -371,7 +371,7 @@ pub struct InstallEntry {
     pub replace_empty_dir: bool,
     /// The lock token of the rename or link this step belongs to (it holds the name's lock,
     /// and passes a frozen directory rename's gate); 0: none.
-    pub token: u64,
+    pub token: RenameToken,
 }
 wire_struct!(InstallEntry { path, entry, mode, expect, replace_empty_dir, token });
 
@@ -381,7 +381,7 @@ pub struct RemoveEntry {
     pub path: String,
     pub expect: FileId,
     /// As in [`InstallEntry::token`].
-    pub token: u64,
+    pub token: RenameToken,
 }
 wire_struct!(RemoveEntry { path, expect, token });
 
@@ -390,7 +390,7 @@ wire_struct!(RemoveEntry { path, expect, token });
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NameLock {
     pub path: String,
-    pub token: u64,
+    pub token: RenameToken,
     pub acquire: bool,
 }
 wire_struct!(NameLock { path, token, acquire });
@@ -450,7 +450,7 @@ wire_struct!(BackendFileReply { path, len });
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Subtree {
     /// Names the rename, so that a step repeated or arriving late is recognised.
-    pub token: u64,
+    pub token: RenameToken,
     pub from: String,
     pub to: String,
     /// `RENAME_EXCHANGE`: the entries below `to` move below `from` at the same time.
@@ -468,7 +468,7 @@ wire_struct!(MovedEntry { path, entry });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PutEntries {
-    pub token: u64,
+    pub token: RenameToken,
     pub entries: Vec<MovedEntry>,
 }
 wire_struct!(PutEntries { token, entries });
@@ -476,7 +476,7 @@ wire_struct!(PutEntries { token, entries });
 /// The cluster-wide lock directory renames take (held by one server; see `docs/ARCHITECTURE.md`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NamespaceLock {
-    pub token: u64,
+    pub token: RenameToken,
     /// Take (true) or give back (false).
     pub acquire: bool,
 }
@@ -740,7 +740,7 @@ pub struct Read {
     pub lease: bool,
     /// Leases of earlier reads on this connection that the client is done with (piggybacked
     /// here to save a message; see `Request::Release`).
-    pub release: Vec<u64>,
+    pub release: Vec<LeaseId>,
     /// The caller's view of the file's `backend_len`, as in [`ChunkTemplate::backend_len`].
     pub backend_len: u64,
 }
@@ -750,7 +750,7 @@ wire_struct!(Read { chunk, offset, len, lease, release, backend_len });
 /// client on the same host can copy them itself with cross-memory attach (one copy, no socket).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Lease {
-    pub id: u64,
+    pub id: LeaseId,
     /// Address of the first byte in the server process.
     pub address: u64,
     /// Bytes readable at `address`; the rest of the reply's length reads as zeros.
@@ -827,7 +827,7 @@ wire_struct!(LoadChunk { chunk, backend_len, backend });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Release {
-    pub leases: Vec<u64>,
+    pub leases: Vec<LeaseId>,
 }
 wire_struct!(Release { leases });
 

@@ -133,6 +133,41 @@ impl<A: Wire, B: Wire> Wire for (A, B) {
     }
 }
 
+/// Declares a newtype over a primitive (an id that must not be mixed up with other numbers)
+/// with the primitive's binary form.
+#[macro_export]
+macro_rules! wire_newtype {
+    ($(#[$meta:meta])* $name:ident($inner:ty);) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(pub $inner);
+
+        impl $crate::wire::Wire for $name {
+            const MIN_BYTES: usize = <$inner as $crate::wire::Wire>::MIN_BYTES;
+
+            fn write(&self, w: &mut $crate::codec::Writer) {
+                self.0.write(w);
+            }
+
+            fn read(r: &mut $crate::codec::Reader) -> Result<Self, $crate::codec::DecodeError> {
+                Ok($name(<$inner as $crate::wire::Wire>::read(r)?))
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{:x}", self.0)
+            }
+        }
+
+        impl std::fmt::LowerHex for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::LowerHex::fmt(&self.0, f)
+            }
+        }
+    };
+}
+
 /// Implements [`Wire`] for a struct: its fields, in the order listed, one after the other.
 #[macro_export]
 macro_rules! wire_struct {

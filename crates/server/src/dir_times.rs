@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, ChunkKey, DirTouch, Errno, FileId, FileOnly, Member, Request, Response};
+use ringfs_proto::{Attr, ChunkKey, DirTouch, Errno, FileId, FileOnly, Member, RenameToken, Request, Response};
 
 use crate::gate::NamespaceGate;
 use crate::node::{Node, store_errno};
@@ -474,7 +474,7 @@ impl DirTimes {
             return Ok(Response::DirTouched(touch.file));
         }
         let entry = {
-            let _pass = self.gate.pass(&[&touch.path], 0)?;
+            let _pass = self.gate.pass(&[&touch.path], RenameToken::NONE)?;
             self.node.store.lookup(&touch.path, self.node.anchor_of(&touch.path), false).map_err(store_errno)?.0
         };
         if !entry.is_dir() {

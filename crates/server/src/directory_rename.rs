@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
-use ringfs_proto::{Errno, FileId, InstallMode, MovedEntry, PutEntries, RenameFlags, Request, Response, Subtree};
+use ringfs_proto::{Errno, FileId, InstallMode, MovedEntry, PutEntries, RenameFlags, RenameToken, Request, Response, Subtree};
 
 use crate::deadline::{WAIT_LIMIT, past_point_of_no_return, wait_end, wait_failure};
 use crate::dir_times::DirTimes;
@@ -71,15 +71,15 @@ impl From<Errno> for TreeRenameError {
 /// have been renamed back since) and move them where no directory is.
 #[derive(Default)]
 struct SubtreeMoves {
-    moves: Mutex<HashMap<u64, SubtreeMove>>,
+    moves: Mutex<HashMap<RenameToken, SubtreeMove>>,
     ended: Mutex<EndedRenames>,
 }
 
 /// Tokens of the last [`ENDED_KEPT`] renames that ended on this server.
 #[derive(Default)]
 struct EndedRenames {
-    tokens: std::collections::HashSet<u64>,
-    order: std::collections::VecDeque<u64>,
+    tokens: std::collections::HashSet<RenameToken>,
+    order: std::collections::VecDeque<RenameToken>,
 }
 
 /// How many ended renames a server remembers (a late step comes within seconds; thousands
@@ -99,17 +99,17 @@ struct SubtreeMove {
 }
 
 impl SubtreeMoves {
-    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<RenameToken, SubtreeMove>> {
         self.moves.lock()
     }
 
     /// A rename froze this server: its move has begun.
-    pub fn begin(&self, token: u64) {
+    pub fn begin(&self, token: RenameToken) {
         self.lock().entry(token).or_default();
     }
 
     /// Rename `token` ended here.
-    fn record_end(&self, token: u64) {
+    fn record_end(&self, token: RenameToken) {
         let mut ended = self.ended.lock();
         if ended.tokens.insert(token) {
             ended.order.push_back(token);
@@ -122,7 +122,7 @@ impl SubtreeMoves {
     }
 
     /// Rename `token` ended here: a step of it now is a late one.
-    pub fn has_ended(&self, token: u64) -> bool {
+    pub fn has_ended(&self, token: RenameToken) -> bool {
         self.ended.lock().tokens.contains(&token)
     }
 }
@@ -143,7 +143,7 @@ pub struct DirectoryRenames {
     flusher: Arc<Flusher>,
     moves: SubtreeMoves,
     /// On the first server of the ring: the directory rename that holds the namespace lock.
-    namespace_lock: Mutex<Option<(u64, Instant)>>,
+    namespace_lock: Mutex<Option<(RenameToken, Instant)>>,
     /// Renames that gave the namespace lock back (a late acquisition of theirs is refused).
     namespace_lock_ended: EndedTokens,
 }
@@ -227,7 +227,7 @@ impl DirectoryRenames {
 
     /// The rename `token` ended (thaw): names still held back are stored, so none is lost
     /// even if this server never got its own move step.
-    fn end_subtree_move(&self, token: u64) {
+    fn end_subtree_move(&self, token: RenameToken) {
         let state = {
             // Under the moves' lock: a step of this rename either ran before or sees it ended.
             let mut moves = self.moves.lock();
@@ -248,7 +248,7 @@ impl DirectoryRenames {
     /// when flushed; a file with two names in the tree gets the second as a hard link).
     /// Done within the rename's freeze, so no later rename of those names can come first.
     /// EIO if an inode could not be told (a repeated step tells the rest again).
-    fn bind_moved_into_cached_tree(&self, token: u64) -> Result<(), Errno> {
+    fn bind_moved_into_cached_tree(&self, token: RenameToken) -> Result<(), Errno> {
         let unbound = match self.moves.lock().get_mut(&token) {
             Some(state) => std::mem::take(&mut state.unbound),
             None => return Ok(()),
@@ -273,7 +273,7 @@ impl DirectoryRenames {
 
     /// Sends names taken out for a directory rename to their new servers; those that could
     /// not be sent are returned (the caller keeps them to try again).
-    fn send_moved(&self, token: u64, moved: Vec<MovedEntry>) -> Result<(), Vec<MovedEntry>> {
+    fn send_moved(&self, token: RenameToken, moved: Vec<MovedEntry>) -> Result<(), Vec<MovedEntry>> {
         // (In name order, so that a seeded test schedule replays the same sends.)
         let mut by_owner: BTreeMap<String, (ringfs_proto::Member, Vec<MovedEntry>)> = BTreeMap::new();
         for entry in moved {
@@ -307,7 +307,7 @@ impl DirectoryRenames {
     }
 
     /// On the first server of the ring: takes or gives back the namespace lock for `token`.
-    pub fn namespace_lock_step(&self, token: u64, acquire: bool) -> Result<Response, Errno> {
+    pub fn namespace_lock_step(&self, token: RenameToken, acquire: bool) -> Result<Response, Errno> {
         let started = Instant::now();
         let deadline = started + WAIT_LIMIT;
         let mut warned = false;

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::Errno;
+use ringfs_proto::RenameToken;
 use ringfs_proto::path;
 use ringfs_rpc::memory::fast_random_u64;
 
@@ -25,8 +26,8 @@ pub const SLOW_WAIT: Duration = Duration::from_secs(1);
 pub const LEASE: Duration = Duration::from_secs(30);
 
 /// Draws the token of a rename or link (its locks and steps carry it).
-pub fn new_token() -> u64 {
-    fast_random_u64() | 1
+pub fn new_token() -> RenameToken {
+    RenameToken(fast_random_u64() | 1)
 }
 
 fn humantime(duration: Duration) -> String {
@@ -34,7 +35,7 @@ fn humantime(duration: Duration) -> String {
 }
 
 struct Held {
-    token: u64,
+    token: RenameToken,
     until: Instant,
     /// Held across requests to other servers (by a rename, a link or an rmdir), not just for
     /// one local step ([`NameLocks::hold`]).
@@ -58,11 +59,11 @@ pub struct NameLocks {
 /// Tokens (of renames, directory-rename attempts) that have ended, remembered for a lease.
 #[derive(Default)]
 pub struct EndedTokens {
-    ended: Mutex<HashMap<u64, Instant>>,
+    ended: Mutex<HashMap<RenameToken, Instant>>,
 }
 
 impl EndedTokens {
-    pub fn end(&self, token: u64) {
+    pub fn end(&self, token: RenameToken) {
         let now = Instant::now();
         let mut ended = self.ended.lock();
         if ended.len() >= 4096 {
@@ -71,7 +72,7 @@ impl EndedTokens {
         ended.insert(token, now + LEASE);
     }
 
-    pub fn has_ended(&self, token: u64) -> bool {
+    pub fn has_ended(&self, token: RenameToken) -> bool {
         self.ended.lock().get(&token).is_some_and(|until| *until > Instant::now())
     }
 }
@@ -79,14 +80,14 @@ impl EndedTokens {
 impl NameLocks {
     /// Takes the lock of `path` for `token` (again, if the token holds it already), waiting
     /// while another token holds it.
-    pub fn acquire(&self, path: &str, token: u64) -> Result<(), Errno> {
+    pub fn acquire(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
         if self.ended.has_ended(token) {
             return Err(Errno::ETIMEDOUT);
         }
         self.take(path, token, true)
     }
 
-    fn take(&self, path: &str, token: u64, across_servers: bool) -> Result<(), Errno> {
+    fn take(&self, path: &str, token: RenameToken, across_servers: bool) -> Result<(), Errno> {
         let started = Instant::now();
         let deadline = wait_end(started);
         let mut warned = false;
@@ -124,7 +125,7 @@ impl NameLocks {
     }
 
     /// Gives the lock of `path` back, if `token` holds it.
-    pub fn release(&self, path: &str, token: u64) {
+    pub fn release(&self, path: &str, token: RenameToken) {
         self.ended.end(token);
         self.give_back(path, token);
         // An acquisition of this token still waiting gives up now.
@@ -135,7 +136,7 @@ impl NameLocks {
     }
 
     /// [`NameLocks::release`] of a lock only this server knows (an operation's hold).
-    fn give_back(&self, path: &str, token: u64) {
+    fn give_back(&self, path: &str, token: RenameToken) {
         let mut held = self.held.lock();
         if held.get(path).is_some_and(|holder| holder.token == token) {
             held.remove(path);
@@ -166,7 +167,7 @@ impl NameLocks {
     /// `roots`.
     /// A directory rename must not move such a name: the other rename would then remove or
     /// install it at a path where it no longer is (two names for one link, or none).
-    pub fn renamed_inside(&self, roots: [&str; 2], token: u64) -> Option<String> {
+    pub fn renamed_inside(&self, roots: [&str; 2], token: RenameToken) -> Option<String> {
         let now = Instant::now();
         self.held
             .lock()
@@ -186,7 +187,7 @@ impl NameLocks {
     /// while its coordinator gave up on it, answered the client and released the name — is
     /// refused (ETIMEDOUT): it would change a name after the rename had answered, under the
     /// client's later operations.
-    pub fn admit_step(&self, path: &str, token: u64) -> Result<(), Errno> {
+    pub fn admit_step(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
         self.wait_free(path, token)?;
         match self.held.lock().get(path) {
             Some(holder) if holder.token == token && holder.until > Instant::now() => Ok(()),
@@ -198,7 +199,7 @@ impl NameLocks {
     }
 
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
-    pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
+    pub fn wait_free(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
         let deadline = wait_end(Instant::now());
         let mut held = self.held.lock();
         loop {
@@ -219,7 +220,7 @@ impl NameLocks {
 pub struct NameHold<'a> {
     locks: &'a NameLocks,
     path: String,
-    token: u64,
+    token: RenameToken,
 }
 
 impl Drop for NameHold<'_> {
@@ -237,22 +238,22 @@ mod tests {
     #[test]
     fn a_name_lock_excludes_other_tokens_until_released() {
         let locks = Arc::new(NameLocks::default());
-        locks.acquire("/a", 1).unwrap();
-        locks.acquire("/a", 1).unwrap();
-        assert!(locks.wait_free("/a", 1).is_ok());
+        locks.acquire("/a", RenameToken(1)).unwrap();
+        locks.acquire("/a", RenameToken(1)).unwrap();
+        assert!(locks.wait_free("/a", RenameToken(1)).is_ok());
         let waiter = {
             let locks = locks.clone();
             std::thread::spawn(move || {
                 let started = Instant::now();
-                locks.acquire("/a", 2).unwrap();
+                locks.acquire("/a", RenameToken(2)).unwrap();
                 started.elapsed()
             })
         };
         std::thread::sleep(Duration::from_millis(50));
-        locks.release("/a", 1);
+        locks.release("/a", RenameToken(1));
         assert!(waiter.join().unwrap() >= Duration::from_millis(40));
-        locks.release("/a", 1);
-        assert!(locks.wait_free("/a", 2).is_ok());
+        locks.release("/a", RenameToken(1));
+        assert!(locks.wait_free("/a", RenameToken(2)).is_ok());
     }
 
     #[test]
@@ -262,16 +263,16 @@ mod tests {
         // took the lock for a token nobody would release — for a whole lease, and the next
         // waiters did the same.
         let locks = Arc::new(NameLocks::default());
-        locks.acquire("/a", 1).unwrap();
+        locks.acquire("/a", RenameToken(1)).unwrap();
         let waiter = {
             let locks = locks.clone();
-            std::thread::spawn(move || locks.acquire("/a", 2))
+            std::thread::spawn(move || locks.acquire("/a", RenameToken(2)))
         };
         std::thread::sleep(Duration::from_millis(30));
-        locks.release("/a", 2);
-        locks.release("/a", 1);
+        locks.release("/a", RenameToken(2));
+        locks.release("/a", RenameToken(1));
         assert_eq!(waiter.join().unwrap(), Err(Errno::ETIMEDOUT));
-        assert!(locks.wait_free("/a", 0).is_ok(), "nobody holds /a");
+        assert!(locks.wait_free("/a", RenameToken::NONE).is_ok(), "nobody holds /a");
     }
 
     #[test]
@@ -281,25 +282,25 @@ mod tests {
         // it and released the names: it installed the name then, after the rename had failed
         // and the client had removed the temporary name — the file's last link.
         let locks = NameLocks::default();
-        assert_eq!(locks.admit_step("/a", 7), Err(Errno::ETIMEDOUT), "never locked");
-        locks.acquire("/a", 7).unwrap();
-        assert_eq!(locks.admit_step("/a", 7), Ok(()));
-        locks.release("/a", 7);
-        assert_eq!(locks.admit_step("/a", 7), Err(Errno::ETIMEDOUT), "given back");
-        locks.acquire("/a", 8).unwrap();
-        locks.release("/a", 8);
-        assert!(locks.wait_free("/a", 0).is_ok());
+        assert_eq!(locks.admit_step("/a", RenameToken(7)), Err(Errno::ETIMEDOUT), "never locked");
+        locks.acquire("/a", RenameToken(7)).unwrap();
+        assert_eq!(locks.admit_step("/a", RenameToken(7)), Ok(()));
+        locks.release("/a", RenameToken(7));
+        assert_eq!(locks.admit_step("/a", RenameToken(7)), Err(Errno::ETIMEDOUT), "given back");
+        locks.acquire("/a", RenameToken(8)).unwrap();
+        locks.release("/a", RenameToken(8));
+        assert!(locks.wait_free("/a", RenameToken::NONE).is_ok());
     }
 
     #[test]
     fn an_acquisition_overtaken_by_its_release_takes_no_lock() {
         let locks = NameLocks::default();
-        locks.release("/a", 5);
-        assert_eq!(locks.acquire("/a", 5), Err(Errno::ETIMEDOUT));
-        assert!(locks.wait_free("/a", 0).is_ok(), "nobody holds /a");
+        locks.release("/a", RenameToken(5));
+        assert_eq!(locks.acquire("/a", RenameToken(5)), Err(Errno::ETIMEDOUT));
+        assert!(locks.wait_free("/a", RenameToken::NONE).is_ok(), "nobody holds /a");
         let gate = NamespaceGate::default();
-        gate.thaw(9);
-        gate.freeze(9, "/x", "/y");
-        assert!(gate.pass(&["/x/z"], 0).is_ok(), "a freeze overtaken by its thaw freezes nothing");
+        gate.thaw(RenameToken(9));
+        gate.freeze(RenameToken(9), "/x", "/y");
+        assert!(gate.pass(&["/x/z"], RenameToken::NONE).is_ok(), "a freeze overtaken by its thaw freezes nothing");
     }
 }

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, Request, Response,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, RenameToken, Request,
+    Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
@@ -49,9 +50,9 @@ pub struct LaterRelease {
 /// What a [`LaterRelease`] gives back; each is harmless to repeat.
 pub enum Release {
     /// A name lock, at the name's server.
-    Name { path: String, token: u64 },
+    Name { path: String, token: RenameToken },
     /// The namespace lock, at the first server of the ring.
-    NamespaceLock { token: u64 },
+    NamespaceLock { token: RenameToken },
     /// A directory rename's freeze, on every server.
     Thaw(ringfs_proto::Subtree),
 }
@@ -65,7 +66,7 @@ pub struct LockedRename<'a> {
     pub target: Option<EntryRef>,
     pub time_ns: i64,
     pub flags: u32,
-    pub token: u64,
+    pub token: RenameToken,
 }
 
 /// The names this server holds: their creation, lookup and removal, their locks, and the
@@ -101,13 +102,13 @@ impl Names {
 
     /// `ReadDir`: a page of the names this server holds in a directory.
     pub fn read_dir(&self, read: &ringfs_proto::ReadDir) -> Result<Response, Errno> {
-        let _pass = self.gate.pass(&[&read.path], 0)?;
+        let _pass = self.gate.pass(&[&read.path], RenameToken::NONE)?;
         Ok(Response::DirPage(self.node.store.read_dir(&read.path, read.after.as_deref(), read.limit.clamp(1, 10_000) as usize)))
     }
 
     /// `LookupDir`: whether `path` (held here) is a directory (a create's parent check).
     pub fn lookup_dir(&self, path: &str) -> Result<Response, Errno> {
-        let _pass = self.gate.pass(&[path], 0)?;
+        let _pass = self.gate.pass(&[path], RenameToken::NONE)?;
         let entry = self.node.store.lookup_dir(path, self.node.anchor_of(path)).map_err(store_errno)?;
         Ok(Response::Replaced(Some(entry)))
     }
@@ -159,8 +160,8 @@ impl Names {
     /// the name, waiting while a rename or link holds it; a rename's own step (its `token`)
     /// waits for other holders. Then the gate pass. Never waits while holding the pass (see
     /// `locks`).
-    pub fn enter_name(&self, path: &str, token: u64) -> Result<(Option<NameHold<'_>>, GatePass<'_>), Errno> {
-        let hold = if token == 0 {
+    pub fn enter_name(&self, path: &str, token: RenameToken) -> Result<(Option<NameHold<'_>>, GatePass<'_>), Errno> {
+        let hold = if token.is_none() {
             Some(self.locks.hold(path)?)
         } else {
             self.locks.admit_step(path, token)?;
@@ -185,7 +186,7 @@ impl Names {
         let mut attempts = 0;
         let outcome = loop {
             let attempt = self.with_parent(|| {
-                let _entered = self.enter_name(&create.path, 0).map_err(StoreError::Fs)?;
+                let _entered = self.enter_name(&create.path, RenameToken::NONE).map_err(StoreError::Fs)?;
                 if past_request_deadline() {
                     return Err(StoreError::Fs(Errno::ETIMEDOUT));
                 }
@@ -233,7 +234,7 @@ impl Names {
 
     pub fn lookup(&self, path: &str, open_for: u64) -> Result<Response, Errno> {
         let (entry, attr) = {
-            let _pass = self.gate.pass(&[path], 0)?;
+            let _pass = self.gate.pass(&[path], RenameToken::NONE)?;
             self.node.store.lookup(path, self.node.anchor_of(path), open_for != 0).map_err(store_errno)?
         };
         match attr {
@@ -251,7 +252,7 @@ impl Names {
     pub fn unlink(&self, path: &str, time_ns: i64) -> Result<Response, Errno> {
         if self.node.in_cached_tree(path) {
             let found = {
-                let _pass = self.gate.pass(&[path], 0)?;
+                let _pass = self.gate.pass(&[path], RenameToken::NONE)?;
                 self.node.store.lookup(path, self.node.anchor_of(path), false).map_err(store_errno)?.0
             };
             if !found.is_dir() {
@@ -259,7 +260,7 @@ impl Names {
             }
         }
         let entry = {
-            let _entered = self.enter_name(path, 0)?;
+            let _entered = self.enter_name(path, RenameToken::NONE)?;
             if past_request_deadline() {
                 return Err(Errno::ETIMEDOUT);
             }
@@ -279,12 +280,12 @@ impl Names {
             return Err(Errno::ETIMEDOUT);
         }
         let directory = {
-            let _pass = self.gate.pass(&[path], 0)?;
+            let _pass = self.gate.pass(&[path], RenameToken::NONE)?;
             self.node.store.begin_rmdir(path, self.node.anchor_of(path)).map_err(store_errno)?
         };
         let outcome = self.check_empty(path);
         let finished = {
-            let _pass = self.gate.pass(&[path], 0)?;
+            let _pass = self.gate.pass(&[path], RenameToken::NONE)?;
             self.node.store.finish_rmdir(path, outcome.is_ok()).map_err(store_errno)
         };
         outcome?;
@@ -322,7 +323,7 @@ impl Names {
 
     /// Takes (or gives back) the lock of a name held here; taking it answers what the name
     /// refers to now.
-    pub fn name_lock(&self, path: &str, token: u64, acquire: bool) -> Result<Response, Errno> {
+    pub fn name_lock(&self, path: &str, token: RenameToken, acquire: bool) -> Result<Response, Errno> {
         if !acquire {
             self.locks.release(path, token);
             return Ok(Response::Done);
@@ -342,7 +343,7 @@ impl Names {
 
     /// Locks the names `paths` for `token`, in path order; answers what each refers to (in
     /// the order given). On failure the locks taken are given back.
-    pub fn lock_names(&self, paths: &[&str], token: u64) -> Result<Vec<Option<EntryRef>>, Errno> {
+    pub fn lock_names(&self, paths: &[&str], token: RenameToken) -> Result<Vec<Option<EntryRef>>, Errno> {
         let mut order: Vec<usize> = (0..paths.len()).collect();
         order.sort_by(|a, b| paths[*a].cmp(paths[*b]));
         order.dedup_by(|a, b| paths[*a] == paths[*b]);
@@ -382,7 +383,7 @@ impl Names {
     /// Gives back the name locks of `token`. A release that fails (its server is cut off or
     /// stopped) is tried again in the background until it succeeds or the lock's lease ends,
     /// so a name is not kept locked for a whole lease after a short fault.
-    pub fn unlock_names(&self, paths: &[&str], token: u64) {
+    pub fn unlock_names(&self, paths: &[&str], token: RenameToken) {
         for path in paths {
             if let Err(errno) = self.release_name(path, token) {
                 log::info!("could not release the lock of {path} yet: {errno} (trying again)");
@@ -391,7 +392,7 @@ impl Names {
         }
     }
 
-    fn release_name(&self, path: &str, token: u64) -> Result<(), Errno> {
+    fn release_name(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
         let request = Request::NameLock(NameLock { path: path.to_string(), token, acquire: false });
         self.node.ask(&self.node.owner_of_path(path), request).map(drop)
     }
@@ -422,7 +423,7 @@ impl Names {
 
     /// Takes or gives back, for `token`, the namespace lock held by the first server of the
     /// ring (see `directory_rename`).
-    pub fn namespace_lock_at_first(&self, token: u64, acquire: bool) -> Result<(), Errno> {
+    pub fn namespace_lock_at_first(&self, token: RenameToken, acquire: bool) -> Result<(), Errno> {
         let first = self.node.membership().first_in_ring().clone();
         self.node.ask(&first, Request::NamespaceLock(ringfs_proto::NamespaceLock { token, acquire })).map(drop)
     }
@@ -446,7 +447,7 @@ impl Names {
         mode: u8,
         expect: FileId,
         replace_empty_dir: bool,
-        token: u64,
+        token: RenameToken,
     ) -> Result<Option<EntryRef>, Errno> {
         let install = InstallEntry { path: path.to_string(), entry, mode, expect, replace_empty_dir, token };
         match self.node.ask(&self.node.owner_of_path(path), Request::InstallEntry(install))? {
@@ -456,7 +457,7 @@ impl Names {
     }
 
     /// Removes `path` at the path's server if it still refers to `expect`; whether it did.
-    pub fn remove_at(&self, path: &str, expect: FileId, token: u64) -> Result<bool, Errno> {
+    pub fn remove_at(&self, path: &str, expect: FileId, token: RenameToken) -> Result<bool, Errno> {
         let request = Request::RemoveEntry(RemoveEntry { path: path.to_string(), expect, token });
         match self.node.ask(&self.node.owner_of_path(path), request)? {
             Response::Count(removed) => Ok(removed > 0),

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use ringfs_proto::path;
-use ringfs_proto::{Errno, FileId, InstallMode, NameCount, Rename, RenameFlags, Request, Response};
+use ringfs_proto::{Errno, FileId, InstallMode, NameCount, Rename, RenameFlags, RenameToken, Request, Response};
 
 use crate::deadline::past_point_of_no_return;
 use crate::dir_times::DirTimes;
@@ -46,7 +46,7 @@ impl Renames {
             return Err(Errno::EINVAL);
         }
         let source = {
-            let _pass = self.names.gate.pass(&[&from], 0)?;
+            let _pass = self.names.gate.pass(&[&from], RenameToken::NONE)?;
             self.node.store.lookup(&from, self.node.anchor_of(&from), false).map_err(store_errno)?.0
         };
         if from == to {

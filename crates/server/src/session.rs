@@ -4,7 +4,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ringfs_proto::Credentials;
+use ringfs_proto::{Credentials, LeaseId};
 use ringfs_rpc::memory::ProcessMemory;
 
 /// Clock samples kept per session (see `Session::clock_samples`).
@@ -21,7 +21,7 @@ pub struct Session {
     pub client_id: Option<u64>,
     /// Buffers lent to the client by leased reads (of chunks and of global-memory blocks),
     /// until it releases them.
-    pub leases: HashMap<u64, Arc<dyn std::any::Any + Send + Sync>>,
+    pub leases: HashMap<LeaseId, Arc<dyn std::any::Any + Send + Sync>>,
     next_lease_id: u64,
     /// How long a client waits for an answer, less a margin (from its `Hello`): requests are
     /// handled with that deadline (`deadline::client_deadline`).
@@ -43,15 +43,15 @@ impl Session {
     }
 
     /// The client gives back the buffers of `leases`.
-    pub fn release(&mut self, leases: &[u64]) {
+    pub fn release(&mut self, leases: &[LeaseId]) {
         for lease in leases {
             self.leases.remove(lease);
         }
     }
 
     /// Lends `buffer` to the client until it releases the returned lease id.
-    pub fn lend(&mut self, buffer: Arc<dyn std::any::Any + Send + Sync>) -> u64 {
-        let lease_id = self.next_lease_id;
+    pub fn lend(&mut self, buffer: Arc<dyn std::any::Any + Send + Sync>) -> LeaseId {
+        let lease_id = LeaseId(self.next_lease_id);
         self.next_lease_id += 1;
         self.leases.insert(lease_id, buffer);
         lease_id

@@ -2,7 +2,7 @@
 //! listing, on top of [`crate::cache::Cache`]. Without a backend every call is a no-op (or
 //! fails with EIO where a backend is needed).
 
-use ringfs_proto::{CacheStats, ChunkKey, ChunkTemplate, DirPage, EntryFlags, Errno, FileId};
+use ringfs_proto::{CacheStats, ChunkKey, ChunkTemplate, DirPage, EntryFlags, Errno, FileId, RenameToken};
 
 use crate::cache::{BackendFile, Cache, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
 use crate::store::ChunkStore;
@@ -258,7 +258,7 @@ impl ChunkStore {
     /// `cache::holds`) for at most `lease`, and applies the removals recorded here below them
     /// (the entries removed in ringfs must not move with the backend tree). No-op without a
     /// backend.
-    pub fn hold_backend(&self, token: u64, paths: &[&str], lease: std::time::Duration) -> Result<(), StoreError> {
+    pub fn hold_backend(&self, token: RenameToken, paths: &[&str], lease: std::time::Duration) -> Result<(), StoreError> {
         let Some(cache) = &self.cache else { return Ok(()) };
         cache.holds.hold(token, paths, lease);
         for path in paths {
@@ -268,7 +268,7 @@ impl ChunkStore {
     }
 
     /// The rename `token` ended: its backend paths may change again.
-    pub fn release_backend(&self, token: u64) {
+    pub fn release_backend(&self, token: RenameToken) {
         if let Some(cache) = &self.cache {
             cache.holds.release(token);
         }

@@ -156,6 +156,18 @@ pub(crate) fn xattr_bytes(xattrs: &Xattrs) -> u64 {
     xattrs.iter().map(|(name, value)| (name.len() + value.len()) as u64).sum()
 }
 
+/// How often a chunk has changed since it was loaded: a flush that read the chunk at one
+/// version marks it clean only if it is still at that version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct ChunkVersion(u64);
+
+impl ChunkVersion {
+    /// Counts a change.
+    pub fn bump(&mut self) {
+        self.0 = self.0.wrapping_add(1);
+    }
+}
+
 pub(crate) struct Chunk {
     /// The chunk's index in its file (0: the inode); its file is `attr.file_id`.
     pub index: u64,
@@ -171,7 +183,7 @@ pub(crate) struct Chunk {
     /// file whose last name is gone stays while this is not 0.
     pub opens: u32,
     /// Bumped by every change; a flush marks the chunk clean only if it did not move.
-    pub version: u64,
+    pub version: ChunkVersion,
     /// Cache mode: see [`CacheState`].
     pub cache: CacheState,
     /// Chunk 0: the file's extended attributes (none: `None`).
@@ -185,7 +197,18 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     pub fn new(index: u64, attr: Attr, body: Body, cache: CacheState) -> Chunk {
-        Chunk { index, attr, body, removed: false, doomed: false, opens: 0, version: 0, cache, xattrs: None, mtime_set_at_ns: None }
+        Chunk {
+            index,
+            attr,
+            body,
+            removed: false,
+            doomed: false,
+            opens: 0,
+            version: ChunkVersion::default(),
+            cache,
+            xattrs: None,
+            mtime_set_at_ns: None,
+        }
     }
 
     pub fn key(&self) -> ChunkKey {

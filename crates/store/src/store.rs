@@ -271,7 +271,7 @@ impl ChunkStore {
     /// Records a change of a chunk: bumps its version and, in the cached tree, marks it dirty
     /// and queues it for flushing.
     pub(crate) fn touched(&self, chunk: &mut Chunk) {
-        chunk.version += 1;
+        chunk.version.bump();
         if let Some(cache) = &self.cache {
             cache.touched(chunk);
         }

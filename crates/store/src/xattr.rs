@@ -104,7 +104,7 @@ impl ChunkStore {
         debug_assert!(xattr_bytes(&xattrs) <= (XATTR_LIST_MAX * (XATTR_VALUE_MAX + 1)) as u64);
         chunk.set_xattrs(xattrs);
         chunk.attr.ctime_ns = time_ns;
-        chunk.version += 1;
+        chunk.version.bump();
         self.touched(chunk);
         self.persist(chunk)
     }

@@ -34,7 +34,7 @@ pub fn requests() -> Vec<Request> {
     let chunk = ChunkKey::new(file(9), 3);
     let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536, backend_len: 3 << 20 };
     let entry = EntryRef::new(file(4), FileKind::Directory);
-    let subtree = Subtree { token: 77, from: "/a".into(), to: "/b/c".into(), exchange: true };
+    let subtree = Subtree { token: RenameToken(77), from: "/a".into(), to: "/b/c".into(), exchange: true };
     vec![
         Request::Hello(Hello {
             version: PROTOCOL_VERSION,
@@ -146,14 +146,14 @@ pub fn requests() -> Vec<Request> {
             mode: InstallMode::EXCHANGE,
             expect: file(8),
             replace_empty_dir: true,
-            token: 3,
+            token: RenameToken(3),
         }),
-        Request::RemoveEntry(RemoveEntry { path: "/b".into(), expect: file(8), token: 0 }),
-        Request::NameLock(NameLock { path: "/b".into(), token: 4, acquire: true }),
-        Request::NamespaceLock(NamespaceLock { token: 7, acquire: true }),
+        Request::RemoveEntry(RemoveEntry { path: "/b".into(), expect: file(8), token: RenameToken(0) }),
+        Request::NameLock(NameLock { path: "/b".into(), token: RenameToken(4), acquire: true }),
+        Request::NamespaceLock(NamespaceLock { token: RenameToken(7), acquire: true }),
         Request::Freeze(subtree.clone()),
         Request::MoveSubtree(subtree.clone()),
-        Request::PutEntries(PutEntries { token: 7, entries: vec![MovedEntry { path: "/b/c/x".into(), entry }] }),
+        Request::PutEntries(PutEntries { token: RenameToken(7), entries: vec![MovedEntry { path: "/b/c/x".into(), entry }] }),
         Request::Thaw(subtree),
         Request::Stat(FileOnly { file: file(1) }),
         Request::Open(OpenFile { file: file(2), client: 99 }),
@@ -180,9 +180,9 @@ pub fn requests() -> Vec<Request> {
             time_ns: 8,
         }),
         Request::Write(Write { chunk, offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
-        Request::Read(Read { chunk, offset: 1, len: 2, lease: true, release: vec![4, 5], backend_len: 7 }),
+        Request::Read(Read { chunk, offset: 1, len: 2, lease: true, release: vec![LeaseId(4), LeaseId(5)], backend_len: 7 }),
         Request::SetChunkLen(SetChunkLen { chunk, len: 10, template, backend: Some(BackendFileReply { path: "/f".into(), len: 5 }) }),
-        Request::Release(Release { leases: vec![1, 2, 3] }),
+        Request::Release(Release { leases: vec![LeaseId(1), LeaseId(2), LeaseId(3)] }),
         Request::Sync(Sync { ticket: 0 }),
         Request::Sync(Sync { ticket: 12 }),
         Request::FlushPrepare(FileOnly { file: file(8) }),
@@ -205,7 +205,7 @@ pub fn responses() -> Vec<Response> {
         Response::Attr(sample_attr()),
         Response::Opened(Opened { attr: sample_attr(), registered: true }),
         Response::Written(77),
-        Response::Read(ReadReply { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: 1, address: 2, stored: 3 }) }),
+        Response::Read(ReadReply { attr: Some(sample_attr()), len: 5, lease: Some(Lease { id: LeaseId(1), address: 2, stored: 3 }) }),
         Response::Read(ReadReply { attr: None, len: 0, lease: None }),
         Response::Count(3),
         Response::DirTouched(file(4)),

@@ -111,7 +111,7 @@ impl Cache {
         if chunk_index == 0 {
             chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
-        chunk.version += 1;
+        chunk.version.bump();
         space.persist(&mut chunk)?;
         self.counters.written_through_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(len)

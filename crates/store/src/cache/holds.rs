@@ -14,10 +14,10 @@ use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::path;
+use ringfs_proto::{RenameToken, path};
 
 struct Hold {
-    token: u64,
+    token: RenameToken,
     paths: Vec<String>,
     until: Instant,
 }
@@ -38,14 +38,14 @@ impl BackendHolds {
     }
 
     /// Holds `paths` (and everything below them) for `token`, for at most `lease`.
-    pub fn hold(&self, token: u64, paths: &[&str], lease: Duration) {
+    pub fn hold(&self, token: RenameToken, paths: &[&str], lease: Duration) {
         let mut holds = self.lock();
         self.generation.fetch_add(1, Ordering::SeqCst);
         holds.retain(|hold| hold.token != token);
         holds.push(Hold { token, paths: paths.iter().map(|path| path.to_string()).collect(), until: Instant::now() + lease });
     }
 
-    pub fn release(&self, token: u64) {
+    pub fn release(&self, token: RenameToken) {
         let mut holds = self.lock();
         let before = holds.len();
         holds.retain(|hold| hold.token != token);
@@ -76,16 +76,16 @@ mod tests {
     #[test]
     fn a_hold_covers_its_paths_and_below_until_released_or_lapsed() {
         let holds = BackendHolds::default();
-        holds.hold(7, &["/a/b", "/c"], Duration::from_secs(60));
+        holds.hold(RenameToken(7), &["/a/b", "/c"], Duration::from_secs(60));
         assert!(holds.covers("/a/b") && holds.covers("/a/b/x/y") && holds.covers("/c/d"));
         assert!(!holds.covers("/a") && !holds.covers("/a/bc") && !holds.covers("/cd"));
         let generation = holds.generation();
-        holds.release(8);
+        holds.release(RenameToken(8));
         assert_eq!(holds.generation(), generation, "another token's release changes nothing");
-        holds.release(7);
+        holds.release(RenameToken(7));
         assert!(!holds.covers("/a/b") && !holds.any());
         assert!(holds.generation() > generation);
-        holds.hold(9, &["/e"], Duration::from_millis(1));
+        holds.hold(RenameToken(9), &["/e"], Duration::from_millis(1));
         std::thread::sleep(Duration::from_millis(5));
         assert!(!holds.covers("/e"), "a hold lapses after its lease");
     }

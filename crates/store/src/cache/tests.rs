@@ -442,13 +442,13 @@ fn a_link_waits_while_a_directory_rename_holds_its_path() {
     let file = new_file(&store, "/p", &bytes);
     flush_all(&store);
     store.add_link_named(file, 8, Some("/d/x")).unwrap();
-    store.hold_backend(77, &["/d", "/e"], std::time::Duration::from_secs(30)).unwrap();
+    store.hold_backend(ringfs_proto::RenameToken(77), &["/d", "/e"], std::time::Duration::from_secs(30)).unwrap();
     store.move_in_backend("/d", "/e", false).unwrap();
     // The link's flush comes now, before this server's step of the rename.
     assert_eq!(store.prepare(file).map_err(|error| error.errno()), Err(Errno::EBUSY), "the link waits for the rename");
     assert!(!setup.backend().join("d").exists(), "the old directory is not made again");
     store.rebase_backend_paths("/d", "/e", false).unwrap();
-    store.release_backend(77);
+    store.release_backend(ringfs_proto::RenameToken(77));
     flush_all(&store);
     use std::os::unix::fs::MetadataExt;
     let inode = |path: &str| fs::metadata(setup.backend().join(path)).unwrap().ino();
