@@ -1,6 +1,7 @@
 //! C arguments as Rust values: a NUL-terminated string as `&str`, a pointer and a length as
-//! a slice (EFAULT for NULL with a length), and a value copied out with `getxattr`'s size
-//! rules.
+//! a slice (EFAULT for NULL with a length), an offset or length as `u64`; and results
+//! written back: a value copied out with `getxattr`'s size rules, a structure stored through
+//! the caller's pointer.
 
 use std::ffi::{CStr, c_char, c_void};
 
@@ -49,6 +50,24 @@ pub unsafe fn bytes_mut<'a>(buffer: *mut c_void, len: usize) -> Result<&'a mut [
     Ok(unsafe { std::slice::from_raw_parts_mut(buffer.cast(), len) })
 }
 
+/// An offset or length argument (`off_t`) as `u64`: EINVAL when negative.
+pub fn offset(value: libc::off_t) -> Result<u64, Errno> {
+    u64::try_from(value).map_err(|_| Errno::EINVAL)
+}
+
+/// Stores `value` through the caller's pointer (EFAULT for NULL); 0, as the C call returns.
+///
+/// # Safety
+/// `destination` must be NULL or point to a writable `T`.
+pub unsafe fn store<T>(destination: *mut T, value: T) -> Result<i32, Errno> {
+    if destination.is_null() {
+        return Err(Errno::EFAULT);
+    }
+    // SAFETY: non-null, and a writable `T` by the caller's contract.
+    unsafe { destination.write(value) };
+    Ok(0)
+}
+
 /// Copies `value` into the caller's buffer like `getxattr(2)` and `listxattr(2)`: `size` 0
 /// asks for the length only; a value longer than `size` is ERANGE. The value's length.
 ///
@@ -93,6 +112,24 @@ mod tests {
             bytes_mut(storage.as_mut_ptr().cast(), 2).expect("non-null")[1] = 9;
         }
         assert_eq!(storage, [1, 9, 3]);
+    }
+
+    #[test]
+    fn negative_offsets_are_einval() {
+        assert_eq!(offset(0), Ok(0));
+        assert_eq!(offset(libc::off_t::MAX), Ok(i64::MAX as u64));
+        assert_eq!(offset(-1), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn storing_through_null_is_efault() {
+        let mut slot = 0u32;
+        // SAFETY: NULL, or a `u32` of this frame.
+        unsafe {
+            assert_eq!(store(std::ptr::null_mut(), 5u32), Err(Errno::EFAULT));
+            assert_eq!(store(&mut slot, 5), Ok(0));
+        }
+        assert_eq!(slot, 5);
     }
 
     #[test]

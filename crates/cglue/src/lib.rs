@@ -4,7 +4,7 @@
 //! `st_rdev`, the other did not).
 //!
 //! What is here: `errno` and the guard that turns a Rust error or panic into `-1` with
-//! `errno` set ([`call`]); C strings and buffers as Rust slices ([`arguments`]); a ringfs
+//! `errno` set ([`call`]); C strings, buffers and offsets as Rust values ([`arguments`]); a ringfs
 //! [`Stat`](ringfs_client::Stat) as `struct stat` and `struct statx` ([`stat`]); the two
 //! timespecs of `utimensat`/`futimens` ([`times`]); `fcntl` and `flock` lock requests
 //! resolved to a lock owner, kind and range, and the files this process holds locks on

@@ -2,6 +2,8 @@
 
 use ringfs_client::{Errno, Stat};
 
+use crate::arguments::store;
+
 /// The device number ringfs files report (`st_dev`): one for the whole file system, so
 /// tools that compare devices (`find -xdev`, `du`, `cp`'s same-file checks) see one.
 pub const DEVICE: u64 = 0x7269_6e67;
@@ -39,12 +41,8 @@ pub fn to_stat(stat: &Stat) -> libc::stat {
 /// # Safety
 /// `destination` must be NULL or point to a writable `struct stat`.
 pub unsafe fn store_stat(stat: &Stat, destination: *mut libc::stat) -> Result<i32, Errno> {
-    if destination.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, and a `struct stat` by the caller's contract.
-    unsafe { destination.write(to_stat(stat)) };
-    Ok(0)
+    // SAFETY: forwarded contract.
+    unsafe { store(destination, to_stat(stat)) }
 }
 
 fn statx_timestamp(time_ns: i64) -> libc::statx_timestamp {
@@ -83,12 +81,8 @@ pub fn to_statx(stat: &Stat) -> libc::statx {
 /// # Safety
 /// `destination` must be NULL or point to a writable `struct statx`.
 pub unsafe fn store_statx(stat: &Stat, destination: *mut libc::statx) -> Result<i32, Errno> {
-    if destination.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, and a `struct statx` by the caller's contract.
-    unsafe { destination.write(to_statx(stat)) };
-    Ok(0)
+    // SAFETY: forwarded contract.
+    unsafe { store(destination, to_statx(stat)) }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use parking_lot::RwLock;
 use std::ffi::{c_char, c_int, c_void};
 use std::io::SeekFrom;
 
-use ringfs_cglue::arguments::{bytes, bytes_mut, c_str, copy_value};
+use ringfs_cglue::arguments::{self, bytes, bytes_mut, c_str, copy_value};
 use ringfs_cglue::call::guard;
 use ringfs_cglue::stat::{store_stat, to_stat};
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags};
@@ -133,7 +133,7 @@ pub unsafe extern "C" fn ringfs_write(fd: c_int, buffer: *const c_void, size: us
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_pread(fd: c_int, buffer: *mut c_void, size: usize, offset: libc::off_t) -> isize {
     guard(-1, || {
-        let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        let offset = arguments::offset(offset)?;
         // SAFETY: the caller provides `size` writable bytes.
         let buffer = unsafe { bytes_mut(buffer, size) }?;
         client()?.pread(descriptor(fd)?, buffer, offset).map(|count| count as isize)
@@ -145,7 +145,7 @@ pub unsafe extern "C" fn ringfs_pread(fd: c_int, buffer: *mut c_void, size: usiz
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_pwrite(fd: c_int, buffer: *const c_void, size: usize, offset: libc::off_t) -> isize {
     guard(-1, || {
-        let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        let offset = arguments::offset(offset)?;
         // SAFETY: the caller provides `size` readable bytes.
         let buffer = unsafe { bytes(buffer, size) }?;
         client()?.pwrite(descriptor(fd)?, buffer, offset).map(|count| count as isize)
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn ringfs_pwrite(fd: c_int, buffer: *const c_void, size: u
 pub extern "C" fn ringfs_seek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
     guard(-1, || {
         let to = match whence {
-            libc::SEEK_SET => SeekFrom::Start(u64::try_from(offset).map_err(|_| Errno::EINVAL)?),
+            libc::SEEK_SET => SeekFrom::Start(arguments::offset(offset)?),
             libc::SEEK_CUR => SeekFrom::Current(offset),
             libc::SEEK_END => SeekFrom::End(offset),
             _ => return Err(Errno::EINVAL),
@@ -178,7 +178,7 @@ pub unsafe extern "C" fn ringfs_truncate(path: *const c_char, length: libc::off_
     guard(-1, || {
         // SAFETY: forwarded contract.
         let path = unsafe { c_str(path) }?;
-        client()?.truncate(path, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0)
+        client()?.truncate(path, arguments::offset(length)?).map(|()| 0)
     })
 }
 
@@ -224,7 +224,7 @@ pub unsafe extern "C" fn ringfs_utimens(path: *const c_char, times: *const libc:
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_ftruncate(fd: c_int, length: libc::off_t) -> c_int {
-    guard(-1, || client()?.ftruncate(descriptor(fd)?, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0))
+    guard(-1, || client()?.ftruncate(descriptor(fd)?, arguments::offset(length)?).map(|()| 0))
 }
 
 /// # Safety
@@ -368,7 +368,7 @@ pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_fallocate(fd: c_int, mode: c_int, offset: libc::off_t, len: libc::off_t) -> c_int {
     guard(-1, || {
-        let (offset, len) = (u64::try_from(offset).map_err(|_| Errno::EINVAL)?, u64::try_from(len).map_err(|_| Errno::EINVAL)?);
+        let (offset, len) = (arguments::offset(offset)?, arguments::offset(len)?);
         client()?.fallocate(descriptor(fd)?, u32::try_from(mode).map_err(|_| Errno::EOPNOTSUPP)?, offset, len).map(|()| 0)
     })
 }

@@ -5,7 +5,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
-use ringfs_cglue::arguments::{self, bytes, bytes_mut};
+use ringfs_cglue::arguments::{self, bytes, bytes_mut, offset};
 use ringfs_cglue::call::{errno, failed, guard, set_errno};
 use ringfs_client::{Client, Errno, OpenFlags};
 
@@ -226,10 +226,6 @@ fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: 
     let count = write_at(client, description, bytes, at)?;
     description.move_to(&mut held, fd, at + count as u64)?;
     Ok(count)
-}
-
-fn offset(value: libc::off_t) -> Result<u64, Errno> {
-    u64::try_from(value).map_err(|_| Errno::EINVAL)
 }
 
 /// # Safety

@@ -7,7 +7,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use ringfs_client::{Client, Errno, Stat};
 use ringfs_proto::SetAttr;
 
-use ringfs_cglue::arguments::{bytes, c_str, copy_value};
+use ringfs_cglue::arguments::{bytes, c_str, copy_value, offset};
 use ringfs_cglue::call::{failed, guard};
 use ringfs_cglue::stat::{DEVICE, store_stat, store_statx};
 use ringfs_cglue::times::{self, TimeChange};
@@ -497,7 +497,7 @@ pub unsafe extern "C" fn readlinkat(dirfd: c_int, path: *const c_char, buffer: *
 /// `path` must be a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: *const c_char, length: libc::off_t) -> c_int {
-    let ringfs = |client: &Client, path: &str| client.truncate(path, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0);
+    let ringfs = |client: &Client, path: &str| client.truncate(path, offset(length)?).map(|()| 0);
     // SAFETY: forwarded contract.
     unsafe { by_path(libc::AT_FDCWD, path, ringfs, |_, path| real!("truncate64", fn(*const c_char, libc::off_t) -> c_int; path, length)) }
 }
