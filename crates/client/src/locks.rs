@@ -61,22 +61,6 @@ pub fn lock_kind_of(l_type: libc::c_int) -> Result<LockKind> {
     }
 }
 
-/// Fills an `F_GETLK` answer into `lock`: the lock standing in the way, with its process
-/// id when `show_pid` (a process's own `fcntl` lock; -1 for OFD locks, as Linux reports), or
-/// `F_UNLCK` when none does.
-pub fn report_conflict(lock: &mut libc::flock, conflict: Option<LockConflict>, show_pid: bool) {
-    match conflict {
-        Some(conflict) => {
-            lock.l_type = if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK } as libc::c_short;
-            lock.l_whence = libc::SEEK_SET as libc::c_short;
-            lock.l_start = conflict.range.start as libc::off_t;
-            lock.l_len = conflict.range.flock_len();
-            lock.l_pid = if show_pid { conflict.pid as libc::pid_t } else { -1 };
-        }
-        None => lock.l_type = libc::F_UNLCK as libc::c_short,
-    }
-}
-
 /// A lock standing in the way (`F_GETLK`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LockConflict {

@@ -9,7 +9,8 @@ use std::ffi::{c_int, c_void};
 use ringfs_client::Errno;
 use ringfs_gmem::{Distribution, GetHandle, GlobalArray, PutHandle, Tile, World};
 
-use crate::guard;
+use ringfs_cglue::arguments::{bytes, bytes_mut};
+use ringfs_cglue::call::guard;
 
 static WORLD: RwLock<Option<World>> = RwLock::new(None);
 static ARRAYS: RwLock<Vec<Option<GlobalArray>>> = RwLock::new(Vec::new());
@@ -21,32 +22,6 @@ fn world() -> Result<World, Errno> {
 fn array(handle: i64) -> Result<GlobalArray, Errno> {
     let arrays = ARRAYS.read();
     usize::try_from(handle).ok().and_then(|index| arrays.get(index)).and_then(Option::clone).ok_or(Errno::EBADF)
-}
-
-/// # Safety
-/// `pointer` must be NULL with `len` 0, or point to `len` bytes valid for the access.
-unsafe fn bytes_mut<'a>(pointer: *mut c_void, len: usize) -> Result<&'a mut [u8], Errno> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if pointer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(pointer.cast(), len) })
-}
-
-/// # Safety
-/// As [`bytes_mut`], for reading.
-unsafe fn bytes<'a>(pointer: *const c_void, len: usize) -> Result<&'a [u8], Errno> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if pointer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(pointer.cast(), len) })
 }
 
 /// Joins the job: servers from RINGFS_SERVER and RINGFS_SECRET, rank from `ringfs run

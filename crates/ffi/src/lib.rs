@@ -13,11 +13,13 @@
 //! ```
 
 use parking_lot::RwLock;
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void};
 use std::io::SeekFrom;
-use std::panic::{AssertUnwindSafe, catch_unwind};
 
-use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags, Stat};
+use ringfs_cglue::arguments::{self, bytes, bytes_mut, c_str, copy_value};
+use ringfs_cglue::call::guard;
+use ringfs_cglue::stat::{store_stat, to_stat};
+use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags};
 use ringfs_config::env;
 
 mod gmem;
@@ -25,69 +27,12 @@ mod locks;
 
 static CLIENT: RwLock<Option<Client>> = RwLock::new(None);
 
-fn set_errno(errno: Errno) {
-    // SAFETY: __errno_location returns this thread's errno slot.
-    unsafe { *libc::__errno_location() = errno.code() };
-}
-
-/// Runs `body`, returning its value, or `failure` with errno set when it fails or panics.
-fn guard<T>(failure: T, body: impl FnOnce() -> Result<T, Errno>) -> T {
-    match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(value)) => value,
-        Ok(Err(errno)) => {
-            set_errno(errno);
-            failure
-        }
-        Err(_) => {
-            set_errno(Errno::EIO);
-            failure
-        }
-    }
-}
-
 fn client() -> Result<Client, Errno> {
     CLIENT.read().clone().ok_or(Errno::EINVAL)
 }
 
-/// A C string argument as UTF-8 (EFAULT for NULL, EINVAL for other encodings).
-///
-/// # Safety
-/// `text` must be NULL or point to a NUL-terminated string.
-unsafe fn string<'a>(text: *const c_char) -> Result<&'a str, Errno> {
-    if text.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null and NUL-terminated by the caller's contract.
-    unsafe { CStr::from_ptr(text) }.to_str().map_err(|_| Errno::EINVAL)
-}
-
 fn descriptor(fd: c_int) -> Result<Fd, Errno> {
     u32::try_from(fd).map(Fd).map_err(|_| Errno::EBADF)
-}
-
-fn fill_stat(stat: &Stat, destination: *mut libc::stat) -> Result<(), Errno> {
-    if destination.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: all-zero is a valid `struct stat`.
-    let mut out: libc::stat = unsafe { std::mem::zeroed() };
-    out.st_mode = stat.mode;
-    out.st_uid = stat.uid;
-    out.st_gid = stat.gid;
-    out.st_size = stat.size as libc::off_t;
-    out.st_blksize = stat.chunk_size as libc::blksize_t;
-    out.st_blocks = stat.blocks() as libc::blkcnt_t;
-    out.st_ino = stat.ino;
-    out.st_nlink = stat.nlink as libc::nlink_t;
-    out.st_atime = stat.atime_ns.div_euclid(1_000_000_000);
-    out.st_atime_nsec = stat.atime_ns.rem_euclid(1_000_000_000);
-    out.st_mtime = stat.mtime_ns.div_euclid(1_000_000_000);
-    out.st_mtime_nsec = stat.mtime_ns.rem_euclid(1_000_000_000);
-    out.st_ctime = stat.ctime_ns.div_euclid(1_000_000_000);
-    out.st_ctime_nsec = stat.ctime_ns.rem_euclid(1_000_000_000);
-    // SAFETY: checked non-null; the caller passes a `struct stat`.
-    unsafe { *destination = out };
-    Ok(())
 }
 
 /// See `ringfs.h`.
@@ -105,7 +50,7 @@ pub unsafe extern "C" fn ringfs_init(servers: *const c_char) -> c_int {
             std::env::var(env::SERVER).unwrap_or_default()
         } else {
             // SAFETY: non-null, NUL-terminated by contract.
-            unsafe { string(servers) }?.to_string()
+            unsafe { c_str(servers) }?.to_string()
         };
         let servers = ringfs_client::split_servers(&servers);
         if servers.is_empty() {
@@ -144,7 +89,7 @@ pub unsafe extern "C" fn ringfs_create(path: *const c_char, flags: c_int, mode: 
 pub unsafe extern "C" fn ringfs_open(path: *const c_char, flags: c_int, mode: libc::mode_t) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let fd = client()?.open(path, OpenFlags::from_posix(flags), mode)?;
         c_int::try_from(fd.0).map_err(|_| Errno::EMFILE)
     })
@@ -167,7 +112,7 @@ pub extern "C" fn ringfs_close(fd: c_int) -> c_int {
 pub unsafe extern "C" fn ringfs_read(fd: c_int, buffer: *mut c_void, size: usize) -> isize {
     guard(-1, || {
         // SAFETY: the caller provides `size` writable bytes (checked non-null when size > 0).
-        let buffer = unsafe { mutable_bytes(buffer, size) }?;
+        let buffer = unsafe { bytes_mut(buffer, size) }?;
         client()?.read(descriptor(fd)?, buffer).map(|count| count as isize)
     })
 }
@@ -188,9 +133,9 @@ pub unsafe extern "C" fn ringfs_write(fd: c_int, buffer: *const c_void, size: us
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_pread(fd: c_int, buffer: *mut c_void, size: usize, offset: libc::off_t) -> isize {
     guard(-1, || {
-        let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        let offset = arguments::offset(offset)?;
         // SAFETY: the caller provides `size` writable bytes.
-        let buffer = unsafe { mutable_bytes(buffer, size) }?;
+        let buffer = unsafe { bytes_mut(buffer, size) }?;
         client()?.pread(descriptor(fd)?, buffer, offset).map(|count| count as isize)
     })
 }
@@ -200,44 +145,18 @@ pub unsafe extern "C" fn ringfs_pread(fd: c_int, buffer: *mut c_void, size: usiz
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_pwrite(fd: c_int, buffer: *const c_void, size: usize, offset: libc::off_t) -> isize {
     guard(-1, || {
-        let offset = u64::try_from(offset).map_err(|_| Errno::EINVAL)?;
+        let offset = arguments::offset(offset)?;
         // SAFETY: the caller provides `size` readable bytes.
         let buffer = unsafe { bytes(buffer, size) }?;
         client()?.pwrite(descriptor(fd)?, buffer, offset).map(|count| count as isize)
     })
 }
 
-/// # Safety
-/// `buffer` must be NULL with `size` 0, or point to `size` readable bytes.
-unsafe fn bytes<'a>(buffer: *const c_void, size: usize) -> Result<&'a [u8], Errno> {
-    if size == 0 {
-        return Ok(&[]);
-    }
-    if buffer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, `size` readable bytes by contract.
-    Ok(unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), size) })
-}
-
-/// # Safety
-/// `buffer` must be NULL with `size` 0, or point to `size` writable bytes.
-unsafe fn mutable_bytes<'a>(buffer: *mut c_void, size: usize) -> Result<&'a mut [u8], Errno> {
-    if size == 0 {
-        return Ok(&mut []);
-    }
-    if buffer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, `size` writable bytes by contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(buffer.cast::<u8>(), size) })
-}
-
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_seek(fd: c_int, offset: libc::off_t, whence: c_int) -> libc::off_t {
     guard(-1, || {
         let to = match whence {
-            libc::SEEK_SET => SeekFrom::Start(u64::try_from(offset).map_err(|_| Errno::EINVAL)?),
+            libc::SEEK_SET => SeekFrom::Start(arguments::offset(offset)?),
             libc::SEEK_CUR => SeekFrom::Current(offset),
             libc::SEEK_END => SeekFrom::End(offset),
             _ => return Err(Errno::EINVAL),
@@ -258,8 +177,8 @@ pub extern "C" fn ringfs_fsync(fd: c_int) -> c_int {
 pub unsafe extern "C" fn ringfs_truncate(path: *const c_char, length: libc::off_t) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
-        client()?.truncate(path, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0)
+        let path = unsafe { c_str(path) }?;
+        client()?.truncate(path, arguments::offset(length)?).map(|()| 0)
     })
 }
 
@@ -269,7 +188,7 @@ pub unsafe extern "C" fn ringfs_truncate(path: *const c_char, length: libc::off_
 pub unsafe extern "C" fn ringfs_chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         client()?.chmod(path, mode).map(|()| 0)
     })
 }
@@ -280,7 +199,7 @@ pub unsafe extern "C" fn ringfs_chmod(path: *const c_char, mode: libc::mode_t) -
 pub unsafe extern "C" fn ringfs_chown(path: *const c_char, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let given = |id: u32| (id != u32::MAX).then_some(id);
         client()?.chown(path, given(uid), given(gid)).map(|()| 0)
     })
@@ -292,29 +211,20 @@ pub unsafe extern "C" fn ringfs_chown(path: *const c_char, uid: libc::uid_t, gid
 pub unsafe extern "C" fn ringfs_utimens(path: *const c_char, times: *const libc::timespec) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let client = client()?;
         if times.is_null() {
             return client.touch(path).map(|()| 0);
         }
-        // SAFETY: the caller passes two timespecs.
-        let times = unsafe { std::slice::from_raw_parts(times, 2) };
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as i64);
-        let explicit = times.iter().any(|time| time.tv_nsec != libc::UTIME_NOW && time.tv_nsec != libc::UTIME_OMIT);
-        let value = |time: &libc::timespec| match time.tv_nsec {
-            libc::UTIME_OMIT => Ok(None),
-            libc::UTIME_NOW => Ok(Some(now)),
-            nanos if (0..1_000_000_000).contains(&nanos) => Ok(Some(time.tv_sec * 1_000_000_000 + nanos)),
-            _ => Err(Errno::EINVAL),
-        };
-        let (atime, mtime) = (value(&times[0])?, value(&times[1])?);
-        client.set_times(path, atime, mtime, explicit).map(|()| 0)
+        // SAFETY: the caller passes two timespecs (checked non-null).
+        let change = unsafe { ringfs_cglue::times::from_c(times) }?;
+        client.set_times(path, change.atime_ns, change.mtime_ns, change.explicit).map(|()| 0)
     })
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_ftruncate(fd: c_int, length: libc::off_t) -> c_int {
-    guard(-1, || client()?.ftruncate(descriptor(fd)?, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0))
+    guard(-1, || client()?.ftruncate(descriptor(fd)?, arguments::offset(length)?).map(|()| 0))
 }
 
 /// # Safety
@@ -323,8 +233,9 @@ pub extern "C" fn ringfs_ftruncate(fd: c_int, length: libc::off_t) -> c_int {
 pub unsafe extern "C" fn ringfs_stat(path: *const c_char, st: *mut libc::stat) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
-        fill_stat(&client()?.stat(path)?, st).map(|()| 0)
+        let path = unsafe { c_str(path) }?;
+        // SAFETY: `st` is a `struct stat` by the caller's contract.
+        unsafe { store_stat(&client()?.stat(path)?, st) }
     })
 }
 
@@ -334,8 +245,9 @@ pub unsafe extern "C" fn ringfs_stat(path: *const c_char, st: *mut libc::stat) -
 pub unsafe extern "C" fn ringfs_lstat(path: *const c_char, st: *mut libc::stat) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
-        fill_stat(&client()?.lstat(path)?, st).map(|()| 0)
+        let path = unsafe { c_str(path) }?;
+        // SAFETY: `st` is a `struct stat` by the caller's contract.
+        unsafe { store_stat(&client()?.lstat(path)?, st) }
     })
 }
 
@@ -343,7 +255,8 @@ pub unsafe extern "C" fn ringfs_lstat(path: *const c_char, st: *mut libc::stat) 
 /// `st` must point to a `struct stat`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
-    guard(-1, || fill_stat(&client()?.fstat(descriptor(fd)?)?, st).map(|()| 0))
+    // SAFETY: `st` is a `struct stat` by the caller's contract.
+    guard(-1, || unsafe { store_stat(&client()?.fstat(descriptor(fd)?)?, st) })
 }
 
 /// # Safety
@@ -352,7 +265,7 @@ pub unsafe extern "C" fn ringfs_fstat(fd: c_int, st: *mut libc::stat) -> c_int {
 pub unsafe extern "C" fn ringfs_access(path: *const c_char, mode: c_int) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         client()?.access(path, u32::try_from(mode).map_err(|_| Errno::EINVAL)?).map(|()| 0)
     })
 }
@@ -363,7 +276,7 @@ pub unsafe extern "C" fn ringfs_access(path: *const c_char, mode: c_int) -> c_in
 pub unsafe extern "C" fn ringfs_unlink(path: *const c_char) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         client()?.unlink(path).map(|()| 0)
     })
 }
@@ -374,7 +287,7 @@ pub unsafe extern "C" fn ringfs_unlink(path: *const c_char) -> c_int {
 pub unsafe extern "C" fn ringfs_mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         client()?.mkdir(path, mode).map(|()| 0)
     })
 }
@@ -385,7 +298,7 @@ pub unsafe extern "C" fn ringfs_mkdir(path: *const c_char, mode: libc::mode_t) -
 pub unsafe extern "C" fn ringfs_rmdir(path: *const c_char) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         client()?.rmdir(path).map(|()| 0)
     })
 }
@@ -399,13 +312,11 @@ pub type Filler = Option<unsafe extern "C" fn(*mut c_void, *const c_char, *const
 pub unsafe extern "C" fn ringfs_readdir(path: *const c_char, context: *mut c_void, filler: Filler) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let filler = filler.ok_or(Errno::EFAULT)?;
         for (index, entry) in client()?.readdir(path)?.into_iter().enumerate() {
             let name = std::ffi::CString::new(entry.name).map_err(|_| Errno::EINVAL)?;
-            // SAFETY: all-zero is a valid `struct stat`, then filled.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            fill_stat(&entry.stat, &mut st)?;
+            let st = to_stat(&entry.stat);
             // SAFETY: the caller's filler, with a valid name and stat for the call's duration.
             if unsafe { filler(context, name.as_ptr(), &st, (index + 1) as libc::off_t) } != 0 {
                 break;
@@ -421,7 +332,7 @@ pub unsafe extern "C" fn ringfs_readdir(path: *const c_char, context: *mut c_voi
 pub unsafe extern "C" fn ringfs_symlink(target: *const c_char, link_path: *const c_char) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let (target, link_path) = unsafe { (string(target)?, string(link_path)?) };
+        let (target, link_path) = unsafe { (c_str(target)?, c_str(link_path)?) };
         client()?.symlink(target, link_path).map(|()| 0)
     })
 }
@@ -432,10 +343,10 @@ pub unsafe extern "C" fn ringfs_symlink(target: *const c_char, link_path: *const
 pub unsafe extern "C" fn ringfs_readlink(path: *const c_char, buffer: *mut c_char, size: usize) -> isize {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let target = client()?.readlink(path)?;
         // SAFETY: `size` writable bytes by contract.
-        let buffer = unsafe { mutable_bytes(buffer.cast(), size) }?;
+        let buffer = unsafe { bytes_mut(buffer.cast(), size) }?;
         let count = target.len().min(buffer.len());
         buffer[..count].copy_from_slice(&target.as_bytes()[..count]);
         Ok(count as isize)
@@ -448,7 +359,7 @@ pub unsafe extern "C" fn ringfs_readlink(path: *const c_char, buffer: *mut c_cha
 pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let (from, to) = unsafe { (string(from)?, string(to)?) };
+        let (from, to) = unsafe { (c_str(from)?, c_str(to)?) };
         client()?.rename(from, to).map(|()| 0)
     })
 }
@@ -457,27 +368,9 @@ pub unsafe extern "C" fn ringfs_rename(from: *const c_char, to: *const c_char) -
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_fallocate(fd: c_int, mode: c_int, offset: libc::off_t, len: libc::off_t) -> c_int {
     guard(-1, || {
-        let (offset, len) = (u64::try_from(offset).map_err(|_| Errno::EINVAL)?, u64::try_from(len).map_err(|_| Errno::EINVAL)?);
+        let (offset, len) = (arguments::offset(offset)?, arguments::offset(len)?);
         client()?.fallocate(descriptor(fd)?, u32::try_from(mode).map_err(|_| Errno::EOPNOTSUPP)?, offset, len).map(|()| 0)
     })
-}
-
-/// Copies `value` into `buffer` like `getxattr(2)`: `size` 0 asks for the length only; a
-/// value longer than `size` is ERANGE.
-///
-/// # Safety
-/// `buffer` must be NULL with `size` 0, or point to `size` writable bytes.
-unsafe fn copy_out(value: &[u8], buffer: *mut c_void, size: usize) -> Result<isize, Errno> {
-    if size == 0 {
-        return Ok(value.len() as isize);
-    }
-    if value.len() > size {
-        return Err(Errno::ERANGE);
-    }
-    // SAFETY: `size` writable bytes by contract.
-    let buffer = unsafe { mutable_bytes(buffer, size) }?;
-    buffer[..value.len()].copy_from_slice(value);
-    Ok(value.len() as isize)
 }
 
 /// # Safety
@@ -487,10 +380,10 @@ unsafe fn copy_out(value: &[u8], buffer: *mut c_void, size: usize) -> Result<isi
 pub unsafe extern "C" fn ringfs_getxattr(path: *const c_char, name: *const c_char, value: *mut c_void, size: usize) -> isize {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let (path, name) = unsafe { (string(path)?, string(name)?) };
+        let (path, name) = unsafe { (c_str(path)?, c_str(name)?) };
         let found = client()?.get_xattr(path, name)?;
         // SAFETY: forwarded contract.
-        unsafe { copy_out(&found, value, size) }
+        unsafe { copy_value(&found, value, size) }
     })
 }
 
@@ -507,7 +400,7 @@ pub unsafe extern "C" fn ringfs_setxattr(
 ) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let (path, name, value) = unsafe { (string(path)?, string(name)?, bytes(value, size)?) };
+        let (path, name, value) = unsafe { (c_str(path)?, c_str(name)?, bytes(value, size)?) };
         client()?.set_xattr(path, name, value, u32::try_from(flags).map_err(|_| Errno::EINVAL)?).map(|()| 0)
     })
 }
@@ -519,14 +412,14 @@ pub unsafe extern "C" fn ringfs_setxattr(
 pub unsafe extern "C" fn ringfs_listxattr(path: *const c_char, list: *mut c_char, size: usize) -> isize {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let path = unsafe { string(path) }?;
+        let path = unsafe { c_str(path) }?;
         let mut names = Vec::new();
         for name in client()?.list_xattrs(path)? {
             names.extend_from_slice(name.as_bytes());
             names.push(0);
         }
         // SAFETY: forwarded contract.
-        unsafe { copy_out(&names, list.cast(), size) }
+        unsafe { copy_value(&names, list.cast(), size) }
     })
 }
 
@@ -536,7 +429,7 @@ pub unsafe extern "C" fn ringfs_listxattr(path: *const c_char, list: *mut c_char
 pub unsafe extern "C" fn ringfs_removexattr(path: *const c_char, name: *const c_char) -> c_int {
     guard(-1, || {
         // SAFETY: forwarded contract.
-        let (path, name) = unsafe { (string(path)?, string(name)?) };
+        let (path, name) = unsafe { (c_str(path)?, c_str(name)?) };
         client()?.remove_xattr(path, name).map(|()| 0)
     })
 }

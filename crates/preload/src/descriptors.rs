@@ -17,10 +17,16 @@
 //! and status flags — as POSIX says. Invariant: no lock of this module is held while the
 //! client or the C library is called (the client's own sockets pass through this library).
 
-use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 
+use parking_lot::Mutex;
+
+use ringfs_cglue::call::errno;
+use ringfs_cglue::locks::{description_owner, forget_owners};
 use ringfs_client::{Client, Errno, Fd, FileId, OpenFlags, Stat};
+use ringfs_config::env;
 
 use crate::real::real;
 use crate::state::{client, generation};
@@ -47,7 +53,7 @@ pub(crate) struct OpenDescription {
     /// this process's reads, writes and seeks.
     pub position: Mutex<u64>,
     /// The position is the placeholder's offset (a memfd), shared with other processes.
-    shared_position: std::sync::atomic::AtomicBool,
+    shared_position: AtomicBool,
     /// The client's descriptor of a regular file, with the generation it was opened in (a
     /// child after `fork` opens the file again by id). `None` for directories, `O_PATH`
     /// opens and other kinds: they are reached by file id.
@@ -64,7 +70,7 @@ impl OpenDescription {
             is_directory: stat.is_dir(),
             status_flags: AtomicI32::new(flags & !(libc::O_CLOEXEC | libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_NOCTTY)),
             position: Mutex::new(0),
-            shared_position: std::sync::atomic::AtomicBool::new(false),
+            shared_position: AtomicBool::new(false),
             handle: Mutex::new(handle.map(|fd| (generation(), fd))),
             listing: Mutex::new(Vec::new()),
         }
@@ -73,7 +79,7 @@ impl OpenDescription {
     /// The client's descriptor of this open file, opened again by id in a child after `fork`.
     /// EBADF for opens without one (directories: EISDIR is the caller's to say).
     pub(crate) fn handle(&self, client: &Client) -> Result<Fd, Errno> {
-        let mut handle = self.handle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut handle = self.handle.lock();
         let (opened_in, fd) = handle.ok_or(if self.is_directory { Errno::EISDIR } else { Errno::EBADF })?;
         let now = generation();
         if opened_in == now {
@@ -94,7 +100,7 @@ impl OpenDescription {
             is_directory,
             status_flags: AtomicI32::new(flags),
             position: Mutex::new(0),
-            shared_position: std::sync::atomic::AtomicBool::new(shared_position),
+            shared_position: AtomicBool::new(shared_position),
             // Generation 0 is never current: the first use opens the file.
             handle: Mutex::new((!is_directory && flags & libc::O_PATH == 0).then_some((0, Fd(0)))),
             listing: Mutex::new(Vec::new()),
@@ -108,7 +114,7 @@ impl OpenDescription {
             return Ok(*held);
         }
         let at = real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, 0, libc::SEEK_CUR);
-        u64::try_from(at).map_err(|_| Errno(crate::errno()))
+        u64::try_from(at).map_err(|_| Errno(errno()))
     }
 
     /// Moves the position of descriptor `fd` of this open file to `at`.
@@ -117,7 +123,7 @@ impl OpenDescription {
         if self.shared_position.load(Ordering::Acquire) {
             let offset = libc::off_t::try_from(at).map_err(|_| Errno::EFBIG)?;
             if real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; fd, offset, libc::SEEK_SET) < 0 {
-                return Err(Errno(crate::errno()));
+                return Err(Errno(errno()));
             }
         }
         Ok(())
@@ -129,7 +135,7 @@ impl OpenDescription {
     }
 
     fn has_handle(&self) -> bool {
-        self.handle.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some()
+        self.handle.lock().is_some()
     }
 
     pub(crate) fn flags(&self) -> i32 {
@@ -138,6 +144,12 @@ impl OpenDescription {
 
     pub(crate) fn readable(&self) -> bool {
         self.flags() & libc::O_ACCMODE != libc::O_WRONLY && self.flags() & libc::O_PATH == 0
+    }
+
+    /// A number that tells this open file description from every other one alive (its
+    /// address), for the owner of its OFD locks and `flock`.
+    pub(crate) fn identity(&self) -> u64 {
+        self as *const OpenDescription as u64
     }
 
     pub(crate) fn writable(&self) -> bool {
@@ -149,19 +161,29 @@ impl Drop for OpenDescription {
     /// The last descriptor of the open file went: the client closes it (in the generation it
     /// was opened in; an inherited one is the parent's to close).
     fn drop(&mut self) {
-        let handle = self.handle.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let handle = self.handle.get_mut().take();
         if let Some((opened_in, fd)) = handle
             && opened_in == generation()
             && opened_in != 0
             && let Ok(client) = client()
         {
-            crate::locks::release_at_close(&client, self.file, fd, self);
+            let own = description_owner(self.identity());
+            for owner in forget_owners(self.file, |owner| owner == own) {
+                let _ = client.release_locks(fd, owner);
+            }
             let _ = client.close(fd);
         }
     }
 }
 
 /// Descriptor number → open file. Indexed by the kernel descriptor number.
+///
+/// A `std` lock, not `parking_lot` like the others here: the thread that forks holds it
+/// across `fork` and lets it go in the child, and `parking_lot` may hand a lock on its
+/// release straight to a thread parked on it (its eventual fairness), which in the child
+/// does not exist: the child would never get the table back. (`state.rs`'s client lock is
+/// kept the same way, for the same reason.) A panic while it is held cannot leave the table
+/// half-changed, so a poisoned lock is used as it is.
 static TABLE: RwLock<Vec<Option<Arc<OpenDescription>>>> = RwLock::new(Vec::new());
 /// How many ringfs descriptors are open: calls on kernel descriptors skip the table while
 /// there are none.
@@ -213,7 +235,7 @@ pub(crate) fn remove(fd: i32) -> Option<Arc<OpenDescription>> {
     drop(table);
     if removed.is_some() {
         OPEN_COUNT.fetch_sub(1, Ordering::AcqRel);
-        crate::process::descriptors_changed();
+        descriptors_changed();
     }
     removed
 }
@@ -226,10 +248,10 @@ fn new_shared_placeholder() -> Result<i32, Errno> {
     let flags = libc::MFD_ALLOW_SEALING | libc::MFD_CLOEXEC;
     let fd = real!("memfd_create", fn(*const libc::c_char, libc::c_uint) -> libc::c_int; c"ringfs-placeholder".as_ptr(), flags);
     if fd < 0 {
-        return Err(Errno(crate::errno()));
+        return Err(Errno(errno()));
     }
     if real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; fd, libc::F_ADD_SEALS, PLACEHOLDER_SEALS as usize) != 0 {
-        let errno = crate::errno();
+        let errno = errno();
         real!("close", fn(libc::c_int) -> libc::c_int; fd);
         return Err(Errno(errno));
     }
@@ -247,7 +269,7 @@ pub(crate) fn share_positions() {
         if !first || description.is_directory || description.shared_position.load(Ordering::Acquire) {
             continue;
         }
-        let held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let held = description.position.lock();
         let Ok(placeholder) = new_shared_placeholder() else { continue };
         let offset = libc::off_t::try_from(*held).unwrap_or(0);
         real!("lseek64", fn(libc::c_int, libc::off_t, libc::c_int) -> libc::off_t; placeholder, offset, libc::SEEK_SET);
@@ -287,7 +309,7 @@ pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Resu
     if base < 0 {
         base = open_placeholder(libc::O_CLOEXEC);
         if base < 0 {
-            return Err(Errno(crate::errno()));
+            return Err(Errno(errno()));
         }
         if let Err(other) = BASE_PLACEHOLDER.compare_exchange(-1, base, Ordering::AcqRel, Ordering::Acquire) {
             real!("close", fn(libc::c_int) -> libc::c_int; base);
@@ -296,17 +318,17 @@ pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Resu
     }
     let command = if cloexec { libc::F_DUPFD_CLOEXEC } else { libc::F_DUPFD };
     let mut fd = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; base, command, 0);
-    if fd < 0 && crate::errno() == libc::EBADF {
+    if fd < 0 && errno() == libc::EBADF {
         // Closed behind the library's back (a direct system call): open one afresh.
         kernel_descriptor_closed(base);
         fd = open_placeholder(if cloexec { libc::O_CLOEXEC } else { 0 });
     }
     if fd < 0 {
-        return Err(Errno(crate::errno()));
+        return Err(Errno(errno()));
     }
     drop(install(fd, description));
     reserve_vfork_room();
-    crate::process::descriptors_changed();
+    descriptors_changed();
     Ok(fd)
 }
 
@@ -315,7 +337,7 @@ pub(crate) fn allocate(description: Arc<OpenDescription>, cloexec: bool) -> Resu
 /// dropped (the kernel closed it).
 pub(crate) fn duplicated(new_fd: i32, description: Arc<OpenDescription>) {
     drop(install(new_fd, description));
-    crate::process::descriptors_changed();
+    descriptors_changed();
 }
 
 /// Takes the table's lock before `fork` (see `process.rs`).
@@ -369,7 +391,7 @@ const VFORK_CHANGES_ROOM: usize = 64;
 static VFORK_CHANGES: Mutex<Vec<VforkChange>> = Mutex::new(Vec::new());
 
 fn reserve_vfork_room() {
-    let mut changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut changes = VFORK_CHANGES.lock();
     if changes.capacity() < VFORK_CHANGES_ROOM {
         changes.reserve_exact(VFORK_CHANGES_ROOM);
     }
@@ -379,7 +401,7 @@ fn reserve_vfork_room() {
 pub(crate) fn changed_in_vfork_child(fd: i32, description: Option<&Arc<OpenDescription>>) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let mut changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut changes = VFORK_CHANGES.lock();
     // Changes of earlier children are stale; their weak references free nothing.
     changes.retain(|change| change.pid == pid && change.fd != fd);
     if changes.len() < changes.capacity() {
@@ -396,7 +418,7 @@ pub(crate) fn all_for_exec() -> Vec<(i32, Arc<OpenDescription>)> {
     }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let changes = VFORK_CHANGES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let changes = VFORK_CHANGES.lock();
     for change in changes.iter().filter(|change| change.pid == pid) {
         descriptors.retain(|(fd, _)| *fd != change.fd);
         if let Some(description) = change.description.as_ref().and_then(std::sync::Weak::upgrade) {
@@ -404,4 +426,100 @@ pub(crate) fn all_for_exec() -> Vec<(i32, Arc<OpenDescription>)> {
         }
     }
     descriptors
+}
+
+// ---- handed on across `exec` ----
+//
+// The ringfs descriptors that are not close-on-exec travel to the executed program in
+// `RINGFS_PRELOAD_FDS` (see `process.rs`, which sets it for `execve` and reads it at load).
+
+/// The name of the variable that hands ringfs descriptors to executed programs, for
+/// `setenv`.
+pub(crate) fn descriptors_variable() -> CString {
+    CString::new(env::PRELOAD_FDS).expect("a variable name holds no NUL")
+}
+
+/// `fd,flags,anchor,serial,directory,hex(path)` of a descriptor handed on (its position
+/// travels as its placeholder's offset).
+fn encode_descriptor(fd: i32, description: &OpenDescription) -> String {
+    let path: String = description.path.bytes().map(|byte| format!("{byte:02x}")).collect();
+    let file = description.file;
+    format!("{fd},{},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
+}
+
+/// A handed-on descriptor: its number, and the path, file id, kind and flags of its open file.
+pub(crate) fn decode_descriptor(text: &str) -> Option<(i32, (String, FileId, bool, i32))> {
+    let fields: Vec<&str> = text.split(',').collect();
+    let [fd, flags, anchor, serial, directory, path] = fields[..] else { return None };
+    let path = (0..path.len())
+        .step_by(2)
+        .map(|at| path.get(at..at + 2).and_then(|hex| u8::from_str_radix(hex, 16).ok()))
+        .collect::<Option<Vec<u8>>>()
+        .and_then(|bytes| String::from_utf8(bytes).ok())?;
+    let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
+    Some((fd.parse().ok()?, (path, file, directory == "1", flags.parse().ok()?)))
+}
+
+/// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
+pub(crate) fn inherited_descriptors() -> String {
+    all_for_exec()
+        .into_iter()
+        .filter(|(fd, _)| {
+            let flags = real!("fcntl64", fn(libc::c_int, libc::c_int, usize) -> libc::c_int; *fd, libc::F_GETFD, 0);
+            flags >= 0 && flags & libc::FD_CLOEXEC == 0
+        })
+        .map(|(fd, description)| encode_descriptor(fd, &description))
+        .collect::<Vec<_>>()
+        .join(";")
+}
+
+/// Whether this process is the child of a `fork` (its next step is often an `exec`).
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+/// In a `fork` child: hands the descriptors on from now on (see [`descriptors_changed`]).
+pub(crate) fn note_fork_child() {
+    FORKED.store(true, Ordering::Relaxed);
+    descriptors_changed();
+}
+
+/// In the child of a `fork`, the ringfs descriptors an `exec` would keep are also written
+/// to the process's environment after every change, for the `exec` variants that reach the
+/// kernel without passing through this library (`execl`, `execlp`: glibc calls its internal
+/// `execve`). `tar -z` runs `gzip` that way on its archive's descriptor.
+pub(crate) fn descriptors_changed() {
+    // (A vfork child shares its parent's environment: it must not change it.)
+    if !FORKED.load(Ordering::Relaxed) || in_vfork_child() {
+        return;
+    }
+    let encoded = inherited_descriptors();
+    let name = descriptors_variable();
+    // SAFETY: NUL-terminated strings; a forked child normally runs one thread.
+    unsafe {
+        match CString::new(encoded) {
+            Ok(value) if !value.is_empty() => libc::setenv(name.as_ptr(), value.as_ptr(), 1),
+            _ => libc::unsetenv(name.as_ptr()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_handed_on_descriptor_decodes_to_what_was_encoded() {
+        let file = FileId { anchor: 7, serial: 9 };
+        let description = OpenDescription::inherited("/in put/ü,;".to_string(), file, false, libc::O_RDWR | libc::O_APPEND, false);
+        let encoded = encode_descriptor(5, &description);
+        assert!(!encoded.contains(';') && encoded.matches(',').count() == 5, "{encoded}");
+        assert_eq!(decode_descriptor(&encoded), Some((5, ("/in put/ü,;".to_string(), file, false, libc::O_RDWR | libc::O_APPEND))));
+    }
+
+    #[test]
+    fn a_malformed_handed_on_descriptor_is_ignored() {
+        assert_eq!(decode_descriptor("5,2,7,9,0"), None);
+        assert_eq!(decode_descriptor("5,2,7,9,0,2f6"), None, "odd hex");
+        assert_eq!(decode_descriptor("5,2,7,9,0,ff"), None, "not UTF-8");
+        assert_eq!(decode_descriptor("x,2,7,9,0,2f"), None);
+    }
 }

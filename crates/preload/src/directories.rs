@@ -7,17 +7,19 @@
 
 use std::collections::HashSet;
 use std::ffi::{CString, c_char, c_int, c_long};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use parking_lot::Mutex;
+
+use ringfs_cglue::call::{failed, guard};
 use ringfs_client::{Client, Errno};
 
 use crate::descriptors::{self, ListedEntry, OpenDescription};
-use crate::files::{failed, open_ringfs};
+use crate::entry_type;
+use crate::files::open_ringfs;
 use crate::paths::{Route, following, route_at, set_working_directory, working_directory};
 use crate::real::real;
 use crate::state::client;
-use crate::{entry_type, ringfs_call};
 
 /// The entries of a directory, `.` and `..` first: names, inode numbers and types, as
 /// `getdents` gives them (no attributes: a program that wants them calls `stat`).
@@ -53,7 +55,7 @@ fn stream(dir: *mut libc::DIR) -> Option<&'static mut DirectoryStream> {
     if STREAM_COUNT.load(Ordering::Acquire) == 0 {
         return None;
     }
-    let streams = STREAMS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let streams = STREAMS.lock();
     if !streams.as_ref().is_some_and(|streams| streams.contains(&(dir as usize))) {
         return None;
     }
@@ -71,7 +73,7 @@ fn open_stream(client: &Client, fd: c_int) -> Result<*mut libc::DIR, Errno> {
     // SAFETY: all-zero is a valid dirent64.
     let entry = unsafe { std::mem::zeroed() };
     let stream = Box::into_raw(Box::new(DirectoryStream { fd, entries, next: 0, entry }));
-    STREAMS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).get_or_insert_with(HashSet::new).insert(stream as usize);
+    STREAMS.lock().get_or_insert_with(HashSet::new).insert(stream as usize);
     STREAM_COUNT.fetch_add(1, Ordering::AcqRel);
     Ok(stream.cast())
 }
@@ -106,7 +108,7 @@ pub extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
     if descriptors::lookup(fd).is_none() {
         return real!("fdopendir", fn(c_int) -> *mut libc::DIR; fd);
     }
-    ringfs_call(std::ptr::null_mut(), || open_stream(&client()?, fd))
+    guard(std::ptr::null_mut(), || open_stream(&client()?, fd))
 }
 
 /// Fills the stream's entry with the next one; NULL at the end.
@@ -149,7 +151,7 @@ pub extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
         return real!("closedir", fn(*mut libc::DIR) -> c_int; dir);
     };
     let fd = stream.fd;
-    if let Some(streams) = STREAMS.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+    if let Some(streams) = STREAMS.lock().as_mut() {
         streams.remove(&(dir as usize));
     }
     STREAM_COUNT.fetch_sub(1, Ordering::AcqRel);
@@ -206,8 +208,8 @@ fn directory_entries(client: &Client, description: &OpenDescription, buffer: &mu
     if !description.is_directory {
         return Err(Errno::ENOTDIR);
     }
-    let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let mut entries = description.listing.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut position = description.position.lock();
+    let mut entries = description.listing.lock();
     if *position == 0 {
         *entries = listing(client, description)?;
     }
@@ -241,7 +243,7 @@ pub unsafe extern "C" fn getdents64(fd: c_int, buffer: *mut libc::c_void, size: 
     let Some(description) = descriptors::lookup(fd) else {
         return real!("getdents64", fn(c_int, *mut libc::c_void, usize) -> isize; fd, buffer, size);
     };
-    ringfs_call(-1, || {
+    guard(-1, || {
         if buffer.is_null() {
             return Err(Errno::EFAULT);
         }

@@ -1,18 +1,18 @@
 //! Opening files and moving bytes: `open` and its variants, `close`, `read`/`write` and their
-//! positioned and vectored forms, `lseek`, `fsync`, `ftruncate`, `fallocate`, the `dup`
-//! family and `fcntl`, and the calls that would reach the placeholder descriptor behind a
+//! positioned and vectored forms, `lseek`, `fsync`, `ftruncate`, `fallocate`, and the calls that would reach the placeholder descriptor behind a
 //! ringfs descriptor (`ioctl`, `copy_file_range`, `sendfile`, `mmap`).
 
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::Arc;
 
+use ringfs_cglue::arguments::{self, bytes, bytes_mut, offset};
+use ringfs_cglue::call::{errno, failed, guard, set_errno};
 use ringfs_client::{Client, Errno, OpenFlags};
 
 use crate::descriptors::{self, OpenDescription};
 use crate::paths::{Route, route_at};
 use crate::real::real;
 use crate::state::{client, masked};
-use crate::{ringfs_call, set_errno};
 
 type Mode = c_uint;
 
@@ -41,12 +41,6 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
             |outside| real!("openat64", fn(c_int, *const c_char, c_int, Mode) -> c_int; libc::AT_FDCWD, outside.as_ptr(), flags, mode),
         ),
     }
-}
-
-/// Sets errno and returns -1.
-pub(crate) fn failed(errno: Errno) -> c_int {
-    set_errno(errno.code());
-    -1
 }
 
 /// Opens ringfs path `path` like `open(2)`; the new descriptor.
@@ -191,7 +185,7 @@ pub extern "C" fn close(fd: c_int) -> c_int {
 /// descriptor.
 fn with_description<T>(fd: c_int, failure: T, body: impl FnOnce(&Client, &OpenDescription) -> Result<T, Errno>) -> Option<T> {
     let description = descriptors::lookup(fd)?;
-    Some(ringfs_call(failure, || body(&client()?, &description)))
+    Some(guard(failure, || body(&client()?, &description)))
 }
 
 /// Reads at `offset` into `buffer`; the count.
@@ -214,7 +208,7 @@ fn write_at(client: &Client, description: &OpenDescription, bytes: &[u8], offset
 
 /// Reads at the position of descriptor `fd`, which advances.
 fn read_here(client: &Client, description: &OpenDescription, fd: c_int, buffer: &mut [u8]) -> Result<usize, Errno> {
-    let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut held = description.position.lock();
     let at = description.position_at(&held, fd)?;
     let count = read_at(client, description, buffer, at)?;
     description.move_to(&mut held, fd, at + count as u64)?;
@@ -223,7 +217,7 @@ fn read_here(client: &Client, description: &OpenDescription, fd: c_int, buffer: 
 
 /// Writes at the position of descriptor `fd` (at the end with `O_APPEND`), which advances.
 fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: &[u8]) -> Result<usize, Errno> {
-    let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut held = description.position.lock();
     let at = if description.flags() & libc::O_APPEND != 0 && description.writable() {
         description.stat(client)?.size
     } else {
@@ -234,45 +228,13 @@ fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: 
     Ok(count)
 }
 
-/// The caller's buffer as a slice (EFAULT for NULL with a non-zero length).
-///
-/// # Safety
-/// `buffer` must point to `len` writable bytes, or be NULL.
-unsafe fn buffer_mut<'a>(buffer: *mut c_void, len: usize) -> Result<&'a mut [u8], Errno> {
-    if len == 0 {
-        return Ok(&mut []);
-    }
-    if buffer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, `len` bytes by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts_mut(buffer.cast(), len) })
-}
-
-/// # Safety
-/// `buffer` must point to `len` readable bytes, or be NULL.
-unsafe fn buffer<'a>(buffer: *const c_void, len: usize) -> Result<&'a [u8], Errno> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if buffer.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null, `len` bytes by the caller's contract.
-    Ok(unsafe { std::slice::from_raw_parts(buffer.cast(), len) })
-}
-
-fn offset(value: libc::off_t) -> Result<u64, Errno> {
-    u64::try_from(value).map_err(|_| Errno::EINVAL)
-}
-
 /// # Safety
 /// `buffer` must point to `count` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn read(fd: c_int, buffer: *mut c_void, count: usize) -> isize {
     // SAFETY: the caller's buffer.
     with_description(fd, -1, |client, description| {
-        read_here(client, description, fd, unsafe { buffer_mut(buffer, count) }?).map(|n| n as isize)
+        read_here(client, description, fd, unsafe { bytes_mut(buffer, count) }?).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("read", fn(c_int, *mut c_void, usize) -> isize; fd, buffer, count))
 }
@@ -283,7 +245,7 @@ pub unsafe extern "C" fn read(fd: c_int, buffer: *mut c_void, count: usize) -> i
 pub unsafe extern "C" fn write(fd: c_int, bytes: *const c_void, count: usize) -> isize {
     // SAFETY: the caller's buffer.
     with_description(fd, -1, |client, description| {
-        write_here(client, description, fd, unsafe { buffer(bytes, count) }?).map(|n| n as isize)
+        write_here(client, description, fd, unsafe { arguments::bytes(bytes, count) }?).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("write", fn(c_int, *const c_void, usize) -> isize; fd, bytes, count))
 }
@@ -294,7 +256,7 @@ pub unsafe extern "C" fn write(fd: c_int, bytes: *const c_void, count: usize) ->
 pub unsafe extern "C" fn pread(fd: c_int, buffer: *mut c_void, count: usize, at: libc::off_t) -> isize {
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's buffer.
-        read_at(client, description, unsafe { buffer_mut(buffer, count) }?, offset(at)?).map(|n| n as isize)
+        read_at(client, description, unsafe { bytes_mut(buffer, count) }?, offset(at)?).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("pread64", fn(c_int, *mut c_void, usize, libc::off_t) -> isize; fd, buffer, count, at))
 }
@@ -313,7 +275,7 @@ pub unsafe extern "C" fn pread64(fd: c_int, buffer: *mut c_void, count: usize, a
 pub unsafe extern "C" fn pwrite(fd: c_int, bytes: *const c_void, count: usize, at: libc::off_t) -> isize {
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's buffer.
-        write_at(client, description, unsafe { buffer(bytes, count) }?, offset(at)?).map(|n| n as isize)
+        write_at(client, description, unsafe { arguments::bytes(bytes, count) }?, offset(at)?).map(|n| n as isize)
     })
     .unwrap_or_else(|| real!("pwrite64", fn(c_int, *const c_void, usize, libc::off_t) -> isize; fd, bytes, count, at))
 }
@@ -347,7 +309,7 @@ fn read_vectors(client: &Client, description: &OpenDescription, vectors: &[libc:
     let mut total = 0;
     for vector in vectors {
         // SAFETY: each iovec describes the caller's writable memory.
-        let part = unsafe { buffer_mut(vector.iov_base, vector.iov_len) }?;
+        let part = unsafe { bytes_mut(vector.iov_base, vector.iov_len) }?;
         let count = read_at(client, description, part, at)?;
         total += count;
         at += count as u64;
@@ -363,7 +325,7 @@ fn write_vectors(client: &Client, description: &OpenDescription, vectors: &[libc
     let mut gathered = Vec::with_capacity(vectors.iter().map(|vector| vector.iov_len).sum());
     for vector in vectors {
         // SAFETY: each iovec describes the caller's readable memory.
-        gathered.extend_from_slice(unsafe { buffer(vector.iov_base, vector.iov_len) }?);
+        gathered.extend_from_slice(unsafe { bytes(vector.iov_base, vector.iov_len) }?);
     }
     write_at(client, description, &gathered, at)
 }
@@ -375,7 +337,7 @@ pub unsafe extern "C" fn readv(fd: c_int, vectors: *const libc::iovec, count: c_
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's vectors.
         let vectors = unsafe { iovecs(vectors, count) }?;
-        let mut held = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut held = description.position.lock();
         let at = description.position_at(&held, fd)?;
         let total = read_vectors(client, description, vectors, at)?;
         description.move_to(&mut held, fd, at + total as u64)?;
@@ -394,7 +356,7 @@ pub unsafe extern "C" fn writev(fd: c_int, vectors: *const libc::iovec, count: c
         let mut gathered = Vec::new();
         for vector in vectors {
             // SAFETY: each iovec describes the caller's readable memory.
-            gathered.extend_from_slice(unsafe { buffer(vector.iov_base, vector.iov_len) }?);
+            gathered.extend_from_slice(unsafe { bytes(vector.iov_base, vector.iov_len) }?);
         }
         write_here(client, description, fd, &gathered).map(|n| n as isize)
     })
@@ -442,7 +404,7 @@ pub unsafe extern "C" fn pwritev64(fd: c_int, vectors: *const libc::iovec, count
 /// `lseek` of a ringfs descriptor. `SEEK_DATA` and `SEEK_HOLE` see one extent of data
 /// covering the file.
 fn seek(client: &Client, description: &OpenDescription, fd: c_int, offset: libc::off_t, whence: c_int) -> Result<libc::off_t, Errno> {
-    let mut position = description.position.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut position = description.position.lock();
     let current = description.position_at(&position, fd)?;
     let size = || -> Result<i64, Errno> { Ok(description.stat(client)?.size as i64) };
     let target = match whence {
@@ -525,7 +487,7 @@ pub extern "C" fn fallocate64(fd: c_int, mode: c_int, at: libc::off_t, len: libc
 pub extern "C" fn posix_fallocate(fd: c_int, at: libc::off_t, len: libc::off_t) -> c_int {
     match descriptors::lookup(fd) {
         Some(_) if fallocate(fd, 0, at, len) == 0 => 0,
-        Some(_) => crate::errno(),
+        Some(_) => errno(),
         None => real!("posix_fallocate64", fn(c_int, libc::off_t, libc::off_t) -> c_int; fd, at, len),
     }
 }
@@ -547,102 +509,6 @@ pub extern "C" fn posix_fadvise(fd: c_int, at: libc::off_t, len: libc::off_t, ad
 #[unsafe(no_mangle)]
 pub extern "C" fn posix_fadvise64(fd: c_int, at: libc::off_t, len: libc::off_t, advice: c_int) -> c_int {
     posix_fadvise(fd, at, len, advice)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn dup(fd: c_int) -> c_int {
-    let description = descriptors::lookup(fd);
-    let new_fd = real!("dup", fn(c_int) -> c_int; fd);
-    if let Some(description) = description
-        && new_fd >= 0
-    {
-        if descriptors::in_vfork_child() {
-            descriptors::changed_in_vfork_child(new_fd, Some(&description));
-        } else {
-            descriptors::duplicated(new_fd, description);
-        }
-    }
-    new_fd
-}
-
-/// `dup2` and `dup3`: the kernel copies the placeholder onto `new_fd` (closing what was
-/// there), and the table follows.
-fn duplicate_onto(fd: c_int, new_fd: c_int, flags: c_int, with_flags: bool) -> c_int {
-    let description = descriptors::lookup(fd);
-    let result = if with_flags {
-        real!("dup3", fn(c_int, c_int, c_int) -> c_int; fd, new_fd, flags)
-    } else {
-        real!("dup2", fn(c_int, c_int) -> c_int; fd, new_fd)
-    };
-    if result >= 0 && fd != new_fd && (description.is_some() || descriptors::lookup(new_fd).is_some()) && descriptors::in_vfork_child() {
-        descriptors::changed_in_vfork_child(new_fd, description.as_ref());
-        return result;
-    }
-    if result >= 0 && fd != new_fd {
-        descriptors::kernel_descriptor_closed(new_fd);
-        match description {
-            Some(description) => {
-                descriptors::duplicated(new_fd, description);
-                crate::stdio::adopt_standard_stream(new_fd);
-            }
-            None => drop(descriptors::remove(new_fd)),
-        }
-    }
-    result
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn dup2(fd: c_int, new_fd: c_int) -> c_int {
-    duplicate_onto(fd, new_fd, 0, false)
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn dup3(fd: c_int, new_fd: c_int, flags: c_int) -> c_int {
-    duplicate_onto(fd, new_fd, flags, true)
-}
-
-/// `fcntl(fd, cmd, argument)`: the argument is an integer or a pointer, as `cmd` says.
-#[unsafe(no_mangle)]
-pub extern "C" fn fcntl(fd: c_int, cmd: c_int, argument: usize) -> c_int {
-    let Some(description) = descriptors::lookup(fd) else {
-        return real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
-    };
-    match cmd {
-        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
-            // (The new number was free: it cannot be the base placeholder.)
-            let new_fd = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
-            if new_fd >= 0 && descriptors::in_vfork_child() {
-                descriptors::changed_in_vfork_child(new_fd, Some(&description));
-            } else if new_fd >= 0 {
-                descriptors::duplicated(new_fd, description);
-            }
-            new_fd
-        }
-        libc::F_GETFL => description.flags(),
-        libc::F_SETFL => {
-            // Only O_APPEND and O_NONBLOCK (and the flags Linux ignores) may change.
-            let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_ASYNC | libc::O_DIRECT | libc::O_NOATIME;
-            let new = (description.flags() & !changeable) | (argument as c_int & changeable);
-            description.status_flags.store(new, std::sync::atomic::Ordering::Relaxed);
-            0
-        }
-        libc::F_GETLK | libc::F_SETLK | libc::F_SETLKW | libc::F_OFD_GETLK | libc::F_OFD_SETLK | libc::F_OFD_SETLKW => {
-            ringfs_call(-1, || crate::locks::fcntl_lock(&client()?, &description, fd, cmd, argument as *mut libc::flock))
-        }
-        // F_GETFD and F_SETFD (close-on-exec) and the rest: the placeholder answers.
-        _ => {
-            let result = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; fd, cmd, argument);
-            if cmd == libc::F_SETFD {
-                crate::process::descriptors_changed();
-            }
-            result
-        }
-    }
-}
-
-#[unsafe(no_mangle)]
-pub extern "C" fn fcntl64(fd: c_int, cmd: c_int, argument: usize) -> c_int {
-    fcntl(fd, cmd, argument)
 }
 
 /// `ioctl` on a ringfs descriptor: no device controls (ENOTTY), which makes `cp` give up on
@@ -696,7 +562,7 @@ pub extern "C" fn mmap(address: *mut c_void, len: usize, protection: c_int, flag
         return real_mmap(address, fd, flags, at);
     };
     if flags & libc::MAP_SHARED != 0 && protection & libc::PROT_WRITE != 0 {
-        set_errno(libc::ENODEV);
+        set_errno(Errno(libc::ENODEV));
         return libc::MAP_FAILED;
     }
     let private = (flags & !(libc::MAP_SHARED | libc::MAP_SHARED_VALIDATE)) | libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
@@ -706,7 +572,7 @@ pub extern "C" fn mmap(address: *mut c_void, len: usize, protection: c_int, flag
     if map == libc::MAP_FAILED {
         return map;
     }
-    let filled = ringfs_call(-1, || {
+    let filled = guard(-1, || {
         let client = client()?;
         // SAFETY: `map` is `len` writable bytes just mapped.
         let bytes = unsafe { std::slice::from_raw_parts_mut(map.cast::<u8>(), len) };
@@ -715,9 +581,9 @@ pub extern "C" fn mmap(address: *mut c_void, len: usize, protection: c_int, flag
     if filled != 0
         || (protection & libc::PROT_WRITE == 0 && real!("mprotect", fn(*mut c_void, usize, c_int) -> c_int; map, len, protection) != 0)
     {
-        let errno = crate::errno();
+        let errno = errno();
         real!("munmap", fn(*mut c_void, usize) -> c_int; map, len);
-        set_errno(errno);
+        set_errno(Errno(errno));
         return libc::MAP_FAILED;
     }
     map

@@ -7,12 +7,15 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use ringfs_client::{Client, Errno, Stat};
 use ringfs_proto::SetAttr;
 
+use ringfs_cglue::arguments::{bytes, c_str, copy_value, offset};
+use ringfs_cglue::call::{failed, guard};
+use ringfs_cglue::stat::{DEVICE, store_stat, store_statx};
+use ringfs_cglue::times::{self, TimeChange};
+
 use crate::descriptors::{self, OpenDescription};
-use crate::files::failed;
 use crate::paths::{Route, following, route_at};
 use crate::real::real;
 use crate::state::{client, masked, remember_umask};
-use crate::{ringfs_call, store_stat};
 
 /// Routes `path` relative to `dirfd` and runs `ringfs` for a ringfs path, or `kernel` with the
 /// directory and path the kernel should see (`AT_FDCWD` and an absolute path when it was
@@ -45,21 +48,9 @@ pub(crate) fn by_descriptor<T: From<i8>>(
     kernel: impl FnOnce() -> T,
 ) -> T {
     match descriptors::lookup(fd) {
-        Some(description) => ringfs_call(T::from(-1), || ringfs(&client()?, &description)),
+        Some(description) => guard(T::from(-1), || ringfs(&client()?, &description)),
         None => kernel(),
     }
-}
-
-/// The caller's string argument (EFAULT for NULL, EINVAL if not UTF-8).
-///
-/// # Safety
-/// `text` must be NULL or NUL-terminated.
-pub(crate) unsafe fn text<'a>(text: *const c_char) -> Result<&'a str, Errno> {
-    if text.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: non-null and NUL-terminated by contract.
-    unsafe { CStr::from_ptr(text) }.to_str().map_err(|_| Errno::EINVAL)
 }
 
 // ---- stat ----
@@ -120,7 +111,8 @@ pub unsafe extern "C" fn lstat64(path: *const c_char, buf: *mut libc::stat) -> c
 pub unsafe extern "C" fn fstat(fd: c_int, buf: *mut libc::stat) -> c_int {
     by_descriptor(
         fd,
-        |client, description| store_stat(&description.stat(client)?, buf),
+        // SAFETY: `buf` is the caller's `struct stat`.
+        |client, description| unsafe { store_stat(&description.stat(client)?, buf) },
         || real!("fstat", fn(c_int, *mut libc::stat) -> c_int; fd, buf),
     )
 }
@@ -229,40 +221,6 @@ pub unsafe extern "C" fn __fxstatat64(_version: c_int, dirfd: c_int, path: *cons
     unsafe { fstatat(dirfd, path, buf, flags) }
 }
 
-fn store_statx(stat: &Stat, destination: *mut libc::statx) -> Result<c_int, Errno> {
-    if destination.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    let timestamp = |ns: i64| {
-        // SAFETY: all-zero is a valid `struct statx_timestamp`.
-        let mut time: libc::statx_timestamp = unsafe { std::mem::zeroed() };
-        time.tv_sec = ns.div_euclid(1_000_000_000);
-        time.tv_nsec = ns.rem_euclid(1_000_000_000) as u32;
-        time
-    };
-    // SAFETY: all-zero is a valid `struct statx`.
-    let mut out: libc::statx = unsafe { std::mem::zeroed() };
-    out.stx_mask = libc::STATX_BASIC_STATS;
-    out.stx_blksize = stat.chunk_size.max(512);
-    out.stx_nlink = stat.nlink;
-    out.stx_uid = stat.uid;
-    out.stx_gid = stat.gid;
-    out.stx_mode = stat.mode as u16;
-    out.stx_ino = stat.ino;
-    out.stx_size = stat.size;
-    out.stx_blocks = stat.blocks();
-    out.stx_atime = timestamp(stat.atime_ns);
-    out.stx_mtime = timestamp(stat.mtime_ns);
-    out.stx_ctime = timestamp(stat.ctime_ns);
-    out.stx_rdev_major = libc::major(stat.rdev);
-    out.stx_rdev_minor = libc::minor(stat.rdev);
-    out.stx_dev_major = libc::major(crate::DEVICE);
-    out.stx_dev_minor = libc::minor(crate::DEVICE);
-    // SAFETY: non-null; the caller passes a `struct statx`.
-    unsafe { destination.write(out) };
-    Ok(0)
-}
-
 /// # Safety
 /// `path` must be a NUL-terminated string, `buf` a `struct statx`.
 #[unsafe(no_mangle)]
@@ -271,7 +229,8 @@ pub unsafe extern "C" fn statx(dirfd: c_int, path: *const c_char, flags: c_int, 
     if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() && unsafe { *path } == 0 {
         return by_descriptor(
             dirfd,
-            |client, description| store_statx(&description.stat(client)?, buf),
+            // SAFETY: `buf` is the caller's `struct statx`.
+            |client, description| unsafe { store_statx(&description.stat(client)?, buf) },
             || real!("statx", fn(c_int, *const c_char, c_int, libc::c_uint, *mut libc::statx) -> c_int; dirfd, path, flags, mask, buf),
         );
     }
@@ -401,7 +360,7 @@ unsafe fn two_paths(
     };
     match (&from_route, &to_route) {
         (Route::Error(errno), _) | (_, Route::Error(errno)) => failed(*errno),
-        (Route::Ringfs(from), Route::Ringfs(to)) => ringfs_call(-1, || ringfs(&client()?, from, to)),
+        (Route::Ringfs(from), Route::Ringfs(to)) => guard(-1, || ringfs(&client()?, from, to)),
         (Route::Ringfs(_), _) | (_, Route::Ringfs(_)) => failed(Errno::EXDEV),
         _ => match (kernel_side(&from_route, from_dirfd, from), kernel_side(&to_route, to_dirfd, to)) {
             (Some((from_dirfd, from)), Some((to_dirfd, to))) => kernel(from_dirfd, from, to_dirfd, to),
@@ -495,7 +454,7 @@ pub unsafe extern "C" fn symlink(target: *const c_char, link_path: *const c_char
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn symlinkat(target: *const c_char, dirfd: c_int, link_path: *const c_char) -> c_int {
     // SAFETY: the caller's string.
-    let ringfs = |client: &Client, path: &str| client.symlink(unsafe { text(target) }?, path).map(|()| 0);
+    let ringfs = |client: &Client, path: &str| client.symlink(unsafe { c_str(target) }?, path).map(|()| 0);
     let kernel = |dirfd, path| real!("symlinkat", fn(*const c_char, c_int, *const c_char) -> c_int; target, dirfd, path);
     // SAFETY: forwarded contract.
     unsafe { by_path(dirfd, link_path, ringfs, kernel) }
@@ -538,7 +497,7 @@ pub unsafe extern "C" fn readlinkat(dirfd: c_int, path: *const c_char, buffer: *
 /// `path` must be a NUL-terminated string.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: *const c_char, length: libc::off_t) -> c_int {
-    let ringfs = |client: &Client, path: &str| client.truncate(path, u64::try_from(length).map_err(|_| Errno::EINVAL)?).map(|()| 0);
+    let ringfs = |client: &Client, path: &str| client.truncate(path, offset(length)?).map(|()| 0);
     // SAFETY: forwarded contract.
     unsafe { by_path(libc::AT_FDCWD, path, ringfs, |_, path| real!("truncate64", fn(*const c_char, libc::off_t) -> c_int; path, length)) }
 }
@@ -660,37 +619,17 @@ pub extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int
     )
 }
 
-/// The times of `utimensat` as (atime, mtime, explicit): `None` leaves one unchanged.
-///
-/// # Safety
-/// `times` must be NULL or two timespecs.
-unsafe fn time_change(times: *const libc::timespec) -> Result<(Option<i64>, Option<i64>, bool), Errno> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |since| since.as_nanos() as i64);
-    if times.is_null() {
-        return Ok((Some(now), Some(now), false));
-    }
-    // SAFETY: the caller passes two timespecs.
-    let times = unsafe { std::slice::from_raw_parts(times, 2) };
-    let explicit = times.iter().any(|time| time.tv_nsec != libc::UTIME_NOW && time.tv_nsec != libc::UTIME_OMIT);
-    let value = |time: &libc::timespec| match time.tv_nsec {
-        libc::UTIME_OMIT => Ok(None),
-        libc::UTIME_NOW => Ok(Some(now)),
-        nanos if (0..1_000_000_000).contains(&nanos) => Ok(Some(time.tv_sec * 1_000_000_000 + nanos)),
-        _ => Err(Errno::EINVAL),
-    };
-    Ok((value(&times[0])?, value(&times[1])?, explicit))
+/// Sets the times `change` asks for in a `SetAttr` request.
+fn set_times(request: &mut SetAttr, change: TimeChange) {
+    request.atime_ns = change.atime_ns;
+    request.mtime_ns = change.mtime_ns;
+    request.times_explicit = change.explicit;
 }
 
 fn set_times_of(client: &Client, description: &OpenDescription, times: *const libc::timespec) -> Result<c_int, Errno> {
     // SAFETY: the caller's times.
-    let (atime, mtime, explicit) = unsafe { time_change(times) }?;
-    client
-        .set_attr_id(description.file, |request| {
-            request.atime_ns = atime;
-            request.mtime_ns = mtime;
-            request.times_explicit = explicit;
-        })
-        .map(|()| 0)
+    let change = unsafe { times::from_c(times) }?;
+    client.set_attr_id(description.file, |request| set_times(request, change)).map(|()| 0)
 }
 
 /// `utimensat`; with a NULL path (glibc's `futimens`), the descriptor's file.
@@ -707,12 +646,8 @@ pub unsafe extern "C" fn utimensat(dirfd: c_int, path: *const c_char, times: *co
     }
     let ringfs = |client: &Client, path: &str| {
         // SAFETY: the caller's times.
-        let (atime, mtime, explicit) = unsafe { time_change(times) }?;
-        change_attributes(client, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |request| {
-            request.atime_ns = atime;
-            request.mtime_ns = mtime;
-            request.times_explicit = explicit;
-        })
+        let change = unsafe { times::from_c(times) }?;
+        change_attributes(client, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0, |request| set_times(request, change))
     };
     // SAFETY: forwarded contract.
     unsafe { by_path(dirfd, path, ringfs, kernel) }
@@ -822,22 +757,6 @@ pub extern "C" fn umask(mask: libc::mode_t) -> libc::mode_t {
 
 // ---- extended attributes ----
 
-/// Copies `value` to the caller's buffer with `getxattr`'s size rules.
-fn give_value(value: &[u8], destination: *mut c_void, size: usize) -> Result<isize, Errno> {
-    if size == 0 {
-        return Ok(value.len() as isize);
-    }
-    if value.len() > size {
-        return Err(Errno(libc::ERANGE));
-    }
-    if destination.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: the caller's buffer holds `size` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), destination.cast(), value.len()) };
-    Ok(value.len() as isize)
-}
-
 fn name_list(names: Vec<String>) -> Vec<u8> {
     names.into_iter().flat_map(|name| name.into_bytes().into_iter().chain([0])).collect()
 }
@@ -847,8 +766,9 @@ fn name_list(names: Vec<String>) -> Vec<u8> {
 unsafe fn get_xattr(path: *const c_char, name: *const c_char, value: *mut c_void, size: usize, follow: bool) -> isize {
     let ringfs = |client: &Client, path: &str| {
         // SAFETY: the caller's string.
-        let name = unsafe { text(name) }?;
-        give_value(&if follow { client.get_xattr(path, name) } else { client.lget_xattr(path, name) }?, value, size)
+        let name = unsafe { c_str(name) }?;
+        // SAFETY: the caller's buffer of `size` bytes.
+        unsafe { copy_value(&if follow { client.get_xattr(path, name) } else { client.lget_xattr(path, name) }?, value, size) }
     };
     let kernel = |_, path| {
         if follow {
@@ -884,7 +804,10 @@ pub unsafe extern "C" fn fgetxattr(fd: c_int, name: *const c_char, value: *mut c
     by_descriptor(
         fd,
         // SAFETY: the caller's string.
-        |client, description| give_value(&client.get_xattr_id(description.file, unsafe { text(name) }?)?, value, size),
+        |client, description| {
+            // SAFETY: the caller's string and buffer of `size` bytes.
+            unsafe { copy_value(&client.get_xattr_id(description.file, c_str(name)?)?, value, size) }
+        },
         || real!("fgetxattr", fn(c_int, *const c_char, *mut c_void, usize) -> isize; fd, name, value, size),
     )
 }
@@ -894,7 +817,7 @@ pub unsafe extern "C" fn fgetxattr(fd: c_int, name: *const c_char, value: *mut c
 unsafe fn set_xattr(path: *const c_char, name: *const c_char, value: *const c_void, size: usize, flags: c_int, follow: bool) -> c_int {
     let ringfs = |client: &Client, path: &str| {
         // SAFETY: the caller's string and value.
-        let (name, value) = unsafe { (text(name)?, value_bytes(value, size)?) };
+        let (name, value) = unsafe { (c_str(name)?, bytes(value, size)?) };
         if follow { client.set_xattr(path, name, value, flags as u32) } else { client.lset_xattr(path, name, value, flags as u32) }
             .map(|()| 0)
     };
@@ -907,19 +830,6 @@ unsafe fn set_xattr(path: *const c_char, name: *const c_char, value: *const c_vo
     };
     // SAFETY: forwarded contract.
     unsafe { by_path(libc::AT_FDCWD, path, ringfs, kernel) }
-}
-
-/// # Safety
-/// `value` must be NULL or `size` readable bytes.
-unsafe fn value_bytes<'a>(value: *const c_void, size: usize) -> Result<&'a [u8], Errno> {
-    if size == 0 {
-        return Ok(&[]);
-    }
-    if value.is_null() {
-        return Err(Errno::EFAULT);
-    }
-    // SAFETY: by contract.
-    Ok(unsafe { std::slice::from_raw_parts(value.cast(), size) })
 }
 
 /// # Safety
@@ -946,7 +856,7 @@ pub unsafe extern "C" fn fsetxattr(fd: c_int, name: *const c_char, value: *const
         fd,
         |client, description| {
             // SAFETY: the caller's string and value.
-            let (name, value) = unsafe { (text(name)?, value_bytes(value, size)?) };
+            let (name, value) = unsafe { (c_str(name)?, bytes(value, size)?) };
             client.set_xattr_id(description.file, name, value, flags as u32).map(|()| 0)
         },
         || real!("fsetxattr", fn(c_int, *const c_char, *const c_void, usize, c_int) -> c_int; fd, name, value, size, flags),
@@ -958,7 +868,8 @@ pub unsafe extern "C" fn fsetxattr(fd: c_int, name: *const c_char, value: *const
 unsafe fn list_xattrs(path: *const c_char, list: *mut c_char, size: usize, follow: bool) -> isize {
     let ringfs = |client: &Client, path: &str| {
         let names = if follow { client.list_xattrs(path) } else { client.llist_xattrs(path) }?;
-        give_value(&name_list(names), list.cast(), size)
+        // SAFETY: the caller's buffer of `size` bytes.
+        unsafe { copy_value(&name_list(names), list.cast(), size) }
     };
     let kernel = |_, path| {
         if follow {
@@ -993,7 +904,8 @@ pub unsafe extern "C" fn llistxattr(path: *const c_char, list: *mut c_char, size
 pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: usize) -> isize {
     by_descriptor(
         fd,
-        |client, description| give_value(&name_list(client.list_xattrs_id(description.file)?), list.cast(), size),
+        // SAFETY: the caller's buffer of `size` bytes.
+        |client, description| unsafe { copy_value(&name_list(client.list_xattrs_id(description.file)?), list.cast(), size) },
         || real!("flistxattr", fn(c_int, *mut c_char, usize) -> isize; fd, list, size),
     )
 }
@@ -1003,7 +915,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: usize) -
 unsafe fn remove_xattr(path: *const c_char, name: *const c_char, follow: bool) -> c_int {
     let ringfs = |client: &Client, path: &str| {
         // SAFETY: the caller's string.
-        let name = unsafe { text(name) }?;
+        let name = unsafe { c_str(name) }?;
         if follow { client.remove_xattr(path, name) } else { client.lremove_xattr(path, name) }.map(|()| 0)
     };
     let kernel = |_, path| {
@@ -1040,7 +952,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, name: *const c_char) -> c_int {
     by_descriptor(
         fd,
         // SAFETY: the caller's string.
-        |client, description| client.remove_xattr_id(description.file, unsafe { text(name) }?).map(|()| 0),
+        |client, description| client.remove_xattr_id(description.file, unsafe { c_str(name) }?).map(|()| 0),
         || real!("fremovexattr", fn(c_int, *const c_char) -> c_int; fd, name),
     )
 }
@@ -1089,7 +1001,7 @@ fn store_statvfs(client: &Client, destination: *mut libc::statvfs) -> Result<c_i
     out.f_files = fs.f_files;
     out.f_ffree = fs.f_ffree;
     out.f_favail = fs.f_ffree;
-    out.f_fsid = crate::DEVICE;
+    out.f_fsid = DEVICE;
     out.f_namemax = 255;
     // SAFETY: non-null; the caller passes a `struct statvfs`.
     unsafe { destination.write(out) };
@@ -1195,7 +1107,7 @@ pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) ->
             if let Ok(Some(outside)) = crate::paths::where_links_lead_out(&ringfs_path) {
                 return kernel(outside.as_ptr());
             }
-            let checked = ringfs_call(-1, || client()?.stat(&ringfs_path).map(|_| 0));
+            let checked = guard(-1, || client()?.stat(&ringfs_path).map(|_| 0));
             let Some(config) = crate::state::config() else { return std::ptr::null_mut() };
             let full = crate::paths::full_path(&config.mount, &ringfs_path);
             match CString::new(full) {

@@ -11,14 +11,16 @@
 //! path the link leads to ([`following`]).
 
 use std::ffi::{CStr, CString, c_char, c_int};
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use parking_lot::RwLock;
+
+use ringfs_cglue::call::guard;
 use ringfs_client::{Errno, LEADS_OUT, LinkDestination};
+use ringfs_config::env;
 
 use crate::descriptors;
 use crate::real::real;
-use crate::ringfs_call;
 use crate::state::{client, config};
 
 /// Where a path argument leads.
@@ -161,7 +163,7 @@ fn kernel_directory(dirfd: c_int) -> Option<String> {
 /// the kernel's path it leads to.
 pub(crate) fn following<T>(failure: T, path: &str, ringfs: impl FnOnce() -> Result<T, Errno>, kernel: impl FnOnce(&CStr) -> T) -> T {
     let mut outside = None;
-    let value = ringfs_call(failure, || match ringfs() {
+    let value = guard(failure, || match ringfs() {
         Err(LEADS_OUT) => {
             outside = where_links_lead_out(path)?;
             Err(LEADS_OUT)
@@ -193,32 +195,30 @@ pub(crate) fn full_path(mount: &str, path: &str) -> String {
 pub(crate) fn set_working_directory(path: Option<&str>) {
     let full = path.and_then(|path| config().map(|config| full_path(&config.mount, path)));
     let was_inside = IN_RINGFS_DIRECTORY.load(Ordering::Acquire);
+    let name = CString::new(env::PRELOAD_CWD).expect("a variable name holds no NUL");
     match &full {
         // SAFETY: setenv and unsetenv with NUL-terminated strings (a program that reads its
         // environment in another thread at this moment races, as with its own setenv).
         Some(directory) => {
             if let Ok(value) = CString::new(directory.as_str()) {
-                unsafe { libc::setenv(WORKING_DIRECTORY_VARIABLE.as_ptr(), value.as_ptr(), 1) };
+                unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
             }
         }
         None if was_inside => unsafe {
-            libc::unsetenv(WORKING_DIRECTORY_VARIABLE.as_ptr());
+            libc::unsetenv(name.as_ptr());
         },
         None => {}
     }
-    let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut directory = WORKING_DIRECTORY.write();
     IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
     *directory = full;
 }
-
-/// The variable's name as a C string (see `process::WORKING_DIRECTORY_VARIABLE`).
-const WORKING_DIRECTORY_VARIABLE: &std::ffi::CStr = c"RINGFS_PRELOAD_CWD";
 
 /// Takes ringfs path `path` as the working directory inherited from the program that
 /// executed this one (the environment says so already).
 pub(crate) fn adopt_working_directory(path: &str) {
     let full = config().map(|config| full_path(&config.mount, path));
-    let mut directory = WORKING_DIRECTORY.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut directory = WORKING_DIRECTORY.write();
     IN_RINGFS_DIRECTORY.store(full.is_some(), Ordering::Release);
     *directory = full;
 }
@@ -228,7 +228,7 @@ pub(crate) fn working_directory() -> Option<String> {
     if !IN_RINGFS_DIRECTORY.load(Ordering::Acquire) {
         return None;
     }
-    WORKING_DIRECTORY.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    WORKING_DIRECTORY.read().clone()
 }
 
 #[cfg(test)]

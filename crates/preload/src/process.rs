@@ -19,22 +19,20 @@
 
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Once;
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use ringfs_client::FileId;
-
+use ringfs_cglue::call::{failed, guard};
 use ringfs_client::Errno;
+use ringfs_config::env;
 
 use crate::descriptors::OpenDescription;
-use crate::files::failed;
 use crate::paths::{Route, route_at};
 use crate::programs::{MAX_INTERPRETERS, Program, program_at, script_arguments};
 use crate::real::real;
-use crate::ringfs_call;
 
 static INSTALLED: Once = Once::new();
 
-/// Registers the `fork` handlers (once, when the client is first connected).
+/// Registers the `fork` handlers, once: at load, whenever `RINGFS_MOUNT` names a prefix
+/// (the only case in which a client ever connects).
 pub(crate) fn install_fork_handlers() {
     INSTALLED.call_once(|| {
         // SAFETY: registering handlers with the C library; they are plain functions.
@@ -59,13 +57,8 @@ extern "C" fn child() {
     crate::state::unlock_client_after_fork();
     crate::state::forget_client_after_fork();
     crate::descriptors::note_process();
-    FORKED.store(true, Ordering::Relaxed);
-    descriptors_changed();
+    crate::descriptors::note_fork_child();
 }
-
-/// The variable that hands a working directory inside ringfs to the programs this process
-/// executes (the kernel's working directory cannot be there).
-pub(crate) const WORKING_DIRECTORY_VARIABLE: &str = "RINGFS_PRELOAD_CWD";
 
 /// Runs when the library is loaded: a working directory inside ringfs inherited through
 /// `exec` becomes this process's.
@@ -73,28 +66,25 @@ pub(crate) const WORKING_DIRECTORY_VARIABLE: &str = "RINGFS_PRELOAD_CWD";
 #[unsafe(link_section = ".init_array")]
 static INITIALIZE: extern "C" fn() = initialize;
 
-/// The variable that hands ringfs descriptors to executed programs.
-const DESCRIPTORS_VARIABLE: &str = "RINGFS_PRELOAD_FDS";
-
 extern "C" fn initialize() {
     crate::descriptors::note_process();
     let Some(config) = crate::state::config() else { return };
     // Before any descriptor is inherited or opened: a fork child must know it is one (a
     // process id that is not the table's owner otherwise means a vfork child).
     install_fork_handlers();
-    if let Ok(encoded) = std::env::var(DESCRIPTORS_VARIABLE) {
+    if let Ok(encoded) = std::env::var(env::PRELOAD_FDS) {
         // Programs this one executes by other means than `execve` (`execvp`, `posix_spawn`)
         // must not take the list for theirs: the numbers may mean other files by then.
         // SAFETY: a NUL-terminated name; no other thread runs yet.
-        unsafe { libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()) };
-        for (fd, (path, file, directory, flags)) in encoded.split(';').filter_map(decode_descriptor) {
+        unsafe { libc::unsetenv(crate::descriptors::descriptors_variable().as_ptr()) };
+        for (fd, (path, file, directory, flags)) in encoded.split(';').filter_map(crate::descriptors::decode_descriptor) {
             if let Some(shared_position) = placeholder_kind(fd) {
                 crate::descriptors::adopt(fd, OpenDescription::inherited(path, file, directory, flags, shared_position));
             }
         }
         crate::stdio::adopt_standard_streams();
     }
-    if let Ok(directory) = std::env::var(WORKING_DIRECTORY_VARIABLE)
+    if let Ok(directory) = std::env::var(env::PRELOAD_CWD)
         && let Some(path) = crate::paths::inside(&config.mount, &directory)
     {
         crate::paths::adopt_working_directory(&path);
@@ -119,42 +109,8 @@ fn placeholder_kind(fd: c_int) -> Option<bool> {
     (kind == libc::S_IFREG && stat.st_size == 0 && seals == crate::descriptors::PLACEHOLDER_SEALS).then_some(true)
 }
 
-/// `fd,flags,anchor,serial,directory,hex(path)` of a descriptor handed on (its position
-/// travels as its placeholder's offset).
-fn encode_descriptor(fd: c_int, description: &OpenDescription) -> String {
-    let path: String = description.path.bytes().map(|byte| format!("{byte:02x}")).collect();
-    let file = description.file;
-    format!("{fd},{},{},{},{},{path}", description.flags(), file.anchor, file.serial, u8::from(description.is_directory))
-}
-
-/// A handed-on descriptor: its number, and the path, file id, kind and flags of its open file.
-fn decode_descriptor(text: &str) -> Option<(c_int, (String, FileId, bool, i32))> {
-    let fields: Vec<&str> = text.split(',').collect();
-    let [fd, flags, anchor, serial, directory, path] = fields[..] else { return None };
-    let path = (0..path.len())
-        .step_by(2)
-        .map(|at| path.get(at..at + 2).and_then(|hex| u8::from_str_radix(hex, 16).ok()))
-        .collect::<Option<Vec<u8>>>()
-        .and_then(|bytes| String::from_utf8(bytes).ok())?;
-    let file = FileId { anchor: anchor.parse().ok()?, serial: serial.parse().ok()? };
-    Some((fd.parse().ok()?, (path, file, directory == "1", flags.parse().ok()?)))
-}
-
-/// The ringfs descriptors an `exec` keeps (not close-on-exec), encoded.
-fn inherited_descriptors() -> String {
-    crate::descriptors::all_for_exec()
-        .into_iter()
-        .filter(|(fd, _)| {
-            let flags = real!("fcntl64", fn(c_int, c_int, usize) -> c_int; *fd, libc::F_GETFD, 0);
-            flags >= 0 && flags & libc::FD_CLOEXEC == 0
-        })
-        .map(|(fd, description)| encode_descriptor(fd, &description))
-        .collect::<Vec<_>>()
-        .join(";")
-}
-
 /// `execve`: the program gets the working directory inside ringfs, if this process has one,
-/// in [`WORKING_DIRECTORY_VARIABLE`] (and not a stale one otherwise). A ringfs path runs
+/// in `RINGFS_PRELOAD_CWD` (and not a stale one otherwise). A ringfs path runs
 /// what [`programs`](crate::programs) finds there.
 ///
 /// # Safety
@@ -186,7 +142,7 @@ unsafe fn execute(path: *const c_char, argv: *const *const c_char, envp: *const 
         Route::Error(errno) => return failed(errno),
         Route::Ringfs(ringfs_path) => ringfs_path,
     };
-    match ringfs_call(Err(()), || program_at(&ringfs_path).map(Ok)) {
+    match guard(Err(()), || program_at(&ringfs_path).map(Ok)) {
         Err(()) => -1,
         Ok(Program::Kernel(program)) => kernel(program.as_ptr()),
         Ok(Program::Script { .. }) if interpreters == MAX_INTERPRETERS => failed(Errno(libc::ELOOP)),
@@ -213,8 +169,8 @@ unsafe fn with_handed_on_environment(envp: *const *const c_char, exec: impl FnOn
         // The program will share the positions of the descriptors it inherits.
         crate::descriptors::share_positions();
     }
-    let prefix = format!("{WORKING_DIRECTORY_VARIABLE}=");
-    let descriptors_prefix = format!("{DESCRIPTORS_VARIABLE}=");
+    let prefix = format!("{}=", env::PRELOAD_CWD);
+    let descriptors_prefix = format!("{}=", env::PRELOAD_FDS);
     // SAFETY: a NULL-terminated array of NUL-terminated strings, by contract.
     let entries: Vec<*const c_char> = unsafe {
         let mut entries = Vec::new();
@@ -231,7 +187,7 @@ unsafe fn with_handed_on_environment(envp: *const *const c_char, exec: impl FnOn
         entry.starts_with(prefix.as_bytes()) || entry.starts_with(descriptors_prefix.as_bytes())
     };
     let directory = crate::paths::working_directory().and_then(|directory| CString::new(format!("{prefix}{directory}")).ok());
-    let descriptors = Some(inherited_descriptors()).filter(|encoded| !encoded.is_empty());
+    let descriptors = Some(crate::descriptors::inherited_descriptors()).filter(|encoded| !encoded.is_empty());
     let descriptors = descriptors.and_then(|encoded| CString::new(format!("{descriptors_prefix}{encoded}")).ok());
     if directory.is_none() && descriptors.is_none() && !entries.iter().any(ours) {
         return exec(envp);
@@ -289,28 +245,6 @@ pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char
 
 unsafe extern "C" {
     static environ: *const *const c_char;
-}
-
-/// Whether this process is the child of a `fork` (its next step is often an `exec`).
-static FORKED: AtomicBool = AtomicBool::new(false);
-
-/// In the child of a `fork`, the ringfs descriptors an `exec` would keep are also written
-/// to the process's environment after every change, for the `exec` variants that reach the
-/// kernel without passing through this library (`execl`, `execlp`: glibc calls its internal
-/// `execve`). `tar -z` runs `gzip` that way on its archive's descriptor.
-pub(crate) fn descriptors_changed() {
-    // (A vfork child shares its parent's environment: it must not change it.)
-    if !FORKED.load(Ordering::Relaxed) || crate::descriptors::in_vfork_child() {
-        return;
-    }
-    let encoded = inherited_descriptors();
-    // SAFETY: NUL-terminated strings; a forked child normally runs one thread.
-    unsafe {
-        match CString::new(encoded) {
-            Ok(value) if !value.is_empty() => libc::setenv(c"RINGFS_PRELOAD_FDS".as_ptr(), value.as_ptr(), 1),
-            _ => libc::unsetenv(c"RINGFS_PRELOAD_FDS".as_ptr()),
-        };
-    }
 }
 
 /// `vfork` is `fork` under the library (POSIX allows it): a `vfork` child runs in its

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno};
+use ringfs_config::env;
 
 /// Where ringfs appears in the process's file namespace, from `RINGFS_MOUNT`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,14 +31,15 @@ static CONFIG: OnceLock<Option<PreloadConfig>> = OnceLock::new();
 
 /// The configuration, read from the environment on first use.
 pub(crate) fn config() -> Option<&'static PreloadConfig> {
-    CONFIG.get_or_init(|| PreloadConfig::from_mount_variable(std::env::var("RINGFS_MOUNT").ok().as_deref())).as_ref()
+    CONFIG.get_or_init(|| PreloadConfig::from_mount_variable(std::env::var(env::MOUNT).ok().as_deref())).as_ref()
 }
 
 /// Bumped in the child of every `fork`: the client of the parent (its connections, its
 /// background thread) is not the child's, which connects again on first use.
 static GENERATION: AtomicU64 = AtomicU64::new(1);
 
-/// The client of this process, with the generation it was connected in.
+/// The client of this process, with the generation it was connected in. Held across `fork`,
+/// so a `std` lock (see `TABLE` in `descriptors.rs`).
 static CLIENT: Mutex<Option<(u64, Client)>> = Mutex::new(None);
 
 type ClientGuard = std::sync::MutexGuard<'static, Option<(u64, Client)>>;
@@ -62,7 +64,6 @@ pub(crate) fn client() -> Result<Client, Errno> {
         // exist here. Dropping it would talk on the parent's connections; it is let go.
         std::mem::forget(inherited);
     }
-    crate::process::install_fork_handlers();
     let client = fresh_client()?;
     *slot = Some((generation, client.clone()));
     Ok(client)

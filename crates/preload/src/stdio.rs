@@ -7,13 +7,13 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 
+use ringfs_cglue::call::{errno, failed, guard};
 use ringfs_client::Errno;
 
 use crate::descriptors;
-use crate::files::{close, failed, lseek, open_ringfs, read, write};
+use crate::files::{close, lseek, open_ringfs, read, write};
 use crate::paths::{Route, following, route_at};
 use crate::real::real;
-use crate::ringfs_call;
 
 /// `open(2)` flags of an `fopen` mode string (`r`, `w+`, `ab`, `re`, `wx`, …).
 pub(crate) fn mode_flags(mode: &[u8]) -> Option<c_int> {
@@ -122,7 +122,7 @@ unsafe fn open_stream(
                 let fd = open_ringfs(&path, flags, 0o666)?;
                 let stream = cookie_stream(fd, mode);
                 if stream.is_null() {
-                    let errno = Errno(crate::errno());
+                    let errno = Errno(errno());
                     close(fd);
                     return Err(errno);
                 }
@@ -294,7 +294,7 @@ unsafe fn make_temporary_file(template: *mut c_char, suffix_len: c_int, flags: c
     let suffix_len = usize::try_from(suffix_len).unwrap_or(usize::MAX);
     let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
     // SAFETY: forwarded contract.
-    ringfs_call(-1, || unsafe { make_temporary(template, suffix_len, |path| open_ringfs(path, flags, 0o600)) })
+    guard(-1, || unsafe { make_temporary(template, suffix_len, |path| open_ringfs(path, flags, 0o600)) })
 }
 
 /// # Safety
@@ -374,7 +374,7 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
         if !is_ringfs_template(template) {
             return real!("mkdtemp", fn(*mut c_char) -> *mut c_char; template);
         }
-        let made = ringfs_call(-1, || make_temporary(template, 0, |path| crate::state::client()?.mkdir(path, 0o700).map(|()| 0)));
+        let made = guard(-1, || make_temporary(template, 0, |path| crate::state::client()?.mkdir(path, 0o700).map(|()| 0)));
         if made == 0 { template } else { std::ptr::null_mut() }
     }
 }

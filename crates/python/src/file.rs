@@ -7,6 +7,7 @@ use ringfs_client::{Errno, Fd};
 
 use crate::buffer::ContiguousBuffer;
 use crate::errors::os_error_no_path;
+use crate::stat_result::StatResult;
 
 /// An open ringfs file (made by `Client.open`). `ringfs.RawFile` wraps it as an
 /// `io.RawIOBase`; use that unless you need positioned I/O only.
@@ -111,7 +112,7 @@ impl File {
     }
 
     /// The attributes of the open file.
-    fn fstat(&self, py: Python<'_>) -> PyResult<crate::client::StatResult> {
+    fn fstat(&self, py: Python<'_>) -> PyResult<StatResult> {
         let fd = self.open_fd()?;
         let client = &self.client;
         py.allow_threads(|| client.fstat(fd)).map(Into::into).map_err(os_error_no_path)

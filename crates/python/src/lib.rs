@@ -24,6 +24,7 @@ mod client;
 mod cluster;
 mod errors;
 mod file;
+mod stat_result;
 
 use pyo3::prelude::*;
 
@@ -31,7 +32,7 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn ringfs_native(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_class::<client::Client>()?;
-    module.add_class::<client::StatResult>()?;
+    module.add_class::<stat_result::StatResult>()?;
     module.add_class::<file::File>()?;
     module.add_function(wrap_pyfunction!(cluster::launch_local, module)?)?;
     module.add_function(wrap_pyfunction!(cluster::stop_cluster, module)?)?;
