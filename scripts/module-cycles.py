@@ -10,9 +10,10 @@ than one module, per crate; exits 1 if any, so CI may run it.
     python3 scripts/module-cycles.py                 # every crate under crates/
     python3 scripts/module-cycles.py crates/preload  # one crate
 
-For the whole workspace on wave/glue it printed four: `launch: leftovers slurm`, `rpc: sim
-transport`, `server: gate name_locks`, `ucx: endpoint memory operation worker` (preload's
-eight-module cycle and python's `client`/`file` were closed there).
+For the whole workspace it printed four on wave/glue (`launch: leftovers slurm`, `rpc: sim
+transport`, `server: gate name_locks`, `ucx: endpoint memory operation worker`; preload's
+eight-module cycle and python's `client`/`file` were closed there); main closed the first
+three, and `ucx` is the one left.
 """
 import re
 import sys

@@ -10,7 +10,7 @@
 //! (scancel, time limit, end of the job). It then prints `ringfs-node <node>: cleaned up`,
 //! which `srun` collects in `<run dir>/srun.log` on the launching node: [`finish_step`] names
 //! every node that did not say so (a lost node). What a killed agent leaves behind is found
-//! by [`crate::leftovers`].
+//! by the `leftovers` module.
 
 use std::fs;
 use std::os::unix::process::CommandExt;

@@ -1,6 +1,6 @@
 //! What every transport provides: a [`Link`] of a [`ReadHalf`] and a [`WriteHalf`], and who
 //! is on the other end ([`PeerIdentity`]). The layers above (framing, connections, the
-//! server loop) see only these; the transports ([`crate::transport`], the simulated network
+//! server loop) see only these; the transports (the `transport` module, the simulated network
 //! of tests) implement them.
 
 use std::io::{self, Read, Write};

@@ -176,4 +176,12 @@ mod tests {
         drop(pass);
         assert!(freezer.join().unwrap() >= Duration::from_millis(40));
     }
+
+    #[test]
+    fn a_freeze_overtaken_by_its_thaw_freezes_nothing() {
+        let gate = NamespaceGate::default();
+        gate.thaw(RenameToken(9));
+        gate.freeze(RenameToken(9), "/x", "/y");
+        assert!(gate.pass(&["/x/z"], RenameToken::NONE).is_ok(), "a freeze overtaken by its thaw freezes nothing");
+    }
 }
