@@ -490,3 +490,69 @@ fn an_mpi_program_using_mpi_io_runs_on_ringfs() {
     }
     assert_eq!(client.stat("/mpi/strided").unwrap().size, 3 * 64 * 1000);
 }
+
+/// A process whose threads keep using ringfs while it forks again and again: every child
+/// reads a ringfs file and exits. The library runs inside programs that fork (shells, rsync,
+/// Python's multiprocessing), so its locks must survive a fork taken while other threads
+/// hold or wait for them (parking_lot's global table of waiting threads did not: rsync under
+/// the library once died in `parking_lot_core` after a fork).
+#[test]
+fn a_process_forking_while_its_threads_use_ringfs_has_working_children() {
+    let preloaded = Preloaded::start(2);
+    let program = r#"
+import os, sys, threading, time, warnings
+warnings.simplefilter("ignore", DeprecationWarning)
+root = sys.argv[1]
+with open(os.path.join(root, "shared"), "wb") as f:
+    f.write(b"x" * 100000)
+stop = time.time() + 20
+done = threading.Event()
+def busy(number):
+    path = os.path.join(root, f"busy{number}")
+    while not done.is_set():
+        with open(path, "wb") as f:
+            f.write(b"y" * 5000)
+        with open(os.path.join(root, "shared"), "rb") as f:
+            assert len(f.read()) == 100000
+        os.stat(path)
+workers = [threading.Thread(target=busy, args=(n,)) for n in range(4)]
+for worker in workers:
+    worker.start()
+forks, failures = 0, []
+while forks < 150 and time.time() < stop:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            with open(os.path.join(root, "shared"), "rb") as f:
+                ok = len(f.read()) == 100000
+            with open(os.path.join(root, f"child{os.getpid()}"), "wb") as f:
+                f.write(b"z")
+            os._exit(0 if ok else 3)
+        except BaseException:
+            os._exit(4)
+    deadline = time.time() + 10
+    while True:
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            break
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            status = -1
+            break
+        time.sleep(0.001)
+    if status != 0:
+        failures.append((forks, status))
+    forks += 1
+done.set()
+for worker in workers:
+    worker.join()
+print(forks, failures)
+"#;
+    let output = preloaded.command("python3").arg("-c").arg(program).arg(&preloaded.prefix).output().unwrap();
+    succeeded(&output, "python forking beside busy threads");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let (forks, failures) = printed.trim().split_once(' ').expect("forks and failures");
+    assert_eq!(failures, "[]", "children that failed (fork number, wait status; -1: hung): {failures}");
+    assert!(forks.parse::<u32>().unwrap() >= 20, "only {forks} forks in 20 s");
+}

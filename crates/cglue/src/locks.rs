@@ -12,8 +12,8 @@
 use std::collections::HashMap;
 use std::ffi::c_int;
 
-use parking_lot::Mutex;
 use ringfs_client::{Errno, FileId, LockConflict, LockKind, LockRange};
+use ringfs_sync::Mutex;
 
 /// The owner of the process's record locks.
 pub const PROCESS_OWNER: u64 = 0;

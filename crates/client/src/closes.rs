@@ -9,7 +9,7 @@
 //! left when the client goes. The same thread, when it has nothing to send for
 //! [`IDLE_CHECK`], closes the connections the client has not used for a while.
 
-use parking_lot::{Condvar, Mutex};
+use ringfs_sync::{Condvar, Mutex};
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -41,7 +41,7 @@ pub(crate) struct CloseQueue {
 }
 
 impl CloseQueue {
-    fn lock(&self) -> parking_lot::MutexGuard<'_, Pending> {
+    fn lock(&self) -> ringfs_sync::MutexGuard<'_, Pending> {
         self.pending.lock()
     }
 
@@ -67,7 +67,7 @@ impl CloseQueue {
                                 let waited = queue.wake.wait_for(&mut pending, IDLE_CHECK);
                                 if waited.timed_out() && pending.since.is_none() && !pending.ended {
                                     let Some(cluster) = cluster.upgrade() else { return };
-                                    parking_lot::MutexGuard::unlocked(&mut pending, || cluster.close_idle_connections());
+                                    ringfs_sync::MutexGuard::unlocked(&mut pending, || cluster.close_idle_connections());
                                 }
                             }
                         }

@@ -5,7 +5,7 @@
 //! the server's membership epoch; when it is newer than ours, the client fetches the list
 //! again, so it follows joins and failures without configuration.
 
-use parking_lot::{Mutex, RwLock};
+use ringfs_sync::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,7 +119,7 @@ impl Cluster {
         Err(ConnectError::Unreachable(if failures.is_empty() { "no server address given".into() } else { failures.join("; ") }))
     }
 
-    fn view(&self) -> parking_lot::RwLockReadGuard<'_, MemberRing> {
+    fn view(&self) -> ringfs_sync::RwLockReadGuard<'_, MemberRing> {
         self.view.read()
     }
 

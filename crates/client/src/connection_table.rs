@@ -8,7 +8,7 @@
 //! after (`crates/server/src/opens.rs`): so nothing is closed while this process holds any
 //! open or reference (*holds*, counted by the callers that register them).
 
-use parking_lot::{Mutex, MutexGuard};
+use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,7 +7,7 @@
 //! ([`crate::chunking`]); the requests for all pieces go out before any answer is awaited, so
 //! the servers work on them in parallel.
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 use std::io::SeekFrom;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

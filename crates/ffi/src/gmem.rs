@@ -3,7 +3,7 @@
 //! world per process, made by [`ringfs_gmem_init`]; arrays are small integers naming an
 //! entry of a table; non-blocking operations return a handle to wait for.
 
-use parking_lot::RwLock;
+use ringfs_sync::RwLock;
 use std::ffi::{c_int, c_void};
 
 use ringfs_client::Errno;

@@ -12,7 +12,7 @@
 //! ringfs_close(fd);
 //! ```
 
-use parking_lot::RwLock;
+use ringfs_sync::RwLock;
 use std::ffi::{c_char, c_int, c_void};
 use std::io::SeekFrom;
 

@@ -30,7 +30,7 @@
 //! Accesses of blocks through the cache are atomic per block, as uncached ones are at the
 //! home.
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use ringfs_sync::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! ([`GetHandle`], [`PutHandle`]) wait for one, and the *implicit* ones (the `_nbi`
 //! calls) are counted so that [`crate::World::quiet`] can wait for them all.
 
-use parking_lot::{Condvar, Mutex};
+use ringfs_sync::{Condvar, Mutex};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};

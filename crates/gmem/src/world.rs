@@ -1,7 +1,7 @@
 //! A job's ranks together: collective allocation and free of arrays, barriers, and the
 //! completion of implicit non-blocking operations (`fence`, `quiet`).
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

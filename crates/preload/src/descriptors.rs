@@ -21,7 +21,7 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 
 use ringfs_cglue::call::errno;
 use ringfs_cglue::locks::{description_owner, forget_owners};
@@ -178,12 +178,11 @@ impl Drop for OpenDescription {
 
 /// Descriptor number → open file. Indexed by the kernel descriptor number.
 ///
-/// A `std` lock, not `parking_lot` like the others here: the thread that forks holds it
-/// across `fork` and lets it go in the child, and `parking_lot` may hand a lock on its
-/// release straight to a thread parked on it (its eventual fairness), which in the child
-/// does not exist: the child would never get the table back. (`state.rs`'s client lock is
-/// kept the same way, for the same reason.) A panic while it is held cannot leave the table
-/// half-changed, so a poisoned lock is used as it is.
+/// A `std` lock used directly (the others here are `ringfs_sync`'s, which are `std`'s too,
+/// for the fork safety that crate explains): the thread that forks holds it across `fork`
+/// in a guard of its own and lets it go in the child, so that no other thread holds it at
+/// the moment the child is copied. (`state.rs`'s client lock is kept the same way.) A panic
+/// while it is held cannot leave the table half-changed, so a poisoned lock is used as it is.
 static TABLE: RwLock<Vec<Option<Arc<OpenDescription>>>> = RwLock::new(Vec::new());
 /// How many ringfs descriptors are open: calls on kernel descriptors skip the table while
 /// there are none.

@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::ffi::{CString, c_char, c_int, c_long};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 
 use ringfs_cglue::call::{failed, guard};
 use ringfs_client::{Client, Errno};

@@ -13,7 +13,7 @@
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::RwLock;
+use ringfs_sync::RwLock;
 
 use ringfs_cglue::call::guard;
 use ringfs_client::{Errno, LEADS_OUT, LinkDestination};

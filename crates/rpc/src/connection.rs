@@ -16,7 +16,7 @@
 //! [`RpcError::Timeout`]; a connection whose peer closes or stops in the middle of a frame is
 //! *broken*, and all its requests fail at once.
 
-use parking_lot::{Condvar, Mutex};
+use ringfs_sync::{Condvar, Mutex};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;

@@ -4,7 +4,7 @@
 //! cap). Anyone who can reach its port can cause those, so each kind of message is written at
 //! most once per interval, with the number of messages left out since the last one.
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// At most one log line per interval; the others are counted.

@@ -16,7 +16,7 @@
 //! count raised twice). Tests turn on duplication only to show that; reordering across frames
 //! of one link and loss are stand-ins for a congested or failing network.
 
-use parking_lot::{Condvar, Mutex};
+use ringfs_sync::{Condvar, Mutex};
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
 use std::sync::{Arc, OnceLock, mpsc};

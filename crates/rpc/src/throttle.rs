@@ -8,7 +8,7 @@
 //! wait yield the CPU in a loop, as a thread's wake-up from sleep takes tens of
 //! microseconds here, more than a network latency to emulate.
 
-use parking_lot::Mutex;
+use ringfs_sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// Bandwidth and latency of an emulated device or link.

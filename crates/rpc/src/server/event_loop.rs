@@ -25,7 +25,7 @@
 //! are in their handshake, or the process is out of descriptors, the listeners are not
 //! armed and new connections wait in the kernel's accept queue.
 
-use parking_lot::{Mutex, MutexGuard};
+use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::io;
 use std::sync::Arc;

@@ -9,7 +9,7 @@
 //! handlers waiting on other servers or locks), and it adds a thread. So handlers that
 //! block never keep other connections from being served for more than about a tick each.
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use ringfs_sync::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 

@@ -11,7 +11,7 @@
 //! it, and a thread that closes an idle connection (taking it under the same lock) can never
 //! race with its arming.
 
-use parking_lot::{Mutex, MutexGuard};
+use ringfs_sync::{Mutex, MutexGuard};
 
 /// Names a registered connection in epoll events: entry index and generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

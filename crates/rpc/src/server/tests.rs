@@ -1,7 +1,7 @@
 //! The event loop against real sockets: blocked handlers, idle connections, handshake
 //! limits, order of answers, shutdown.
 
-use parking_lot::{Condvar, Mutex};
+use ringfs_sync::{Condvar, Mutex};
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
