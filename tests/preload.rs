@@ -492,10 +492,11 @@ fn an_mpi_program_using_mpi_io_runs_on_ringfs() {
 }
 
 /// A process whose threads keep using ringfs while it forks again and again: every child
-/// reads a ringfs file and exits. The library runs inside programs that fork (shells, rsync,
-/// Python's multiprocessing), so its locks must survive a fork taken while other threads
-/// hold or wait for them (parking_lot's global table of waiting threads did not: rsync under
-/// the library once died in `parking_lot_core` after a fork).
+/// reads and writes ringfs files and exits. The library runs inside programs that fork
+/// (shells, rsync, Python's multiprocessing), so its locks must survive a fork taken while
+/// other threads hold or wait for them. (`parking_lot` did not: rsync under the library died
+/// in `parking_lot_core` after a fork; this test did not catch that, `ringfs-sync`'s fork
+/// test does. It guards the library's own fork handling.)
 #[test]
 fn a_process_forking_while_its_threads_use_ringfs_has_working_children() {
     let preloaded = Preloaded::start(2);
