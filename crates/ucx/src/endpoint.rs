@@ -28,6 +28,9 @@ use crate::{Error, check};
 /// buffer before the process aborts rather than return the buffer while UCX may still use it.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
 
+/// Vectored sends of at most this many bytes are joined into one buffer first.
+const JOIN_BELOW: usize = 8 << 10;
+
 /// The buffers of a sent active message, given back when the send completes.
 pub struct MessageBuffers<B = Vec<u8>> {
     pub header: Vec<u8>,
@@ -223,9 +226,17 @@ impl Endpoint {
         param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
         param.flags = sys::UCP_AM_SEND_FLAG_REPLY | if eager { sys::UCP_AM_SEND_FLAG_EAGER } else { 0 };
         let mut anchors = Anchors::default();
+        let total: usize = non_empty.iter().map(|part| part.len()).sum();
         let (buffer, count): (*const c_void, usize) = match non_empty.as_slice() {
             [] => (ptr::null(), 0),
             [only] => (only.as_ptr().cast(), only.len()),
+            // UCX 1.13 picks its "short" protocol for small vectored sends over shared memory
+            // and then rejects them ("Invalid am_short_iov length: 114 (expected: <= 100)");
+            // joining a few small parts costs less than the call.
+            several if total <= JOIN_BELOW => {
+                let joined = anchors.joined.insert(several.concat());
+                (joined.as_ptr().cast(), joined.len())
+            }
             several => {
                 let list: Box<[sys::ucp_dt_iov_t]> =
                     several.iter().map(|part| sys::ucp_dt_iov_t { buffer: part.as_ptr().cast_mut().cast(), length: part.len() }).collect();
@@ -261,7 +272,7 @@ impl Endpoint {
     ) -> Result<Operation<Vec<u8>>, Error> {
         let handle = self.rma_handle(buffer.len(), length, key, region.as_deref(), buffer.as_ptr())?;
         let pointer = buffer.as_mut_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
         worker.operation("ucp_get_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: the buffer (length checked) and key are owned by the operation until completion.
@@ -283,7 +294,7 @@ impl Endpoint {
         let bytes = buffer.as_ref();
         let handle = self.rma_handle(bytes.len(), length, key, region.as_deref(), bytes.as_ptr())?;
         let pointer = bytes.as_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
         worker.operation("ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: as in get().
