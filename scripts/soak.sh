@@ -8,8 +8,12 @@
 # namespace test and the cache-mode suite (its random renames with a new seed; running beside
 # other work, it found flushes racing renames that a quiet machine never shows), and the
 # global memory's eviction storms (one more seed each round) and relayed batches of reads,
-# and 20 new seeds of the seeded interleavings of namespace operations (ringfs-server's
-# `seeded_interleavings`: a failing seed replays its order of steps exactly).
+# 20 new seeds of the seeded interleavings of namespace operations (ringfs-server's
+# `seeded_interleavings`: a failing seed replays its order of steps exactly), and the FUSE
+# mount's mixed load (8 workers renaming, overwriting, reading, unlinking and listing through
+# one mount; RINGFS_SOAK_MOUNT_SECS long, default 180), and both protocol fuzzers: the
+# request-handling fuzzer (RINGFS_SOAK_FUZZ_REQUESTS mutated requests per test, default
+# 20,000) and the decoder fuzzer (1,000,000 mutated bodies).
 # The summary line at the end is what docs/TESTING.md records.
 # RINGFS_SOAK_HEAL_SECS (default 35, the documented bound: locks of a lost operation lapse
 # after 30 s) is how soon the simulated cluster must work again after the faults; 5 finds
@@ -20,19 +24,26 @@ minutes=${1:-60}
 end=$(( $(date +%s) + minutes * 60 ))
 log_dir=$(mktemp -d /tmp/ringfs-soak-XXXXXX)
 cargo build -p ringfs-cli --tests --quiet
+cargo test -p ringfs-proto --lib --no-run --quiet
+fuzz_requests=${RINGFS_SOAK_FUZZ_REQUESTS:-20000}
 rounds=0
 heal=${RINGFS_SOAK_HEAL_SECS:-35}
 # Time bounds of the relay test doubled: a soak usually runs niced beside other work.
 slack=${RINGFS_FAULT_SLACK:-2}
 seed=$(( $(date +%s) % 100000 ))
+mount_secs=${RINGFS_SOAK_MOUNT_SECS:-180}
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache" "gmem eviction_storms" "gmem reads_meeting"; do
-        # ("faults reads_stay_whole" runs both the relay test and the network-namespace one.)
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers" "fuzz_server" "proto fuzz"; do
+        # ("faults reads_stay_whole" runs both the relay test and the network-namespace one;
+        # "proto fuzz" is the decoder fuzzer, a unit test of ringfs-proto.)
         name=${test%% *}
         filter=${test#"$name"}
-        if ! RINGFS_GMEM_STORM_SEEDS=$seed-$seed RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed \
-            cargo test -p ringfs-cli --quiet --test "$name" -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
+        target=(-p ringfs-cli --test "$name")
+        [ "$name" = proto ] && target=(-p ringfs-proto --lib)
+        if ! RINGFS_GMEM_STORM_SEEDS=$seed-$seed RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed RINGFS_MOUNT_LOAD_SECS=$mount_secs \
+            RINGFS_FUZZ_SEED=$seed RINGFS_FUZZ_REQUESTS=$fuzz_requests RINGFS_FUZZ_SECS=900 \
+            cargo test "${target[@]}" --quiet -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
             echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
             exit 1
         fi

@@ -470,3 +470,57 @@ fn an_explicit_mtime_on_a_file_of_many_chunks_holds_until_the_next_write() {
     assert!(after > set && after >= before, "a write to a later chunk moves the mtime on ({after})");
     client.close(fd).unwrap();
 }
+
+#[test]
+fn a_deep_tree_holding_more_path_bytes_than_one_frame_carries_is_renamed_whole() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    // 15 levels of 255-byte names: every path below is about 3,900 bytes, and the 3,300
+    // names in the deepest directory hold 4.3 MB of paths per server, more than one request
+    // may carry (4 MiB).
+    let mut deepest = String::from("/tree");
+    client.mkdir(&deepest, 0o755).unwrap();
+    for level in 0..15 {
+        deepest = format!("{deepest}/{level:02}{}", "d".repeat(253));
+        client.mkdir(&deepest, 0o755).unwrap();
+    }
+    let names: BTreeSet<String> = (0..3300).map(|index| format!("file-{index:05}")).collect();
+    for name in &names {
+        client.close(client.create(&format!("{deepest}/{name}"), 0o644).unwrap()).unwrap();
+    }
+    client.rename("/tree", "/moved").unwrap();
+    let moved = deepest.replacen("/tree", "/moved", 1);
+    let listed: BTreeSet<String> = client.readdir_names(&moved).unwrap().into_iter().map(|entry| entry.name).collect();
+    assert!(listed == names, "{} of {} names moved", listed.len(), names.len());
+    assert_eq!(client.stat("/tree").unwrap_err(), Errno::ENOENT);
+}
+
+#[test]
+fn a_directorys_link_count_is_two_plus_its_subdirectories_through_mkdir_rmdir_and_renames() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let links = |path: &str| client.stat(path).unwrap().nlink;
+    let root_before = links("/");
+    client.mkdir("/p", 0o755).unwrap();
+    client.mkdir("/q", 0o755).unwrap();
+    assert_eq!(links("/"), root_before + 2, "the root counts its subdirectories on every server");
+    for name in ["a", "b", "c"] {
+        client.mkdir(&format!("/p/{name}"), 0o755).unwrap();
+    }
+    client.close(client.create("/p/file", 0o644).unwrap()).unwrap();
+    client.symlink("a", "/p/link").unwrap();
+    assert_eq!((links("/p"), links("/p/a")), (5, 2), "files and links do not count");
+    client.rmdir("/p/c").unwrap();
+    assert_eq!(links("/p"), 4);
+    client.rename("/p/a", "/q/a").unwrap();
+    assert_eq!((links("/p"), links("/q")), (3, 3), "a directory moved out and in");
+    client.rename("/p/b", "/p/renamed").unwrap();
+    assert_eq!(links("/p"), 3, "a rename inside changes nothing");
+    client.mkdir("/q/empty", 0o755).unwrap();
+    client.rename("/p/renamed", "/q/empty").unwrap();
+    assert_eq!((links("/p"), links("/q")), (2, 4), "a directory replacing an empty one");
+    client.rename_with_flags("/p/file", "/q/a", ringfs_client::RenameFlags::EXCHANGE).unwrap();
+    assert_eq!((links("/p"), links("/q")), (3, 3), "an exchange of a file and a directory");
+    client.rename("/p", "/q/p").unwrap();
+    assert_eq!((links("/"), links("/q")), (root_before + 1, 4));
+}

@@ -161,11 +161,11 @@ fn python(script: &str, args: &[&Path], limit: Duration) -> String {
 // Trees, as the tests compare them
 // ---------------------------------------------------------------------------------------------
 
-/// What a tree holds at one name. Directory sizes and link counts are left out: they are not
-/// specified (tmpfs counts subdirectories, ringfs reports 2 for every directory).
+/// What a tree holds at one name. Directory sizes are left out: they are not specified. A
+/// directory's link count is 2 + its subdirectories on both.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Node {
-    Directory { mode: u32 },
+    Directory { mode: u32, nlink: u64 },
     File { mode: u32, nlink: u64, size: u64, fingerprint: u64 },
     Symlink { nlink: u64, size: u64, target: PathBuf },
     Special { kind: &'static str, mode: u32, nlink: u64, rdev: u64 },
@@ -204,7 +204,7 @@ fn walk(dir: &Path, prefix: &str, depth: usize, nodes: &mut BTreeMap<String, Nod
         let file_type = metadata.file_type();
         let mode = metadata.mode() & 0o7777;
         let node = if file_type.is_dir() {
-            Node::Directory { mode }
+            Node::Directory { mode, nlink: metadata.nlink() }
         } else if file_type.is_file() {
             let contents = std::fs::read(&path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
             assert_eq!(contents.len() as u64, metadata.len(), "{}: bytes read and size differ", path.display());
@@ -1184,4 +1184,103 @@ fn hard_links_made_with_ln_share_one_file_until_the_last_name_goes() {
     drop(opened_before);
     std::fs::remove_file(mount.path("dir/again")).unwrap();
     assert_eq!(sh(&format!("find {m} -type f | wc -l")).trim(), "0");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Long paths
+// ---------------------------------------------------------------------------------------------
+
+/// Every kind of call on a relative path of 4,095 bytes (just under `PATH_MAX`) from a working
+/// directory about 6,000 bytes below the tree's root, then paths and names over the limits.
+/// Prints one line per call: `ok` or the errno's name.
+const LONG_PATHS_SCRIPT: &str = r#"
+import errno, os, stat, sys
+lines = []
+def attempt(what, call, *args):
+    try:
+        result = call(*args)
+        lines.append(f"{what}: ok" + ("" if result is None else f" {result}"))
+    except OSError as error:
+        lines.append(f"{what}: {errno.errorcode[error.errno]}")
+root = sys.argv[1]
+os.chdir(root)
+for level in range(24):
+    name = f"{level:02d}" + "w" * 248
+    attempt(f"mkdir level {level}", os.mkdir, name)
+    os.chdir(name)
+lines.append(f"working directory {len(os.getcwd()) - len(root)} bytes below the root")
+parents = "/".join(f"{index:02d}" + "d" * 248 for index in range(16))
+for depth in range(1, 17):
+    attempt(f"mkdir of a {251 * depth - 1}-byte path", os.mkdir, parents[: 251 * depth - 1])
+leaf = parents + "/" + "f" * (4095 - len(parents) - 1)
+other = leaf[:-1] + "g"
+assert len(leaf) == 4095 and len(other) == 4095
+def create(path):
+    descriptor = os.open(path, os.O_CREAT | os.O_WRONLY, 0o644)
+    os.write(descriptor, b"0123456789abcdef")
+    os.close(descriptor)
+def size_and_mode(path):
+    status = os.stat(path)
+    return (status.st_size, oct(stat.S_IMODE(status.st_mode)), status.st_nlink)
+attempt("create", create, leaf)
+attempt("chmod", os.chmod, leaf, 0o600)
+attempt("chown", os.chown, leaf, os.getuid(), os.getgid())
+attempt("truncate", os.truncate, leaf, 10)
+attempt("utime", os.utime, leaf, (1_000_000, 2_000_000))
+attempt("stat", size_and_mode, leaf)
+attempt("link", os.link, leaf, other)
+attempt("stat after link", size_and_mode, leaf)
+attempt("unlink of the link", os.unlink, other)
+attempt("rename", os.rename, leaf, other)
+attempt("rename back", os.rename, other, leaf)
+attempt("read", lambda path: open(path, "rb").read(), leaf)
+attempt("symlink", os.symlink, "target", other)
+attempt("readlink", os.readlink, other)
+attempt("unlink of the symlink", os.unlink, other)
+attempt("mkfifo", os.mkfifo, other)
+attempt("stat of the fifo", lambda path: stat.S_ISFIFO(os.stat(path).st_mode), other)
+attempt("unlink of the fifo", os.unlink, other)
+if os.getuid() == 0:
+    attempt("mknod", os.mknod, other, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    attempt("stat of the device", lambda path: os.stat(path).st_rdev == os.makedev(1, 3), other)
+    attempt("unlink of the device", os.unlink, other)
+attempt("mkdir", os.mkdir, other)
+attempt("listdir", lambda path: sorted(name[:3] for name in os.listdir(path)), parents)
+attempt("rmdir", os.rmdir, other)
+attempt("unlink", os.unlink, leaf)
+# Over the limits: one more byte in a call's path, a component of 256 bytes, a link target of
+# 4,096 bytes; the same file by a longer absolute path.
+attempt("mkdir of a 4096-byte path", os.mkdir, leaf + "x")
+attempt("create of a 4096-byte path", create, leaf + "x")
+attempt("mkdir of a 256-byte name", os.mkdir, "n" * 256)
+attempt("create of a 256-byte name", create, "n" * 256)
+attempt("symlink to a 4096-byte target", os.symlink, "t" * 4096, "short")
+attempt("symlink to a 4095-byte target", os.symlink, "t" * 4095, "short")
+attempt("readlink of it", lambda path: len(os.readlink(path)), "short")
+attempt("stat by the absolute path", os.stat, os.getcwd() + "/short")
+for depth in range(16, 0, -1):
+    attempt(f"rmdir of a {251 * depth - 1}-byte path", os.rmdir, parents[: 251 * depth - 1])
+os.unlink("short")
+for level in range(23, -1, -1):
+    os.chdir("..")
+    attempt(f"rmdir level {level}", os.rmdir, f"{level:02d}" + "w" * 248)
+attempt("empty at the end", os.listdir, ".")
+print("\n".join(lines))
+"#;
+
+#[test]
+fn relative_paths_just_under_path_max_from_a_deep_working_directory_work_as_on_tmpfs() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let reference = ShmDir::new("long-paths");
+    let expected = python(LONG_PATHS_SCRIPT, &[&reference.path], Duration::from_secs(60));
+    let found = python(LONG_PATHS_SCRIPT, &[&mount.dir], Duration::from_secs(120));
+    for (line, (expected, found)) in expected.lines().zip(found.lines()).enumerate() {
+        assert_eq!(found, expected, "line {line}: the mount differs from tmpfs");
+    }
+    assert_eq!(found.lines().count(), expected.lines().count());
+    assert!(expected.contains("create: ok") && expected.contains("mkdir of a 4096-byte path: ENAMETOOLONG"), "{expected}");
 }

@@ -261,6 +261,131 @@ fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
     assert_eq!(read_file(&client, &format!("{root}/c/child.txt")).unwrap(), b"from the child\n");
 }
 
+/// rsync into and out of ringfs (`-a`, `-aH`, `--delete`, a destination given with and
+/// without a trailing `/`): every file's type, mode, size, link count, time and target as on
+/// a local directory. rsync's receiver opens its destination one component at a time from
+/// a descriptor of `/` (`ringfs` relative to `/`), which the library once sent to the kernel:
+/// `change_dir#2 failed: No such file or directory`; a path relative to the kernel's working
+/// directory (`ringfs/x` from `/`) went there too.
+#[test]
+fn rsync_copies_trees_into_and_out_of_ringfs_as_on_a_local_directory() {
+    let preloaded = Preloaded::start(2);
+    let source = preloaded.local.join("source");
+    source_tree(&source);
+    std::fs::hard_link(source.join("a/hello.txt"), source.join("a/hard")).unwrap();
+    let script = format!(
+        r#"
+        # Type, mode, size, link count, mtime and target of every entry (directories: no size
+        # or link count, which ringfs reports as 0 and 2).
+        listing() {{ cd "$1" && {{ find . ! -type d -printf '%p %y %m %s %n %T@ %l\n'; find . -type d -printf '%p %m %T@\n'; }} | sort; cd /; }}
+        # Times in the past: rsync does not set a time equal to the second it finds.
+        aged() {{ find "$1" -depth -exec touch -h -d '2021-02-03 04:05:06.123456789' {{}} +; }}
+        WORK=$(mktemp -d)
+        cp -a {source} "$WORK/src" && aged "$WORK/src"
+        rsync -a "$WORK/src/" "$ROOT/copy/"
+        rsync -a "$WORK/src" "$ROOT/"
+        rsync -aH "$WORK/src/" "$ROOT/linked"
+        listing "$ROOT/copy"
+        listing "$ROOT/linked"
+        listing "$WORK/src" > "$WORK/expected"
+        # Without -H the two names of a file arrive as two files.
+        listing "$ROOT/src" | diff "$WORK/expected" - || echo src-differs-by-its-links
+        listing "$ROOT/linked" | diff "$WORK/expected" -
+        # Relative paths from the kernel's working directory lead there too.
+        (cd / && ls "${{ROOT#/}}/linked/a" && cd /tmp && cat "../${{ROOT#/}}/linked/a/hard")
+        rm "$WORK/src/a/b/c/deep.txt" "$WORK/src/a/empty"
+        echo new > "$WORK/src/a/new.txt" && aged "$WORK/src"
+        rsync -aH --delete "$WORK/src/" "$ROOT/linked/"
+        listing "$ROOT/linked"
+        rsync -aH "$ROOT/linked/" "$WORK/back"
+        diff -r "$WORK/src" "$WORK/back"
+        listing "$WORK/src" > "$WORK/expected"
+        listing "$WORK/back" | diff "$WORK/expected" -
+        rsync -a --delete "$ROOT/copy/" "$WORK/back/"
+        listing "$WORK/back"
+        rm -r "$WORK"
+        "#,
+        source = source.display()
+    );
+    let root = preloaded.same_as_local("rsync", &script);
+    let client = preloaded.cluster.client();
+    let linked = client.stat(&format!("{root}/linked/a/hard")).unwrap();
+    assert_eq!((linked.nlink, linked.ino), (2, client.stat(&format!("{root}/linked/a/hello.txt")).unwrap().ino), "-H kept the link");
+    assert!(client.stat(&format!("{root}/linked/a/b/c/deep.txt")).is_err(), "--delete removed it");
+    assert_eq!(read_file(&client, &format!("{root}/src/a/b/big.bin")).unwrap(), std::fs::read(source.join("a/b/big.bin")).unwrap());
+}
+
+/// Symbolic links resolve as through a mount at the prefix: an absolute target under the
+/// prefix is ringfs's, any other absolute target — and a relative one leaving through `..` —
+/// is the kernel's. Each link is read, listed, entered and run on ringfs and on a local
+/// directory alike; before, every absolute target was taken for a ringfs path (ENOENT).
+#[test]
+fn symbolic_links_lead_where_a_mount_at_the_prefix_would_lead() {
+    let preloaded = Preloaded::start(2);
+    let kernel_dir = preloaded.local.join("kernel-side");
+    std::fs::create_dir_all(&kernel_dir).unwrap();
+    std::fs::write(kernel_dir.join("note.txt"), "a kernel file\n").unwrap();
+    let script = format!(
+        r#"
+        K={kernel}
+        mkdir "$ROOT/d" && echo inside > "$ROOT/d/f"
+        printf '#!/bin/sh\necho script "$@"\n' > "$ROOT/d/s.sh" && chmod +x "$ROOT/d/s.sh"
+        cd "$ROOT"
+        ln -s "$ROOT/d" abs-inside
+        ln -s d relative
+        ln -s "$K/note.txt" abs-kernel
+        ln -s "$K" abs-kernel-dir
+        ln -s "../../../../../../../../../..$K/note.txt" up-and-out
+        ln -s "$(python3 -c 'import sys; print(sys.executable)')" py
+        ln -s "$ROOT/d/s.sh" script
+        ln -s missing dangling
+        for link in abs-inside relative abs-kernel abs-kernel-dir up-and-out dangling; do
+            printf '%s -> %s %s\n' "$link" "$(readlink "$link" | sed "s|$ROOT|ROOT|; s|$K|K|")" "$(test -e "$link" && echo exists || echo missing)"
+        done
+        cat abs-inside/../abs-kernel up-and-out "$ROOT/relative/../d/f"
+        ls abs-kernel-dir
+        stat -L -c '%s %F' abs-kernel abs-kernel-dir
+        (cd abs-kernel-dir && cat note.txt)
+        python3 -c 'import sys; print(open(sys.argv[1]).read().strip(), len(__import__("os").listdir(sys.argv[2])))' abs-kernel abs-kernel-dir
+        ./py -c 'print("python through a link")'
+        "$ROOT/script" one two
+        ./d/s.sh three
+        cd /
+        "#,
+        kernel = kernel_dir.display()
+    );
+    preloaded.same_as_local("symlinks", &script);
+    // A program whose bytes are in ringfs cannot run (as on a noexec mount).
+    let output = preloaded
+        .command("sh")
+        .arg("-c")
+        .arg(format!("cp /bin/true {p}/true && chmod +x {p}/true && {p}/true", p = preloaded.prefix))
+        .output()
+        .unwrap();
+    assert!(!output.status.success() && String::from_utf8_lossy(&output.stderr).contains("Permission denied"), "{output:?}");
+}
+
+/// A Python virtual environment made in ringfs (`bin/python3` a link to the system's Python,
+/// `bin/pip` a script whose `#!` names it) runs through the library as from a mount:
+/// `python3 -m venv` (which installs pip by running the environment's Python) and its
+/// `pip --version`, by path and after `activate`.
+#[test]
+fn a_python_virtual_environment_in_ringfs_runs_its_pip() {
+    let preloaded = Preloaded::start(2);
+    let script = r#"
+        python3 -m venv "$ROOT/venv"
+        "$ROOT/venv/bin/pip" --version | sed 's/^pip [0-9.]* from //'
+        . "$ROOT/venv/bin/activate"
+        pip --version | sed 's/^pip [0-9.]* from //'
+        python -c 'import sys; print(sys.prefix, sys.prefix != sys.base_prefix)'
+        "#;
+    let root = preloaded.same_as_local("venv", script);
+    let client = preloaded.cluster.client();
+    let config = String::from_utf8(read_file(&client, &format!("{root}/venv/pyvenv.cfg")).unwrap()).unwrap();
+    assert!(config.contains("home = "), "{config}");
+    assert!(client.lstat(&format!("{root}/venv/bin/python3")).unwrap().mode & 0o170000 == 0o120000, "a symbolic link");
+}
+
 #[test]
 fn files_written_natively_are_seen_by_preloaded_programs_and_kernel_paths_are_untouched() {
     let preloaded = Preloaded::start(2);

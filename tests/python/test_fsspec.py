@@ -146,3 +146,12 @@ def test_the_file_system_pickles_for_dask_workers(fs, root):
     fs.pipe_file(f"{root}/p", b"pickled")
     again = pickle.loads(pickle.dumps(fs))
     assert again.cat_file(f"{root}/p") == b"pickled"
+
+
+def test_touch_makes_missing_parents_with_auto_mkdir_as_every_other_write(fs, root, client):
+    fs.touch(f"{root}/a/b/c")
+    assert fs.isfile(f"{root}/a/b/c") and fs.isdir(f"{root}/a/b")
+    strict = RingFileSystem(client=client, auto_mkdir=False)
+    with pytest.raises(FileNotFoundError):
+        strict.touch(f"{root}/x/y")
+    assert not fs.exists(f"{root}/x")

@@ -16,6 +16,7 @@ use ringfs_client::Client;
 use crate::BenchError;
 use crate::target::TargetSpec;
 use crate::workers::{PhaseResult, Workers};
+use ringfs_config::env;
 
 /// Connections one holder process opens at most by default (each costs it a descriptor).
 pub const CONNECTIONS_PER_PROCESS: usize = 4000;
@@ -149,7 +150,7 @@ fn cold_start(
     let before: Vec<usize> = config.server_pids.iter().map(|pid| sockets_of(*pid)).collect();
     let held = || config.server_pids.iter().zip(&before).map(|(pid, before)| sockets_of(*pid).saturating_sub(*before)).collect();
     let mut environment = environment.to_vec();
-    environment.push(("RINGFS_IDLE_CLOSE_S", RANK_IDLE_CLOSE_SECONDS.to_string()));
+    environment.push((env::IDLE_CLOSE_S, RANK_IDLE_CLOSE_SECONDS.to_string()));
     let write = format!("write {DIR} {} {}", 1 << 20, 1 << 20);
     let started = Instant::now();
     let mut ranks = Workers::spawn(executable, "micro", &TargetSpec::Ringfs, config.ranks, &environment)?;

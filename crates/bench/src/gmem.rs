@@ -17,6 +17,7 @@ use std::time::Instant;
 use ringfs_gmem::{Distribution, GlobalArray, World};
 
 use crate::BenchError;
+use ringfs_config::env;
 
 /// What `ringfs bench gmem` measures.
 #[derive(Clone, Debug)]
@@ -94,11 +95,11 @@ fn run_ranks(cluster: &ringfs_launch::Cluster, config: &GmemBenchConfig) -> Resu
         let child = Command::new(&config.executable)
             .args(["bench", "gmem-rank"])
             .envs(cluster.environment())
-            .env("RINGFS_GMEM_RANK", rank.to_string())
-            .env("RINGFS_GMEM_RANKS", config.ranks.to_string())
-            .env("RINGFS_GMEM_JOB", &job)
+            .env(env::GMEM_RANK, rank.to_string())
+            .env(env::GMEM_RANKS, config.ranks.to_string())
+            .env(env::GMEM_JOB, &job)
             .env(
-                "RINGFS_GMEM_BENCH",
+                env::GMEM_BENCH,
                 format!(
                     "{} {} {} {} {} {}",
                     config.dram_per_server * config.servers as u64,
@@ -171,7 +172,7 @@ struct RankPlan {
 }
 
 fn plan_from_env() -> Result<RankPlan, BenchError> {
-    let text = std::env::var("RINGFS_GMEM_BENCH").map_err(|_| BenchError::Setup("RINGFS_GMEM_BENCH is not set".into()))?;
+    let text = std::env::var(env::GMEM_BENCH).map_err(|_| BenchError::Setup(format!("{} is not set", env::GMEM_BENCH)))?;
     let fields: Vec<&str> = text.split_whitespace().collect();
     let number = |index: usize| {
         fields.get(index).and_then(|field| field.parse::<u64>().ok()).ok_or_else(|| BenchError::Setup(format!("bad plan {text:?}")))

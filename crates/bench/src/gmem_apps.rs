@@ -22,6 +22,7 @@ use std::time::Instant;
 use ringfs_gmem::{Distribution, GlobalArray, World};
 
 use crate::BenchError;
+use ringfs_config::env;
 
 /// Which experiment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -199,16 +200,16 @@ fn run_ranks(cluster: &ringfs_launch::Cluster, config: &AppConfig, ranks: u32, s
         command
             .args(["bench", "gmem-rank"])
             .envs(cluster.environment())
-            .env("RINGFS_GMEM_RANK", rank.to_string())
-            .env("RINGFS_GMEM_RANKS", ranks.to_string())
-            .env("RINGFS_GMEM_JOB", &job)
-            .env("RINGFS_GMEM_APP", &plan)
-            .env("RINGFS_GMEM_CACHE", &cache)
-            .env("RINGFS_GMEM_COOP", if setup == Setup::HomeServed { "0" } else { "1" })
-            .env("RINGFS_GMEM_RELAY", if setup == Setup::Relayed { "1" } else { "0" })
+            .env(env::GMEM_RANK, rank.to_string())
+            .env(env::GMEM_RANKS, ranks.to_string())
+            .env(env::GMEM_JOB, &job)
+            .env(env::GMEM_APP, &plan)
+            .env(env::GMEM_CACHE, &cache)
+            .env(env::GMEM_COOP, if setup == Setup::HomeServed { "0" } else { "1" })
+            .env(env::GMEM_RELAY, if setup == Setup::Relayed { "1" } else { "0" })
             .stdout(Stdio::piped());
         if let Some((mbps, latency)) = config.rank_network {
-            command.env("RINGFS_GMEM_NET_MBPS", mbps.to_string()).env("RINGFS_GMEM_NET_LATENCY_US", latency.to_string());
+            command.env(env::GMEM_NET_MBPS, mbps.to_string()).env(env::GMEM_NET_LATENCY_US, latency.to_string());
         }
         children.push(command.spawn().map_err(|error| BenchError::Setup(format!("cannot start a rank: {error}")))?);
     }

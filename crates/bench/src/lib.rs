@@ -28,6 +28,7 @@ pub mod connections;
 pub mod flush;
 pub mod gmem;
 pub mod gmem_apps;
+pub mod gmem_verdict;
 pub mod io500;
 pub mod micro;
 pub mod target;

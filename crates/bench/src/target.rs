@@ -9,6 +9,7 @@ use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ringfs_client::{Client, Fd, FindFilter, FindSummary, OpenFlags};
+use ringfs_config::env;
 use ringfs_proto::path::glob_match;
 
 /// A file system to benchmark.
@@ -68,7 +69,7 @@ impl TargetSpec {
         match self {
             TargetSpec::Preload(prefix) => {
                 let library = preload_library(executable)?;
-                Ok(vec![("RINGFS_MOUNT", prefix.display().to_string()), ("LD_PRELOAD", preload_list(&library))])
+                Ok(vec![(env::MOUNT, prefix.display().to_string()), ("LD_PRELOAD", preload_list(&library))])
             }
             _ => Ok(Vec::new()),
         }

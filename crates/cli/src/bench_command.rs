@@ -12,6 +12,7 @@ use ringfs_bench::workers::Workers;
 use ringfs_launch::{Cluster, LaunchCache, LaunchConfig};
 
 use crate::server_command::parse_bytes;
+use ringfs_config::env;
 
 /// The default poll budget of clients, in microseconds.
 fn ringfs_rpc_poll_default() -> u64 {
@@ -333,12 +334,12 @@ impl BenchCluster {
     pub fn environment(&self) -> Vec<(&'static str, String)> {
         let mut environment = match &self.cluster {
             Some(cluster) => cluster.environment(),
-            None => ["RINGFS_SERVER", "RINGFS_SECRET", "RINGFS_CHUNK_SIZE"]
+            None => [env::SERVER, env::SECRET, env::CHUNK_SIZE]
                 .into_iter()
                 .filter_map(|name| std::env::var(name).ok().map(|value| (name, value)))
                 .collect(),
         };
-        environment.push(("RINGFS_POLL_US", self.poll_us.to_string()));
+        environment.push((env::POLL_US, self.poll_us.to_string()));
         environment
     }
 
@@ -574,8 +575,8 @@ fn run_connections(args: &ConnectionsArgs) -> Result<()> {
     let environment = cluster.environment();
     let variable = |name: &str| environment.iter().find(|(key, _)| *key == name).map(|(_, value)| value.clone());
     let server_address =
-        variable("RINGFS_SERVER").and_then(|servers| servers.split(',').next().map(String::from)).context("no server address")?;
-    let servers = variable("RINGFS_RUN_DIR").map(|dir| servers_in(std::path::Path::new(&dir))).unwrap_or_default();
+        variable(env::SERVER).and_then(|servers| servers.split(',').next().map(String::from)).context("no server address")?;
+    let servers = variable(env::RUN_DIR).map(|dir| servers_in(std::path::Path::new(&dir))).unwrap_or_default();
     let server_pid = args.server_pid.or_else(|| servers.iter().find(|(address, _)| *address == server_address).map(|(_, pid)| *pid));
     let config = ringfs_bench::connections::ConnectionsConfig {
         clients: args.clients,
@@ -606,9 +607,9 @@ fn run_connections(args: &ConnectionsArgs) -> Result<()> {
 
 /// A holder process of `ringfs bench connections`, serving the coordinator's commands.
 fn run_holder(rank: usize) -> Result<()> {
-    let servers = std::env::var("RINGFS_SERVER").context("RINGFS_SERVER is not set")?;
+    let servers = std::env::var(env::SERVER).with_context(|| format!("{} is not set", env::SERVER))?;
     let server = servers.split(',').next().unwrap_or_default();
-    let secret = std::env::var("RINGFS_SECRET").context("RINGFS_SECRET is not set")?;
+    let secret = std::env::var(env::SECRET).with_context(|| format!("{} is not set", env::SECRET))?;
     let client_id = (u64::from(std::process::id()) << 16 | rank as u64) | 1;
     let mut holder = ringfs_bench::connections::holder::Holder::new(server, secret.as_bytes(), client_id).map_err(anyhow::Error::msg)?;
     ringfs_bench::workers::serve(|words| holder.command(words))?;
@@ -753,7 +754,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
         BenchCommand::Ucx(args) => crate::ucx_bench_command::run(&args),
         BenchCommand::UcxServe(args) => crate::ucx_bench_command::serve(&args),
-        BenchCommand::GmemRank => match std::env::var("RINGFS_GMEM_APP") {
+        BenchCommand::GmemRank => match std::env::var(env::GMEM_APP) {
             Ok(plan) => Ok(ringfs_bench::gmem_apps::rank_main(&plan)?),
             Err(_) => Ok(ringfs_bench::gmem::rank_main()?),
         },

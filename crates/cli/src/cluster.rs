@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::Args;
 use ringfs_client::Client;
+use ringfs_config::env;
 use ringfs_launch::LaunchConfig;
 use ringfs_placement::{HashFunction, Scheme};
 
@@ -132,7 +133,7 @@ pub fn stop(args: &StopArgs) -> Result<()> {
     let run_dir = args
         .run_dir
         .clone()
-        .or_else(|| std::env::var_os("RINGFS_RUN_DIR").map(PathBuf::from))
+        .or_else(|| std::env::var_os(env::RUN_DIR).map(PathBuf::from))
         .context("no cluster given: pass --run-dir or set RINGFS_RUN_DIR")?;
     // Cache mode: flush with progress shown while the servers run (stopping syncs too, but
     // silently, and says what failed).

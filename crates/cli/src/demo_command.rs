@@ -11,6 +11,7 @@ use ringfs_bench::target::TargetSpec;
 use ringfs_client::{Client, OpenFlags};
 
 use crate::bench_command::{BenchCluster, ClusterArgs, run_io500};
+use ringfs_config::env;
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -98,12 +99,12 @@ pub fn run(args: &DemoArgs) -> Result<()> {
     let cluster = BenchCluster::start(&cluster_args)?;
     println!("{}", cluster.describe());
     for (name, value) in cluster.environment() {
-        if name != "RINGFS_SECRET" {
+        if name != env::SECRET {
             println!("  {name}={value}");
         }
     }
-    let servers = cluster.environment().into_iter().find(|(name, _)| *name == "RINGFS_SERVER").map(|(_, value)| value).unwrap_or_default();
-    let secret = cluster.environment().into_iter().find(|(name, _)| *name == "RINGFS_SECRET").map(|(_, value)| value).unwrap_or_default();
+    let servers = cluster.environment().into_iter().find(|(name, _)| *name == env::SERVER).map(|(_, value)| value).unwrap_or_default();
+    let secret = cluster.environment().into_iter().find(|(name, _)| *name == env::SECRET).map(|(_, value)| value).unwrap_or_default();
     let client = Client::connect(ringfs_client::ClientConfig::new(servers.split(',').map(String::from).collect(), secret.into_bytes()))
         .context("cannot connect to the demo cluster")?;
     use_the_file_system(&client)?;

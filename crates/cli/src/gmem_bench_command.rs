@@ -4,6 +4,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use ringfs_bench::gmem::{self, GmemBenchConfig};
 use ringfs_bench::gmem_apps::{self, AppConfig, AppRun, Setup, Workload};
+use ringfs_bench::gmem_verdict::{self, Conditions};
 
 use crate::server_command::parse_bytes;
 
@@ -27,14 +28,15 @@ pub struct GmemBenchArgs {
     /// Rank processes.
     #[arg(long, default_value_t = 2)]
     pub ranks: u32,
-    /// Servers of the local cluster started for the benchmark (scan, stencil: 0 starts one per
-    /// rank, as on a cluster running one rank per node).
-    #[arg(long, default_value_t = 2)]
-    pub servers: usize,
-    /// DRAM budget of each server's global memory (the spilling array is --spill-factor
-    /// times the servers' total).
-    #[arg(long, default_value = "128M")]
-    pub dram: String,
+    /// Servers of the local cluster started for the benchmark (default 2; scan, stencil:
+    /// default 0, which starts one per rank, as on a cluster running one rank per node).
+    #[arg(long)]
+    pub servers: Option<usize>,
+    /// DRAM budget of each server's global memory (default 128M: the spilling array is
+    /// --spill-factor times the servers' total; scan: default 1M, so that the array is out
+    /// of core).
+    #[arg(long)]
+    pub dram: Option<String>,
     /// Block size of the arrays.
     #[arg(long, default_value = "256K")]
     pub block_size: String,
@@ -51,16 +53,17 @@ pub struct GmemBenchArgs {
     #[arg(long, default_value_t = 4)]
     pub spill_factor: u64,
     /// scan, stencil: the rank counts to run.
-    #[arg(long, default_value = "1,2,4,8,16", value_delimiter = ',')]
+    #[arg(long, default_value = "1,4,16", value_delimiter = ',')]
     pub rank_counts: Vec<u32>,
     /// scan, stencil: configurations to run: no-cache, cache (homes serve), cache+coop,
     /// cache+relay (cooperation with relayed batches of reads), in-dram (stencil: servers
     /// with DRAM for everything).
     #[arg(long, default_value = "no-cache,cache,cache+coop,in-dram", value_delimiter = ',')]
     pub setups: Vec<String>,
-    /// scan, stencil: each rank's cache of blocks.
-    #[arg(long, default_value = "4M")]
-    pub cache: String,
+    /// scan, stencil: each rank's cache of blocks (default: scan 4M, a few blocks; stencil
+    /// 20M, a rank's band).
+    #[arg(long)]
+    pub cache: Option<String>,
     /// scan: the shared array's size.
     #[arg(long, default_value = "32M")]
     pub array: String,
@@ -88,6 +91,11 @@ pub struct GmemBenchArgs {
     /// scan, stencil: draw the runs as a PNG chart here.
     #[arg(long)]
     pub png: Option<std::path::PathBuf>,
+    /// scan, stencil: run on this machine's memory and loopback as they are, instead of the
+    /// default emulated cluster (SSD 10 MB/s + 100 µs, links 50 MB/s + 10 µs) when no
+    /// --gmem-ssd-mbps or --gmem-net-mbps is given.
+    #[arg(long)]
+    pub no_emulation: bool,
     #[command(flatten)]
     pub hardware: crate::server_command::GmemArgs,
 }
@@ -97,10 +105,11 @@ pub fn run(args: &GmemBenchArgs) -> Result<()> {
         return run_app(args);
     }
     let sizes = args.sizes.iter().map(|size| parse_bytes(size)).collect::<Result<Vec<u64>>>()?;
+    let dram = args.dram.clone().unwrap_or_else(|| "128M".into());
     let config = GmemBenchConfig {
         ranks: args.ranks,
-        servers: args.servers,
-        dram_per_server: parse_bytes(&args.dram)?,
+        servers: args.servers.unwrap_or(2),
+        dram_per_server: parse_bytes(&dram)?,
         block_size: u32::try_from(parse_bytes(&args.block_size)?).context("block size too large")?,
         sizes,
         latency_ops: args.latency_ops.max(10),
@@ -111,11 +120,32 @@ pub fn run(args: &GmemBenchArgs) -> Result<()> {
     };
     println!(
         "global memory: {} ranks, {} servers with {} of DRAM each, blocks of {}, spilling array {}x the servers' DRAM",
-        config.ranks, config.servers, args.dram, args.block_size, config.spill_factor
+        config.ranks, config.servers, dram, args.block_size, config.spill_factor
     );
     let report = gmem::run(&config)?;
     print!("{}", gmem::format_report(&report));
     Ok(())
+}
+
+/// The emulated cluster `scan` and `stencil` run on unless told otherwise: the vGASNet
+/// report's ratios (a link 5x the SSD), slow enough that this machine's CPU does not set the
+/// pace (docs/PERFORMANCE.md, "Global memory caches").
+const EMULATED_SSD_MBPS: u64 = 10;
+const EMULATED_SSD_LATENCY_US: u64 = 100;
+const EMULATED_NET_MBPS: u64 = 50;
+const EMULATED_NET_LATENCY_US: u64 = 10;
+
+/// The devices of a `scan` or `stencil` run: as given, or the emulated cluster when no
+/// device option is given (and `--no-emulation` is not).
+fn app_hardware(args: &GmemBenchArgs) -> crate::server_command::GmemArgs {
+    let mut hardware = args.hardware.clone();
+    if !args.no_emulation && hardware.gmem_ssd_mbps.is_none() && hardware.gmem_net_mbps.is_none() {
+        hardware.gmem_ssd_mbps = Some(EMULATED_SSD_MBPS);
+        hardware.gmem_ssd_latency_us = EMULATED_SSD_LATENCY_US;
+        hardware.gmem_net_mbps = Some(EMULATED_NET_MBPS);
+        hardware.gmem_net_latency_us = EMULATED_NET_LATENCY_US;
+    }
+    hardware
 }
 
 /// `ringfs bench gmem scan|stencil`.
@@ -123,27 +153,37 @@ fn run_app(args: &GmemBenchArgs) -> Result<()> {
     let workload = if args.workload == GmemWorkload::Scan { Workload::Scan } else { Workload::Stencil };
     let setups =
         args.setups.iter().map(|name| Setup::parse(name).with_context(|| format!("unknown setup {name:?}"))).collect::<Result<Vec<_>>>()?;
-    let rank_network = args.rank_net_mbps.or(args.hardware.gmem_net_mbps).map(|mbps| (mbps, args.hardware.gmem_net_latency_us));
+    let hardware = app_hardware(args);
+    let rank_network = args.rank_net_mbps.or(hardware.gmem_net_mbps).map(|mbps| (mbps, hardware.gmem_net_latency_us));
+    let default_cache = if workload == Workload::Scan { "4M" } else { "20M" };
     let config = AppConfig {
         workload,
         rank_counts: args.rank_counts.clone(),
         setups,
-        servers: args.servers,
+        servers: args.servers.unwrap_or(0),
         block_size: u32::try_from(parse_bytes(&args.block_size)?).context("block size too large")?,
-        cache_per_rank: parse_bytes(&args.cache)?,
-        dram_per_server: parse_bytes(&args.dram)?,
+        cache_per_rank: parse_bytes(args.cache.as_deref().unwrap_or(default_cache))?,
+        dram_per_server: parse_bytes(args.dram.as_deref().unwrap_or("1M"))?,
         scan_bytes: parse_bytes(&args.array)?,
         cols: args.cols.max(3),
         rows_per_rank: args.rows.max(1),
         strip_rows: args.strip.max(1),
         iterations: args.iterations.max(1),
         out_of_core_factor: args.out_of_core.max(1),
-        server_args: args.hardware.server_args(),
+        server_args: hardware.server_args(),
         rank_network,
         executable: std::env::current_exe().context("cannot find the ringfs executable")?,
     };
+    println!("{}", describe(&config, &hardware));
     println!("{}", AppRun::CSV_HEADER);
     let runs = gmem_apps::run(&config, &mut |run| println!("{}", run.csv(workload)))?;
+    let conditions = Conditions {
+        workload,
+        // The stencil's arrays are out of core in every setup but in-dram.
+        out_of_core: workload == Workload::Stencil || config.scan_bytes > config.dram_per_server * scan_servers(&config),
+        emulated_devices: hardware.gmem_ssd_mbps.is_some() || hardware.gmem_net_mbps.is_some(),
+    };
+    print!("{}", gmem_verdict::verdict(&runs, &conditions));
     if let Some(path) = &args.csv {
         let text: String =
             std::iter::once(AppRun::CSV_HEADER.to_string()).chain(runs.iter().map(|run| run.csv(workload))).collect::<Vec<_>>().join("\n");
@@ -181,4 +221,38 @@ fn run_app(args: &GmemBenchArgs) -> Result<()> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The servers of the largest scan run (one per rank unless a number is given).
+fn scan_servers(config: &AppConfig) -> u64 {
+    match config.servers {
+        0 => u64::from(config.rank_counts.iter().copied().max().unwrap_or(1)),
+        servers => servers as u64,
+    }
+}
+
+/// What the runs measure, in a sentence: the data against the DRAM, the caches, the devices.
+fn describe(config: &AppConfig, hardware: &crate::server_command::GmemArgs) -> String {
+    let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20));
+    let servers = if config.servers == 0 { "one server per rank".to_string() } else { format!("{} servers", config.servers) };
+    let data = match config.workload {
+        Workload::Scan => format!(
+            "# shared scan: every rank reads a {} array; {} of DRAM per server ({servers})",
+            mib(config.scan_bytes),
+            mib(config.dram_per_server)
+        ),
+        Workload::Stencil => format!(
+            "# out-of-core stencil: {} x {} f64 cells per rank in two arrays, {}x the servers' DRAM ({servers})",
+            config.rows_per_rank, config.cols, config.out_of_core_factor
+        ),
+    };
+    let devices = match (hardware.gmem_ssd_mbps, hardware.gmem_net_mbps) {
+        (None, None) => "this machine's memory and loopback (no emulation)".to_string(),
+        (ssd, net) => format!(
+            "emulated SSD {} and links {}",
+            ssd.map_or("off".into(), |mbps| format!("{mbps} MB/s + {} us", hardware.gmem_ssd_latency_us)),
+            net.map_or("off".into(), |mbps| format!("{mbps} MB/s + {} us", hardware.gmem_net_latency_us))
+        ),
+    };
+    format!("{data}; caches of {} per rank; {devices}", mib(config.cache_per_rank))
 }

@@ -1,6 +1,7 @@
 //! A minimal logger: `level  target: message` lines on stderr, filtered by `RINGFS_LOG`
 //! (error, warn, info, debug, trace; default warn for tools, info for servers).
 
+use ringfs_config::env;
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -27,7 +28,7 @@ impl log::Log for StderrLogger {
 
 /// Installs the logger; `RINGFS_LOG` overrides `default`.
 pub fn init(default: log::LevelFilter) {
-    let level = std::env::var("RINGFS_LOG").ok().and_then(|text| text.parse().ok()).unwrap_or(default);
+    let level = std::env::var(env::LOG).ok().and_then(|text| text.parse().ok()).unwrap_or(default);
     if log::set_boxed_logger(Box::new(StderrLogger { level })).is_ok() {
         log::set_max_level(level);
     }

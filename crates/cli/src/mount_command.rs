@@ -18,9 +18,14 @@ pub struct MountArgs {
     /// Let the kernel gather small writes in the page cache before sending them.
     #[arg(long)]
     pub writeback_cache: bool,
-    /// How long the kernel caches attributes and names, in milliseconds.
-    #[arg(long, default_value_t = 1000)]
-    pub attr_timeout_ms: u64,
+    /// How long the kernel caches attributes and names, in milliseconds [default: 60000,
+    /// or 1000 with --watch-ms 0].
+    #[arg(long)]
+    pub attr_timeout_ms: Option<u64>,
+    /// How often the mount asks the servers what other clients changed and has the kernel
+    /// drop that from its caches, in milliseconds (0: never; the caches then only expire).
+    #[arg(long, default_value_t = 100)]
+    pub watch_ms: u64,
     /// Threads serving kernel requests.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
@@ -35,7 +40,8 @@ pub struct MountArgs {
 impl MountArgs {
     fn options(&self) -> MountOptions {
         MountOptions {
-            attr_timeout: Duration::from_millis(self.attr_timeout_ms),
+            attr_timeout: Duration::from_millis(self.attr_timeout_ms.unwrap_or(if self.watch_ms == 0 { 1000 } else { 60_000 })),
+            watch_interval: Duration::from_millis(self.watch_ms),
             direct_io: self.direct_io,
             writeback_cache: self.writeback_cache,
             threads: self.threads,

@@ -13,6 +13,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 
 use crate::cluster::StartArgs;
+use ringfs_config::env;
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -97,29 +98,29 @@ fn run_in(
         let mut command = Command::new(program);
         command.args(arguments).envs(cluster.environment());
         if let Some(directory) = &args.mount {
-            command.env("RINGFS_MOUNT", directory);
+            command.env(env::MOUNT, directory);
         }
         if let Some((prefix, library)) = &preload {
             // (The preload prefix wins over a FUSE mount's directory: both show the same files.)
-            command.env("RINGFS_MOUNT", prefix).env("LD_PRELOAD", ringfs_bench::target::preload_list(library));
+            command.env(env::MOUNT, prefix).env("LD_PRELOAD", ringfs_bench::target::preload_list(library));
         }
         if args.ranks > 1 {
-            command.env("RINGFS_GMEM_RANK", rank.to_string()).env("RINGFS_GMEM_RANKS", args.ranks.to_string()).env("RINGFS_GMEM_JOB", &job);
+            command.env(env::GMEM_RANK, rank.to_string()).env(env::GMEM_RANKS, args.ranks.to_string()).env(env::GMEM_JOB, &job);
         }
         if let Some(cache) = &args.gmem_cache {
-            command.env("RINGFS_GMEM_CACHE", cache);
+            command.env(env::GMEM_CACHE, cache);
         }
         if args.no_gmem_coop {
-            command.env("RINGFS_GMEM_COOP", "0");
+            command.env(env::GMEM_COOP, "0");
         }
         if args.gmem_relay {
-            command.env("RINGFS_GMEM_RELAY", "1");
+            command.env(env::GMEM_RELAY, "1");
         }
         // The ranks' links are emulated as the servers' are.
         if let Some(mbps) = args.start.gmem.gmem_net_mbps {
             command
-                .env("RINGFS_GMEM_NET_MBPS", mbps.to_string())
-                .env("RINGFS_GMEM_NET_LATENCY_US", args.start.gmem.gmem_net_latency_us.to_string());
+                .env(env::GMEM_NET_MBPS, mbps.to_string())
+                .env(env::GMEM_NET_LATENCY_US, args.start.gmem.gmem_net_latency_us.to_string());
         }
         // SAFETY: only restores the signal mask between fork and exec.
         unsafe { command.pre_exec(crate::signals::unblock_in_child) };

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use ringfs_config::{ByteSize, env};
 use ringfs_placement::{HashFunction, Scheme};
 use ringfs_server::{FlushConfig, FlushPolicy, Server, ServerConfig};
 use ringfs_store::{CacheConfig, Medium, StoreConfig};
@@ -256,20 +257,9 @@ pub fn parse_store(text: &str) -> Result<Medium> {
     }
 }
 
-/// Parses a byte count with an optional K/M/G/T suffix (powers of 1024).
+/// Parses a byte count as every flag takes one ([`ByteSize`]: `64K`, `1M`, `4GiB`, …).
 pub fn parse_bytes(text: &str) -> Result<u64> {
-    let text = text.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let number: u64 = text[..digits_end].parse().with_context(|| format!("invalid size {text:?}"))?;
-    let shift = match text[digits_end..].trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        _ => bail!("invalid size {text:?}"),
-    };
-    number.checked_mul(1 << shift).with_context(|| format!("size {text:?} is too large"))
+    Ok(text.parse::<ByteSize>()?.bytes())
 }
 
 /// Reads the secret from a file or `RINGFS_SECRET`.
@@ -278,7 +268,7 @@ pub fn read_secret(file: Option<&PathBuf>) -> Result<Vec<u8>> {
         Some(path) => {
             Ok(std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?.trim().as_bytes().to_vec())
         }
-        None => Ok(std::env::var("RINGFS_SECRET").unwrap_or_default().into_bytes()),
+        None => Ok(std::env::var(env::SECRET).unwrap_or_default().into_bytes()),
     }
 }
 

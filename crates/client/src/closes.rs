@@ -9,8 +9,9 @@
 //! left when the client goes. The same thread, when it has nothing to send for
 //! [`IDLE_CHECK`], closes the connections the client has not used for a while.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{ChunkKey, Close, FileId, Request};
@@ -40,8 +41,8 @@ pub(crate) struct CloseQueue {
 }
 
 impl CloseQueue {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
-        self.pending.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Pending> {
+        self.pending.lock()
     }
 
     /// Starts the thread that sends closes that have waited [`DELAY`]; it ends when the
@@ -60,19 +61,13 @@ impl CloseQueue {
                             Some(since) if since.elapsed() >= DELAY => break std::mem::take(&mut *pending).files,
                             Some(since) => {
                                 let wait = DELAY - since.elapsed();
-                                pending = queue.wake.wait_timeout(pending, wait).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                                queue.wake.wait_for(&mut pending, wait);
                             }
                             None => {
-                                let waited;
-                                (pending, waited) =
-                                    queue.wake.wait_timeout(pending, IDLE_CHECK).unwrap_or_else(|poisoned| poisoned.into_inner());
+                                let waited = queue.wake.wait_for(&mut pending, IDLE_CHECK);
                                 if waited.timed_out() && pending.since.is_none() && !pending.ended {
-                                    drop(pending);
-                                    match cluster.upgrade() {
-                                        Some(cluster) => cluster.close_idle_connections(),
-                                        None => return,
-                                    }
-                                    pending = queue.lock();
+                                    let Some(cluster) = cluster.upgrade() else { return };
+                                    parking_lot::MutexGuard::unlocked(&mut pending, || cluster.close_idle_connections());
                                 }
                             }
                         }

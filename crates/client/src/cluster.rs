@@ -5,9 +5,10 @@
 //! the server's membership epoch; when it is newer than ours, the client fetches the list
 //! again, so it follows joins and failures without configuration.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use ringfs_placement::Placement;
@@ -62,10 +63,6 @@ pub(crate) struct Cluster {
 
 /// After a server fails, the member list is fetched again at most this often.
 const REFRESH_AFTER_FAILURE_INTERVAL: Duration = Duration::from_millis(500);
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn fetch_members(connection: &Connection) -> Result<MemberList, String> {
     members_of(connection.call(&Request::GetMembers, &[]))
@@ -143,8 +140,8 @@ impl Cluster {
         Err(ConnectError::Unreachable(if failures.is_empty() { "no server address given".into() } else { failures.join("; ") }))
     }
 
-    fn view(&self) -> std::sync::RwLockReadGuard<'_, View> {
-        self.view.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn view(&self) -> parking_lot::RwLockReadGuard<'_, View> {
+        self.view.read()
     }
 
     /// The server that owns the entry of `path`. Every server holds the root directory: for
@@ -207,7 +204,7 @@ impl Cluster {
 
     /// Whether `server` let a request time out less than a request deadline ago.
     fn is_suspect(&self, server: &str) -> bool {
-        let mut suspects = lock(&self.suspects);
+        let mut suspects = self.suspects.lock();
         match suspects.get(server) {
             Some(until) if Instant::now() < *until => true,
             Some(_) => {
@@ -221,7 +218,7 @@ impl Cluster {
     /// Records a failure of a request to `server`: a timeout makes it a suspect.
     fn note_failure(&self, server: &str, error: &ringfs_rpc::RpcError) {
         if error.is_timeout() {
-            lock(&self.suspects).insert(server.to_string(), Instant::now() + self.config.timeout);
+            self.suspects.lock().insert(server.to_string(), Instant::now() + self.config.timeout);
         }
         self.refresh_after_failure(server);
     }
@@ -273,7 +270,7 @@ impl Cluster {
         let Some(idle_for) = self.idle_close else { return };
         let closed = self.connections.close_idle(idle_for);
         if !closed.is_empty() {
-            let mut backlog = lock(&self.lease_backlog);
+            let mut backlog = self.lease_backlog.lock();
             for server in &closed {
                 backlog.remove(server);
             }
@@ -283,14 +280,14 @@ impl Cluster {
 
     /// Leases to release with the next read sent to `server`.
     pub fn take_releases(&self, server: &str) -> Vec<u64> {
-        lock(&self.lease_backlog).get_mut(server).map(std::mem::take).unwrap_or_default()
+        self.lease_backlog.lock().get_mut(server).map(std::mem::take).unwrap_or_default()
     }
 
     /// Remembers leases to release with the next read on `connection`; too many are released
     /// at once with a message of their own.
     pub fn defer_releases(&self, connection: &Connection, leases: Vec<u64>) {
         const MAX_BACKLOG: usize = 64;
-        let mut backlog = lock(&self.lease_backlog);
+        let mut backlog = self.lease_backlog.lock();
         let pending = backlog.entry(connection.server_name().to_string()).or_default();
         pending.extend(leases);
         if pending.len() >= MAX_BACKLOG {
@@ -386,14 +383,14 @@ impl Cluster {
         if connection.peer_epoch() <= self.epoch.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(_guard) = self.refreshing.try_lock() else { return };
+        let Some(_guard) = self.refreshing.try_lock() else { return };
         self.adopt_members_from(connection);
     }
 
     /// After `failed_server` failed, asks the other alive servers for the member list: they
     /// may already know it is dead, and then later requests for its keys fail at once.
     fn refresh_after_failure(&self, failed_server: &str) {
-        let Ok(mut last) = self.refreshing.try_lock() else { return };
+        let Some(mut last) = self.refreshing.try_lock() else { return };
         if last.is_some_and(|at| at.elapsed() < REFRESH_AFTER_FAILURE_INTERVAL) {
             return;
         }
@@ -422,7 +419,7 @@ impl Cluster {
                     Ok(connection) => Arc::new(connection),
                     Err(error) => {
                         if error.is_timeout() {
-                            lock(&self.suspects).insert(member.name.clone(), Instant::now() + self.config.timeout);
+                            self.suspects.lock().insert(member.name.clone(), Instant::now() + self.config.timeout);
                         }
                         continue;
                     }
@@ -436,7 +433,7 @@ impl Cluster {
                 }
                 Ok(Err(reason)) | Err(reason) => {
                     log::debug!("cannot refresh the member list from {}: {reason}", member.name);
-                    lock(&self.suspects).insert(member.name.clone(), Instant::now() + self.config.timeout);
+                    self.suspects.lock().insert(member.name.clone(), Instant::now() + self.config.timeout);
                 }
             }
         }
@@ -457,7 +454,7 @@ impl Cluster {
     fn adopt_view(&self, view: View, always: bool) {
         let epoch = view.list.epoch;
         if always || epoch > self.epoch.load(Ordering::Relaxed) {
-            *self.view.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = view;
+            *self.view.write() = view;
             self.epoch.store(epoch, Ordering::Relaxed);
             self.connections.for_each(|connection| connection.set_local_epoch(epoch));
             log::debug!("member list updated to epoch {epoch}");

@@ -8,9 +8,10 @@
 //! after (`crates/server/src/opens.rs`): so nothing is closed while this process holds any
 //! open or reference (*holds*, counted by the callers that register them).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_rpc::Connection;
@@ -31,7 +32,7 @@ pub(crate) struct ConnectionTable {
 
 impl ConnectionTable {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Pooled>> {
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.entries.lock()
     }
 
     /// The working connection to `server`, if there is one (it counts as used now).

@@ -7,9 +7,10 @@
 //! ([`crate::chunking`]); the requests for all pieces go out before any answer is awaited, so
 //! the servers work on them in parallel.
 
+use parking_lot::Mutex;
 use std::io::SeekFrom;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 
 use ringfs_proto::access::{MAY_READ, MAY_WRITE};
 use ringfs_proto::{
@@ -19,13 +20,12 @@ use ringfs_proto::{
 use ringfs_rpc::{Connection, Reply};
 
 use crate::chunking::{Piece, pieces};
+use crate::links::MAX_SYMLINK_HOPS;
 use crate::{Client, FALLOC_FL_KEEP_SIZE, Fd, OpenFlags, Result, Stat, now_ns};
 
 /// Pieces at least this large move by cross-memory attach on same-host connections; smaller
 /// ones are cheaper inline (fewer system calls).
 const DIRECT_COPY_THRESHOLD: usize = 32 * 1024;
-/// Most symbolic links followed while resolving one path.
-const MAX_SYMLINK_HOPS: usize = 40;
 /// Times an open looks its name up again when the file it found went meanwhile.
 const OPEN_ATTEMPTS: usize = 16;
 
@@ -51,7 +51,7 @@ pub(crate) struct FileTable {
 
 impl FileTable {
     fn insert(&self, file: OpenFile) -> Fd {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots.lock();
         let file = Some(Arc::new(file));
         match slots.iter().position(Option::is_none) {
             Some(free) => {
@@ -66,12 +66,12 @@ impl FileTable {
     }
 
     fn get(&self, fd: Fd) -> Result<Arc<OpenFile>> {
-        let slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots.lock();
         slots.get(fd.0 as usize).and_then(Option::clone).ok_or(Errno::EBADF)
     }
 
     fn remove(&self, fd: Fd) -> Result<Arc<OpenFile>> {
-        let mut slots = self.slots.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slots = self.slots.lock();
         let slot = slots.get_mut(fd.0 as usize).ok_or(Errno::EBADF)?;
         slot.take().ok_or(Errno::EBADF)
     }
@@ -301,7 +301,7 @@ impl Client {
     /// Writes at the current position (at the end with [`OpenFlags::APPEND`]).
     pub fn write(&self, fd: Fd, bytes: &[u8]) -> Result<usize> {
         let file = self.file(fd)?;
-        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        let mut position = file.position.lock();
         if file.append {
             *position = self.file_size(file.file)?;
         }
@@ -313,7 +313,7 @@ impl Client {
     /// Reads at the current position.
     pub fn read(&self, fd: Fd, buffer: &mut [u8]) -> Result<usize> {
         let file = self.file(fd)?;
-        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        let mut position = file.position.lock();
         let count = self.read_at(&file, buffer, *position)?;
         *position += count as u64;
         Ok(count)
@@ -330,7 +330,7 @@ impl Client {
     /// Moves the position; returns the new one.
     pub fn seek(&self, fd: Fd, to: SeekFrom) -> Result<u64> {
         let file = self.file(fd)?;
-        let mut position = file.position.lock().unwrap_or_else(|p| p.into_inner());
+        let mut position = file.position.lock();
         let target = match to {
             SeekFrom::Start(offset) => Some(offset),
             SeekFrom::Current(delta) => position.checked_add_signed(delta),

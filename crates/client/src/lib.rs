@@ -24,11 +24,13 @@
 //! ```
 
 mod cache;
+mod changes;
 mod chunking;
 mod closes;
 mod cluster;
 mod connection_table;
 mod files;
+mod links;
 mod locks;
 mod namespace;
 mod raw;
@@ -36,6 +38,8 @@ pub mod run_dir;
 mod xattr;
 
 pub use cache::StageInSummary;
+pub use changes::{ChangeWatch, Changes};
+pub use links::{LEADS_OUT, LinkDestination, link_destination};
 pub use locks::{LockConflict, LockRange, lock_kind_of, report_conflict};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
@@ -49,6 +53,7 @@ use thiserror::Error;
 
 use crate::cluster::Cluster;
 use crate::files::FileTable;
+use ringfs_config::env;
 
 /// Result of a file-system operation.
 pub type Result<T> = std::result::Result<T, Errno>;
@@ -82,6 +87,10 @@ pub struct ClientConfig {
     /// A connection to a server unused this long is closed, and opened again by the next
     /// request to that server, while the process has no file open (`None`: never).
     pub idle_close: Option<Duration>,
+    /// Where the process sees ringfs (the LD_PRELOAD library's prefix): symbolic links are
+    /// resolved as a mount there would resolve them (see [`links`]). `None`: ringfs is the
+    /// whole tree, and an absolute target is a ringfs path.
+    pub mounted_at: Option<String>,
 }
 
 impl ClientConfig {
@@ -95,6 +104,7 @@ impl ClientConfig {
             poll: ringfs_rpc::DEFAULT_POLL,
             run_dir: None,
             idle_close: Some(DEFAULT_IDLE_CLOSE),
+            mounted_at: None,
         }
     }
 
@@ -105,9 +115,9 @@ impl ClientConfig {
     /// budget, 0 disables) and `RINGFS_IDLE_CLOSE_S` (idle connections closed after this
     /// many seconds, 0: never) — `ringfs start` prints the first ones.
     pub fn from_env() -> std::result::Result<ClientConfig, ConnectError> {
-        let servers = std::env::var("RINGFS_SERVER").ok();
-        if servers.is_none() && std::env::var_os("RINGFS_RUN_DIR").is_none() {
-            return Err(ConnectError::Config("RINGFS_SERVER is not set (run: eval \"$(ringfs start)\")".into()));
+        let servers = std::env::var(env::SERVER).ok();
+        if servers.is_none() && std::env::var_os(env::RUN_DIR).is_none() {
+            return Err(ConnectError::Config(format!("{} is not set (run: eval \"$(ringfs start)\")", env::SERVER)));
         }
         ClientConfig::new(split_servers(servers.as_deref().unwrap_or("")), Vec::new()).with_environment()
     }
@@ -116,28 +126,29 @@ impl ClientConfig {
     /// `RINGFS_LOCAL`, `RINGFS_POLL_US` and `RINGFS_IDLE_CLOSE_S` from the environment to
     /// this configuration.
     pub fn with_environment(mut self) -> std::result::Result<ClientConfig, ConnectError> {
-        if let Some(dir) = std::env::var_os("RINGFS_RUN_DIR").filter(|dir| !dir.is_empty()) {
+        if let Some(dir) = std::env::var_os(env::RUN_DIR).filter(|dir| !dir.is_empty()) {
             self = self.with_run_dir(std::path::PathBuf::from(dir));
         }
-        if let Ok(secret) = std::env::var("RINGFS_SECRET") {
+        if let Ok(secret) = std::env::var(env::SECRET) {
             self.secret = secret.into_bytes();
         }
-        if let Ok(text) = std::env::var("RINGFS_TIMEOUT_MS") {
-            let millis: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_TIMEOUT_MS={text:?} is not a number")))?;
+        if let Ok(text) = std::env::var(env::TIMEOUT_MS) {
+            let millis: u64 = text.parse().map_err(|_| ConnectError::Config(format!("{}={text:?} is not a number", env::TIMEOUT_MS)))?;
             self.timeout = Duration::from_millis(millis.max(1));
         }
-        if let Ok(text) = std::env::var("RINGFS_CHUNK_SIZE") {
-            self.chunk_size = parse_size(&text).ok_or_else(|| ConnectError::Config(format!("RINGFS_CHUNK_SIZE={text:?} is not a size")))?;
+        if let Ok(text) = std::env::var(env::CHUNK_SIZE) {
+            self.chunk_size =
+                parse_size(&text).ok_or_else(|| ConnectError::Config(format!("{}={text:?} is not a size", env::CHUNK_SIZE)))?;
         }
-        if let Ok(text) = std::env::var("RINGFS_LOCAL") {
+        if let Ok(text) = std::env::var(env::LOCAL) {
             self.local_fast_path = text != "0";
         }
-        if let Ok(text) = std::env::var("RINGFS_POLL_US") {
-            let micros: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_POLL_US={text:?} is not a number")))?;
+        if let Ok(text) = std::env::var(env::POLL_US) {
+            let micros: u64 = text.parse().map_err(|_| ConnectError::Config(format!("{}={text:?} is not a number", env::POLL_US)))?;
             self.poll = Duration::from_micros(micros);
         }
-        if let Ok(text) = std::env::var("RINGFS_IDLE_CLOSE_S") {
-            let seconds: u64 = text.parse().map_err(|_| ConnectError::Config(format!("RINGFS_IDLE_CLOSE_S={text:?} is not a number")))?;
+        if let Ok(text) = std::env::var(env::IDLE_CLOSE_S) {
+            let seconds: u64 = text.parse().map_err(|_| ConnectError::Config(format!("{}={text:?} is not a number", env::IDLE_CLOSE_S)))?;
             self.idle_close = (seconds > 0).then(|| Duration::from_secs(seconds));
         }
         Ok(self)
@@ -167,19 +178,10 @@ pub fn split_servers(text: &str) -> Vec<String> {
     text.split(',').map(str::trim).filter(|server| !server.is_empty()).map(String::from).collect()
 }
 
-/// Parses a byte size such as `65536`, `64K`, `1M`, `4MiB`.
+/// Parses a chunk size such as `65536`, `64K`, `1M`, `4MiB` ([`ringfs_config::ByteSize`]):
+/// not 0, and small enough for a `u32`.
 pub fn parse_size(text: &str) -> Option<u32> {
-    let text = text.trim();
-    let digits_end = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let number: u64 = text[..digits_end].parse().ok()?;
-    let multiplier: u64 = match text[digits_end..].trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 1,
-        "K" | "KB" | "KIB" => 1 << 10,
-        "M" | "MB" | "MIB" => 1 << 20,
-        "G" | "GB" | "GIB" => 1 << 30,
-        _ => return None,
-    };
-    u32::try_from(number.checked_mul(multiplier)?).ok().filter(|size| *size > 0)
+    text.parse::<ringfs_config::ByteSize>().ok()?.as_u32().filter(|size| *size > 0)
 }
 
 /// Why a client could not start.
@@ -266,6 +268,8 @@ pub struct Stat {
     pub ctime_ns: i64,
     /// Cache mode: the entry lies in the tree cached from the backend.
     pub backed: bool,
+    /// The file has extended attributes.
+    pub has_xattrs: bool,
 }
 
 impl Stat {
@@ -284,6 +288,7 @@ impl Stat {
             mtime_ns: attr.mtime_ns,
             ctime_ns: attr.ctime_ns,
             backed: attr.has(ringfs_proto::EntryFlags::BACKED),
+            has_xattrs: attr.has(ringfs_proto::EntryFlags::XATTRS),
         }
     }
 
@@ -306,6 +311,24 @@ impl Stat {
 pub struct DirEntry {
     pub name: String,
     pub stat: Stat,
+}
+
+/// A directory opened for listing page by page ([`Client::open_directory`]).
+#[derive(Clone, Debug)]
+pub struct Directory {
+    /// Its canonical path.
+    pub path: String,
+    /// Its attributes when opened.
+    pub stat: Stat,
+}
+
+/// One page of a directory listing ([`Client::list_page`]).
+#[derive(Clone, Debug)]
+pub struct DirectoryPage {
+    /// Names in order, with their files' attributes.
+    pub entries: Vec<DirEntry>,
+    /// Names follow after the last one.
+    pub more: bool,
 }
 
 /// One name of a directory as [`Client::readdir_names`] lists it.
@@ -373,6 +396,8 @@ struct Inner {
     client_id: u64,
     /// Whom the connections act for (their `Hello` says so).
     credentials: Credentials,
+    /// As in [`ClientConfig::mounted_at`].
+    mounted_at: Option<String>,
 }
 
 impl Drop for Inner {
@@ -409,7 +434,15 @@ impl Client {
         let closes = Arc::new(closes::CloseQueue::default());
         closes.start(Arc::downgrade(&cluster), client_id);
         let files = FileTable::default();
-        let inner = Arc::new(Inner { cluster, closes, files, chunk_size: config.chunk_size, client_id, credentials: credentials.clone() });
+        let inner = Arc::new(Inner {
+            cluster,
+            closes,
+            files,
+            chunk_size: config.chunk_size,
+            client_id,
+            credentials: credentials.clone(),
+            mounted_at: config.mounted_at.clone(),
+        });
         Ok(Client { inner, credentials: Arc::new(credentials), acts_for_other: false })
     }
 

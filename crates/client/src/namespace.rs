@@ -16,12 +16,11 @@ use ringfs_proto::{
 };
 use ringfs_rpc::Connection;
 
-use crate::{Client, DirEntry, FindSummary, NameEntry, Result, Stat, now_ns};
+use crate::links::MAX_SYMLINK_HOPS;
+use crate::{Client, DirEntry, Directory, DirectoryPage, FindSummary, NameEntry, Result, Stat, now_ns};
 
 /// Entries asked from each server per page of a directory listing.
 const DIRECTORY_PAGE: u32 = 4096;
-/// Most symbolic links followed while resolving one path.
-const MAX_SYMLINK_HOPS: usize = 40;
 
 /// `renameat2` flags for [`Client::rename_with_flags`].
 pub use ringfs_proto::RenameFlags;
@@ -64,16 +63,6 @@ impl Client {
     /// The attributes of the file `path` names (no symlink following).
     pub(crate) fn lookup_attr(&self, path: &str) -> Result<Attr> {
         Ok(self.lookup_opened(path, 0, 0)?.attr)
-    }
-
-    /// The canonical path a symbolic link at `path` points to.
-    pub(crate) fn follow_link(&self, path: &str) -> Result<String> {
-        let target = self.readlink(path)?;
-        if target.starts_with('/') {
-            path::canonicalize(&target)
-        } else {
-            path::canonicalize(&path::join(path::parent(path).unwrap_or("/"), &target))
-        }
     }
 
     /// The attributes of the file `path` names after following symbolic links.
@@ -214,7 +203,7 @@ impl Client {
         let request = Request::Read(ringfs_proto::Read {
             chunk: ChunkKey::inode(file),
             offset: 0,
-            len: path::MAX_PATH_BYTES as u64,
+            len: path::MAX_CALL_PATH_BYTES as u64,
             lease: false,
             release: Vec::new(),
             backend_len: 0,
@@ -283,20 +272,26 @@ impl Client {
     /// cache mode the backend directory's entries are merged in (each name once), except those
     /// removed in ringfs whose removal has not reached the backend yet.
     pub fn readdir(&self, path: &str) -> Result<Vec<DirEntry>> {
-        let mut listing = Vec::new();
-        for entry in self.list_entries(path)? {
+        let mut listing = self.with_stats(self.list_entries(path)?)?;
+        listing.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(listing)
+    }
+
+    /// Entries with their files' `stat`: the attributes a name's server sent, or asked of the
+    /// inode's server. A file removed since its name was listed is left out.
+    fn with_stats(&self, entries: Vec<ringfs_proto::DirEntry>) -> Result<Vec<DirEntry>> {
+        let mut listing = Vec::with_capacity(entries.len());
+        for entry in entries {
             let attr = match entry.attr {
                 Some(attr) => attr,
                 None => match self.stat_file(entry.entry.file) {
                     Ok(attr) => attr,
-                    // Removed since the listing was taken.
                     Err(Errno::ESTALE) => continue,
                     Err(errno) => return Err(errno),
                 },
             };
             listing.push(DirEntry { name: entry.name, stat: self.stat_from_attr(&attr)? });
         }
-        listing.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(listing)
     }
 
@@ -313,13 +308,55 @@ impl Client {
         Ok(listing)
     }
 
-    /// The raw entries of directory `path` from every server (and the backend), unsorted.
-    fn list_entries(&self, path: &str) -> Result<Vec<ringfs_proto::DirEntry>> {
+    /// Opens directory `path` for listing it page by page ([`Client::list_page`]).
+    pub fn open_directory(&self, path: &str) -> Result<Directory> {
         let path = path::canonicalize(path)?;
         let stat = self.stat(&path)?;
         if !stat.is_dir() {
             return Err(Errno::ENOTDIR);
         }
+        Ok(Directory { path, stat })
+    }
+
+    /// The names of `directory` after `after` (from the first without), sorted, with their
+    /// files' attributes, about `wanted` of them, read from the servers when called: one
+    /// request to every server (and to the backend directory's server in cache mode). A page
+    /// ends at the smallest last name of the servers that have more, so it may hold fewer
+    /// names than wanted; `more` says whether names follow. Concurrent changes: a name
+    /// created or removed meanwhile may or may not be listed; every other name is listed
+    /// once however the listing is paged.
+    pub fn list_page(&self, directory: &Directory, after: Option<&str>, wanted: usize) -> Result<DirectoryPage> {
+        let cluster = &self.inner.cluster;
+        let members = cluster.member_list().members;
+        let mut connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
+        let limit = (wanted.div_ceil(connections.len().max(1)) + 16).min(DIRECTORY_PAGE as usize) as u32;
+        let path = &directory.path;
+        let page_request = |backend: bool| {
+            let read = ReadDir { path: path.clone(), after: after.map(str::to_string), limit };
+            self.for_caller(if backend { Request::ReadBackendDir(read) } else { Request::ReadDir(read) })
+        };
+        let mut requests = vec![page_request(false); connections.len()];
+        if directory.stat.backed {
+            connections.push(cluster.connection(&cluster.owner_of_path(path))?);
+            requests.push(page_request(true));
+        }
+        // A server may answer "more" with no names (its names went while it read them): ask again.
+        for _ in 0..8 {
+            let pages = self.read_round(&connections, &requests)?;
+            if pages.iter().any(|page| page.more && page.entries.is_empty()) {
+                continue;
+            }
+            let backend = if directory.stat.backed { pages.last().cloned() } else { None };
+            let ringfs_pages = &pages[..pages.len() - usize::from(backend.is_some())];
+            let (entries, more) = merge_pages(ringfs_pages, backend);
+            return Ok(DirectoryPage { entries: self.with_stats(entries)?, more });
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// The raw entries of directory `path` from every server (and the backend), unsorted.
+    fn list_entries(&self, path: &str) -> Result<Vec<ringfs_proto::DirEntry>> {
+        let Directory { path, stat } = self.open_directory(path)?;
         let cluster = &self.inner.cluster;
         let members = cluster.member_list().members;
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
@@ -336,6 +373,21 @@ impl Client {
         Ok(entries)
     }
 
+    /// Sends `requests[i]` on `connections[i]`, all at once, and returns their pages in order.
+    fn read_round(&self, connections: &[Arc<Connection>], requests: &[Request]) -> Result<Vec<DirPage>> {
+        let cluster = &self.inner.cluster;
+        let calls: Vec<_> =
+            connections.iter().zip(requests).map(|(connection, request)| (connection, connection.start(request, &[], None))).collect();
+        let mut pages = Vec::with_capacity(calls.len());
+        for (connection, call) in calls {
+            match cluster.finish(connection, call)?.response {
+                Response::DirPage(page) => pages.push(page),
+                _ => return Err(Errno::EPROTO),
+            }
+        }
+        Ok(pages)
+    }
+
     /// Pages through a listing on each of `connections` in parallel (`request` builds the
     /// request for the page after a name); returns all entries and all removed names.
     fn read_pages(
@@ -343,27 +395,16 @@ impl Client {
         connections: &[Arc<Connection>],
         request: impl Fn(Option<String>) -> Request,
     ) -> Result<(Vec<ringfs_proto::DirEntry>, HashSet<String>)> {
-        let cluster = &self.inner.cluster;
         let mut cursors: Vec<Option<Option<String>>> = vec![Some(None); connections.len()];
         let mut entries = Vec::new();
         let mut removed = HashSet::new();
         while cursors.iter().any(Option::is_some) {
-            let calls: Vec<_> = connections
+            let (asked, requests): (Vec<_>, Vec<_>) = connections
                 .iter()
                 .zip(&cursors)
-                .filter_map(|(connection, cursor)| {
-                    let after = cursor.as_ref()?.clone();
-                    Some((connection, connection.start(&request(after), &[], None)))
-                })
-                .collect();
-            let mut pages = Vec::with_capacity(calls.len());
-            for (connection, call) in calls {
-                match cluster.finish(connection, call)?.response {
-                    Response::DirPage(page) => pages.push(page),
-                    _ => return Err(Errno::EPROTO),
-                }
-            }
-            let mut pages = pages.into_iter();
+                .filter_map(|(connection, cursor)| Some((connection.clone(), request(cursor.as_ref()?.clone()))))
+                .unzip();
+            let mut pages = self.read_round(&asked, &requests)?.into_iter();
             for cursor in cursors.iter_mut().filter(|cursor| cursor.is_some()) {
                 let DirPage { entries: page_entries, more, removed: page_removed } = pages.next().ok_or(Errno::EPROTO)?;
                 *cursor = if more { Some(page_entries.last().map(|entry| entry.name.clone())) } else { None };
@@ -485,4 +526,31 @@ impl Client {
     pub fn fsync_id(&self, file: FileId) -> Result<()> {
         self.inner.cluster.broadcast(&Request::Fsync(FileOnly { file })).map(drop)
     }
+}
+
+/// One page of a listing from the pages of one round: the servers' entries (and the backend's,
+/// less the names ringfs holds or removed) up to the smallest last name of a page with more
+/// after it — every source has sent all its names up to there — sorted; and whether names follow.
+fn merge_pages(pages: &[DirPage], backend: Option<DirPage>) -> (Vec<ringfs_proto::DirEntry>, bool) {
+    let bound = pages
+        .iter()
+        .chain(backend.as_ref())
+        .filter(|page| page.more)
+        .filter_map(|page| page.entries.last().map(|entry| entry.name.clone()))
+        .min();
+    let within = |name: &str| bound.as_deref().is_none_or(|bound| name <= bound);
+    let mut entries: Vec<ringfs_proto::DirEntry> =
+        pages.iter().flat_map(|page| page.entries.iter()).filter(|entry| within(&entry.name)).cloned().collect();
+    if let Some(backend) = backend {
+        let known: HashSet<&str> = entries
+            .iter()
+            .map(|entry| entry.name.as_str())
+            .chain(pages.iter().flat_map(|page| page.removed.iter().map(String::as_str)))
+            .collect();
+        let from_backend: Vec<_> =
+            backend.entries.into_iter().filter(|entry| within(&entry.name) && !known.contains(entry.name.as_str())).collect();
+        entries.extend(from_backend);
+    }
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    (entries, bound.is_some())
 }

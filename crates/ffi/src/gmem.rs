@@ -3,8 +3,8 @@
 //! world per process, made by [`ringfs_gmem_init`]; arrays are small integers naming an
 //! entry of a table; non-blocking operations return a handle to wait for.
 
+use parking_lot::RwLock;
 use std::ffi::{c_int, c_void};
-use std::sync::RwLock;
 
 use ringfs_client::Errno;
 use ringfs_gmem::{Distribution, GetHandle, GlobalArray, PutHandle, Tile, World};
@@ -15,11 +15,11 @@ static WORLD: RwLock<Option<World>> = RwLock::new(None);
 static ARRAYS: RwLock<Vec<Option<GlobalArray>>> = RwLock::new(Vec::new());
 
 fn world() -> Result<World, Errno> {
-    WORLD.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or(Errno::EINVAL)
+    WORLD.read().clone().ok_or(Errno::EINVAL)
 }
 
 fn array(handle: i64) -> Result<GlobalArray, Errno> {
-    let arrays = ARRAYS.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let arrays = ARRAYS.read();
     usize::try_from(handle).ok().and_then(|index| arrays.get(index)).and_then(Option::clone).ok_or(Errno::EBADF)
 }
 
@@ -54,7 +54,7 @@ unsafe fn bytes<'a>(pointer: *const c_void, len: usize) -> Result<&'a [u8], Errn
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_gmem_init() -> c_int {
     guard(-1, || {
-        let mut slot = WORLD.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut slot = WORLD.write();
         if slot.is_none() {
             *slot = Some(World::init()?);
         }
@@ -67,8 +67,8 @@ pub extern "C" fn ringfs_gmem_init() -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_gmem_finalize() -> c_int {
     guard(-1, || {
-        let world = WORLD.write().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
-        ARRAYS.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+        let world = WORLD.write().take();
+        ARRAYS.write().clear();
         world.map_or(Ok(0), |world| world.quiet().map(|()| 0))
     })
 }
@@ -94,7 +94,7 @@ pub extern "C" fn ringfs_gmem_alloc(bytes: u64, distribution: c_int, cyclic_bloc
             _ => return Err(Errno::EINVAL),
         };
         let array = world()?.alloc(bytes, distribution, block_size)?;
-        let mut arrays = ARRAYS.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut arrays = ARRAYS.write();
         arrays.push(Some(array));
         Ok(arrays.len() as i64 - 1)
     })
@@ -106,7 +106,7 @@ pub extern "C" fn ringfs_gmem_free(handle: i64) -> c_int {
     guard(-1, || {
         let freed = array(handle)?;
         world()?.free(&freed)?;
-        if let Some(slot) = ARRAYS.write().unwrap_or_else(|poisoned| poisoned.into_inner()).get_mut(handle as usize) {
+        if let Some(slot) = ARRAYS.write().get_mut(handle as usize) {
             *slot = None;
         }
         Ok(0)

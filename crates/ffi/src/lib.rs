@@ -12,12 +12,13 @@
 //! ringfs_close(fd);
 //! ```
 
+use parking_lot::RwLock;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::io::SeekFrom;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::RwLock;
 
 use ringfs_client::{Client, ClientConfig, ConnectError, Errno, Fd, OpenFlags, Stat};
+use ringfs_config::env;
 
 mod gmem;
 mod locks;
@@ -45,7 +46,7 @@ fn guard<T>(failure: T, body: impl FnOnce() -> Result<T, Errno>) -> T {
 }
 
 fn client() -> Result<Client, Errno> {
-    CLIENT.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone().ok_or(Errno::EINVAL)
+    CLIENT.read().clone().ok_or(Errno::EINVAL)
 }
 
 /// A C string argument as UTF-8 (EFAULT for NULL, EINVAL for other encodings).
@@ -96,12 +97,12 @@ fn fill_stat(stat: &Stat, destination: *mut libc::stat) -> Result<(), Errno> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ringfs_init(servers: *const c_char) -> c_int {
     guard(-1, || {
-        let mut slot = CLIENT.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut slot = CLIENT.write();
         if slot.is_some() {
             return Ok(0);
         }
         let servers = if servers.is_null() {
-            std::env::var("RINGFS_SERVER").unwrap_or_default()
+            std::env::var(env::SERVER).unwrap_or_default()
         } else {
             // SAFETY: non-null, NUL-terminated by contract.
             unsafe { string(servers) }?.to_string()
@@ -124,7 +125,7 @@ pub unsafe extern "C" fn ringfs_init(servers: *const c_char) -> c_int {
 #[unsafe(no_mangle)]
 pub extern "C" fn ringfs_term() -> c_int {
     guard(-1, || {
-        CLIENT.write().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        CLIENT.write().take();
         Ok(0)
     })
 }

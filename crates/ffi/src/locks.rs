@@ -10,10 +10,10 @@
 //! would not. The files this process took locks on are remembered here, so that a close
 //! sends nothing when there is nothing to give back.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_int;
 use std::io::SeekFrom;
-use std::sync::Mutex;
 
 use ringfs_client::{Client, Errno, Fd, FileId, LockKind, LockRange};
 
@@ -31,7 +31,7 @@ fn description_owner(fd: Fd) -> u64 {
 static LOCKING: Mutex<Option<HashMap<FileId, Vec<u64>>>> = Mutex::new(None);
 
 fn remember(file: FileId, owner: u64) {
-    let mut locking = LOCKING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut locking = LOCKING.lock();
     let owners = locking.get_or_insert_with(HashMap::new).entry(file).or_default();
     if !owners.contains(&owner) {
         owners.push(owner);
@@ -43,7 +43,7 @@ fn remember(file: FileId, owner: u64) {
 pub(crate) fn release_at_close(client: &Client, fd: Fd) -> Result<(), Errno> {
     let Ok(file) = client.file_id(fd) else { return Ok(()) };
     let ending: Vec<u64> = {
-        let mut locking = LOCKING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut locking = LOCKING.lock();
         let Some(owners) = locking.as_mut().and_then(|files| files.get_mut(&file)) else { return Ok(()) };
         let ending: Vec<u64> = owners.iter().copied().filter(|owner| *owner == PROCESS_OWNER || *owner == description_owner(fd)).collect();
         owners.retain(|owner| !ending.contains(owner));

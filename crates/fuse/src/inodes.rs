@@ -6,10 +6,22 @@
 //! to, the file id — everything done to a file (open, stat, attribute changes) goes by id,
 //! whatever happened to its names — and the path it was last seen at, which operations on
 //! names inside a directory need. Lookups are counted so that `forget` can drop entries.
+//!
+//! For a directory the table also keeps the attributes last read from ringfs, with the
+//! changes of names this mount made in it since ([`InodeTable::directory_attr`]): the kernel
+//! drops its copy of a directory's attributes at every create or removal in it and asks again
+//! before the next one (for its permission check), and answering from here spares that
+//! request to the servers — and spares the servers collecting the directory's held-back time
+//! touches each time, which made every create in it wait for its touch. For every inode
+//! it keeps whether the file had extended attributes when its attributes were last read:
+//! the kernel asks for `security.capability` before every write, and a file with none is
+//! answered here, as fresh as the attributes the kernel caches.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
+use fuser::FileAttr;
 use ringfs_client::{Errno, FileId};
 
 /// FUSE's root inode number (and ringfs's root file id).
@@ -22,45 +34,133 @@ struct Entry {
     /// The mount holds a reference on the file (see `ringfs_client::Client::lookup_ref`),
     /// given back when the kernel forgets the inode.
     referenced: bool,
+    /// A directory's attributes as read from ringfs at that instant, changed since by what
+    /// this mount did in it.
+    directory: Option<(FileAttr, Instant)>,
+    /// When the attributes read last said the file has no extended attributes.
+    no_xattrs_since: Option<Instant>,
+    /// A directory made through this mount in which every change of names came through it
+    /// too (as far as the watch knows): how many of its names have each hash.
+    names: Option<HashMap<u64, u32>>,
+}
+
+/// Most names a directory's [`Entry::names`] counts (beyond, it is dropped).
+const MOST_KNOWN_NAMES: usize = 2_000_000;
+
+fn name_hash(name: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    name.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Most names the table remembers the kernel was told are missing (beyond, no more are
+/// cached: see [`InodeTable::note_missing`]).
+const MOST_MISSING: usize = 100_000;
+
+/// The inodes the kernel knows, and the inode last seen at each path.
+#[derive(Default)]
+struct Inodes {
+    entries: HashMap<u64, Entry>,
+    /// Invariant: `by_path[p] == i` only if `entries[i].path == p`.
+    by_path: HashMap<String, u64>,
+    /// Names the kernel was told are missing (in a directory, by inode), and when: the
+    /// kernel caches those too, and only they can be told to drop them.
+    missing: HashMap<(u64, String), Instant>,
+}
+
+impl Inodes {
+    /// Points `inode`'s path to `path` (and the index with it).
+    fn move_to(&mut self, inode: u64, path: String) {
+        let Some(entry) = self.entries.get_mut(&inode) else { return };
+        if self.by_path.get(&entry.path) == Some(&inode) {
+            self.by_path.remove(&entry.path);
+        }
+        self.by_path.insert(path.clone(), inode);
+        entry.path = path;
+    }
 }
 
 /// The paths of the inodes the kernel knows.
 pub struct InodeTable {
-    entries: Mutex<HashMap<u64, Entry>>,
+    inodes: Mutex<Inodes>,
 }
 
 impl Default for InodeTable {
     fn default() -> Self {
-        let mut entries = HashMap::new();
-        entries.insert(ROOT_INODE, Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, referenced: false });
-        InodeTable { entries: Mutex::new(entries) }
+        let mut inodes = Inodes::default();
+        let root = Entry {
+            file: FileId::ROOT,
+            path: "/".into(),
+            lookups: 1,
+            referenced: false,
+            directory: None,
+            no_xattrs_since: None,
+            names: None,
+        };
+        inodes.entries.insert(ROOT_INODE, root);
+        inodes.by_path.insert("/".into(), ROOT_INODE);
+        InodeTable { inodes: Mutex::new(inodes) }
     }
 }
 
 impl InodeTable {
-    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Entry>> {
-        self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn inodes(&self) -> parking_lot::MutexGuard<'_, Inodes> {
+        self.inodes.lock()
+    }
+
+    /// The inode last seen at `path`, if the kernel still knows it there.
+    pub fn inode_at(&self, path: &str) -> Option<u64> {
+        self.inodes().by_path.get(path).copied()
+    }
+
+    /// Every inode the kernel knows, with the path it was last seen at.
+    pub fn all(&self) -> Vec<(u64, String)> {
+        self.inodes().entries.iter().map(|(inode, entry)| (*inode, entry.path.clone())).collect()
+    }
+
+    /// The kernel is told that `name` is missing in `directory`, to be kept for `valid_for`;
+    /// `false` if the table keeps too many such names already (then the kernel must not
+    /// cache it).
+    pub fn note_missing(&self, directory: u64, name: &str, valid_for: Duration) -> bool {
+        let mut inodes = self.inodes();
+        if inodes.missing.len() >= MOST_MISSING {
+            // (Those the kernel has dropped by now need no telling.)
+            inodes.missing.retain(|_, told| told.elapsed() < valid_for);
+            if inodes.missing.len() >= MOST_MISSING {
+                return false;
+            }
+        }
+        inodes.missing.insert((directory, name.to_string()), Instant::now());
+        true
+    }
+
+    /// The names the kernel was told are missing, forgotten here (the caller has the kernel
+    /// drop them).
+    pub fn take_missing(&self) -> Vec<(u64, String)> {
+        self.inodes().missing.drain().map(|(name, _)| name).collect()
     }
 
     /// The path an inode was last seen at; ESTALE if the kernel names one it was never given.
     pub fn path(&self, inode: u64) -> Result<String, Errno> {
-        self.entries().get(&inode).map(|entry| entry.path.clone()).ok_or(Errno::ESTALE)
+        self.inodes().entries.get(&inode).map(|entry| entry.path.clone()).ok_or(Errno::ESTALE)
     }
 
     /// The file id of an inode; ESTALE if the kernel names one it was never given.
     pub fn file(&self, inode: u64) -> Result<FileId, Errno> {
-        self.entries().get(&inode).map(|entry| entry.file).ok_or(Errno::ESTALE)
+        self.inodes().entries.get(&inode).map(|entry| entry.file).ok_or(Errno::ESTALE)
     }
 
     /// The directory holding `inode` (by the path it was last seen at) and the names in it
     /// the kernel knows: the names a lock on `inode` revalidates (see the lock handlers).
     /// `None` if the directory's inode is not known. Scans the table (locks are rare).
     pub fn names_beside(&self, inode: u64) -> Option<(u64, Vec<String>)> {
-        let entries = self.entries();
-        let path = &entries.get(&inode)?.path;
+        let inodes = self.inodes();
+        let path = &inodes.entries.get(&inode)?.path;
         let directory = ringfs_proto::path::parent(path)?;
-        let directory_inode = entries.iter().find(|(_, entry)| entry.path == directory).map(|(inode, _)| *inode)?;
-        let names = entries
+        let directory_inode = *inodes.by_path.get(directory)?;
+        let names = inodes
+            .entries
             .values()
             .filter(|entry| ringfs_proto::path::parent(&entry.path) == Some(directory))
             .map(|entry| ringfs_proto::path::file_name(&entry.path).to_string())
@@ -72,13 +172,25 @@ impl InodeTable {
     /// With `referenced`, the caller took a reference on the file for this lookup: the table
     /// keeps one per inode, and returns `true` when the caller's one is surplus (to give back).
     pub fn remember(&self, file: FileId, path: &str, referenced: bool) -> bool {
-        let mut entries = self.entries();
-        let entry = entries.entry(file.ino()).or_insert_with(|| Entry { file, path: path.to_string(), lookups: 0, referenced: false });
-        entry.file = file;
-        if entry.path != path {
-            // Renamed or linked (by anyone): the file id stays, the name changes.
-            entry.path = path.to_string();
+        let mut inodes = self.inodes();
+        let inode = file.ino();
+        let known = inodes.entries.get(&inode).map(|entry| entry.path == path);
+        if known.is_none() {
+            let entry =
+                Entry { file, path: String::new(), lookups: 0, referenced: false, directory: None, no_xattrs_since: None, names: None };
+            inodes.entries.insert(inode, entry);
         }
+        if known != Some(true) {
+            // New, or renamed or linked (by anyone): the file id stays, the name changes.
+            inodes.move_to(inode, path.to_string());
+        }
+        let entry = inodes.entries.get_mut(&inode).expect("inserted above");
+        if known == Some(false) {
+            // Moved by someone else: news of its names under the new path may have been
+            // missed.
+            entry.names = None;
+        }
+        entry.file = file;
         entry.lookups += 1;
         let surplus = referenced && entry.referenced;
         entry.referenced |= referenced;
@@ -91,14 +203,113 @@ impl InodeTable {
         if inode == ROOT_INODE {
             return None;
         }
-        let mut entries = self.entries();
-        let entry = entries.get_mut(&inode)?;
+        let mut inodes = self.inodes();
+        let entry = inodes.entries.get_mut(&inode)?;
         entry.lookups = entry.lookups.saturating_sub(count);
         if entry.lookups > 0 {
             return None;
         }
-        let entry = entries.remove(&inode)?;
+        let entry = inodes.entries.remove(&inode)?;
+        if inodes.by_path.get(&entry.path) == Some(&inode) {
+            inodes.by_path.remove(&entry.path);
+        }
         entry.referenced.then_some(entry.file)
+    }
+
+    /// Attributes of `attr.ino` (an inode the kernel holds) just read from ringfs, and
+    /// whether the file has extended attributes.
+    pub fn read_attr(&self, attr: &FileAttr, has_xattrs: bool) {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&attr.ino.0) else { return };
+        let now = Instant::now();
+        if attr.kind == fuser::FileType::Directory {
+            entry.directory = Some((*attr, now));
+        }
+        entry.no_xattrs_since = (!has_xattrs).then_some(now);
+    }
+
+    /// Whether `inode` had no extended attributes when its attributes were read, less than
+    /// `valid_for` ago.
+    pub fn has_no_xattrs(&self, inode: u64, valid_for: Duration) -> bool {
+        let inodes = self.inodes();
+        inodes.entries.get(&inode).and_then(|entry| entry.no_xattrs_since).is_some_and(|since| since.elapsed() < valid_for)
+    }
+
+    /// The attributes of directory `inode` read from ringfs less than `valid_for` ago, with
+    /// the changes made through this mount since, and how much longer they are valid.
+    pub fn directory_attr(&self, inode: u64, valid_for: Duration) -> Option<(FileAttr, Duration)> {
+        let (attr, read_at) = self.inodes().entries.get(&inode)?.directory?;
+        let remaining = valid_for.checked_sub(read_at.elapsed()).filter(|remaining| !remaining.is_zero())?;
+        Some((attr, remaining))
+    }
+
+    /// This mount created or removed names in `directory` at `time` (`subdirectories`: how
+    /// many more it has now): its times and link count change as ringfs changes them.
+    pub fn names_changed(&self, directory: u64, time: SystemTime, subdirectories: i32) {
+        let mut inodes = self.inodes();
+        if let Some((attr, _)) = inodes.entries.get_mut(&directory).and_then(|entry| entry.directory.as_mut()) {
+            attr.mtime = attr.mtime.max(time);
+            attr.ctime = attr.ctime.max(time);
+            attr.nlink = attr.nlink.saturating_add_signed(subdirectories).max(2);
+        }
+    }
+
+    /// Directory `inode` was just made, empty, through this mount: from now on the table
+    /// follows every name in it, until a change of names elsewhere is seen there.
+    pub fn made_directory(&self, inode: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&inode) {
+            entry.names = Some(HashMap::new());
+        }
+    }
+
+    /// This mount gave `directory` the name `name`.
+    pub fn name_added(&self, directory: u64, name: &str) {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&directory) else { return };
+        let Some(names) = entry.names.as_mut() else { return };
+        if names.len() >= MOST_KNOWN_NAMES {
+            entry.names = None;
+            return;
+        }
+        *names.entry(name_hash(name)).or_default() += 1;
+    }
+
+    /// This mount removed the name `name` from `directory`.
+    pub fn name_removed(&self, directory: u64, name: &str) {
+        let mut inodes = self.inodes();
+        let Some(names) = inodes.entries.get_mut(&directory).and_then(|entry| entry.names.as_mut()) else { return };
+        let hash = name_hash(name);
+        if let Some(count) = names.get_mut(&hash) {
+            *count -= 1;
+            if *count == 0 {
+                names.remove(&hash);
+            }
+        }
+    }
+
+    /// Whether `directory` surely has no name `name`: every change of names in it came
+    /// through this mount, and none gave it that name (or one of the same hash).
+    pub fn surely_missing(&self, directory: u64, name: &str) -> bool {
+        let inodes = self.inodes();
+        let names = inodes.entries.get(&directory).and_then(|entry| entry.names.as_ref());
+        names.is_some_and(|names| !names.contains_key(&name_hash(name)))
+    }
+
+    /// Names in `directory` changed in a way the table does not follow (elsewhere, or an
+    /// outcome not known).
+    pub fn lose_names(&self, directory: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&directory) {
+            entry.names = None;
+        }
+    }
+
+    /// The attributes kept for `inode` no longer hold (it changed in a way this table does
+    /// not follow: a rename, an extended attribute set or removed, a change elsewhere).
+    pub fn forget_attr(&self, inode: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&inode) {
+            entry.directory = None;
+            entry.no_xattrs_since = None;
+        }
     }
 
     /// A rename through this mount: every inode at `from` or below now lives under `to`;
@@ -113,10 +324,27 @@ impl InodeTable {
                 None
             }
         };
-        for entry in self.entries().values_mut() {
-            if let Some(path) = moved(&entry.path, from, to) {
-                entry.path = path;
-            } else if exchange && let Some(path) = moved(&entry.path, to, from) {
+        let mut inodes = self.inodes();
+        let moves: Vec<(u64, String)> = inodes
+            .entries
+            .iter()
+            .filter_map(|(inode, entry)| {
+                let path = moved(&entry.path, from, to).or_else(|| if exchange { moved(&entry.path, to, from) } else { None });
+                path.map(|path| (*inode, path))
+            })
+            .collect();
+        for (inode, _) in &moves {
+            let entry = inodes.entries.get_mut(inode).expect("listed above");
+            // (A moved directory's ctime changed.)
+            entry.directory = None;
+            let old = entry.path.clone();
+            if inodes.by_path.get(&old) == Some(inode) {
+                inodes.by_path.remove(&old);
+            }
+        }
+        for (inode, path) in moves {
+            inodes.by_path.insert(path.clone(), inode);
+            if let Some(entry) = inodes.entries.get_mut(&inode) {
                 entry.path = path;
             }
         }
@@ -146,6 +374,7 @@ mod tests {
     #[test]
     fn renames_move_paths_below_too() {
         let table = InodeTable::default();
+        assert_eq!(table.inode_at("/"), Some(ROOT_INODE));
         table.remember(file(2), "/d", false);
         table.remember(file(3), "/d/f", false);
         table.remember(file(4), "/dx", false);
@@ -162,6 +391,94 @@ mod tests {
         assert_eq!(table.path(2).unwrap(), "/dx");
         assert_eq!(table.path(4).unwrap(), "/e");
         assert_eq!(table.path(5).unwrap(), "/e/y");
+        // The index of paths follows.
+        assert_eq!((table.inode_at("/dx"), table.inode_at("/e"), table.inode_at("/e/y")), (Some(2), Some(4), Some(5)));
+        assert_eq!(table.inode_at("/d"), None);
+        table.forget(4, 1);
+        assert_eq!(table.inode_at("/e"), None);
+        // A name given to another file points to it; forgetting the old one keeps that.
+        table.remember(file(6), "/g", false);
+        assert_eq!(table.inode_at("/g"), Some(6));
+        table.forget(3, 1);
+        assert_eq!(table.inode_at("/g"), Some(6));
+    }
+
+    #[test]
+    fn a_directorys_attributes_follow_this_mounts_changes_until_they_expire() {
+        let table = InodeTable::default();
+        table.remember(file(2), "/d", false);
+        let read = FileAttr { ino: fuser::INodeNo(2), kind: fuser::FileType::Directory, nlink: 3, ..attr() };
+        table.read_attr(&read, false);
+        let later = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
+        table.names_changed(2, later, 1);
+        let (kept, remaining) = table.directory_attr(2, Duration::from_secs(1)).unwrap();
+        assert_eq!((kept.mtime, kept.ctime, kept.nlink), (later, later, 4));
+        assert!(remaining <= Duration::from_secs(1));
+        table.names_changed(2, SystemTime::UNIX_EPOCH, -5);
+        let (kept, _) = table.directory_attr(2, Duration::from_secs(1)).unwrap();
+        assert_eq!((kept.mtime, kept.nlink), (later, 2), "times never go back; at least 2 links");
+        assert!(table.directory_attr(2, Duration::ZERO).is_none(), "expired");
+        table.renamed("/d", "/e", false);
+        assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "a moved directory is read again");
+        table.read_attr(&FileAttr { kind: fuser::FileType::RegularFile, ..read }, false);
+        assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "files are not kept");
+    }
+
+    #[test]
+    fn a_file_without_extended_attributes_is_known_so_until_the_attributes_expire() {
+        let table = InodeTable::default();
+        table.remember(file(3), "/f", false);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "nothing known yet");
+        let read = FileAttr { ino: fuser::INodeNo(3), ..attr() };
+        table.read_attr(&read, false);
+        assert!(table.has_no_xattrs(3, Duration::from_secs(1)));
+        assert!(!table.has_no_xattrs(3, Duration::ZERO), "expired");
+        table.forget_attr(3);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "set through this mount since");
+        table.read_attr(&read, true);
+        assert!(!table.has_no_xattrs(3, Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_directory_made_here_knows_which_names_it_surely_lacks_until_changed_elsewhere() {
+        let table = InodeTable::default();
+        table.remember(file(2), "/d", false);
+        assert!(!table.surely_missing(2, "a"), "a directory looked up: anything may be in it");
+        table.made_directory(2);
+        assert!(table.surely_missing(2, "a"));
+        table.name_added(2, "a");
+        table.name_added(2, "a");
+        assert!(!table.surely_missing(2, "a") && table.surely_missing(2, "b"));
+        table.name_removed(2, "a");
+        assert!(!table.surely_missing(2, "a"), "counted twice (a replacing rename), removed once");
+        table.name_removed(2, "a");
+        assert!(table.surely_missing(2, "a"));
+        table.lose_names(2);
+        assert!(!table.surely_missing(2, "b"), "changed elsewhere");
+        table.made_directory(2);
+        table.remember(file(2), "/moved", false);
+        assert!(!table.surely_missing(2, "b"), "moved by someone else");
+    }
+
+    fn attr() -> FileAttr {
+        let time = SystemTime::UNIX_EPOCH + Duration::from_secs(10);
+        FileAttr {
+            ino: fuser::INodeNo(0),
+            size: 0,
+            blocks: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind: fuser::FileType::RegularFile,
+            perm: 0o755,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
     }
 
     fn file(serial: u64) -> FileId {

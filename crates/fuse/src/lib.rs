@@ -20,14 +20,16 @@
 //! mounted.unmount().unwrap();
 //! ```
 
+pub mod directories;
 pub mod inodes;
+pub mod watch;
 
+use parking_lot::Mutex;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
@@ -36,10 +38,12 @@ use fuser::{
     ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, SessionACL,
     TimeOrNow, WriteFlags,
 };
-use ringfs_client::{Client, Credentials, Errno, Fd, FileId, FileKind, LockKind, LockRange, OpenFlags, Stat};
+use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, FileKind, LockKind, LockRange, OpenFlags, Stat};
 use thiserror::Error;
 
+use crate::directories::{Listed, OpenDirectories};
 use crate::inodes::{InodeTable, ROOT_INODE};
+use crate::watch::Watch;
 
 /// Largest read or write the kernel sends in one request.
 const MAX_TRANSFER: u32 = 1 << 20;
@@ -47,8 +51,14 @@ const MAX_TRANSFER: u32 = 1 << 20;
 /// How a mount behaves.
 #[derive(Clone, Debug)]
 pub struct MountOptions {
-    /// How long the kernel may cache attributes and names. Default 1 s.
+    /// How long the kernel may cache attributes and names. Default 60 s: changes made
+    /// elsewhere are dropped from the kernel's caches as the mount learns of them (see
+    /// `watch_interval`).
     pub attr_timeout: Duration,
+    /// How often the mount asks the servers what other clients changed (see [`watch`]);
+    /// zero: never (then only `attr_timeout` bounds how stale the kernel's caches are).
+    /// Default 100 ms.
+    pub watch_interval: Duration,
     /// Bypass the page cache: every read and write goes to ringfs (mmap does not work).
     pub direct_io: bool,
     /// Let the kernel collect small writes in the page cache and send them later (faster
@@ -63,7 +73,14 @@ pub struct MountOptions {
 
 impl Default for MountOptions {
     fn default() -> Self {
-        MountOptions { attr_timeout: Duration::from_secs(1), direct_io: false, writeback_cache: false, threads: 4, allow_other: false }
+        MountOptions {
+            attr_timeout: Duration::from_secs(60),
+            watch_interval: Duration::from_millis(100),
+            direct_io: false,
+            writeback_cache: false,
+            threads: 4,
+            allow_other: false,
+        }
     }
 }
 
@@ -75,22 +92,15 @@ pub enum MountError {
     Unmount(std::io::Error),
 }
 
-/// One listed entry of an open directory.
-struct Listed {
-    file: FileId,
-    name: String,
-    attr: FileAttr,
-}
-
 /// The ringfs file system, as the kernel sees it.
 pub struct RingfsFilesystem {
     client: Client,
-    inodes: InodeTable,
+    inodes: Arc<InodeTable>,
+    /// Drops from the kernel's caches what changed elsewhere (see [`watch`]).
+    watch: Arc<Watch>,
     options: MountOptions,
-    /// Listings of open directories, by directory handle (taken at opendir, so that the
-    /// kernel's successive readdir calls page through one consistent list).
-    directories: Mutex<HashMap<u64, Vec<Listed>>>,
-    next_directory_handle: AtomicU64,
+    /// Open directories and where their listings stand (see [`directories`]).
+    directories: OpenDirectories,
     /// The kernel's lock owners that took advisory locks, by inode, each with the file handle
     /// it took them through: a process's close (flush) gives back its locks on the file, and
     /// the release of a handle those of every owner that took locks through it (OFD locks
@@ -190,10 +200,10 @@ impl RingfsFilesystem {
     pub fn new(client: Client, options: MountOptions) -> RingfsFilesystem {
         RingfsFilesystem {
             client,
-            inodes: InodeTable::default(),
+            inodes: Arc::new(InodeTable::default()),
+            watch: Arc::new(Watch::default()),
             options,
-            directories: Mutex::new(HashMap::new()),
-            next_directory_handle: AtomicU64::new(1),
+            directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
             notifier: Arc::new(OnceLock::new()),
         }
@@ -211,12 +221,17 @@ impl RingfsFilesystem {
         if self.inodes.remember(stat.file, path, referenced) {
             self.client.release_ref(stat.file);
         }
-        Ok(file_attr(&stat))
+        Ok(self.read(&stat))
     }
 
-    /// Attributes of `path` just created here, for a reply that hands the kernel its inode (no
-    /// reference is taken: the creator holds the file, and a later open of an inode whose file
-    /// went fails with ESTALE, on which the kernel looks the name up again).
+    /// The kernel's attributes of a file the kernel holds, just read from ringfs (noted in
+    /// the inode table, see [`inodes`]).
+    fn read(&self, stat: &Stat) -> FileAttr {
+        let attr = file_attr(stat);
+        self.inodes.read_attr(&attr, stat.has_xattrs);
+        attr
+    }
+
     /// The client acting for the caller of `request`: what it creates belongs to the caller
     /// (the kernel has checked the caller may create there: `default_permissions`).
     fn caller(&self, request: &Request) -> Client {
@@ -228,10 +243,20 @@ impl RingfsFilesystem {
         self.client.as_user(Credentials { uid: request.uid(), gid: request.gid(), groups })
     }
 
-    fn created_entry(&self, path: &str) -> Result<FileAttr, Errno> {
+    /// Attributes of `path` just created in `parent` here, for a reply that hands the kernel
+    /// its inode (no reference is taken: the creator holds the file, and a later open of an
+    /// inode whose file went fails with ESTALE, on which the kernel looks the name up again).
+    fn created_entry(&self, parent: INodeNo, path: &str) -> Result<FileAttr, Errno> {
         let stat = self.client.lstat(path)?;
         self.inodes.remember(stat.file, path, false);
-        Ok(file_attr(&stat))
+        let attr = self.read(&stat);
+        // The new name's time is the change's (a link's too: it sets the file's ctime).
+        self.inodes.names_changed(parent.0, attr.ctime, i32::from(attr.kind == FileType::Directory));
+        self.inodes.name_added(parent.0, ringfs_proto::path::file_name(path));
+        if attr.kind == FileType::Directory {
+            self.inodes.made_directory(attr.ino.0);
+        }
+        Ok(attr)
     }
 
     /// The client's open flags for the kernel's. With the writeback cache the kernel also
@@ -250,9 +275,15 @@ impl RingfsFilesystem {
         if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() }
     }
 
-    fn reply_entry(&self, reply: ReplyEntry, result: Result<FileAttr, Errno>) {
+    /// How long the kernel may keep an answer read from the servers since the watch's count
+    /// of drops was `dropped_before` (see [`watch`]).
+    fn cache_time(&self, dropped_before: u64) -> Duration {
+        self.watch.cache_time(dropped_before, self.options.attr_timeout)
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, dropped_before: u64, result: Result<FileAttr, Errno>) {
         match result {
-            Ok(attr) => reply.entry(&self.options.attr_timeout, &attr, Generation(0)),
+            Ok(attr) => reply.entry(&self.cache_time(dropped_before), &attr, Generation(0)),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -304,29 +335,35 @@ impl RingfsFilesystem {
                     matches!(times.0, Some(TimeOrNow::SpecificTime(_))) || matches!(times.1, Some(TimeOrNow::SpecificTime(_)));
             })?;
         }
-        Ok(file_attr(&self.client.stat_id(file)?))
+        Ok(self.read(&self.client.stat_id(file)?))
     }
 
-    fn list(&self, inode: INodeNo) -> Result<Vec<Listed>, Errno> {
+    /// Opens directory `inode` for listing: its handle.
+    fn open_directory(&self, inode: INodeNo) -> Result<u64, Errno> {
         let path = self.inodes.path(inode.0)?;
-        let own = self.client.lstat(&path)?;
-        if own.file != self.inodes.file(inode.0)? {
+        let directory = self.client.open_directory(&path)?;
+        if directory.stat.file != self.inodes.file(inode.0)? {
             // The directory was renamed (or replaced) by another client since the kernel
             // looked it up: the kernel looks its name up again.
             return Err(Errno::ESTALE);
         }
-        let parent_path = ringfs_proto::path::parent(&path).unwrap_or("/");
-        let parent = if parent_path == path { own } else { self.client.lstat(parent_path)? };
-        let mut listing = vec![
-            Listed { file: own.file, name: ".".into(), attr: file_attr(&own) },
-            Listed { file: parent.file, name: "..".into(), attr: file_attr(&parent) },
-        ];
-        listing.extend(self.client.readdir(&path)?.into_iter().map(|entry| Listed {
-            file: entry.stat.file,
-            attr: file_attr(&entry.stat),
-            name: entry.name,
-        }));
-        Ok(listing)
+        let parent = match ringfs_proto::path::parent(&directory.path) {
+            Some(parent) if parent != directory.path => self.client.lstat(parent)?.ino,
+            _ => directory.stat.ino,
+        };
+        let own = directory.stat.ino;
+        Ok(self.directories.insert(directory, [own, parent]))
+    }
+
+    /// Answers a `READDIR(PLUS)` of `handle` continuing after cookie `offset`: a page read
+    /// from the servers now (see [`directories`]), given to the kernel through `add` (a
+    /// name, its cookie and what it is; `true` when the reply is full).
+    fn list_page(&self, handle: FileHandle, offset: u64, add: impl FnMut(&str, u64, Listed<'_, DirEntry>) -> bool) -> Result<(), Errno> {
+        let (directory, resume) = self.directories.resume(handle.0, offset).ok_or(Errno::EBADF)?;
+        let Some(resume) = resume else { return Ok(()) };
+        let page = self.client.list_page(&directory, resume.after.as_deref(), resume.wanted)?;
+        let given = self.directories.give(handle.0, &resume, &page.entries, |entry| entry.name.as_str(), page.more, add);
+        if given { Ok(()) } else { Err(Errno::EBADF) }
     }
 
     /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
@@ -349,7 +386,7 @@ impl RingfsFilesystem {
     fn release_locks(&self, inode: INodeNo, handle: FileHandle, chosen: impl Fn(u64, FileHandle) -> bool) -> Result<(), Errno> {
         let mut released: Vec<u64> = Vec::new();
         {
-            let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut owners = self.lock_owners.lock();
             let Some(list) = owners.get_mut(&inode.0) else { return Ok(()) };
             list.retain(|(owner, through)| {
                 if !chosen(*owner, *through) {
@@ -367,10 +404,6 @@ impl RingfsFilesystem {
             }
         }
         released.into_iter().try_for_each(|owner| self.client.release_locks(fd_of(handle), owner))
-    }
-
-    fn directories(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Vec<Listed>>> {
-        self.directories.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -398,8 +431,23 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let result = self.child_path(parent, name).and_then(|path| self.entry(&path));
-        self.reply_entry(reply, result);
+        let dropped = self.watch.dropped();
+        let result = self.child_path(parent, name).and_then(|path| {
+            let short = name.len() <= ringfs_proto::path::MAX_NAME_BYTES && path.len() <= ringfs_proto::path::MAX_PATH_BYTES;
+            if short && self.inodes.surely_missing(parent.0, &name.to_string_lossy()) {
+                // (A directory made here, whose names all came through here: see `inodes`.)
+                return Err(Errno::ENOENT);
+            }
+            self.entry(&path)
+        });
+        if result == Err(Errno::ENOENT) && self.inodes.note_missing(parent.0, &name.to_string_lossy(), self.options.attr_timeout) {
+            // A missing name is remembered as long as names are (inode 0: none); a name made
+            // through this mount replaces it at once, one made elsewhere shows as late as
+            // other changes.
+            let missing = FileAttr { ino: INodeNo(0), ..file_attr(&Stat::default()) };
+            return reply.entry(&self.cache_time(dropped), &missing, Generation(0));
+        }
+        self.reply_entry(reply, dropped, result);
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
@@ -409,12 +457,17 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        let dropped = self.watch.dropped();
+        // (A directory's, read lately and changed since by this mount: see `inodes`.)
+        if let Some((attr, valid_for)) = self.inodes.directory_attr(inode.0, self.options.attr_timeout) {
+            return reply.attr(&valid_for, &attr);
+        }
         let stat = match handle {
             Some(handle) if inode.0 != ROOT_INODE => self.client.fstat(fd_of(handle)),
             _ => self.inodes.file(inode.0).and_then(|file| self.client.stat_id(file)),
         };
         match stat {
-            Ok(stat) => reply.attr(&self.options.attr_timeout, &file_attr(&stat)),
+            Ok(stat) => reply.attr(&self.cache_time(dropped), &self.read(&stat)),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -451,48 +504,64 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             self.caller(request).mkdir(&path, mode & !umask)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.unlink(&path)));
+        let time = SystemTime::now();
+        let result = self.child_path(parent, name).and_then(|path| self.client.unlink(&path));
+        if result.is_ok() {
+            self.inodes.names_changed(parent.0, time, 0);
+            self.inodes.name_removed(parent.0, &name.to_string_lossy());
+        }
+        Self::reply_empty(reply, result);
     }
 
     fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.child_path(parent, name).and_then(|path| self.client.rmdir(&path)));
+        let time = SystemTime::now();
+        let result = self.child_path(parent, name).and_then(|path| self.client.rmdir(&path));
+        if result.is_ok() {
+            self.inodes.names_changed(parent.0, time, -1);
+            self.inodes.name_removed(parent.0, &name.to_string_lossy());
+        }
+        Self::reply_empty(reply, result);
     }
 
     fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, link_name).and_then(|path| {
             self.caller(request).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
             self.caller(request).mknod(&path, mode, rdev as u64)?;
-            self.created_entry(&path)
+            self.created_entry(parent, &path)
         });
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        let dropped = self.watch.dropped();
         let result = (|| {
             // By id: the file the kernel holds, whatever its names are now (the name this
             // mount saw last may be gone while others remain).
             let file = self.inodes.file(inode.0)?;
             let to = self.child_path(new_parent, new_name)?;
             self.client.link_file(file, &to)?;
-            self.created_entry(&to)
+            self.created_entry(new_parent, &to)
         })();
-        self.reply_entry(reply, result);
+        self.reply_entry(reply, dropped, result);
     }
 
     fn rename(
@@ -519,8 +588,22 @@ impl Filesystem for RingfsFilesystem {
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
-            self.client.rename_with_flags(&from, &to, ringfs_flags)?;
+            if let Err(errno) = self.client.rename_with_flags(&from, &to, ringfs_flags) {
+                if errno == Errno::EIO || errno == Errno::ETIMEDOUT {
+                    // (It may have happened.)
+                    self.inodes.lose_names(parent.0);
+                    self.inodes.lose_names(new_parent.0);
+                }
+                return Err(errno);
+            }
+            if !exchange {
+                self.inodes.name_removed(parent.0, &name.to_string_lossy());
+                self.inodes.name_added(new_parent.0, &new_name.to_string_lossy());
+            }
             self.inodes.renamed(&from, &to, exchange);
+            // (The parents' link counts depend on what moved: they are read again.)
+            self.inodes.forget_attr(parent.0);
+            self.inodes.forget_attr(new_parent.0);
             Ok(())
         })();
         Self::reply_empty(reply, result);
@@ -537,14 +620,18 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        let dropped = self.watch.dropped();
         let result = self.child_path(parent, name).and_then(|path| {
             let (fd, stat) =
                 self.caller(request).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
             self.inodes.remember(stat.file, &path, false);
-            Ok((fd, file_attr(&stat)))
+            let attr = self.read(&stat);
+            self.inodes.names_changed(parent.0, attr.ctime, 0);
+            self.inodes.name_added(parent.0, &name.to_string_lossy());
+            Ok((fd, attr))
         });
         match result {
-            Ok((fd, attr)) => reply.created(&self.options.attr_timeout, &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
+            Ok((fd, attr)) => reply.created(&self.cache_time(dropped), &attr, Generation(0), FileHandle(fd.0 as u64), self.open_flags()),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
@@ -651,7 +738,7 @@ impl Filesystem for RingfsFilesystem {
     ) {
         let outcome = ringfs_client::lock_kind_of(typ).and_then(|kind| {
             if kind != LockKind::Unlock {
-                let mut owners = self.lock_owners.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                let mut owners = self.lock_owners.lock();
                 let owners = owners.entry(inode.0).or_default();
                 if !owners.contains(&(lock_owner.0, handle)) {
                     owners.push((lock_owner.0, handle));
@@ -678,52 +765,51 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        match self.list(inode) {
-            Ok(listing) => {
-                let handle = self.next_directory_handle.fetch_add(1, Ordering::Relaxed);
-                self.directories().insert(handle, listing);
-                reply.opened(FileHandle(handle), FopenFlags::empty());
-            }
+        match self.open_directory(inode) {
+            Ok(handle) => reply.opened(FileHandle(handle), FopenFlags::empty()),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
 
     fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let directories = self.directories();
-        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
-        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(INodeNo(entry.file.ino()), (position + 1) as u64, entry.attr.kind, &entry.name) {
-                break;
-            }
+        let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
+            Listed::Dot(ino) => reply.add(INodeNo(ino), cookie, FileType::Directory, name),
+            Listed::Entry(entry) => reply.add(INodeNo(entry.stat.ino), cookie, file_type(&entry.stat), name),
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
         }
-        reply.ok();
     }
 
     fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Ok(dir_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
-        let directories = self.directories();
-        let Some(listing) = directories.get(&handle.0) else { return reply.error(FuseErrno::EBADF) };
-        for (position, entry) in listing.iter().enumerate().skip(offset as usize) {
-            if reply.add(
-                INodeNo(entry.file.ino()),
-                (position + 1) as u64,
-                &entry.name,
-                &self.options.attr_timeout,
-                &entry.attr,
-                Generation(0),
-            ) {
-                break;
+        let Ok(directory_path) = self.inodes.path(inode.0) else { return reply.error(FuseErrno::ESTALE) };
+        let dropped = self.watch.dropped();
+        let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
+            // (The kernel takes no attributes from the dot entries.)
+            Listed::Dot(ino) => {
+                let attr = FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) };
+                reply.add(INodeNo(ino), cookie, name, &Duration::ZERO, &attr, Generation(0))
             }
-            // The kernel now holds a reference to every entry but "." and "..".
-            if position >= 2 {
-                self.inodes.remember(entry.file, &ringfs_proto::path::join(&dir_path, &entry.name), false);
+            Listed::Entry(entry) => {
+                let timeout = self.cache_time(dropped);
+                let full = reply.add(INodeNo(entry.stat.ino), cookie, name, &timeout, &file_attr(&entry.stat), Generation(0));
+                if !full {
+                    // The kernel now holds a reference to the entry's inode.
+                    self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), false);
+                    self.read(&entry.stat);
+                }
+                full
             }
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
         }
-        reply.ok();
     }
 
     fn releasedir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
-        self.directories().remove(&handle.0);
+        self.directories.remove(handle.0);
         reply.ok();
     }
 
@@ -753,12 +839,17 @@ impl Filesystem for RingfsFilesystem {
     fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
         let result = (|| {
             let name = name.to_str().ok_or(Errno::EINVAL)?;
+            self.inodes.forget_attr(inode.0);
             self.client.set_xattr_id(self.inodes.file(inode.0)?, name, value, flags as u32)
         })();
         Self::reply_empty(reply, result);
     }
 
     fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        if self.inodes.has_no_xattrs(inode.0, self.options.attr_timeout) {
+            // (The kernel asks for `security.capability` before every write.)
+            return reply.error(FuseErrno::ENODATA);
+        }
         let result = (|| {
             let name = name.to_str().ok_or(Errno::ENODATA)?;
             self.client.get_xattr_id(self.inodes.file(inode.0)?, name)
@@ -767,6 +858,9 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        if self.inodes.has_no_xattrs(inode.0, self.options.attr_timeout) {
+            return Self::reply_xattr(reply, size, Ok(Vec::new()));
+        }
         let result = self.inodes.file(inode.0).and_then(|file| self.client.list_xattrs_id(file)).map(|names| {
             let mut list = Vec::new();
             // `trusted.` names are listed to root only (as file systems do; the kernel leaves
@@ -783,6 +877,7 @@ impl Filesystem for RingfsFilesystem {
     fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let result = (|| {
             let name = name.to_str().ok_or(Errno::ENODATA)?;
+            self.inodes.forget_attr(inode.0);
             self.client.remove_xattr_id(self.inodes.file(inode.0)?, name)
         })();
         Self::reply_empty(reply, result);
@@ -797,6 +892,8 @@ impl Filesystem for RingfsFilesystem {
 /// A mounted file system; unmounts when [`MountedFs::unmount`] is called or it is dropped.
 pub struct MountedFs {
     session: Option<BackgroundSession>,
+    /// The thread watching for changes elsewhere, and how to stop it.
+    watching: Option<(Arc<Watch>, std::thread::JoinHandle<()>)>,
 }
 
 impl MountedFs {
@@ -807,15 +904,24 @@ impl MountedFs {
 
     /// Unmounts and waits for the request threads to finish.
     pub fn unmount(mut self) -> Result<(), MountError> {
+        self.stop_watching();
         match self.session.take() {
             Some(session) => session.umount_and_join().map_err(MountError::Unmount),
             None => Ok(()),
+        }
+    }
+
+    fn stop_watching(&mut self) {
+        if let Some((watch, thread)) = self.watching.take() {
+            watch.stop();
+            let _ = thread.join();
         }
     }
 }
 
 impl Drop for MountedFs {
     fn drop(&mut self) {
+        self.stop_watching();
         if let Some(session) = self.session.take()
             && let Err(error) = session.umount_and_join()
         {
@@ -838,10 +944,16 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     }
     config.n_threads = Some(options.threads.max(1));
     config.clone_fd = true;
-    let filesystem = RingfsFilesystem::new(client, options.clone());
-    let notifier = filesystem.notifier.clone();
+    let watching = !options.watch_interval.is_zero();
+    let position = watching.then(|| watch::start_position(&client));
+    let filesystem = RingfsFilesystem::new(client.clone(), options.clone());
+    let (notifier, watch, inodes) = (filesystem.notifier.clone(), filesystem.watch.clone(), filesystem.inodes.clone());
     let session = fuser::spawn_mount(filesystem, directory, &config)
         .map_err(|source| MountError::Mount { path: directory.display().to_string(), source })?;
     let _ = notifier.set(session.notifier());
-    Ok(MountedFs { session: Some(session) })
+    let watching = position.map(|position| {
+        let thread = watch::spawn(watch.clone(), client, position, inodes, session.notifier(), options.watch_interval);
+        (watch, thread)
+    });
+    Ok(MountedFs { session: Some(session), watching })
 }

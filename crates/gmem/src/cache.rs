@@ -30,10 +30,11 @@
 //! Accesses of blocks through the cache are atomic per block, as uncached ones are at the
 //! home.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, UdpSocket};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::coherence::{CacheState, on_forward, on_invalidate, relay_tree};
@@ -45,6 +46,7 @@ use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service};
 
 use crate::Result;
 use crate::layout::home_index;
+use ringfs_config::env;
 
 /// How a rank caches (from the environment: [`CacheConfig::from_env`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,17 +78,17 @@ impl CacheConfig {
     pub fn from_env() -> Result<CacheConfig> {
         let var = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
         let mut config = CacheConfig::default();
-        if let Some(text) = var("RINGFS_GMEM_CACHE") {
-            config.bytes = parse_bytes(&text).ok_or_else(|| {
-                log::error!("global memory: RINGFS_GMEM_CACHE={text:?} is not a size");
+        if let Some(text) = var(env::GMEM_CACHE) {
+            config.bytes = text.parse::<ringfs_config::ByteSize>().map(|size| size.bytes()).map_err(|error| {
+                log::error!("global memory: {}: {error}", env::GMEM_CACHE);
                 Errno::EINVAL
             })?;
         }
         let off = |text: &str| matches!(text, "0" | "off" | "false" | "no");
-        if let Some(text) = var("RINGFS_GMEM_COOP") {
+        if let Some(text) = var(env::GMEM_COOP) {
             config.cooperative = !off(&text);
         }
-        if let Some(text) = var("RINGFS_GMEM_RELAY") {
+        if let Some(text) = var(env::GMEM_RELAY) {
             config.relay = !off(&text);
         }
         let number = |name: &str| -> Result<Option<u64>> {
@@ -99,11 +101,11 @@ impl CacheConfig {
                 })
                 .transpose()
         };
-        if let Some(depth) = number("RINGFS_GMEM_PREFETCH")? {
+        if let Some(depth) = number(env::GMEM_PREFETCH)? {
             config.prefetch = depth.min(64) as u32;
         }
-        let mbps = number("RINGFS_GMEM_NET_MBPS")?.unwrap_or(0);
-        let latency = number("RINGFS_GMEM_NET_LATENCY_US")?.unwrap_or(0);
+        let mbps = number(env::GMEM_NET_MBPS)?.unwrap_or(0);
+        let latency = number(env::GMEM_NET_LATENCY_US)?.unwrap_or(0);
         if mbps > 0 || latency > 0 {
             config.network = Some(DeviceModel { bytes_per_second: mbps * 1_000_000, latency: Duration::from_micros(latency) });
         }
@@ -119,23 +121,6 @@ impl CacheConfig {
             (_, false, _) => CacheMode::HomeServed,
         }
     }
-}
-
-/// `123`, `64K`, `4M`, `2G` (powers of 1024).
-fn parse_bytes(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((at, _)) => text.split_at(at),
-        None => (text, ""),
-    };
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
 /// What a rank's cache did (all since it started).
@@ -270,10 +255,6 @@ struct Shared {
     requests: AtomicU64,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Sends a request to the server of that name; its answer.
 pub(crate) type SendFn<'a> = dyn Fn(&str, &Request, &[u8]) -> Result<ringfs_rpc::Reply> + Sync + 'a;
 
@@ -306,7 +287,7 @@ impl BlockCache {
     /// host reaches `server_address` from, over the servers' transport (or
     /// `RINGFS_GMEM_LISTEN`).
     pub fn start(config: CacheConfig, rank: u32, peer_config: ConnectionConfig, server_address: &str) -> Result<BlockCache> {
-        let listen = match std::env::var("RINGFS_GMEM_LISTEN") {
+        let listen = match std::env::var(env::GMEM_LISTEN) {
             Ok(address) if !address.is_empty() => address,
             // The transport the servers use (`ucx://` for UCX), on the address towards them.
             _ => match server_address.strip_prefix("ucx://") {
@@ -364,12 +345,12 @@ impl BlockCache {
     }
 
     pub fn add_array(&self, layout: Arc<ArrayLayout>) {
-        lock(&self.shared.table).layouts.insert(layout.array, layout);
+        self.shared.table.lock().layouts.insert(layout.array, layout);
     }
 
     /// An array was freed: its frames go (no write-back: its bytes are gone everywhere).
     pub fn drop_array(&self, array: u64) {
-        let mut table = lock(&self.shared.table);
+        let mut table = self.shared.table.lock();
         table.layouts.remove(&array);
         let keys: Vec<BlockKey> =
             table.frames.iter().filter(|(key, frame)| key.0 == array && frame.phase == Phase::Idle).map(|(key, _)| *key).collect();
@@ -385,7 +366,7 @@ impl BlockCache {
     /// Only a cache of some blocks fetches ahead (it must not push out what is in use).
     pub fn prefetch_after(&self, layout: &ArrayLayout, block: u64) -> Vec<u64> {
         let depth = prefetch_depth(self.config.prefetch, self.shared.capacity, layout.block_size);
-        let mut table = lock(&self.shared.table);
+        let mut table = self.shared.table.lock();
         let previous = table.last_access.insert(layout.array, block);
         if depth == 0 || previous.is_none_or(|previous| previous + 1 != block) {
             return Vec::new();
@@ -400,7 +381,7 @@ impl BlockCache {
         if blocks.len() as u64 * u64::from(layout.block_size) > self.shared.capacity / 2 {
             return Vec::new();
         }
-        let table = lock(&self.shared.table);
+        let table = self.shared.table.lock();
         blocks.iter().copied().filter(|block| !table.frames.contains_key(&(layout.array, *block))).collect()
     }
 
@@ -415,7 +396,7 @@ impl BlockCache {
         // Set at the first wait: a hit reads no clock.
         let mut deadline = None;
         let request = shared.requests.fetch_add(1, Ordering::Relaxed) + 1;
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         loop {
             let over = table.used + block_size as u64 > shared.capacity;
             match table.frames.get_mut(&key) {
@@ -438,7 +419,7 @@ impl BlockCache {
                     Some(victim) => {
                         drop(table);
                         self.evict(victim, send);
-                        table = lock(&shared.table);
+                        table = shared.table.lock();
                     }
                     None => table = wait(&shared.changed, table, &mut deadline, shared.peer_config.timeout)?,
                 },
@@ -452,7 +433,7 @@ impl BlockCache {
         add(&shared.counters.misses, 1);
         let get = CoGet { array: layout.array, block, rank: shared.rank, exclusive: writes, full_write: usage == Use::Overwrite, request };
         let answer = send(&layout.homes[home_index(layout, block)], &Request::CoGet(get), &[]);
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         let mut installed = match answer {
             Ok(reply) => match reply.response {
                 Response::CoGrant(grant) => Ok((grant, reply.data)),
@@ -469,7 +450,7 @@ impl BlockCache {
                     Ok(guard) => table = guard,
                     Err(errno) => {
                         installed = Err(errno);
-                        table = lock(&shared.table);
+                        table = shared.table.lock();
                         break;
                     }
                 }
@@ -503,7 +484,7 @@ impl BlockCache {
     pub fn flush(&self, send: &SendFn<'_>) {
         loop {
             let victim = {
-                let mut table = lock(&self.shared.table);
+                let mut table = self.shared.table.lock();
                 let key = table.frames.iter().find(|(_, frame)| frame.phase == Phase::Idle).map(|(key, _)| *key);
                 if let Some(key) = key {
                     table.frames.get_mut(&key).expect("found").phase = Phase::Evicting;
@@ -521,7 +502,7 @@ impl BlockCache {
     fn evict(&self, key: BlockKey, send: &SendFn<'_>) {
         let shared = &self.shared;
         let (dirty, data, home) = {
-            let table = lock(&shared.table);
+            let table = shared.table.lock();
             let frame = &table.frames[&key];
             let home = table.layouts.get(&key.0).map(|layout| layout.homes[home_index(layout, key.1)].clone());
             let dirty = frame.state.is_dirty();
@@ -539,7 +520,7 @@ impl BlockCache {
                 log::warn!("global memory: the eviction notice of block {} of array {:x} failed: {errno}", key.1, key.0);
             }
         }
-        let mut table = lock(&shared.table);
+        let mut table = shared.table.lock();
         table.remove(key);
         shared.changed.notify_all();
     }
@@ -583,7 +564,7 @@ fn install(shared: &Shared, frame: &mut Frame, grant: CoGrant, data: Vec<u8>) ->
 /// something that should have come did not).
 fn wait<'a>(
     changed: &Condvar,
-    table: MutexGuard<'a, Table>,
+    mut table: MutexGuard<'a, Table>,
     deadline: &mut Option<Instant>,
     timeout: Duration,
 ) -> Result<MutexGuard<'a, Table>> {
@@ -593,7 +574,8 @@ fn wait<'a>(
         log::warn!("global memory: a block's request or eviction did not complete in time");
         return Err(Errno::EIO);
     }
-    Ok(changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0)
+    changed.wait_for(&mut table, left);
+    Ok(table)
 }
 
 /// The IP address this host uses to reach `address` (`host:port`), for the endpoint to listen
@@ -647,7 +629,7 @@ impl Shared {
     fn settled(&self, key: BlockKey, expected: u8) -> MutexGuard<'_, Table> {
         let expected = CacheState::from_code(expected).unwrap_or(CacheState::Invalid);
         let deadline = Instant::now() + self.peer_config.timeout;
-        let mut table = lock(&self.table);
+        let mut table = self.table.lock();
         loop {
             let waiting = match table.frames.get(&key) {
                 Some(frame) => matches!(frame.phase, Phase::Requesting { .. }) && !agrees(frame.state, expected),
@@ -661,7 +643,7 @@ impl Shared {
                 log::warn!("global memory: a home asked about block {} of array {:x} and this rank's grant never came", key.1, key.0);
                 return table;
             }
-            table = self.changed.wait_timeout(table, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            self.changed.wait_for(&mut table, left);
         }
     }
 
@@ -725,7 +707,7 @@ impl Shared {
     /// ranks while it answers).
     fn fill(shared: &Arc<Shared>, fill: CoFill, data: &[u8]) -> Result<Response> {
         {
-            let mut table = lock(&shared.table);
+            let mut table = shared.table.lock();
             match table.frames.get_mut(&(fill.array, fill.block)).map(|frame| &mut frame.phase) {
                 Some(Phase::Requesting { request, fill: slot }) if *request == fill.request => {
                     *slot = Some(data.to_vec());
@@ -761,7 +743,7 @@ impl Shared {
         let mut lists = vec![list];
         while let Some(list) = lists.pop() {
             for (child, theirs) in relay_tree(list) {
-                let endpoint = lock(&self.table).layouts.get(&array).and_then(|layout| layout.nodes.get(child.rank as usize).cloned());
+                let endpoint = self.table.lock().layouts.get(&array).and_then(|layout| layout.nodes.get(child.rank as usize).cloned());
                 let Some(endpoint) = endpoint else {
                     // The array was freed meanwhile: nobody needs the copies.
                     return;
@@ -788,7 +770,7 @@ impl Shared {
 
     /// A connection to another rank's endpoint.
     fn peer(&self, endpoint: &str) -> Result<Arc<Connection>> {
-        let mut peers = lock(&self.peers);
+        let mut peers = self.peers.lock();
         if let Some(connection) = peers.get(endpoint)
             && !connection.is_broken()
         {
@@ -817,15 +799,6 @@ fn agrees(actual: CacheState, recorded: CacheState) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse_with_units() {
-        assert_eq!(parse_bytes("4096"), Some(4096));
-        assert_eq!(parse_bytes("64K"), Some(64 << 10));
-        assert_eq!(parse_bytes("4MiB"), Some(4 << 20));
-        assert_eq!(parse_bytes("2g"), Some(2 << 30));
-        assert_eq!(parse_bytes("lots"), None);
-    }
 
     #[test]
     fn prefetch_goes_as_deep_as_configured_while_the_cache_holds_four_times_that() {

@@ -2,9 +2,10 @@
 //! ([`GetHandle`], [`PutHandle`]) wait for one, and the *implicit* ones (the `_nbi`
 //! calls) are counted so that [`crate::World::quiet`] can wait for them all.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, channel};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use ringfs_proto::Errno;
 
@@ -34,7 +35,7 @@ impl Pool {
                         loop {
                             let job = {
                                 let (jobs, ready) = &*queue;
-                                let mut jobs = lock(jobs);
+                                let mut jobs = jobs.lock();
                                 loop {
                                     if let Some(job) = jobs.0.pop_front() {
                                         break job;
@@ -42,7 +43,7 @@ impl Pool {
                                     if jobs.1 {
                                         return;
                                     }
-                                    jobs = ready.wait(jobs).unwrap_or_else(|poisoned| poisoned.into_inner());
+                                    ready.wait(&mut jobs);
                                 }
                             };
                             job();
@@ -56,7 +57,7 @@ impl Pool {
 
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         let (jobs, ready) = &*self.queue;
-        lock(jobs).0.push_back(Box::new(job));
+        jobs.lock().0.push_back(Box::new(job));
         ready.notify_one();
     }
 }
@@ -64,16 +65,12 @@ impl Pool {
 impl Drop for Pool {
     fn drop(&mut self) {
         let (jobs, ready) = &*self.queue;
-        lock(jobs).1 = true;
+        jobs.lock().1 = true;
         ready.notify_all();
         for worker in self.workers.drain(..) {
             let _ = worker.join();
         }
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A non-blocking get under way: [`GetHandle::wait`] gives the bytes.
@@ -129,11 +126,11 @@ pub(crate) struct Implicit {
 
 impl Implicit {
     pub fn begin(&self) {
-        lock(&self.state).0 += 1;
+        self.state.lock().0 += 1;
     }
 
     pub fn end(&self, outcome: Result<()>) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.0 -= 1;
         if let Err(errno) = outcome {
             state.1.get_or_insert(errno);
@@ -145,9 +142,9 @@ impl Implicit {
 
     /// Waits until none is under way; the first error since the last call, if any.
     pub fn quiet(&self) -> Result<()> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         while state.0 > 0 {
-            state = self.idle.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.idle.wait(&mut state);
         }
         state.1.take().map_or(Ok(()), Err)
     }

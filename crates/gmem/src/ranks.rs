@@ -2,6 +2,7 @@
 //! `ringfs run --ranks` or from the launcher that started it (mpirun, srun, PMI), with no
 //! MPI library linked.
 
+use ringfs_config::env;
 use ringfs_proto::Errno;
 
 /// A rank's place in its job.
@@ -17,7 +18,7 @@ pub struct RankIdentity {
 
 /// Environment variables naming a rank and the number of ranks, in the order looked at.
 const LAUNCHERS: [(&str, &str); 5] = [
-    ("RINGFS_GMEM_RANK", "RINGFS_GMEM_RANKS"),
+    (env::GMEM_RANK, env::GMEM_RANKS),
     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
     ("PMIX_RANK", "PMIX_SIZE"),
     ("PMI_RANK", "PMI_SIZE"),
@@ -32,9 +33,9 @@ pub fn identity_from(lookup: impl Fn(&str) -> Option<String>) -> Result<RankIden
     if ranks == 0 || rank >= ranks {
         return Err(Errno::EINVAL);
     }
-    let job = match lookup("RINGFS_GMEM_JOB") {
+    let job = match lookup(env::GMEM_JOB) {
         Some(job) => u64::from_str_radix(job.trim().trim_start_matches("0x"), 16).map_err(|_| Errno::EINVAL)?,
-        None => xxhash_rust::xxh3::xxh3_64(lookup("RINGFS_SECRET").unwrap_or_default().as_bytes()),
+        None => xxhash_rust::xxh3::xxh3_64(lookup(env::SECRET).unwrap_or_default().as_bytes()),
     };
     Ok(RankIdentity { rank, ranks, job })
 }
@@ -55,15 +56,11 @@ mod tests {
 
     #[test]
     fn ranks_come_from_ringfs_or_the_launcher() {
-        let own = identity_from(environment(&[("RINGFS_GMEM_RANK", "2"), ("RINGFS_GMEM_RANKS", "4"), ("RINGFS_GMEM_JOB", "ff")])).unwrap();
+        let own = identity_from(environment(&[(env::GMEM_RANK, "2"), (env::GMEM_RANKS, "4"), (env::GMEM_JOB, "ff")])).unwrap();
         assert_eq!(own, RankIdentity { rank: 2, ranks: 4, job: 255 });
-        let mpi =
-            identity_from(environment(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "3"), ("RINGFS_SECRET", "s")])).unwrap();
+        let mpi = identity_from(environment(&[("OMPI_COMM_WORLD_RANK", "1"), ("OMPI_COMM_WORLD_SIZE", "3"), (env::SECRET, "s")])).unwrap();
         assert_eq!((mpi.rank, mpi.ranks), (1, 3));
-        assert_eq!(
-            mpi.job,
-            identity_from(environment(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), ("RINGFS_SECRET", "s")])).unwrap().job
-        );
+        assert_eq!(mpi.job, identity_from(environment(&[("SLURM_PROCID", "0"), ("SLURM_NTASKS", "3"), (env::SECRET, "s")])).unwrap().job);
         assert_eq!(identity_from(environment(&[])).unwrap().ranks, 1);
         assert_eq!(identity_from(environment(&[("PMI_RANK", "3"), ("PMI_SIZE", "3")])), Err(Errno::EINVAL));
     }

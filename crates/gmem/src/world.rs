@@ -1,9 +1,10 @@
 //! A job's ranks together: collective allocation and free of arrays, barriers, and the
 //! completion of implicit non-blocking operations (`fence`, `quiet`).
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use ringfs_client::Client;
 use ringfs_proto::gmem::{CacheMode, GmemBarrier};
@@ -151,7 +152,7 @@ impl Drop for WorldInner {
 impl WorldInner {
     /// A connection to server `name`, kept for later calls.
     pub fn connection(&self, name: &str) -> Result<Arc<Connection>> {
-        let mut connections = self.connections.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut connections = self.connections.lock();
         if let Some(connection) = connections.get(name)
             && !connection.is_broken()
         {

@@ -31,6 +31,7 @@ pub mod process;
 pub mod slurm;
 
 use process::{process_alive, signal, wait_for_exit, wait_for_exit_only};
+use ringfs_config::env;
 
 /// How long `start` waits for the servers, and `stop` for them to exit.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -244,7 +245,7 @@ fn spawn_local(config: &LaunchConfig, run_dir: &Path, name: &str, join: Option<&
         .stdin(Stdio::null())
         .stdout(log_copy)
         .stderr(log)
-        .env_remove("RINGFS_SECRET");
+        .env_remove(env::SECRET);
     if let Some(join) = join {
         command.args(["--join", join]);
     }
@@ -354,10 +355,10 @@ impl Cluster {
     /// The client variables, as (name, value) pairs.
     pub fn environment(&self) -> Vec<(&'static str, String)> {
         vec![
-            ("RINGFS_SERVER", self.servers.join(",")),
-            ("RINGFS_SECRET", self.secret.clone()),
-            ("RINGFS_RUN_DIR", self.run_dir.display().to_string()),
-            ("RINGFS_CHUNK_SIZE", self.chunk_size.to_string()),
+            (env::SERVER, self.servers.join(",")),
+            (env::SECRET, self.secret.clone()),
+            (env::RUN_DIR, self.run_dir.display().to_string()),
+            (env::CHUNK_SIZE, self.chunk_size.to_string()),
         ]
     }
 

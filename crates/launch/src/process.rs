@@ -94,3 +94,31 @@ pub fn unblock_termination_signals() -> std::io::Result<()> {
     unsafe { libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut()) };
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+
+    /// A server that had to be killed is gone when `stop` returns: `SIGKILL` only starts the
+    /// end of a process, and one with much memory to free (here 1 GiB) stays for a while
+    /// after it (`tests/cli.rs: stop_reports_a_server_it_had_to_kill` once found the killed
+    /// server still there, on a loaded machine).
+    #[test]
+    fn processes_killed_for_not_stopping_are_gone_when_the_wait_returns() {
+        let program = "import sys, time\nheld = b'1' * (1 << 30)\nprint('ready', flush=True)\ntime.sleep(600)";
+        let mut child = Command::new("python3").args(["-c", program]).stdout(Stdio::piped()).spawn().expect("python3");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut ready).expect("ready");
+        assert_eq!(ready.trim(), "ready");
+        let pid = child.id();
+        signal(pid, libc::SIGSTOP);
+        let killed = wait_for_exit(&[pid], Duration::from_millis(100));
+        let gone = !process_alive(pid);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(killed, [pid]);
+        assert!(gone, "the killed process is still there");
+    }
+}

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::process::{process_alive, runs_command, signal, terminate, wait_for_exit_only};
 use crate::{LaunchConfig, LaunchError, Result, ServerRecord, io_error, write_private};
+use ringfs_config::env;
 
 /// The line an agent prints once its node is clean.
 pub const CLEANED_UP: &str = "cleaned up";
@@ -176,7 +177,7 @@ pub(crate) fn start_step(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, 
     let log = fs::File::create(&log_path).map_err(io_error(format!("cannot create {}", log_path.display())))?;
     let log_copy = log.try_clone().map_err(io_error("cannot duplicate a file handle"))?;
     let mut command = step_command(config, job, run_dir, port);
-    command.env("RINGFS_SECRET", secret).env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_copy).stderr(log);
+    command.env(env::SECRET, secret).env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_copy).stderr(log);
     // SAFETY: setsid and sigprocmask are async-signal-safe. The step leaves the terminal's
     // session (a Ctrl-C for the launching command does not end it), and srun gets the
     // termination signals a launching `ringfs run` blocks for itself.

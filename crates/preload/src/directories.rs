@@ -14,7 +14,7 @@ use ringfs_client::{Client, Errno};
 
 use crate::descriptors::{self, ListedEntry, OpenDescription};
 use crate::files::{failed, open_ringfs};
-use crate::paths::{Route, route_at, set_working_directory, working_directory};
+use crate::paths::{Route, following, route_at, set_working_directory, working_directory};
 use crate::real::real;
 use crate::state::client;
 use crate::{entry_type, ringfs_call};
@@ -90,18 +90,13 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
             std::ptr::null_mut()
         }
         Route::Ringfs(path) => {
-            let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
-            let fd = ringfs_call(-1, || open_ringfs(&path, flags, 0));
-            if fd < 0 {
-                return std::ptr::null_mut();
-            }
-            let dir = ringfs_call(std::ptr::null_mut(), || open_stream(&client()?, fd));
-            if dir.is_null() {
-                let errno = crate::errno();
-                crate::files::close(fd);
-                crate::set_errno(errno);
-            }
-            dir
+            let open_ringfs_stream = || {
+                let fd = open_ringfs(&path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0)?;
+                client().and_then(|client| open_stream(&client, fd)).inspect_err(|_| {
+                    crate::files::close(fd);
+                })
+            };
+            following(std::ptr::null_mut(), &path, open_ringfs_stream, |outside| kernel(outside.as_ptr()))
         }
     }
 }
@@ -272,15 +267,20 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
         Route::Kernel => kernel(path),
         Route::KernelPath(path) => kernel(path.as_ptr()),
         Route::Error(errno) => failed(errno),
-        Route::Ringfs(path) => ringfs_call(-1, || {
-            let client = client()?;
-            if !client.stat(&path)?.is_dir() {
-                return Err(Errno::ENOTDIR);
-            }
-            client.access(&path, libc::X_OK as u32)?;
-            set_working_directory(Some(&path));
-            Ok(0)
-        }),
+        Route::Ringfs(path) => following(
+            -1,
+            &path,
+            || {
+                let client = client()?;
+                if !client.stat(&path)?.is_dir() {
+                    return Err(Errno::ENOTDIR);
+                }
+                client.access(&path, libc::X_OK as u32)?;
+                set_working_directory(Some(&path));
+                Ok(0)
+            },
+            |outside| kernel(outside.as_ptr()),
+        ),
     }
 }
 

@@ -34,7 +34,12 @@ unsafe fn open_at(dirfd: c_int, path: *const c_char, flags: c_int, mode: Mode) -
             real!("openat64", fn(c_int, *const c_char, c_int, Mode) -> c_int; libc::AT_FDCWD, path.as_ptr(), flags, mode)
         }
         Route::Error(errno) => failed(errno),
-        Route::Ringfs(path) => ringfs_call(-1, || open_ringfs(&path, flags, mode)),
+        Route::Ringfs(path) => crate::paths::following(
+            -1,
+            &path,
+            || open_ringfs(&path, flags, mode),
+            |outside| real!("openat64", fn(c_int, *const c_char, c_int, Mode) -> c_int; libc::AT_FDCWD, outside.as_ptr(), flags, mode),
+        ),
     }
 }
 

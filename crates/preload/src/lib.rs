@@ -32,6 +32,7 @@ mod locks;
 mod metadata;
 mod paths;
 mod process;
+mod programs;
 mod real;
 mod state;
 mod stdio;

@@ -9,14 +9,15 @@ use ringfs_proto::SetAttr;
 
 use crate::descriptors::{self, OpenDescription};
 use crate::files::failed;
-use crate::paths::{Route, route_at};
+use crate::paths::{Route, following, route_at};
 use crate::real::real;
 use crate::state::{client, masked, remember_umask};
 use crate::{ringfs_call, store_stat};
 
 /// Routes `path` relative to `dirfd` and runs `ringfs` for a ringfs path, or `kernel` with the
 /// directory and path the kernel should see (`AT_FDCWD` and an absolute path when it was
-/// written relative to a ringfs directory).
+/// written relative to a ringfs directory, or when `ringfs` followed a symbolic link out of
+/// ringfs).
 ///
 /// # Safety
 /// `path` must be NULL or a NUL-terminated string.
@@ -31,7 +32,9 @@ pub(crate) unsafe fn by_path<T: From<i8>>(
         Route::Kernel => kernel(dirfd, path),
         Route::KernelPath(path) => kernel(libc::AT_FDCWD, path.as_ptr()),
         Route::Error(errno) => T::from(failed(errno) as i8),
-        Route::Ringfs(path) => ringfs_call(T::from(-1), || ringfs(&client()?, &path)),
+        Route::Ringfs(path) => {
+            following(T::from(-1), &path, || ringfs(&client()?, &path), |kernel_path| kernel(libc::AT_FDCWD, kernel_path.as_ptr()))
+        }
     }
 }
 
@@ -1170,8 +1173,9 @@ pub unsafe extern "C" fn fstatvfs64(fd: c_int, buf: *mut libc::statvfs) -> c_int
 }
 
 /// `realpath` of a path inside ringfs: resolved lexically (symbolic links inside ringfs are
-/// not followed), checked to exist. glibc's own resolves through internal calls that never
-/// reach this library.
+/// not followed, except one in the last component that leads out of ringfs: the kernel
+/// resolves where it leads), checked to exist. glibc's own resolves through internal calls
+/// that never reach this library.
 ///
 /// # Safety
 /// `path` must be a NUL-terminated string, `resolved` NULL or `PATH_MAX` bytes.
@@ -1188,6 +1192,9 @@ pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) ->
             std::ptr::null_mut()
         }
         Route::Ringfs(ringfs_path) => {
+            if let Ok(Some(outside)) = crate::paths::where_links_lead_out(&ringfs_path) {
+                return kernel(outside.as_ptr());
+            }
             let checked = ringfs_call(-1, || client()?.stat(&ringfs_path).map(|_| 0));
             let Some(config) = crate::state::config() else { return std::ptr::null_mut() };
             let full = crate::paths::full_path(&config.mount, &ringfs_path);

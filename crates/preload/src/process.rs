@@ -23,8 +23,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringfs_client::FileId;
 
+use ringfs_client::Errno;
+
 use crate::descriptors::OpenDescription;
+use crate::files::failed;
+use crate::paths::{Route, route_at};
+use crate::programs::{MAX_INTERPRETERS, Program, program_at, script_arguments};
 use crate::real::real;
+use crate::ringfs_call;
 
 static INSTALLED: Once = Once::new();
 
@@ -148,18 +154,49 @@ fn inherited_descriptors() -> String {
 }
 
 /// `execve`: the program gets the working directory inside ringfs, if this process has one,
-/// in [`WORKING_DIRECTORY_VARIABLE`] (and not a stale one otherwise).
+/// in [`WORKING_DIRECTORY_VARIABLE`] (and not a stale one otherwise). A ringfs path runs
+/// what [`programs`](crate::programs) finds there.
 ///
 /// # Safety
 /// As `execve(2)`: NUL-terminated strings and NULL-terminated arrays.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
     // SAFETY: forwarded contract.
-    unsafe {
-        with_handed_on_environment(
-            envp,
-            |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp),
-        )
+    unsafe { execute(path, argv, envp, 0) }
+}
+
+/// [`execve`] of `path`, reached through `interpreters` scripts' `#!` lines so far.
+///
+/// # Safety
+/// As `execve(2)`.
+unsafe fn execute(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char, interpreters: usize) -> c_int {
+    let kernel = |path: *const c_char| {
+        // SAFETY: forwarded contract.
+        unsafe {
+            with_handed_on_environment(
+                envp,
+                |envp| real!("execve", fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int; path, argv, envp),
+            )
+        }
+    };
+    // SAFETY: forwarded contract.
+    let ringfs_path = match unsafe { route_at(libc::AT_FDCWD, path) } {
+        Route::Kernel => return kernel(path),
+        Route::KernelPath(path) => return kernel(path.as_ptr()),
+        Route::Error(errno) => return failed(errno),
+        Route::Ringfs(ringfs_path) => ringfs_path,
+    };
+    match ringfs_call(Err(()), || program_at(&ringfs_path).map(Ok)) {
+        Err(()) => -1,
+        Ok(Program::Kernel(program)) => kernel(program.as_ptr()),
+        Ok(Program::Script { .. }) if interpreters == MAX_INTERPRETERS => failed(Errno(libc::ELOOP)),
+        Ok(Program::Script { interpreter, argument }) => {
+            // SAFETY: forwarded contract; the strings live until the call returns.
+            unsafe {
+                let arguments = script_arguments(&interpreter, argument.as_deref(), path, argv);
+                execute(interpreter.as_ptr(), arguments.as_ptr(), envp, interpreters + 1)
+            }
+        }
     }
 }
 
@@ -231,6 +268,16 @@ pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char)
 /// As `execvpe(3)`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    // SAFETY: `file` is NUL-terminated by contract.
+    if !file.is_null() && unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
+        // A path, not a name to search: for a ringfs path the C library would call its own
+        // `execve`, which cannot run it.
+        // SAFETY: forwarded contract.
+        if let Route::Ringfs(_) = unsafe { route_at(libc::AT_FDCWD, file) } {
+            // SAFETY: forwarded contract.
+            return unsafe { execve(file, argv, envp) };
+        }
+    }
     // SAFETY: forwarded contract.
     unsafe {
         with_handed_on_environment(

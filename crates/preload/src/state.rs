@@ -63,15 +63,25 @@ pub(crate) fn client() -> Result<Client, Errno> {
         std::mem::forget(inherited);
     }
     crate::process::install_fork_handlers();
-    let client = ClientConfig::from_env().and_then(Client::connect).map_err(|error| {
+    let client = fresh_client()?;
+    *slot = Some((generation, client.clone()));
+    Ok(client)
+}
+
+/// A client connected now, not kept as the process's: [`client`] makes the process's with
+/// it, and `exec` uses one of its own, because a child between `fork` and `exec` may have
+/// closed every descriptor it does not hand on — the process client's sockets too (Python's
+/// `subprocess` does, after its `chdir`).
+pub(crate) fn fresh_client() -> Result<Client, Errno> {
+    // Symbolic links resolve as a mount at the prefix would resolve them.
+    let seen_at = |client_config: ClientConfig| ClientConfig { mounted_at: config().map(|config| config.mount.clone()), ..client_config };
+    ClientConfig::from_env().map(seen_at).and_then(Client::connect).map_err(|error| {
         report_once(&format!("ringfs preload: cannot reach the file system: {error}"));
         match error {
             ConnectError::Refused(errno) => errno,
             _ => Errno::EIO,
         }
-    })?;
-    *slot = Some((generation, client.clone()));
-    Ok(client)
+    })
 }
 
 /// Called in the child after `fork`, single-threaded: the next [`client`] connects anew.

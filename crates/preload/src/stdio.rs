@@ -11,7 +11,7 @@ use ringfs_client::Errno;
 
 use crate::descriptors;
 use crate::files::{close, failed, lseek, open_ringfs, read, write};
-use crate::paths::{Route, route_at};
+use crate::paths::{Route, following, route_at};
 use crate::real::real;
 use crate::ringfs_call;
 
@@ -118,17 +118,17 @@ unsafe fn open_stream(
                 failed(Errno::EINVAL);
                 return std::ptr::null_mut();
             };
-            let fd = ringfs_call(-1, || open_ringfs(&path, flags, 0o666));
-            if fd < 0 {
-                return std::ptr::null_mut();
-            }
-            let stream = cookie_stream(fd, mode);
-            if stream.is_null() {
-                let errno = crate::errno();
-                close(fd);
-                crate::set_errno(errno);
-            }
-            stream
+            let open_ringfs_stream = || {
+                let fd = open_ringfs(&path, flags, 0o666)?;
+                let stream = cookie_stream(fd, mode);
+                if stream.is_null() {
+                    let errno = Errno(crate::errno());
+                    close(fd);
+                    return Err(errno);
+                }
+                Ok(stream)
+            };
+            following(std::ptr::null_mut(), &path, open_ringfs_stream, |outside| real_fopen(outside.as_ptr()))
         }
     }
 }

@@ -55,6 +55,10 @@ impl EntryFlags {
     pub const IN_BACKEND: u32 = 16;
     /// Stat answers only (never stored): the file is open somewhere.
     pub const OPEN: u32 = 32;
+    /// Chunk 0: the file has extended attributes (so a client that saw attributes without
+    /// it knows, as of then, that the file has none: the FUSE mount answers the kernel's
+    /// `security.capability` question before every write itself).
+    pub const XATTRS: u32 = 64;
 }
 
 /// The file types ringfs stores.

@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 10;
+pub const PROTOCOL_VERSION: u16 = 11;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -484,6 +484,32 @@ wire_struct!(NamespaceLock { token, acquire });
 
 // ----- files and chunks ---------------------------------------------------------------------------
 
+/// What changed at a server after position `after` of its change log, leaving out the
+/// changes `client` made itself (`Changes`, from a FUSE mount that lets the kernel cache long:
+/// see `crates/server/src/changes.rs`). `epoch` names the log the position belongs to (0:
+/// none yet).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChangesSince {
+    pub epoch: u64,
+    pub after: u64,
+    pub client: u64,
+}
+wire_struct!(ChangesSince { epoch, after, client });
+
+/// Answer to `Changes`: the files whose attributes or bytes changed and the names created
+/// or removed (each once) after the position asked, up to position `last`; `complete` is
+/// false when the log no longer reaches back there (or is another epoch's): then anything
+/// may have changed.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct ChangeList {
+    pub epoch: u64,
+    pub last: u64,
+    pub complete: bool,
+    pub files: Vec<FileId>,
+    pub names: Vec<String>,
+}
+wire_struct!(ChangeList { epoch, last, complete, files, names });
+
 /// A file alone (requests to the file's inode, or broadcasts about it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FileOnly {
@@ -533,14 +559,17 @@ pub const XATTR_LIST_MAX: usize = 65536;
 /// on by `file` (with an empty path) to the directory's inode. With `defer_for` (a server's
 /// name), that server holds back its later touches of the directory until the inode's
 /// server collects them (`CollectTouches`) — see `crates/server/src/dir_times.rs`.
+/// `subdirectories`: how many subdirectories the directory gained (negative: lost) with
+/// the change (its link count is 2 + its subdirectories); such a touch is never held back.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirTouch {
     pub path: String,
     pub file: FileId,
     pub time_ns: i64,
     pub defer_for: String,
+    pub subdirectories: i32,
 }
-wire_struct!(DirTouch { path, file, time_ns, defer_for });
+wire_struct!(DirTouch { path, file, time_ns, defer_for, subdirectories });
 
 /// A list of files (orphan-chunk reclaiming).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
@@ -1003,6 +1032,9 @@ wire_enum! {
         /// another file (cache mode): give up a pending backend creation there. Answered
         /// `Count` (1: given up, to be made again if the rename fails; 0: nothing pending).
         84 => YieldBackendName(BackendName),
+        /// What other clients changed here since a position of this server's change log
+        /// (answered with `ChangeList`).
+        85 => Changes(ChangesSince),
     }
 }
 
@@ -1159,7 +1191,8 @@ impl Request {
             | Request::CoPut(_)
             | Request::CoForward(_)
             | Request::CoInvalidate(_)
-            | Request::CoFill(_) => Route::Here,
+            | Request::CoFill(_)
+            | Request::Changes(_) => Route::Here,
         }
     }
 
@@ -1381,6 +1414,7 @@ wire_enum! {
         152 => GmemArray(ArrayLayout),
         /// Result of `CoGet`.
         153 => CoGrant(CoGrant),
+        154 => ChangeList(ChangeList),
     }
 }
 

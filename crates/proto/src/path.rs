@@ -8,11 +8,24 @@
 //! Canonical form: starts with `/`, components separated by single `/`, no `.` or `..`
 //! components, no trailing `/` (except the root `/` itself), no NUL byte, at most
 //! [`MAX_PATH_BYTES`] bytes and [`MAX_NAME_BYTES`] per component.
+//!
+//! Linux bounds the path *one call* names (`PATH_MAX`), not how deep a tree is: a program
+//! whose working directory lies deep inside a file system names a file by a relative path of
+//! up to 4,095 bytes there, and the file's absolute path is longer. ringfs keys names by their
+//! absolute paths, so it accepts paths much longer than one call's ([`MAX_PATH_BYTES`]); the
+//! edges that take a path from a program (the kernel for the FUSE mount) bound each call's
+//! path by [`MAX_CALL_PATH_BYTES`].
 
 use crate::Errno;
 
-/// Longest canonical path, in bytes (Linux `PATH_MAX` minus the terminating NUL).
-pub const MAX_PATH_BYTES: usize = 4095;
+/// Longest canonical path ringfs stores, in bytes: sixteen times what one call may name, so
+/// trees reached through deep working directories fit (the `dir` store's journal records a
+/// path's length in 16 bits). Requests stay far below the frame limit
+/// ([`crate::MAX_BODY_LEN`]).
+pub const MAX_PATH_BYTES: usize = 65_535;
+/// Longest path one call may name, in bytes (Linux `PATH_MAX` minus the terminating NUL);
+/// also the longest symbolic link target.
+pub const MAX_CALL_PATH_BYTES: usize = 4095;
 /// Longest single component, in bytes (Linux `NAME_MAX`).
 pub const MAX_NAME_BYTES: usize = 255;
 
@@ -198,6 +211,19 @@ mod tests {
         assert_eq!(canonicalize("/a/../b").unwrap(), "/b");
         assert_eq!(canonicalize(&"x".repeat(256)), Err(Errno::ENAMETOOLONG));
         assert_eq!(canonicalize("a\0b"), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn paths_longer_than_one_calls_are_accepted_up_to_the_limit() {
+        // 200 components of 255 bytes: 51,200 bytes, far deeper than PATH_MAX.
+        let deep: String = (0..200).map(|index| format!("/{}", format!("{index:03}").repeat(85))).collect();
+        assert_eq!(canonicalize(&deep).unwrap(), deep);
+        assert_eq!(validate(&deep), Ok(()));
+        let too_deep: String = (0..257).map(|index| format!("/{}", format!("{index:03}").repeat(85))).collect();
+        assert!(too_deep.len() > MAX_PATH_BYTES);
+        assert_eq!(canonicalize(&too_deep), Err(Errno::ENAMETOOLONG));
+        assert_eq!(validate(&too_deep), Err(Errno::ENAMETOOLONG));
+        assert_eq!(validate(&format!("{deep}/{}", "n".repeat(256))), Err(Errno::ENAMETOOLONG));
     }
 
     #[test]

@@ -21,11 +21,12 @@
 //! (and their data into the lent buffer), and large data may move by RMA ([`crate::ucx`]). A
 //! request that lent memory for RMA and is given up breaks the connection.
 
+use parking_lot::{Condvar, Mutex};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
@@ -133,10 +134,6 @@ pub struct Connection {
 
 thread_local! {
     static BODY: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Connection {
@@ -273,13 +270,13 @@ impl Connection {
     }
 
     pub fn is_broken(&self) -> bool {
-        lock(&self.pending).broken.is_some()
+        self.pending.lock().broken.is_some()
     }
 
     /// True when the connection works and the server owes it no response: a new request on
     /// it is answered without queuing behind an earlier one.
     pub fn is_idle(&self) -> bool {
-        let pending = lock(&self.pending);
+        let pending = self.pending.lock();
         pending.broken.is_none() && pending.slots.is_empty() && pending.abandoned == 0
     }
 
@@ -301,7 +298,7 @@ impl Connection {
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
         let lent = {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             if let Some(broken) = &pending.broken {
                 return Err(broken.clone());
             }
@@ -326,7 +323,7 @@ impl Connection {
 
     /// Sends a request that gets no response (request id 0).
     pub fn send_one_way(&self, request: &Request) -> Result<(), RpcError> {
-        if let Some(broken) = &lock(&self.pending).broken {
+        if let Some(broken) = &self.pending.lock().broken {
             return Err(broken.clone());
         }
         self.send(request, &[], 0, None).map_err(|error| self.break_connection(format!("sending failed: {error}")))
@@ -352,7 +349,7 @@ impl Connection {
                 epoch: self.local_epoch.load(Ordering::Relaxed),
             };
             match &self.wire {
-                Wire::Stream { writer, .. } => write_frame(lock(writer).as_mut(), &header, body, data),
+                Wire::Stream { writer, .. } => write_frame(writer.lock().as_mut(), &header, body, data),
                 Wire::Ucx(channel) => {
                     let lent = destination.map(|lent| ucx::client::Destination { pointer: lent.pointer, len: lent.len });
                     channel.send(header, body, data, lent, Instant::now() + self.timeout)
@@ -369,7 +366,7 @@ impl Connection {
 
     /// Marks the connection broken: every waiting request fails with the returned error.
     fn break_connection(&self, reason: String) -> RpcError {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         let error = self.fail_all(&mut pending, reason);
         let sleepers = pending.sleepers;
         drop(pending);
@@ -393,7 +390,7 @@ impl Connection {
 
     /// Waits for the response to `request_id` until `deadline`.
     fn finish(&self, request_id: u64, deadline: Instant) -> Result<Reply, RpcError> {
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         loop {
             match pending.slots.get(&request_id) {
                 Some(Slot::Done(_)) => match pending.slots.remove(&request_id) {
@@ -413,14 +410,14 @@ impl Connection {
             if pending.reader_busy {
                 let wait = deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), TICK);
                 pending.sleepers += 1;
-                pending = self.wakeup.wait_timeout(pending, wait).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+                self.wakeup.wait_for(&mut pending, wait);
                 pending.sleepers -= 1;
                 continue;
             }
             pending.reader_busy = true;
             drop(pending);
             let received = self.receive_one();
-            pending = lock(&self.pending);
+            pending = self.pending.lock();
             pending.reader_busy = false;
             if let Err(error) = received {
                 self.fail_all(&mut pending, error.to_string());
@@ -435,7 +432,7 @@ impl Connection {
     /// Closes the link: the peer sees the connection end, a blocked reader wakes.
     fn shut_down(&self) {
         match &self.wire {
-            Wire::Stream { writer, .. } => lock(writer).shutdown(),
+            Wire::Stream { writer, .. } => writer.lock().shutdown(),
             Wire::Ucx(channel) => channel.close(),
         }
     }
@@ -456,7 +453,7 @@ impl Connection {
             Wire::Stream { reader, .. } => reader,
             Wire::Ucx(channel) => return self.receive_message(channel),
         };
-        let mut reader = lock(reader);
+        let mut reader = reader.lock();
         let Some(header) = reader.next_header()? else { return Ok(()) };
         self.peer_epoch.fetch_max(header.epoch, Ordering::Relaxed);
         let mut body = vec![0u8; header.body_len as usize];
@@ -467,7 +464,7 @@ impl Connection {
         let data_len = header.data_len as usize;
 
         let destination = {
-            let mut pending = lock(&self.pending);
+            let mut pending = self.pending.lock();
             match pending.slots.get_mut(&header.request_id) {
                 Some(slot @ Slot::Waiting(_)) => match std::mem::replace(slot, Slot::Receiving) {
                     Slot::Waiting(Some(destination)) if destination.len >= data_len => Some(Some(destination)),
@@ -493,7 +490,7 @@ impl Connection {
                 reader.read_exact(&mut data).map(|()| data)
             }
         };
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         match outcome {
             Ok(data) => {
                 pending.slots.insert(header.request_id, Slot::Done(Ok(Reply { response, data, data_len })));
@@ -520,7 +517,7 @@ impl Connection {
         let response = Response::decode(&received.body).map_err(|error| {
             FrameReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("malformed response: {error}")))
         })?;
-        let mut pending = lock(&self.pending);
+        let mut pending = self.pending.lock();
         match pending.slots.get_mut(&received.frame.request_id) {
             Some(slot @ Slot::Waiting(_)) => {
                 *slot = Slot::Done(Ok(Reply { response, data: received.data, data_len: received.data_len }));
@@ -598,10 +595,10 @@ impl Drop for PendingCall<'_> {
         if self.finished {
             return;
         }
-        let mut pending = lock(&self.connection.pending);
+        let mut pending = self.connection.pending.lock();
         while matches!(pending.slots.get(&self.request_id), Some(Slot::Receiving)) {
             pending.sleepers += 1;
-            pending = self.connection.wakeup.wait(pending).unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.connection.wakeup.wait(&mut pending);
             pending.sleepers -= 1;
         }
         if let Some(Slot::Waiting(_)) = pending.slots.remove(&self.request_id) {

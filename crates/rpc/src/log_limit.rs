@@ -4,7 +4,7 @@
 //! cap). Anyone who can reach its port can cause those, so each kind of message is written at
 //! most once per interval, with the number of messages left out since the last one.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// At most one log line per interval; the others are counted.
@@ -26,7 +26,7 @@ impl RateLimitedLog {
     /// `Some(n)` if a line may be written now (`n` lines were left out before it), `None`
     /// if this one must be left out.
     pub fn admit(&self) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut state = self.state.lock();
         let now = Instant::now();
         if state.last.is_some_and(|last| now.duration_since(last) < self.interval) {
             state.suppressed += 1;

@@ -16,19 +16,16 @@
 //! count raised twice). Tests turn on duplication only to show that; reordering across frames
 //! of one link and loss are stand-ins for a congested or failing network.
 
+use parking_lot::{Condvar, Mutex};
 use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 use std::io::{self, Read, Write};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, mpsc};
+use std::sync::{Arc, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::message::mutate::Rng;
 use ringfs_proto::{FrameHeader, HEADER_LEN};
 
 use crate::transport::{Link, PeerIdentity, ReadHalf, WriteHalf};
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// What the network does to frames; all off by default.
 #[derive(Clone, Copy, Debug, Default)]
@@ -87,14 +84,14 @@ pub fn network() -> &'static SimNetwork {
 impl SimNetwork {
     /// Sets the fault plan and the seed of the decisions that follow.
     pub fn set_plan(&self, plan: FaultPlan, seed: u64) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.plan = plan;
         state.rng = Rng::new(seed);
     }
 
     /// Cuts `server` off: its frames (both ways) are lost and new links to it time out.
     pub fn isolate(&self, server: &str, isolated: bool) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if isolated {
             state.isolated.insert(server.to_string());
         } else {
@@ -105,7 +102,7 @@ impl SimNetwork {
     /// Stops delivering `server`'s frames (both ways) until resumed, as a stopped process or a
     /// stalled link would: nothing is lost.
     pub fn pause(&self, server: &str, paused: bool) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if paused {
             state.paused.insert(server.to_string());
         } else {
@@ -116,16 +113,16 @@ impl SimNetwork {
     }
 
     pub fn stats(&self) -> SimStats {
-        lock(&self.state).stats
+        self.state.lock().stats
     }
 
     fn is_paused(&self, server: &str) -> bool {
-        lock(&self.state).paused.contains(server)
+        self.state.lock().paused.contains(server)
     }
 
     /// The fate of one frame to or from `server`: how many copies arrive, after what delay.
     fn fate(&self, server: &str) -> (u32, Duration) {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         state.stats.frames += 1;
         if state.isolated.contains(server) {
             state.stats.dropped += 1;
@@ -150,7 +147,7 @@ impl SimNetwork {
 
     pub(crate) fn bind(&self, name: &str) -> io::Result<SimListener> {
         let (sender, receiver) = mpsc::channel();
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         if state.listeners.contains_key(name) {
             return Err(io::Error::new(io::ErrorKind::AddrInUse, format!("sim:{name} is taken")));
         }
@@ -160,7 +157,7 @@ impl SimNetwork {
 
     pub(crate) fn connect(&self, name: &str, timeout: Duration) -> io::Result<Link> {
         let sender = {
-            let state = lock(&self.state);
+            let state = self.state.lock();
             if state.isolated.contains(name) {
                 drop(state);
                 std::thread::sleep(timeout.min(Duration::from_millis(200)));
@@ -185,7 +182,7 @@ impl SimNetwork {
     }
 
     fn unbind(&self, name: &str) {
-        lock(&self.state).listeners.remove(name);
+        self.state.lock().listeners.remove(name);
     }
 }
 
@@ -201,10 +198,10 @@ impl SimListener {
     }
 
     pub(crate) fn accept(&self) -> io::Result<Link> {
-        let receiver = lock(&self.accepted).take().ok_or_else(|| io::Error::other("listener shut down"))?;
+        let receiver = self.accepted.lock().take().ok_or_else(|| io::Error::other("listener shut down"))?;
         let link = receiver.recv().map_err(|_| io::Error::other("listener shut down"));
         // Put the receiver back unless the listener was shut down meanwhile.
-        let mut slot = lock(&self.accepted);
+        let mut slot = self.accepted.lock();
         if slot.is_none() && link.is_ok() {
             *slot = Some(receiver);
         }
@@ -250,7 +247,7 @@ impl SimReader {
     }
 
     fn read_until(&mut self, buffer: &mut [u8], deadline: Option<Instant>) -> io::Result<usize> {
-        let mut state = lock(&self.pipe.state);
+        let mut state = self.pipe.state.lock();
         loop {
             if !state.current.is_empty() {
                 let count = buffer.len().min(state.current.len());
@@ -266,7 +263,7 @@ impl SimReader {
                 Some(at) if at <= now && !paused => {
                     let std::cmp::Reverse((_, _, frame)) = state.in_flight.pop().expect("peeked");
                     state.current.extend(frame);
-                    lock(&network().state).stats.delivered += 1;
+                    network().state.lock().stats.delivered += 1;
                     continue;
                 }
                 None if state.closed => return Ok(0),
@@ -282,7 +279,7 @@ impl SimReader {
             if let Some(deadline) = deadline {
                 wait = wait.min(deadline.saturating_duration_since(now));
             }
-            state = self.pipe.arrived.wait_timeout(state, wait.max(Duration::from_micros(50))).unwrap_or_else(|p| p.into_inner()).0;
+            self.pipe.arrived.wait_for(&mut state, wait.max(Duration::from_micros(50)));
         }
     }
 }
@@ -336,7 +333,7 @@ impl SimWriter {
             }
             let frame: Vec<u8> = self.pending.drain(..frame_len).collect();
             let (copies, delay) = network().fate(&self.server);
-            let mut state = lock(&self.peer.state);
+            let mut state = self.peer.state.lock();
             if state.closed {
                 return;
             }
@@ -354,7 +351,7 @@ impl SimWriter {
 
 impl Write for SimWriter {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        if lock(&self.peer.state).closed {
+        if self.peer.state.lock().closed {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "link closed"));
         }
         self.pending.extend_from_slice(bytes);
@@ -374,7 +371,7 @@ impl WriteHalf for SimWriter {
 
     fn shutdown(&self) {
         for pipe in [&self.peer, &self.own] {
-            lock(&pipe.state).closed = true;
+            pipe.state.lock().closed = true;
             pipe.arrived.notify_all();
         }
     }

@@ -8,7 +8,7 @@
 //! wait yield the CPU in a loop, as a thread's wake-up from sleep takes tens of
 //! microseconds here, more than a network latency to emulate.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 /// Bandwidth and latency of an emulated device or link.
@@ -48,7 +48,7 @@ impl Throttle {
     /// Waits as long as moving `bytes` takes, behind the transfers queued before.
     pub fn pass(&self, bytes: u64) {
         let done = {
-            let mut busy_until = self.busy_until.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut busy_until = self.busy_until.lock();
             let start = (*busy_until).max(Instant::now());
             *busy_until = start + self.model.transfer_time(bytes);
             *busy_until

@@ -35,11 +35,17 @@
 //! A held-back touch names its directory by path here, so a directory rename or rmdir (the
 //! `Freeze` and `PrepareRmdir` every server sees) turns the held-back touches at or below
 //! it into *loose* ones, sent by file id with the next flush.
+//!
+//! A touch also carries how many subdirectories the directory gained or lost (a mkdir, an
+//! rmdir, a directory renamed in or out): its link count is 2 + its subdirectories, as
+//! `find` and `rsync` expect. Those touches are never held back (a count cannot be
+//! collected as "the latest"): they go as in step 1, and the request waits for them.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
@@ -82,13 +88,17 @@ struct TouchState {
     any_lent: AtomicBool,
 }
 
+/// A directory's pending touch: the latest time, and how many subdirectories it gained.
+type PendingTouch = (i64, i32);
+
 /// Touches to send, in batches. Invariant: `pending` goes in batch `gathering`; every batch
 /// numbered below `gathering` has been taken by a thread, and has been sent unless it is in
 /// `in_flight`.
 struct Batches {
-    /// Touches waiting to be sent: the latest time for each directory (in path order, so
-    /// that a seeded test schedule replays the same sends).
-    pending: BTreeMap<String, i64>,
+    /// Touches waiting to be sent: the latest time for each directory, and how many
+    /// subdirectories it gained (in path order, so that a seeded test schedule replays the
+    /// same sends).
+    pending: BTreeMap<String, PendingTouch>,
     /// When the oldest pending touch was noted.
     pending_since: Option<Instant>,
     /// The number of the batch the pending touches will go in.
@@ -105,7 +115,7 @@ impl Default for Batches {
 
 impl Batches {
     /// Takes the pending touches as a batch to send.
-    fn take_batch(&mut self) -> (u64, Vec<(String, i64)>) {
+    fn take_batch(&mut self) -> (u64, Vec<(String, PendingTouch)>) {
         self.pending_since = None;
         let batch = self.gathering;
         self.gathering += 1;
@@ -141,15 +151,15 @@ struct Deferral {
 
 impl TouchState {
     fn batches(&self) -> MutexGuard<'_, Batches> {
-        self.batches.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.batches.lock()
     }
 
     fn deferred(&self) -> MutexGuard<'_, Deferred> {
-        self.deferred.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.deferred.lock()
     }
 
     fn lent(&self) -> MutexGuard<'_, HashMap<FileId, Vec<String>>> {
-        self.lent.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.lent.lock()
     }
 
     /// Holds back a touch of `dir` if its times are lent to this server.
@@ -167,12 +177,15 @@ impl TouchState {
 
     /// Queues a touch of `dir` (no allocation for a directory queued already: the common
     /// case of a burst) and returns the number of the batch it goes in.
-    fn note(&self, dir: &str, time_ns: i64) -> u64 {
+    fn note(&self, dir: &str, time_ns: i64, subdirectories: i32) -> u64 {
         let mut batches = self.batches();
         match batches.pending.get_mut(dir) {
-            Some(latest) => *latest = (*latest).max(time_ns),
+            Some((latest, gained)) => {
+                *latest = (*latest).max(time_ns);
+                *gained += subdirectories;
+            }
             None => {
-                batches.pending.insert(dir.to_string(), time_ns);
+                batches.pending.insert(dir.to_string(), (time_ns, subdirectories));
                 batches.pending_since.get_or_insert_with(Instant::now);
             }
         }
@@ -277,7 +290,7 @@ enum Turn {
     /// It has been sent.
     Sent,
     /// Send it: its touches are these.
-    Send(u64, Vec<(String, i64)>),
+    Send(u64, Vec<(String, PendingTouch)>),
     /// The wait is over without it.
     GiveUp,
 }
@@ -310,11 +323,17 @@ impl DirTimes {
     /// Held back if the directory's times are lent here; otherwise the request being
     /// handled answers once the touch is delivered (see the module doc).
     pub fn touch_parent(&self, child: &str, time_ns: i64) {
+        self.touch_parent_counting(child, time_ns, 0);
+    }
+
+    /// [`DirTimes::touch_parent`] of a change that gave the parent `subdirectories` more
+    /// subdirectories (negative: fewer); never held back when that is not 0.
+    pub fn touch_parent_counting(&self, child: &str, time_ns: i64, subdirectories: i32) {
         let Some(parent) = path::parent(child) else { return };
-        if self.state.hold_back(parent, time_ns) {
+        if subdirectories == 0 && self.state.hold_back(parent, time_ns) {
             return;
         }
-        let batch = self.state.note(parent, time_ns);
+        let batch = self.state.note(parent, time_ns, subdirectories);
         AWAITED_BATCH.with(|awaited| awaited.set(awaited.get().max(batch)));
     }
 
@@ -355,23 +374,24 @@ impl DirTimes {
             if now >= end {
                 return Turn::GiveUp;
             }
-            batches = crate::sched::wait_timeout(&times.sent, &times.batches, batches, end - now);
+            crate::sched::wait_timeout(&times.sent, &mut batches, end - now);
         }
     }
 
     /// Sends one batch of touches by path, all at once, waiting for the answers until
     /// `end`; a directory whose times are lent here in answer is held back from then on.
-    fn send_touches(&self, touches: Vec<(String, i64)>, end: Instant) {
+    fn send_touches(&self, touches: Vec<(String, PendingTouch)>, end: Instant) {
         let collections = self.state.deferred().collections;
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
-        for (dir, time_ns) in touches {
+        for (dir, (time_ns, subdirectories)) in touches {
             if dir == "/" {
-                // Every server holds the root directory.
-                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new() };
+                // Every server holds the root directory (and counts its subdirectories).
+                let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new(), subdirectories };
                 let members = self.node.membership().list().members.clone();
                 targets.extend(members.into_iter().map(|member| (member, touch.clone())));
             } else {
-                let touch = DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.node.name.clone() };
+                let touch =
+                    DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.node.name.clone(), subdirectories };
                 targets.push((self.node.owner_of_path(&dir), touch));
             }
         }
@@ -427,7 +447,10 @@ impl DirTimes {
             .into_iter()
             .map(|(file, time_ns, lent_on)| {
                 let defer_for = if lent_on { self.node.name.clone() } else { String::new() };
-                (self.node.owner_of_chunk(ChunkKey::inode(file)), DirTouch { path: String::new(), file, time_ns, defer_for })
+                (
+                    self.node.owner_of_chunk(ChunkKey::inode(file)),
+                    DirTouch { path: String::new(), file, time_ns, defer_for, subdirectories: 0 },
+                )
             })
             .collect();
         if targets.is_empty() {
@@ -444,7 +467,7 @@ impl DirTimes {
     /// at the inode, which lends the directory's times to `defer_for`.
     pub fn touch_dir(&self, touch: DirTouch) -> Result<Response, Errno> {
         if touch.path.is_empty() {
-            self.node.store.touch_dir(touch.file, touch.time_ns).map_err(store_errno)?;
+            self.node.store.touch_dir(touch.file, touch.time_ns, touch.subdirectories).map_err(store_errno)?;
             if !touch.defer_for.is_empty() && touch.defer_for != self.node.name {
                 self.state.lend(touch.file, &touch.defer_for);
             }
@@ -509,7 +532,7 @@ impl DirTimes {
             }
         }
         if latest != 0
-            && let Err(error) = self.node.store.touch_dir(file, latest)
+            && let Err(error) = self.node.store.touch_dir(file, latest, 0)
         {
             log::debug!("collected touches of directory {file} not applied: {error}");
         }

@@ -27,8 +27,9 @@
 //! subtree wait during the move; the two parent directories' listings may show both names (or,
 //! for an instant, only the old one) while the rename completes.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::path;
@@ -98,8 +99,8 @@ struct SubtreeMove {
 }
 
 impl SubtreeMoves {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
-        self.moves.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, SubtreeMove>> {
+        self.moves.lock()
     }
 
     /// A rename froze this server: its move has begun.
@@ -109,7 +110,7 @@ impl SubtreeMoves {
 
     /// Rename `token` ended here.
     fn record_end(&self, token: u64) {
-        let mut ended = self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut ended = self.ended.lock();
         if ended.tokens.insert(token) {
             ended.order.push_back(token);
             if ended.order.len() > ENDED_KEPT
@@ -122,9 +123,13 @@ impl SubtreeMoves {
 
     /// Rename `token` ended here: a step of it now is a late one.
     pub fn has_ended(&self, token: u64) -> bool {
-        self.ended.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).tokens.contains(&token)
+        self.ended.lock().tokens.contains(&token)
     }
 }
+
+/// Most bytes of paths one `PutEntries` carries: a tree with long paths moves in several
+/// requests, each far below the frame limit (`MAX_BODY_LEN`, 4 MiB).
+const PUT_ENTRIES_BYTES: usize = 1 << 20;
 
 /// This server's part in directory renames: the coordinator of those it is asked for, the
 /// steps every server takes (freeze, move, thaw), and, on the first server of the ring, the
@@ -276,13 +281,26 @@ impl DirectoryRenames {
             by_owner.entry(owner.name.clone()).or_insert_with(|| (owner, Vec::new())).1.push(entry);
         }
         let mut unsent = Vec::new();
-        for (_, (owner, entries)) in by_owner {
-            // Storing the same names twice is harmless: a lost answer is simply asked again.
-            let put =
-                |entries: &Vec<MovedEntry>| self.node.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
-            if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
-                log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
-                unsent.extend(entries);
+        for (_, (owner, mut entries)) in by_owner {
+            // In requests of at most PUT_ENTRIES_BYTES of paths, far below the frame limit.
+            while !entries.is_empty() {
+                let mut bytes = 0;
+                let count = entries
+                    .iter()
+                    .take_while(|entry| {
+                        bytes += entry.path.len();
+                        bytes <= PUT_ENTRIES_BYTES
+                    })
+                    .count();
+                let rest = entries.split_off(count.max(1));
+                // Storing the same names twice is harmless: a lost answer is simply asked again.
+                let put =
+                    |entries: &Vec<MovedEntry>| self.node.ask(&owner, Request::PutEntries(PutEntries { token, entries: entries.clone() }));
+                if let Err(errno) = put(&entries).or_else(|_| put(&entries)) {
+                    log::info!("directory rename: server {} did not take its names yet: {errno}", owner.name);
+                    unsent.append(&mut entries);
+                }
+                entries = rest;
             }
         }
         if unsent.is_empty() { Ok(()) } else { Err(unsent) }
@@ -294,7 +312,7 @@ impl DirectoryRenames {
         let deadline = started + WAIT_LIMIT;
         let mut warned = false;
         loop {
-            let mut held = self.namespace_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut held = self.namespace_lock.lock();
             let now = Instant::now();
             if acquire && self.namespace_lock_ended.has_ended(token) {
                 // Overtaken by its release: that rename is over.
@@ -374,10 +392,6 @@ impl DirectoryRenames {
             log::info!("could not give back the namespace lock yet: {errno} (trying again)");
             self.names.release_later(Release::NamespaceLock { token });
         }
-        if outcome.is_ok() {
-            self.dir_times.touch_parent(from, time_ns);
-            self.dir_times.touch_parent(to, time_ns);
-        }
         outcome
     }
 
@@ -455,6 +469,11 @@ impl DirectoryRenames {
             self.thaw_everywhere(&subtree);
         }
         outcome?;
+        // The parents' times, and their subdirectories: the source's kind leaves `from` and
+        // enters `to`; the target's (replaced, or exchanged into `from`) leaves `to`.
+        let (source_dir, target_dir) = (i32::from(source.is_dir()), i32::from(target.is_some_and(|target| target.is_dir())));
+        self.dir_times.touch_parent_counting(from, time_ns, if exchange { target_dir } else { 0 } - source_dir);
+        self.dir_times.touch_parent_counting(to, time_ns, source_dir - target_dir);
         if let Some(replaced) = replaced_dir {
             self.files.drop_link(replaced.file, time_ns, None)?;
         }

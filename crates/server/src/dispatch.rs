@@ -13,7 +13,6 @@ use std::mem::MaybeUninit;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ringfs_proto::path;
 use ringfs_proto::{
     Credentials, Errno, Hello, HelloReply, Member, PROTOCOL_VERSION, Read, Request, Response, Route, ServerStats, Write, WriteSource,
 };
@@ -22,6 +21,7 @@ use ringfs_rpc::memory::{ProcessMemory, memory_probe};
 use ringfs_rpc::{PeerIdentity, Reply, Service};
 
 use crate::ServerConfig;
+use crate::changes::ChangeLog;
 use crate::data::Data;
 use crate::deadline::{client_deadline, request_deadline_or, with_request_deadline};
 use crate::dir_times::DirTimes;
@@ -57,6 +57,8 @@ pub struct Dispatcher {
     pub permissions: Arc<Permissions>,
     pub opens: Arc<OpenRegistry>,
     pub gmem: Gmem,
+    /// What changed here lately, for FUSE mounts that ask (see `changes`).
+    changes: ChangeLog,
     requests: AtomicU64,
     forwarded: AtomicU64,
 }
@@ -69,11 +71,6 @@ fn secrets_match(given: &[u8], expected: &[u8]) -> bool {
 /// The answer of a request that did what it was asked and has nothing to tell.
 fn done(_: ()) -> Response {
     Response::Done
-}
-
-/// EINVAL unless every path of `request` is canonical (checked once, before anything uses them).
-fn validate_paths(request: &Request) -> Result<(), Errno> {
-    request.paths().into_iter().try_for_each(path::validate)
 }
 
 impl Dispatcher {
@@ -109,6 +106,7 @@ impl Dispatcher {
             flusher,
             permissions,
             opens,
+            changes: ChangeLog::default(),
             requests: AtomicU64::new(0),
             forwarded: AtomicU64::new(0),
         }
@@ -116,7 +114,7 @@ impl Dispatcher {
 
     /// Executes a request here (after routing), as a step of a request checked already.
     fn execute(&self, session: &mut Session, request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        validate_paths(&request)?;
+        request.validate()?;
         self.execute_valid(session, request, data, reply_data)
     }
 
@@ -129,7 +127,7 @@ impl Dispatcher {
         data: &[u8],
         reply_data: &mut Vec<u8>,
     ) -> Result<Response, Errno> {
-        validate_paths(&request)?;
+        request.validate()?;
         let request = self.permissions.authorize(caller, request)?;
         match self.execute_valid(session, request, data, reply_data)? {
             Response::Names(names) => Ok(Response::Names(names.into_iter().filter(|name| caller.lists_xattr(name)).collect())),
@@ -158,6 +156,7 @@ impl Dispatcher {
             Request::LinkFile(link) => self.names.link_file(link.file, &link.to, link.time_ns),
             Request::ReadDir(read) => self.names.read_dir(&read),
             Request::Find(find) => Ok(Response::Found(store.find(&find.root, &find.filter))),
+            Request::Changes(asked) => Ok(Response::ChangeList(self.changes.since(&asked))),
             Request::LookupDir(lookup) => self.names.lookup_dir(&lookup.path),
             Request::PrepareRmdir(request) => self.names.prepare_rmdir(&request.path),
             Request::InstallEntry(install) => self.names.install_entry(install),
@@ -442,7 +441,10 @@ impl Service for Dispatcher {
             self.flusher.io_monitor.begin();
         }
         let deadline = session.patience.map(|patience| client_deadline(session, &request, patience));
+        // What the request changes, for FUSE mounts watching (see `changes`).
+        let changes = self.changes.changes_of(&request);
         let mut response = with_request_deadline(deadline, || self.route(session, caller.as_deref(), request, data, reply_data));
+        self.changes.note(session.client_id.unwrap_or(0), changes);
         // Directories' times: what the response shows includes every change of names before
         // it, and a change of names answers once its directories' times have moved.
         self.dir_times.settle_dir_times(&mut response, deadline);

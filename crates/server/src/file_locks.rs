@@ -15,8 +15,8 @@
 //! server for the open grace period (see `opens.rs`), so a crashed client's locks lapse.
 //! The table lives in memory: a restarted server has forgotten its locks.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
 
 use ringfs_proto::{Errno, FileId, FileLock, LockKind};
 
@@ -55,7 +55,7 @@ pub struct LockTable {
 
 impl LockTable {
     fn files(&self) -> MutexGuard<'_, HashMap<FileId, Vec<Held>>> {
-        self.files.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.files.lock()
     }
 
     /// `SetLock`: takes, changes or gives back `lock` (EAGAIN: another owner's lock is in

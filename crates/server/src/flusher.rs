@@ -8,10 +8,11 @@
 //! I/O thus get their flushing done while they compute. `immediate` flushes whenever there is
 //! work (CACHE-I); `none` only on `sync` and at shutdown.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, Request, Response};
@@ -198,7 +199,7 @@ impl Flusher {
     }
 
     fn flush_lock(&self) -> MutexGuard<'_, ()> {
-        self.flush_lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.flush_lock.lock()
     }
 
     /// Waits until the flush step under way here (if any) has ended: steps after it see the

@@ -13,8 +13,8 @@
 //! first takes its name (a short hold, `NameLocks::hold`, waiting for any rename of it),
 //! then the pass, and gives both back when its local step is done (`Names::enter_name`).
 
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 use std::time::Instant;
 
 use ringfs_proto::Errno;
@@ -22,10 +22,6 @@ use ringfs_proto::path;
 
 use crate::deadline::{wait_end, wait_failure};
 use crate::name_locks::{EndedTokens, LEASE, SLOW_WAIT};
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 struct Freeze {
     token: u64,
@@ -66,7 +62,7 @@ impl NamespaceGate {
         // Nothing frozen (nearly always): the pass is a read lock. A freeze counts itself
         // before it waits for the passes, so a pass taken after that sees the count.
         if self.frozen_count.load(Ordering::SeqCst) == 0 {
-            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let running = self.running.read();
             if self.frozen_count.load(Ordering::SeqCst) == 0 {
                 return Ok(GatePass { _running: running });
             }
@@ -76,7 +72,7 @@ impl NamespaceGate {
         let mut warned = false;
         loop {
             {
-                let mut frozen = lock(&self.frozen);
+                let mut frozen = self.frozen.lock();
                 loop {
                     let now = Instant::now();
                     frozen.retain(|freeze| freeze.until > now);
@@ -92,12 +88,12 @@ impl NamespaceGate {
                         warned = true;
                         log::warn!("waiting {:?} for a thaw of {paths:?}", now - started);
                     }
-                    frozen = crate::sched::wait_timeout(&self.thawed, &self.frozen, frozen, (deadline - now).min(LEASE));
+                    crate::sched::wait_timeout(&self.thawed, &mut frozen, (deadline - now).min(LEASE));
                 }
             }
-            let running = self.running.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let running = self.running.read();
             // A freeze may have come in between: check again while holding the pass.
-            let frozen = lock(&self.frozen);
+            let frozen = self.frozen.lock();
             let now = Instant::now();
             let blocked =
                 frozen.iter().any(|freeze| freeze.token != token && freeze.until > now && paths.iter().any(|path| freeze.covers(path)));
@@ -115,13 +111,13 @@ impl NamespaceGate {
             return; // overtaken by its thaw: that attempt is over
         }
         {
-            let mut frozen = lock(&self.frozen);
+            let mut frozen = self.frozen.lock();
             frozen.retain(|freeze| freeze.token != token);
             frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
             self.frozen_count.store(frozen.len(), Ordering::SeqCst);
         }
         let started = Instant::now();
-        drop(self.running.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        drop(self.running.write());
         if started.elapsed() > SLOW_WAIT {
             log::warn!("the freeze of {from} and {to} waited {:?} for running operations", started.elapsed());
         }
@@ -130,7 +126,7 @@ impl NamespaceGate {
     /// Ends the freeze of `token`.
     pub fn thaw(&self, token: u64) {
         self.thawed_tokens.end(token);
-        let mut frozen = lock(&self.frozen);
+        let mut frozen = self.frozen.lock();
         frozen.retain(|freeze| freeze.token != token);
         self.frozen_count.store(frozen.len(), Ordering::SeqCst);
         drop(frozen);

@@ -5,7 +5,8 @@
 //!
 //! `RINGFS_SCHEDULE_SEEDS=1-200` searches more seeds; a failing seed is printed and replays.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use ringfs_proto::{Create, EntryRef, FileOnly, Link, ReadDir, Rename, Request, Response, Rmdir, Unlink};
 
@@ -118,7 +119,7 @@ fn run(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, u64) {
                     crate::sched::yield_point();
                     let request = operation(&mut random);
                     let outcome = cluster.call(request.clone()).map(|_| ());
-                    answers.lock().unwrap().push(format!("client {client} op {index}: {request:?} -> {outcome:?}"));
+                    answers.lock().push(format!("client {client} op {index}: {request:?} -> {outcome:?}"));
                 }
             })
         })
@@ -130,7 +131,7 @@ fn run(seed: u64) -> (Vec<String>, Vec<String>, Vec<String>, u64) {
     cluster.net.clear_schedule();
     cluster.net.settle();
     let tree = checked_tree(&cluster, seed);
-    let mut answers = answers.lock().unwrap().clone();
+    let mut answers = answers.lock().clone();
     answers.sort();
     let trace = schedule.trace().into_iter().map(|step| format!("{step} {}", schedule.label(step))).collect();
     (answers, trace, tree, schedule.stalls())

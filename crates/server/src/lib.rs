@@ -19,6 +19,7 @@
 //! server.stop();
 //! ```
 
+mod changes;
 #[cfg(test)]
 mod coordinator_tests;
 mod data;

@@ -8,9 +8,9 @@
 //! name for its local step the same way ([`NameLocks::hold`]), so a rename never takes a name
 //! half-way through an operation. Waits are bounded (see `deadline`).
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::Errno;
@@ -31,10 +31,6 @@ pub fn new_token() -> u64 {
 
 fn humantime(duration: Duration) -> String {
     format!("{:.3}s", duration.as_secs_f64())
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 struct Held {
@@ -68,7 +64,7 @@ pub struct EndedTokens {
 impl EndedTokens {
     pub fn end(&self, token: u64) {
         let now = Instant::now();
-        let mut ended = lock(&self.ended);
+        let mut ended = self.ended.lock();
         if ended.len() >= 4096 {
             ended.retain(|_, until| *until > now);
         }
@@ -76,7 +72,7 @@ impl EndedTokens {
     }
 
     pub fn has_ended(&self, token: u64) -> bool {
-        lock(&self.ended).get(&token).is_some_and(|until| *until > Instant::now())
+        self.ended.lock().get(&token).is_some_and(|until| *until > Instant::now())
     }
 }
 
@@ -94,7 +90,7 @@ impl NameLocks {
         let started = Instant::now();
         let deadline = wait_end(started);
         let mut warned = false;
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         loop {
             let now = Instant::now();
             if across_servers && self.ended.has_ended(token) {
@@ -117,15 +113,14 @@ impl NameLocks {
             if now >= deadline {
                 return Err(wait_failure());
             }
-            held = self.wait(held, deadline - now);
+            self.wait(&mut held, deadline - now);
         }
     }
 
-    fn wait<'a>(&'a self, held: MutexGuard<'a, HashMap<String, Held>>, limit: Duration) -> MutexGuard<'a, HashMap<String, Held>> {
+    fn wait(&self, held: &mut MutexGuard<'_, HashMap<String, Held>>, limit: Duration) {
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        let held = crate::sched::wait_timeout(&self.released, &self.held, held, limit);
+        crate::sched::wait_timeout(&self.released, held, limit);
         self.waiting.fetch_sub(1, Ordering::Relaxed);
-        held
     }
 
     /// Gives the lock of `path` back, if `token` holds it.
@@ -133,7 +128,7 @@ impl NameLocks {
         self.ended.end(token);
         self.give_back(path, token);
         // An acquisition of this token still waiting gives up now.
-        let _held = lock(&self.held);
+        let _held = self.held.lock();
         if self.waiting.load(Ordering::Relaxed) > 0 {
             self.released.notify_all();
         }
@@ -141,7 +136,7 @@ impl NameLocks {
 
     /// [`NameLocks::release`] of a lock only this server knows (an operation's hold).
     fn give_back(&self, path: &str, token: u64) {
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         if held.get(path).is_some_and(|holder| holder.token == token) {
             held.remove(path);
             if self.waiting.load(Ordering::Relaxed) > 0 {
@@ -173,7 +168,8 @@ impl NameLocks {
     /// install it at a path where it no longer is (two names for one link, or none).
     pub fn renamed_inside(&self, roots: [&str; 2], token: u64) -> Option<String> {
         let now = Instant::now();
-        lock(&self.held)
+        self.held
+            .lock()
             .iter()
             .find(|(path, held)| {
                 held.across_servers
@@ -192,7 +188,7 @@ impl NameLocks {
     /// client's later operations.
     pub fn admit_step(&self, path: &str, token: u64) -> Result<(), Errno> {
         self.wait_free(path, token)?;
-        match lock(&self.held).get(path) {
+        match self.held.lock().get(path) {
             Some(holder) if holder.token == token && holder.until > Instant::now() => Ok(()),
             _ => {
                 log::warn!("refusing a late step of {token:x} at {path}: its name lock is not held any more");
@@ -204,7 +200,7 @@ impl NameLocks {
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
     pub fn wait_free(&self, path: &str, token: u64) -> Result<(), Errno> {
         let deadline = wait_end(Instant::now());
-        let mut held = lock(&self.held);
+        let mut held = self.held.lock();
         loop {
             let now = Instant::now();
             match held.get(path) {
@@ -214,7 +210,7 @@ impl NameLocks {
             if now >= deadline {
                 return Err(wait_failure());
             }
-            held = self.wait(held, deadline - now);
+            self.wait(&mut held, deadline - now);
         }
     }
 }

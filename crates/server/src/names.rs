@@ -14,7 +14,8 @@
 //!   then the old name goes. From the moment the new name is installed it shows the whole
 //!   file: no data moves. Directories are renamed by `directory_rename`.
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
@@ -174,9 +175,9 @@ impl Names {
             return Err(Errno::EINVAL);
         }
         if let Some(target) = &create.link_target
-            && (target.is_empty() || target.len() > path::MAX_PATH_BYTES)
+            && (target.is_empty() || target.len() > path::MAX_CALL_PATH_BYTES)
         {
-            return Err(Errno::EINVAL);
+            return Err(if target.is_empty() { Errno::EINVAL } else { Errno::ENAMETOOLONG });
         }
         let new_file = FileId { anchor: self.node.anchor_of(&create.path), serial: fast_random_u64() | 1 };
         // A name still being removed (EAGAIN from the store) is waited for here, with the name
@@ -200,7 +201,8 @@ impl Names {
             }
         };
         if outcome.created {
-            self.dir_times.touch_parent(&create.path, create.time_ns);
+            let directory = ringfs_proto::FileKind::from_mode(create.mode) == Some(ringfs_proto::FileKind::Directory);
+            self.dir_times.touch_parent_counting(&create.path, create.time_ns, i32::from(directory));
         }
         let file = outcome.entry.file;
         let (attr, registered) = match outcome.attr {
@@ -287,7 +289,7 @@ impl Names {
         };
         outcome?;
         finished?;
-        self.dir_times.touch_parent(path, time_ns);
+        self.dir_times.touch_parent_counting(path, time_ns, -1);
         self.files.drop_link(directory.file, time_ns, None)?;
         Ok(Response::Done)
     }
@@ -397,12 +399,12 @@ impl Names {
     /// Queues a release that failed, to be tried again by [`Names::retry_releases`].
     pub fn release_later(&self, what: Release) {
         let until = std::time::Instant::now() + crate::name_locks::LEASE;
-        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(LaterRelease { what, until });
+        self.later_releases.lock().push(LaterRelease { what, until });
     }
 
     /// Tries again the releases that failed (called every heartbeat interval).
     pub fn retry_releases(&self) {
-        let waiting = std::mem::take(&mut *self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+        let waiting = std::mem::take(&mut *self.later_releases.lock());
         let now = std::time::Instant::now();
         let still: Vec<LaterRelease> = waiting
             .into_iter()
@@ -415,7 +417,7 @@ impl Names {
                     }
             })
             .collect();
-        self.later_releases.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend(still);
+        self.later_releases.lock().extend(still);
     }
 
     /// Takes or gives back, for `token`, the namespace lock held by the first server of the

@@ -6,8 +6,9 @@
 //! (through [`LocalDispatch`], which the dispatcher installs once it exists), so a
 //! coordinator never cares whether a step is local.
 
+use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{ChunkKey, Errno, FileId, Member, Request, Response};
@@ -18,7 +19,7 @@ use crate::membership::Membership;
 use crate::outbound::{Outbound, OutboundCall};
 
 /// Largest chunk size a file may be created with (one chunk must fit in a frame).
-pub const MAX_CHUNK_SIZE: u32 = ringfs_proto::MAX_DATA_LEN;
+pub use ringfs_proto::limits::MAX_CHUNK_SIZE;
 
 /// The errno a store error answers (a failure of the store's directory is logged here).
 pub fn store_errno(error: StoreError) -> Errno {
@@ -37,19 +38,18 @@ pub struct ShutdownSignal {
 
 impl ShutdownSignal {
     pub fn request(&self) {
-        *self.requested.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        *self.requested.lock() = true;
         self.changed.notify_all();
     }
 
     pub fn is_requested(&self) -> bool {
-        *self.requested.lock().unwrap_or_else(|p| p.into_inner())
+        *self.requested.lock()
     }
 
     /// Blocks until a shutdown is requested, or `timeout` passes; returns whether requested.
     pub fn wait(&self, timeout: Duration) -> bool {
-        let requested = self.requested.lock().unwrap_or_else(|p| p.into_inner());
-        let (requested, _) =
-            self.changed.wait_timeout_while(requested, timeout, |requested| !*requested).unwrap_or_else(|p| p.into_inner());
+        let mut requested = self.requested.lock();
+        self.changed.wait_while_for(&mut requested, |requested| !*requested, timeout);
         *requested
     }
 }
@@ -104,16 +104,16 @@ impl Node {
     }
 
     pub fn membership(&self) -> RwLockReadGuard<'_, Membership> {
-        self.membership.read().unwrap_or_else(|p| p.into_inner())
+        self.membership.read()
     }
 
     pub fn membership_mut(&self) -> RwLockWriteGuard<'_, Membership> {
-        self.membership.write().unwrap_or_else(|p| p.into_inner())
+        self.membership.write()
     }
 
     /// Asks the gossip thread to push our member list to everyone.
     pub fn spread_members(&self) {
-        let _ = self.gossip.lock().unwrap_or_else(|p| p.into_inner()).send(());
+        let _ = self.gossip.lock().send(());
     }
 
     /// The owner of the entry of `path`, by our member list.

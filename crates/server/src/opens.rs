@@ -9,8 +9,8 @@
 //! as disconnected from that moment. The advisory locks a client holds here (`file_locks.rs`)
 //! end with its opens, so a client that took a lock is remembered the same way.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::FileId;
@@ -51,8 +51,8 @@ pub struct OpenRegistry {
 }
 
 impl OpenRegistry {
-    fn clients(&self) -> std::sync::MutexGuard<'_, HashMap<u64, ClientOpens>> {
-        self.clients.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn clients(&self) -> parking_lot::MutexGuard<'_, HashMap<u64, ClientOpens>> {
+        self.clients.lock()
     }
 
     /// A connection of `client` was established.

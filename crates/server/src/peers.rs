@@ -12,9 +12,10 @@
 //!
 //! [`Peers`] is the production [`Outbound`]: every request to another server leaves through it.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ops::Deref;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, Member, Request, Response};
@@ -60,7 +61,7 @@ impl Peers {
     /// (its requests would have the short deadline too).
     pub fn connection_within(&self, member: &Member, open_timeout: Option<Duration>) -> Result<PeerConnection<'_>, RpcError> {
         let reused = {
-            let mut idle = self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut idle = self.idle.lock();
             let pool = idle.entry(member.name.clone()).or_default();
             pool.retain(|connection| !connection.is_broken());
             // A member restarted elsewhere: its old connections are broken or go elsewhere;
@@ -137,7 +138,7 @@ impl Outbound for Peers {
 impl Peers {
     /// A connection to a rank's cache at `endpoint`.
     fn rank_connection(&self, endpoint: &str) -> Result<Arc<Connection>, Errno> {
-        let mut ranks = self.ranks.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut ranks = self.ranks.lock();
         if let Some(connection) = ranks.get(endpoint)
             && !connection.is_broken()
         {
@@ -171,7 +172,7 @@ impl Drop for PeerConnection<'_> {
             // Broken, or the server still works on a request we gave up on.
             return;
         }
-        let mut idle = self.peers.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut idle = self.peers.idle.lock();
         let pool = idle.entry(std::mem::take(&mut self.member)).or_default();
         if pool.len() < IDLE_PER_PEER {
             pool.push(connection);

@@ -25,8 +25,9 @@
 //! checked already), and requests by file id (reads, writes, truncates of an open file) are
 //! not checked: the open that produced the id was.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::access::{MAY_EXECUTE, MAY_READ, MAY_WRITE};
@@ -54,8 +55,8 @@ struct CacheInner {
 }
 
 impl DirAttrCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheInner> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, CacheInner> {
+        self.inner.lock()
     }
 
     /// The remembered attributes of `dir`, or the generation to insert them with.

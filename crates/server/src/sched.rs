@@ -6,8 +6,9 @@
 //! each of its threads; a wait then gives the turn to another step instead of blocking, so a
 //! seed replays the same interleaving.
 
+use parking_lot::{Condvar, MutexGuard};
 use std::cell::RefCell;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// A test's scheduler, as a thread it runs sees it.
@@ -43,17 +44,13 @@ pub fn yield_point() {
     }
 }
 
-/// `condvar.wait_timeout` on `guard` of `mutex`, waking at most after `timeout` (callers
-/// check their condition again, as after any wake-up). Under a test scheduler: the lock is
-/// given back, another step runs, and the lock is taken again.
-pub fn wait_timeout<'a, T>(condvar: &Condvar, mutex: &'a Mutex<T>, guard: MutexGuard<'a, T>, timeout: Duration) -> MutexGuard<'a, T> {
+/// `condvar.wait_for` on `guard`, waking at most after `timeout` (callers check their
+/// condition again, as after any wake-up). Under a test scheduler: the lock is given back,
+/// another step runs, and the lock is taken again.
+pub fn wait_timeout<T>(condvar: &Condvar, guard: &mut MutexGuard<'_, T>, timeout: Duration) {
     match turns() {
-        None => condvar.wait_timeout(guard, timeout).unwrap_or_else(|poisoned| poisoned.into_inner()).0,
-        Some(turns) => {
-            drop(guard);
-            turns.yield_turn();
-            mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-        }
+        None => drop(condvar.wait_for(guard, timeout)),
+        Some(turns) => MutexGuard::unlocked(guard, || turns.yield_turn()),
     }
 }
 

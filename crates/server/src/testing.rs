@@ -10,9 +10,10 @@
 //! coordinators make of it. Every delivery runs on a thread of its own, as it would on the
 //! receiving server.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ringfs_placement::{HashFunction, Scheme};
@@ -160,55 +161,51 @@ pub struct Net {
 impl Net {
     /// Puts a filter on the net (it acts on messages sent from now on).
     pub fn add(&self, filter: Filter) {
-        self.filters.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::new(Installed { filter, matched: AtomicUsize::new(0) }));
+        self.filters.lock().push(Arc::new(Installed { filter, matched: AtomicUsize::new(0) }));
     }
 
     /// Runs every delivery from now on as a step of `schedule`.
     pub fn set_schedule(&self, schedule: Arc<Schedule>) {
-        *self.schedule.write().unwrap_or_else(|p| p.into_inner()) = Some(schedule);
+        *self.schedule.write() = Some(schedule);
     }
 
     /// Delivers on threads of their own again (after a scheduled run: a thread that is not a
     /// step of the schedule must not start steps, or the order would depend on it).
     pub fn clear_schedule(&self) {
-        *self.schedule.write().unwrap_or_else(|p| p.into_inner()) = None;
+        *self.schedule.write() = None;
     }
 
     fn schedule(&self) -> Option<Arc<Schedule>> {
-        self.schedule.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.schedule.read().clone()
     }
 
     /// Takes every filter off the net.
     pub fn clear(&self) {
-        self.filters.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.filters.lock().clear();
     }
 
     /// The messages delivered so far of type `message`.
     pub fn delivered(&self, message: &str) -> Vec<Delivery> {
-        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).iter().filter(|delivery| delivery.message == message).cloned().collect()
+        self.deliveries.lock().iter().filter(|delivery| delivery.message == message).cloned().collect()
     }
 
     /// Waits until every late or duplicated copy released so far has been delivered.
     pub fn settle(&self) {
-        let threads = std::mem::take(&mut *self.late.lock().unwrap_or_else(|p| p.into_inner()));
+        let threads = std::mem::take(&mut *self.late.lock());
         for thread in threads {
             let _ = thread.join();
         }
     }
 
     fn action(&self, message: &str, from: &str, to: &str, direction: Direction) -> Option<Action> {
-        let filters = self.filters.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let filters = self.filters.lock().clone();
         filters.iter().find(|installed| installed.catches(message, from, to, direction)).map(|installed| installed.filter.action.clone())
     }
 
     /// Runs `request` at server `to` as a request from server `from` would run there.
     fn deliver(&self, from: &str, to: &str, request: &Request, data: &[u8]) -> Result<Reply, Errno> {
-        let server = self.servers.read().unwrap_or_else(|p| p.into_inner()).get(to).and_then(Weak::upgrade).ok_or(Errno::EIO)?;
-        self.deliveries.lock().unwrap_or_else(|p| p.into_inner()).push(Delivery {
-            message: message_type(request),
-            from: from.to_string(),
-            to: to.to_string(),
-        });
+        let server = self.servers.read().get(to).and_then(Weak::upgrade).ok_or(Errno::EIO)?;
+        self.deliveries.lock().push(Delivery { message: message_type(request), from: from.to_string(), to: to.to_string() });
         let mut session = Session::local();
         let mut reply_data = Vec::new();
         let response = server.handle(&mut session, request.clone(), data, &mut reply_data);
@@ -232,7 +229,7 @@ impl Net {
             Some(schedule) => schedule.spawn(body),
             None => std::thread::spawn(body),
         };
-        self.late.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
+        self.late.lock().push(thread);
     }
 
     /// One call through the filters, from `from`, answered until `until`.
@@ -330,7 +327,7 @@ impl Port {
             let label = format!("{} {from}->{}", message_type(&request), to.name);
             schedule.spawn_labelled(label, move || {
                 let outcome = net.call(&from, OutboundCall { to: &to, request: &request, data: &data }, until);
-                *answer.lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
+                *answer.lock() = Some(outcome);
             });
         }
         meanwhile();
@@ -338,7 +335,7 @@ impl Port {
             .iter()
             .map(|answer| {
                 loop {
-                    if let Some(outcome) = answer.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    if let Some(outcome) = answer.lock().take() {
                         break outcome;
                     }
                     crate::sched::yield_point();
@@ -358,7 +355,7 @@ impl Port {
 /// seed (the order of steps: [`Schedule::trace`]).
 pub struct Schedule {
     state: Mutex<ScheduleState>,
-    turn: std::sync::Condvar,
+    turn: parking_lot::Condvar,
 }
 
 /// A step that keeps the turn this long without giving it back is taken to be blocked.
@@ -408,15 +405,15 @@ impl Schedule {
                 stalls: 0,
                 live: 0,
             }),
-            turn: std::sync::Condvar::new(),
+            turn: parking_lot::Condvar::new(),
         });
         let watched = Arc::downgrade(&schedule);
         std::thread::spawn(move || watch_for_stalls(&watched));
         schedule
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, ScheduleState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, ScheduleState> {
+        self.state.lock()
     }
 
     /// Starts `body` as a step (it runs when the schedule gives it the turn).
@@ -497,7 +494,7 @@ impl Schedule {
             self.pick(&mut state);
         }
         while state.running != Some(step) {
-            state = self.turn.wait(state).unwrap_or_else(|p| p.into_inner());
+            self.turn.wait(&mut state);
         }
     }
 
@@ -590,7 +587,7 @@ impl TestCluster {
                 let node = Arc::new(Node::new(own.name.clone(), store, membership, port, connection, gossip));
                 let dispatcher = Arc::new(Dispatcher::build(&node, &config));
                 node.set_local_dispatch(Arc::downgrade(&dispatcher) as Weak<dyn LocalDispatch>);
-                net.servers.write().unwrap_or_else(|p| p.into_inner()).insert(own.name.clone(), Arc::downgrade(&dispatcher));
+                net.servers.write().insert(own.name.clone(), Arc::downgrade(&dispatcher));
                 TestServer { node, dispatcher }
             })
             .collect();

@@ -657,7 +657,9 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
         len,
         // The anchor is the placement hash of the path, which the store fills in.
         file_id: FileId { anchor: 0, serial: identity | 1 },
-        nlink: if kind == FileKind::Directory { 2 } else { 1 },
+        // A backend directory's own count of its subdirectories (2 + them), where its file
+        // system keeps one; names made or removed in ringfs change it from there.
+        nlink: if kind == FileKind::Directory { (metadata.nlink().min(u64::from(u32::MAX - 1)) as u32).max(2) } else { 1 },
         rdev: if matches!(kind, FileKind::CharDevice | FileKind::BlockDevice) { metadata.rdev() } else { 0 },
         atime_ns: nanoseconds(metadata.atime(), metadata.atime_nsec()),
         mtime_ns: nanoseconds(metadata.mtime(), metadata.mtime_nsec()),

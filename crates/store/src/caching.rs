@@ -5,7 +5,6 @@
 use ringfs_proto::{CacheStats, ChunkKey, ChunkTemplate, DirPage, EntryFlags, Errno, FileId};
 
 use crate::cache::{BackendFile, Cache, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
-use crate::chunk::lock;
 use crate::store::ChunkStore;
 use crate::{ByteSource, StoreError};
 
@@ -72,7 +71,7 @@ impl ChunkStore {
         match &self.cache {
             Some(cache) => cache.cut_backend_file(&self.space, &handle, len),
             None => {
-                lock(&handle).cache.cutting = false;
+                handle.lock().cache.cutting = false;
                 Ok(())
             }
         }
@@ -87,7 +86,7 @@ impl ChunkStore {
     /// flushed again.
     pub fn rebind(&self, file: FileId, path: Option<&str>, from: Option<&str>) -> Result<bool, StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         // The file's names in the cached tree other than the one that moves.
         let others = match (chunk.attr.has(EntryFlags::BACKED), chunk.cache.backend_path.as_deref()) {
             (true, Some(primary)) => {
@@ -177,7 +176,7 @@ impl ChunkStore {
             return Ok((false, false));
         }
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         let unmade_link = chunk.cache.links.iter().any(|link| link.path == name && !link.made);
         let creation_pending =
             chunk.cache.backend_path.as_deref() == Some(name) && chunk.cache.pending == Some(crate::chunk::PendingOp::Create);
@@ -238,7 +237,7 @@ impl ChunkStore {
             return;
         }
         for (_, handle) in self.index.tail_of(file) {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if chunk.removed {
                 continue;
             }
@@ -323,7 +322,7 @@ impl ChunkStore {
                 None => return Ok(0),
             }
         };
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed || !chunk.attr.has(EntryFlags::BACKEND_DATA) {
             return Ok(0);
         }

@@ -5,8 +5,9 @@
 //! behind its own mutex ([`ChunkHandle`]), which guards all of it: copying a chunk's bytes
 //! never blocks other chunks.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ringfs_proto::{Attr, ChunkKey, EntryFlags};
 
@@ -191,6 +192,18 @@ impl Chunk {
         ChunkKey { file: self.attr.file_id, index: self.index }
     }
 
+    /// Replaces the inode's extended attributes (none: empty), keeping
+    /// [`EntryFlags::XATTRS`] in its attributes true to them.
+    pub fn set_xattrs(&mut self, xattrs: Xattrs) {
+        if xattrs.is_empty() {
+            self.attr.flags &= !EntryFlags::XATTRS;
+            self.xattrs = None;
+        } else {
+            self.attr.flags |= EntryFlags::XATTRS;
+            self.xattrs = Some(Box::new(xattrs));
+        }
+    }
+
     /// An inode whose file has no name left and is not open: it goes.
     pub fn is_unreferenced(&self) -> bool {
         self.attr.nlink == 0 && self.opens == 0
@@ -211,12 +224,6 @@ impl Chunk {
 }
 
 pub(crate) type ChunkHandle = Arc<Mutex<Chunk>>;
-
-/// Locks a mutex, taking over the data if another thread panicked while holding it (a
-/// request that panics must not take the whole server down).
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 #[cfg(test)]
 mod tests {

@@ -12,7 +12,7 @@ use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, Fil
 
 use crate::body::Body;
 use crate::cache::BackendFile;
-use crate::chunk::{ChunkHandle, lock};
+use crate::chunk::ChunkHandle;
 use crate::store::ChunkStore;
 use crate::{ByteSink, ByteSource, StoreError};
 
@@ -40,7 +40,7 @@ impl ChunkStore {
     /// The attributes of a file (its inode).
     pub fn stat(&self, file: FileId) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
-        let chunk = lock(&handle);
+        let chunk = handle.lock();
         let mut attr = chunk.attr;
         if chunk.opens > 0 {
             attr.flags |= EntryFlags::OPEN;
@@ -51,7 +51,7 @@ impl ChunkStore {
     /// Registers an open of a file; its attributes.
     pub fn open_file(&self, file: FileId) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.is_gone() {
             return Err(Errno::ESTALE.into());
         }
@@ -63,7 +63,7 @@ impl ChunkStore {
     pub fn close_file(&self, file: FileId) -> Option<Deleted> {
         let handle = self.index.inode(file)?;
         let doomed = {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if chunk.is_gone() {
                 return None;
             }
@@ -85,7 +85,7 @@ impl ChunkStore {
     /// [`ChunkStore::redirty`]).
     pub fn add_link_named(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(Attr, bool), StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.attr.is_dir() {
             return Err(Errno::EPERM.into());
         }
@@ -114,7 +114,7 @@ impl ChunkStore {
     pub fn drop_link_named(&self, file: FileId, time_ns: i64, name: Option<&str>) -> Result<(Option<Deleted>, bool), StoreError> {
         let handle = self.inode_checked(file)?;
         let (doomed, rewrite) = {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if chunk.is_gone() {
                 return Err(Errno::ESTALE.into());
             }
@@ -150,7 +150,7 @@ impl ChunkStore {
         backend: Option<&BackendFile>,
     ) -> Result<u64, StoreError> {
         let handle = self.data_chunk(key, template, time_ns, backend)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return Err(Errno::ESTALE.into());
         }
@@ -186,7 +186,7 @@ impl ChunkStore {
             return false;
         }
         match self.index.chunk(key) {
-            Some(handle) => lock(&handle).attr.has(EntryFlags::BACKEND_DATA),
+            Some(handle) => handle.lock().attr.has(EntryFlags::BACKEND_DATA),
             None => key.index.saturating_mul(self.backend_chunk_size() as u64) < backend_len_hint,
         }
     }
@@ -195,7 +195,7 @@ impl ChunkStore {
     /// cached tree, or for a file with no name left).
     pub fn backend_file(&self, file: FileId) -> Result<Option<BackendFile>, StoreError> {
         let handle = self.inode_checked(file)?;
-        let chunk = lock(&handle);
+        let chunk = handle.lock();
         Ok(chunk.cache.backend_path.clone().map(|path| BackendFile { path, len: chunk.attr.backend_len }))
     }
 
@@ -219,7 +219,7 @@ impl ChunkStore {
         backend: Option<&BackendFile>,
     ) -> Result<(Option<Attr>, u64), StoreError> {
         let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok((None, 0)) };
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
         }
@@ -247,7 +247,7 @@ impl ChunkStore {
     /// (the caller falls back to [`ChunkStore::read`]).
     pub fn read_shared(&self, key: ChunkKey, offset: u64, len: u64, backend: Option<&BackendFile>) -> Result<SharedRead, StoreError> {
         let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok(SharedRead { attr: None, len: 0, bytes: None }) };
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         }
@@ -280,7 +280,7 @@ impl ChunkStore {
         backend: Option<&BackendFile>,
     ) -> Result<Attr, StoreError> {
         let handle = self.data_chunk(key, template, time_ns, backend)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return Err(Errno::ESTALE.into());
         }
@@ -311,7 +311,7 @@ impl ChunkStore {
     /// see `cut_backend_file`).
     pub fn truncate_head(&self, file: FileId, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         match chunk.attr.kind() {
             Some(FileKind::Regular) => {}
             Some(FileKind::Directory) => return Err(Errno::EISDIR.into()),
@@ -337,7 +337,7 @@ impl ChunkStore {
     /// Records on the inode that the file may have chunks after chunk 0.
     pub fn mark_extended(&self, file: FileId) -> Result<(), StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if !chunk.attr.is_extended() {
             chunk.attr.flags |= EntryFlags::EXTENDED;
             self.persist(&mut chunk)?;
@@ -348,7 +348,7 @@ impl ChunkStore {
     /// chmod / chown / utimens on a file. `ctime` becomes `time_ns`.
     pub fn set_attr(&self, request: &SetAttr) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(request.file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         let attr = &mut chunk.attr;
         if let Some(mode) = request.mode {
             attr.mode = (attr.mode & !0o7777) | (mode & 0o7777);
@@ -382,9 +382,11 @@ impl ChunkStore {
     /// mtime, unless the mtime was set explicitly after `time_ns` (`rsync` and `cp -a` set a
     /// directory's times after filling it, and a touch arriving late must not undo that). A
     /// later ctime alone (a chmod, a rename of the directory) does not stop the mtime.
-    pub fn touch_dir(&self, file: FileId, time_ns: i64) -> Result<(), StoreError> {
+    /// `subdirectories` is added to its link count (2 + its subdirectories; never below 2,
+    /// and a directory with no name left keeps 0).
+    pub fn touch_dir(&self, file: FileId, time_ns: i64, subdirectories: i32) -> Result<(), StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if !chunk.attr.is_dir() {
             return Err(Errno::ENOTDIR.into());
         }
@@ -398,7 +400,11 @@ impl ChunkStore {
             None => chunk.attr.mtime_ns = chunk.attr.mtime_ns.max(time_ns),
         }
         chunk.attr.ctime_ns = chunk.attr.ctime_ns.max(time_ns);
-        if (chunk.attr.mtime_ns, chunk.attr.ctime_ns) == before {
+        if chunk.attr.nlink != 0 {
+            let count = i64::from(chunk.attr.nlink) + i64::from(subdirectories);
+            chunk.attr.nlink = count.clamp(2, i64::from(u32::MAX - 1)) as u32;
+        }
+        if (chunk.attr.mtime_ns, chunk.attr.ctime_ns) == before && subdirectories == 0 {
             return Ok(());
         }
         self.persist(&mut chunk)
@@ -409,7 +415,7 @@ impl ChunkStore {
     pub fn files_without_inode(&self) -> Vec<FileId> {
         let mut files = Vec::new();
         for shard in &self.index.files {
-            let shard = lock(shard);
+            let shard = shard.lock();
             files.extend(shard.files.iter().filter(|(_, chunks)| chunks.inode.is_none() && !chunks.tail.is_empty()).map(|(file, _)| *file));
         }
         files
@@ -417,7 +423,7 @@ impl ChunkStore {
 
     /// Of `files`, those whose inode is not here (or is going away).
     pub fn missing_inodes(&self, files: &[FileId]) -> Vec<FileId> {
-        files.iter().copied().filter(|file| self.index.inode(*file).is_none_or(|handle| lock(&handle).is_gone())).collect()
+        files.iter().copied().filter(|file| self.index.inode(*file).is_none_or(|handle| handle.lock().is_gone())).collect()
     }
 
     /// Removes this store's chunks of `file` with index >= `from_index` (at least 1). Returns
@@ -449,7 +455,7 @@ impl ChunkStore {
     /// its chunks') reads as set until the next write.
     pub fn clamp_tail_mtimes(&self, file: FileId, mtime_ns: i64) -> Result<(), StoreError> {
         for (_, handle) in self.index.tail_of(file) {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if !chunk.removed && chunk.attr.mtime_ns > mtime_ns {
                 chunk.attr.mtime_ns = mtime_ns;
                 self.persist(&mut chunk)?;
@@ -463,7 +469,7 @@ impl ChunkStore {
     pub fn tail_summary(&self, file: FileId) -> TailSummary {
         let mut summary = TailSummary::default();
         for (index, handle) in self.index.tail_of(file) {
-            let chunk = lock(&handle);
+            let chunk = handle.lock();
             if chunk.removed {
                 continue;
             }
@@ -479,7 +485,7 @@ impl ChunkStore {
     /// store: fsync of the chunk files and the entry journal; nothing to do in memory).
     pub fn fsync_file(&self, file: FileId) -> Result<(), StoreError> {
         for (_, handle) in self.index.chunks_of(file) {
-            self.space.sync(&lock(&handle))?;
+            self.space.sync(&handle.lock())?;
         }
         if let Some(directory) = &self.space.directory {
             directory.sync_entries().map_err(StoreError::Directory)?;

@@ -32,17 +32,17 @@
 //! Writes go to the page cache; [`ChunkDirectory::sync_chunk`] and
 //! [`ChunkDirectory::sync_entries`] make them durable (`fsync`).
 
+use parking_lot::Mutex;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use ringfs_proto::{ATTR_BYTES, Attr, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::body::{ChunkFile, XATTR_SUFFIX, xattr_location};
-use crate::chunk::{PendingOp, Xattrs, lock};
+use crate::chunk::{PendingOp, Xattrs};
 
 const MAGIC: &[u8; 4] = b"RFSC";
 const FORMAT_VERSION: u16 = 3;
@@ -185,22 +185,22 @@ impl ChunkDirectory {
 
     /// Records that `path` refers to `entry` (a new or replaced entry).
     pub fn put_entry(&self, path: &str, entry: EntryRef) -> io::Result<()> {
-        lock(&self.entries).write_all(&entry_record(path, Some(entry)))
+        self.entries.lock().write_all(&entry_record(path, Some(entry)))
     }
 
     /// Records that the entry of `path` is gone.
     pub fn remove_entry(&self, path: &str) -> io::Result<()> {
-        lock(&self.entries).write_all(&entry_record(path, None))
+        self.entries.lock().write_all(&entry_record(path, None))
     }
 
     /// Makes the entries recorded so far durable.
     pub fn sync_entries(&self) -> io::Result<()> {
-        lock(&self.entries).sync_data()
+        self.entries.lock().sync_data()
     }
 
     /// The entries recorded before a restart; the journal is rewritten with them alone.
     pub fn recover_entries(&self) -> io::Result<Vec<(String, EntryRef)>> {
-        let mut journal = lock(&self.entries);
+        let mut journal = self.entries.lock();
         let mut bytes = Vec::new();
         File::open(&self.entries_path)?.read_to_end(&mut bytes)?;
         let live = replay_entries(&bytes);

@@ -14,16 +14,16 @@
 //! and remove, and cache mode keeps its per-name records (removals not yet applied to the
 //! backend) here as plain data.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard};
 
 use ringfs_proto::path;
 use ringfs_proto::{ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
-use crate::chunk::{ChunkHandle, lock};
+use crate::chunk::ChunkHandle;
 
 const SHARDS: usize = 64;
 
@@ -142,17 +142,17 @@ impl Index {
 
     /// The name shard of `path`, locked.
     pub fn names_of(&self, path: &str) -> MutexGuard<'_, NameShard> {
-        lock(&self.names[shard_of_path(path)])
+        self.names[shard_of_path(path)].lock()
     }
 
     /// The directory shard of directory `dir`, locked.
     pub fn dirs_of(&self, dir: &str) -> MutexGuard<'_, DirShard> {
-        lock(&self.dirs[shard_of_path(dir)])
+        self.dirs[shard_of_path(dir)].lock()
     }
 
     /// The file shard of `file`, locked.
     pub fn files_of(&self, file: FileId) -> MutexGuard<'_, FileShard> {
-        lock(&self.files[shard_of_file(file)])
+        self.files[shard_of_file(file)].lock()
     }
 
     /// The entry of `path`, if held here.
@@ -222,7 +222,7 @@ impl Index {
     /// Forgets every known directory at or below `dir` (a directory rename moves them).
     pub fn forget_dirs_under(&self, dir: &str) {
         for shard in &self.dirs {
-            let mut dirs = lock(shard);
+            let mut dirs = shard.lock();
             let before = dirs.known.len();
             dirs.known.retain(|known| known != dir && !path::is_inside(known, dir));
             if dirs.known.len() != before {
@@ -235,7 +235,7 @@ impl Index {
     pub fn inodes(&self) -> Vec<ChunkHandle> {
         let mut found = Vec::new();
         for shard in &self.files {
-            found.extend(lock(shard).files.values().filter_map(|chunks| chunks.inode.clone()));
+            found.extend(shard.lock().files.values().filter_map(|chunks| chunks.inode.clone()));
         }
         found
     }
@@ -245,7 +245,7 @@ impl Index {
     pub fn listed_dirs_under(&self, dir: &str) -> Vec<(String, Vec<String>)> {
         let mut found = Vec::new();
         for shard in &self.dirs {
-            let dirs = lock(shard);
+            let dirs = shard.lock();
             for (listed, names) in &dirs.children {
                 if listed == dir || path::is_inside(listed, dir) {
                     found.push((listed.clone(), names.iter().cloned().collect()));
@@ -259,7 +259,7 @@ impl Index {
     pub fn removals_under(&self, dir: &str) -> Vec<(String, Vec<String>)> {
         let mut found = Vec::new();
         for shard in &self.dirs {
-            let dirs = lock(shard);
+            let dirs = shard.lock();
             for (listed, names) in &dirs.removed {
                 if listed == dir || path::is_inside(listed, dir) {
                     found.push((listed.clone(), names.iter().cloned().collect()));

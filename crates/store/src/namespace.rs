@@ -17,7 +17,7 @@ use ringfs_proto::{
 
 use crate::StoreError;
 use crate::backend::RemovalKind;
-use crate::chunk::{CacheState, PendingOp, lock};
+use crate::chunk::{CacheState, PendingOp};
 use crate::index::Entry;
 use crate::space::entry_cost;
 use crate::store::ChunkStore;
@@ -137,7 +137,7 @@ impl ChunkStore {
         };
         let mut filled = match target.is_empty() {
             true => Ok(()),
-            false => self.fill(&mut lock(&handle), 0, &mut target.as_bytes()),
+            false => self.fill(&mut handle.lock(), 0, &mut target.as_bytes()),
         };
         // The removal is forgotten only once the new entry exists: a failed create leaves it.
         // A removed directory's old tree goes now: the new one's contents will be flushed.
@@ -157,7 +157,7 @@ impl ChunkStore {
             self.forget_removal(&mut dirs, &mut names, &entry.path);
         }
         {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if chunk.cache.pending.is_some() {
                 self.queue_chunk(&mut chunk);
             }
@@ -187,7 +187,7 @@ impl ChunkStore {
         let Some(handle) = self.index.inode(existing.target.file) else {
             return Ok(CreateOutcome { entry: existing.target, attr: None, created: false, truncated: false });
         };
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.is_gone() {
             return Err(StoreError::NameBeingRemoved);
         }
@@ -217,7 +217,7 @@ impl ChunkStore {
     pub fn lookup(&self, path: &str, anchor: u32, open: bool) -> Result<(EntryRef, Option<Attr>), StoreError> {
         let entry = self.entry_of(path, anchor)?;
         let Some(handle) = self.index.inode(entry.target.file) else { return Ok((entry.target, None)) };
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.is_gone() {
             // The file went after its name was read: the name was replaced or removed
             // meanwhile. The caller looks the name up again.
@@ -286,7 +286,7 @@ impl ChunkStore {
             .filter_map(|name| {
                 let entry = self.index.entry(&path::join(dir, &name))?;
                 let attr = self.index.inode(entry.target.file).and_then(|handle| {
-                    let chunk = lock(&handle);
+                    let chunk = handle.lock();
                     (!chunk.removed).then_some(chunk.attr)
                 });
                 Some(DirEntry { name, entry: entry.target, attr })
@@ -303,7 +303,7 @@ impl ChunkStore {
         // Judged under the name shard's lock (names before files is the lock order), so
         // that no path is copied unless it must be judged elsewhere.
         for shard in &self.index.names {
-            let names = lock(shard);
+            let names = shard.lock();
             for (path, entry) in &names.entries {
                 if !path::is_inside(path, root) {
                     continue;
@@ -316,7 +316,7 @@ impl ChunkStore {
                     result.matched += 1;
                     continue;
                 }
-                let attr = self.index.inode(entry.target.file).map(|handle| lock(&handle).attr);
+                let attr = self.index.inode(entry.target.file).map(|handle| handle.lock().attr);
                 match attr {
                     Some(attr) if !(attr.is_regular() && attr.is_extended()) => {
                         let newer = filter.newer_than_ns.is_none_or(|time| attr.mtime_ns > time);

@@ -5,7 +5,7 @@
 //! (checkpoints, benchmarks) therefore reuse memory at the speed of a copy. The pool keeps
 //! at most a bounded number of bytes; what does not fit is freed.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use crate::io::allocate_buffer;
 
@@ -22,8 +22,8 @@ impl BufferPool {
         BufferPool { free: Mutex::new(Vec::new()), limit_bytes }
     }
 
-    fn free(&self) -> std::sync::MutexGuard<'_, Vec<Vec<u8>>> {
-        self.free.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn free(&self) -> parking_lot::MutexGuard<'_, Vec<Vec<u8>>> {
+        self.free.lock()
     }
 
     /// An empty buffer with room for at least `capacity` bytes: a pooled one no more than

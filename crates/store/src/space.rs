@@ -6,14 +6,15 @@
 //! ENOSPC. [`Space::charge`] only refuses; making room (cache mode's eviction) is the store's
 //! decision.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use ringfs_proto::{Attr, ChunkKey, Errno, FileId};
 
 use crate::body::Body;
-use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
+use crate::chunk::{CacheState, Chunk, ChunkHandle};
 use crate::directory::ChunkDirectory;
 use crate::pool::BufferPool;
 use crate::{ByteSource, StoreError};
@@ -55,19 +56,15 @@ impl Space {
         }
     }
 
-    /// Charges `bytes` against the capacity; ENOSPC if they do not fit.
+    /// Charges `bytes` against the capacity; ENOSPC if they do not fit (without a limit: if
+    /// the count would overflow).
     pub fn charge(&self, bytes: u64) -> Result<(), Errno> {
         if bytes == 0 {
             return Ok(());
         }
-        if self.capacity_bytes == 0 {
-            self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
-            return Ok(());
-        }
+        let limit = if self.capacity_bytes == 0 { u64::MAX } else { self.capacity_bytes };
         self.used_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(bytes).filter(|total| *total <= self.capacity_bytes)
-            })
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| used.checked_add(bytes).filter(|total| *total <= limit))
             .map(drop)
             .map_err(|_| Errno::ENOSPC)
     }
@@ -83,14 +80,17 @@ impl Space {
         self.used_bytes.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn reservations(&self) -> std::sync::MutexGuard<'_, HashMap<FileId, u64>> {
-        self.reserved.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn reservations(&self) -> parking_lot::MutexGuard<'_, HashMap<FileId, u64>> {
+        self.reserved.lock()
     }
 
-    /// Adds `bytes` (already charged) to `file`'s reservation.
+    /// Adds `bytes` (already charged) to `file`'s reservation. (Charged bytes fit in a
+    /// `u64`, so the sum cannot overflow; it saturates all the same.)
     pub fn add_reserved(&self, file: FileId, bytes: u64) {
         if bytes > 0 {
-            *self.reservations().entry(file).or_default() += bytes;
+            let mut reservations = self.reservations();
+            let reserved = reservations.entry(file).or_default();
+            *reserved = reserved.saturating_add(bytes);
         }
     }
 
@@ -142,6 +142,13 @@ impl Space {
         }
     }
 
+    /// Whether `bytes` more would pass what the node of a store without a capacity limit can
+    /// hold ([`Space::capacity`]); false for a store with a limit (its charge decides).
+    pub fn beyond_node(&self, bytes: u64) -> bool {
+        let room = self.capacity();
+        self.capacity_bytes == 0 && room > 0 && self.used_bytes().saturating_add(bytes) > room
+    }
+
     /// Counts a chunk recovered from the `dir` medium.
     pub fn count_recovered(&self, stored_len: u64) {
         self.used_bytes.fetch_add(CHUNK_OVERHEAD_BYTES + stored_len, Ordering::Relaxed);
@@ -157,12 +164,12 @@ impl Space {
         };
         let body = body.inspect_err(|_| self.refund(CHUNK_OVERHEAD_BYTES))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
-        Ok(Arc::new(std::sync::Mutex::new(Chunk::new(key.index, attr, body, cache))))
+        Ok(Arc::new(parking_lot::Mutex::new(Chunk::new(key.index, attr, body, cache))))
     }
 
     /// Takes a chunk that has left the index out of service and releases its space.
     pub fn discard(&self, handle: &ChunkHandle) {
-        let mut chunk = lock(handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return;
         }

@@ -15,7 +15,7 @@ use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, EntryRef, Errno, F
 use crate::backend::{BackendDir, RemovalKind};
 use crate::body::Body;
 use crate::cache::{BackendFile, Cache};
-use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
+use crate::chunk::{CacheState, Chunk, ChunkHandle};
 use crate::directory::ChunkDirectory;
 use crate::index::{DirShard, Entry, Index, NameShard};
 use crate::space::{CHUNK_OVERHEAD_BYTES, Space};
@@ -105,10 +105,10 @@ impl ChunkStore {
             };
             let cache = CacheState { pending: chunk.pending, backend_path, links, ..CacheState::default() };
             let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
-            recovered.xattrs = chunk.xattrs.filter(|xattrs| !xattrs.is_empty()).map(Box::new);
-            let handle = Arc::new(std::sync::Mutex::new(recovered));
+            recovered.set_xattrs(chunk.xattrs.unwrap_or_default());
+            let handle = Arc::new(parking_lot::Mutex::new(recovered));
             {
-                let mut recovered_chunk = lock(&handle);
+                let mut recovered_chunk = handle.lock();
                 if chunk.key.index == 0 && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {
                     // A file whose last name went while it was open: nobody has it open now.
                     unreferenced.push(chunk.key.file);
@@ -170,7 +170,7 @@ impl ChunkStore {
             .files
             .iter()
             .map(|shard| {
-                lock(shard).files.values().filter_map(|chunks| chunks.inode.as_ref()).filter(|inode| lock(inode).attr.nlink == 0).count()
+                shard.lock().files.values().filter_map(|chunks| chunks.inode.as_ref()).filter(|inode| inode.lock().attr.nlink == 0).count()
                     as u64
             })
             .sum();
@@ -214,9 +214,14 @@ impl ChunkStore {
 
     /// Reserves room for `file` (`fallocate`): `needed` more bytes are charged now (ENOSPC
     /// if they do not fit, with nothing charged) and used by the file's later growth here.
-    /// The reservation ends when the file's chunks here are removed or truncated (and with
-    /// a restart: it is kept in memory only).
+    /// A store without a capacity limit refuses, as Linux does, more than the node can hold
+    /// (its memory, or the size of the `dir` store's file system). The reservation ends when
+    /// the file's chunks here are removed or truncated (and with a restart: it is kept in
+    /// memory only).
     pub fn reserve(&self, file: FileId, needed: u64) -> Result<(), Errno> {
+        if self.space.beyond_node(needed) {
+            return Err(Errno::ENOSPC);
+        }
         self.charge(needed)?;
         self.space.add_reserved(file, needed);
         Ok(())
@@ -235,7 +240,7 @@ impl ChunkStore {
             .chunks_of(file)
             .into_iter()
             .filter(|(index, _)| (first..=last).contains(index))
-            .map(|(index, handle)| (index, lock(&handle).body.stored_len()))
+            .map(|(index, handle)| (index, handle.lock().body.stored_len()))
             .collect()
     }
 
@@ -248,7 +253,7 @@ impl ChunkStore {
     pub(crate) fn delete_file(&self, file: FileId) -> bool {
         let chunks = self.index.files_of(file).files.remove(&file).unwrap_or_default();
         self.space.release_reserved(file, u64::MAX);
-        let extended = chunks.inode.as_ref().is_some_and(|inode| lock(inode).attr.is_extended());
+        let extended = chunks.inode.as_ref().is_some_and(|inode| inode.lock().attr.is_extended());
         for handle in chunks.inode.iter().chain(chunks.tail.values()) {
             self.space.discard(handle);
         }
@@ -338,7 +343,7 @@ impl ChunkStore {
     /// The inode of `file`; ESTALE if this store does not hold it (the file is gone or going).
     pub(crate) fn inode_checked(&self, file: FileId) -> Result<ChunkHandle, StoreError> {
         let handle = self.index.inode(file).ok_or(Errno::ESTALE)?;
-        if lock(&handle).is_gone() {
+        if handle.lock().is_gone() {
             return Err(Errno::ESTALE.into());
         }
         Ok(handle)

@@ -225,6 +225,26 @@ fn reservations_hold_room_for_their_file_until_used_or_released() {
     assert_eq!(store.stats().used_bytes, baseline, "the removal ended the rest of the reservation");
 }
 
+/// Reservations as large as a forged request may ask (the request fuzzer's seed 4242 sent
+/// such): a store without a capacity limit refuses what the node cannot hold, and no sum of
+/// reservations overflows — ENOSPC, as Linux's `fallocate` answers, never a panic or a wrapped
+/// count.
+#[test]
+fn huge_reservations_are_refused_with_enospc_and_never_overflow_the_account() {
+    for capacity_bytes in [0, 1 << 40] {
+        let store = ChunkStore::open(StoreConfig { capacity_bytes, ..StoreConfig::memory() }).unwrap();
+        store.create(&Create::new("/f", REGULAR, 1 << 20), file(1)).unwrap();
+        let before = store.stats().used_bytes;
+        for _ in 0..3 {
+            assert_eq!(store.reserve(file(1), i64::MAX as u64), Err(Errno::ENOSPC), "capacity {capacity_bytes}");
+            assert_eq!(store.reserve(file(1), u64::MAX), Err(Errno::ENOSPC), "capacity {capacity_bytes}");
+        }
+        assert_eq!(store.stats().used_bytes, before, "nothing was charged (capacity {capacity_bytes})");
+        store.reserve(file(1), 1 << 20).unwrap();
+        assert_eq!(store.stats().used_bytes, before + (1 << 20));
+    }
+}
+
 #[test]
 fn hard_links_count_names_and_the_file_lives_until_the_last_goes() {
     let store = memory_store();
@@ -430,25 +450,56 @@ fn late_directory_touches_move_times_forward_but_never_undo_an_explicit_mtime() 
         let attr = store.stat(file(5)).unwrap();
         (attr.mtime_ns, attr.ctime_ns)
     };
-    store.touch_dir(file(5), 2_000).unwrap();
-    store.touch_dir(file(5), 1_500).unwrap();
+    store.touch_dir(file(5), 2_000, 0).unwrap();
+    store.touch_dir(file(5), 1_500, 0).unwrap();
     assert_eq!(times(&store), (2_000, 2_000), "an older touch arriving later changes nothing");
     // A chmod at 3000, then a touch of a change made at 2500 arrives.
     store.set_attr(&ringfs_proto::SetAttr { mode: Some(0o700), ..ringfs_proto::SetAttr::new(file(5), 3_000) }).unwrap();
-    store.touch_dir(file(5), 2_500).unwrap();
+    store.touch_dir(file(5), 2_500, 0).unwrap();
     assert_eq!(times(&store), (2_500, 3_000), "the mtime follows the change even after a later chmod");
     // utimensat at 4000 sets the mtime to 10; a change made at 3500 must not undo it.
     store
         .set_attr(&ringfs_proto::SetAttr { mtime_ns: Some(10), times_explicit: true, ..ringfs_proto::SetAttr::new(file(5), 4_000) })
         .unwrap();
-    store.touch_dir(file(5), 3_500).unwrap();
+    store.touch_dir(file(5), 3_500, 0).unwrap();
     assert_eq!(times(&store), (10, 4_000), "a late touch leaves an explicit mtime");
     // A change after the utimensat moves it again, even backwards from a future mtime.
     store
         .set_attr(&ringfs_proto::SetAttr { mtime_ns: Some(9_999_999), times_explicit: true, ..ringfs_proto::SetAttr::new(file(5), 5_000) })
         .unwrap();
-    store.touch_dir(file(5), 6_000).unwrap();
+    store.touch_dir(file(5), 6_000, 0).unwrap();
     assert_eq!(times(&store), (6_000, 6_000));
-    store.touch_dir(file(5), 7_000).unwrap();
+    store.touch_dir(file(5), 7_000, 0).unwrap();
     assert_eq!(times(&store), (7_000, 7_000));
+}
+
+#[test]
+fn a_directory_counts_its_subdirectories_in_its_link_count() {
+    let store = memory_store();
+    create_dir(&store, "/d", 5);
+    let links = |store: &ChunkStore| store.stat(file(5)).unwrap().nlink;
+    assert_eq!(links(&store), 2);
+    store.touch_dir(file(5), 1_000, 1).unwrap();
+    store.touch_dir(file(5), 1_000, 2).unwrap();
+    assert_eq!(links(&store), 5);
+    store.touch_dir(file(5), 2_000, -1).unwrap();
+    assert_eq!(links(&store), 4, "a change at an older time still counts");
+    store.touch_dir(file(5), 3_000, -5).unwrap();
+    assert_eq!(links(&store), 2, "never below 2");
+    store.drop_link(file(5), 4_000).unwrap();
+    assert!(store.stat(file(5)).is_err() || links(&store) == 0, "a removed directory does not count again");
+}
+
+#[test]
+fn a_files_attributes_say_whether_it_has_extended_attributes() {
+    let store = memory_store();
+    create(&store, "/f", REGULAR, 6);
+    let flagged = |store: &ChunkStore| store.stat(file(6)).unwrap().has(ringfs_proto::EntryFlags::XATTRS);
+    assert!(!flagged(&store));
+    assert!(store.set_xattr(file(6), "user.a", b"1", 0, 10).unwrap().has(ringfs_proto::EntryFlags::XATTRS));
+    store.set_xattr(file(6), "user.b", b"2", 0, 20).unwrap();
+    store.remove_xattr(file(6), "user.a", 30).unwrap();
+    assert!(flagged(&store), "one is left");
+    assert!(!store.remove_xattr(file(6), "user.b", 40).unwrap().has(ringfs_proto::EntryFlags::XATTRS));
+    assert!(!flagged(&store));
 }

@@ -8,7 +8,7 @@ use ringfs_proto::{Attr, Errno, FileId, XATTR_LIST_MAX, XATTR_NAME_MAX, XATTR_VA
 
 use crate::StoreError;
 use crate::body::Body;
-use crate::chunk::{Chunk, lock, xattr_bytes};
+use crate::chunk::{Chunk, xattr_bytes};
 use crate::store::ChunkStore;
 
 /// The namespaces of extended attributes ringfs keeps.
@@ -23,14 +23,14 @@ impl ChunkStore {
     /// The value of extended attribute `name` of `file`; ENODATA if it has none.
     pub fn get_xattr(&self, file: FileId, name: &str) -> Result<Vec<u8>, StoreError> {
         let handle = self.inode_checked(file)?;
-        let chunk = lock(&handle);
+        let chunk = handle.lock();
         chunk.xattrs.as_ref().and_then(|xattrs| xattrs.get(name)).cloned().ok_or(Errno::ENODATA.into())
     }
 
     /// The names of `file`'s extended attributes, in name order.
     pub fn list_xattrs(&self, file: FileId) -> Result<Vec<String>, StoreError> {
         let handle = self.inode_checked(file)?;
-        let chunk = lock(&handle);
+        let chunk = handle.lock();
         Ok(chunk.xattrs.as_ref().map(|xattrs| xattrs.keys().cloned().collect()).unwrap_or_default())
     }
 
@@ -55,7 +55,7 @@ impl ChunkStore {
             return Err(Errno::EINVAL.into());
         }
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         let mut xattrs = chunk.xattrs.as_deref().cloned().unwrap_or_default();
         let old = xattrs.get(name).map(|old| (name.len() + old.len()) as u64);
         match old {
@@ -87,7 +87,7 @@ impl ChunkStore {
     /// Removes extended attribute `name` of `file`; ENODATA if it has none.
     pub fn remove_xattr(&self, file: FileId, name: &str, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         let mut xattrs = chunk.xattrs.as_deref().cloned().unwrap_or_default();
         let value = xattrs.remove(name).ok_or(Errno::ENODATA)?;
         self.store_xattrs(&mut chunk, xattrs, time_ns)?;
@@ -102,7 +102,7 @@ impl ChunkStore {
             directory.write_xattrs(file, &xattrs).map_err(StoreError::Directory)?;
         }
         debug_assert!(xattr_bytes(&xattrs) <= (XATTR_LIST_MAX * (XATTR_VALUE_MAX + 1)) as u64);
-        chunk.xattrs = (!xattrs.is_empty()).then(|| Box::new(xattrs));
+        chunk.set_xattrs(xattrs);
         chunk.attr.ctime_ns = time_ns;
         chunk.version += 1;
         self.touched(chunk);

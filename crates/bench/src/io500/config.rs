@@ -41,17 +41,9 @@ impl Default for Io500Config {
     }
 }
 
-/// Parses IOR-style sizes: `2m`, `9920000m`, `47008`, `4g`, `1k`.
+/// Parses IOR-style sizes (`2m`, `9920000m`, `47008`, `4g`, `1k`: [`ringfs_config::ByteSize`]).
 fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let (digits, shift) = match text.chars().last()?.to_ascii_lowercase() {
-        'k' => (&text[..text.len() - 1], 10),
-        'm' => (&text[..text.len() - 1], 20),
-        'g' => (&text[..text.len() - 1], 30),
-        't' => (&text[..text.len() - 1], 40),
-        _ => (text, 0),
-    };
-    digits.trim().parse::<u64>().ok()?.checked_mul(1 << shift)
+    text.parse::<ringfs_config::ByteSize>().ok().map(|size| size.bytes())
 }
 
 impl Io500Config {

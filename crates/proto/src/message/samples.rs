@@ -80,8 +80,8 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::ListXattrs(FileOnly { file: file(7) }),
         Request::RemoveXattr(XattrName { file: file(7), name: "trusted.c".into(), time_ns: 9 }),
-        Request::TouchDir(DirTouch { path: "/d".into(), file: file(0), time_ns: 10, defer_for: "server-1".into() }),
-        Request::TouchDir(DirTouch { path: String::new(), file: file(8), time_ns: 11, defer_for: String::new() }),
+        Request::TouchDir(DirTouch { path: "/d".into(), file: file(0), time_ns: 10, defer_for: "server-1".into(), subdirectories: 0 }),
+        Request::TouchDir(DirTouch { path: String::new(), file: file(8), time_ns: 11, defer_for: String::new(), subdirectories: -1 }),
         Request::CollectTouches(FileOnly { file: file(8) }),
         Request::SetLock(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Write, start: 10, end: u64::MAX, pid: 44 }),
         Request::Reserve(Reservation { file: file(3), offset: 5, end: 1 << 40, chunk_size: 1 << 20, bytes: 1 << 39, release: 0 }),
@@ -191,6 +191,7 @@ pub fn requests() -> Vec<Request> {
         Request::BackendOf(FileOnly { file: file(3) }),
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
+        Request::Changes(ChangesSince { epoch: 5, after: 17, client: 9 }),
     ]
 }
 
@@ -213,6 +214,7 @@ pub fn responses() -> Vec<Response> {
         Response::LockHolder(None),
         Response::GmemArray(gmem_layout()),
         Response::CoGrant(crate::gmem::CoGrant { state: 2, source: 1 }),
+        Response::ChangeList(ChangeList { epoch: 5, last: 20, complete: true, files: vec![file(3)], names: vec!["/a".into()] }),
         Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
         Response::Tail(TailSummary::default()),
         Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),

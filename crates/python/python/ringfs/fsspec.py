@@ -14,6 +14,23 @@ reads and writes ringfs::
 Paths are absolute ringfs paths (``ringfs:///a/b``, ``ringfs://a/b`` and ``/a/b`` are the
 same file). Files opened in binary mode are the binding's ``io.BufferedReader``/``Writer``
 with a buffer of one chunk, so sequential reads fetch whole chunks ahead.
+
+fsspec's own conformance suite (``fsspec.tests.abstract``: copy, get, put, open, pipe) runs
+against it unchanged (``tests/python/test_fsspec_conformance.py``). Where it differs from
+fsspec's local file system, on purpose:
+
+- ``auto_mkdir`` is on by default (``LocalFileSystem``'s is off): writing a file —
+  ``open`` for writing, ``pipe``, ``touch``, ``cp``, ``put`` — makes its missing parent
+  directories, as object stores behave and zarr and Dask expect.
+- A trailing ``/`` is dropped from a path (``/a/b/`` is ``/a/b``); ``cp``, ``put`` and
+  ``get`` still read a target ending in ``/`` as a directory to copy into.
+- ``mv`` of one path is one rename on the servers, also of a whole directory.
+- ``created`` is the change time (ringfs keeps no birth time); ``checksum`` hashes the
+  file's identity, size and modification time, not its bytes.
+- A symbolic link's absolute target is a ringfs path (ringfs is the whole tree here; the
+  FUSE mount and the LD_PRELOAD library resolve targets as the kernel sees the tree).
+- Files write straight to the servers: no transactions (``autocommit=False``), no signed
+  URLs.
 """
 
 import datetime
@@ -243,7 +260,7 @@ class RingFileSystem(AbstractFileSystem):
     def touch(self, path, truncate=True, **kwargs):
         path = self._strip_protocol(path)
         if truncate or not self.client.exists(path):
-            self.client.open(path, "wb").close()
+            self._parents_made(lambda: self.client.open(path, "wb"), path, "wb").close()
         else:
             self.client.utime(path)
 

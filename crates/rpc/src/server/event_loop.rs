@@ -25,10 +25,11 @@
 //! are in their handshake, or the process is out of descriptors, the listeners are not
 //! armed and new connections wait in the kernel's accept queue.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::VecDeque;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -410,7 +411,7 @@ impl<S: Service> EventLoop<S> {
     }
 
     fn housekeeping(&self) -> MutexGuard<'_, Housekeeping> {
-        self.housekeeping.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.housekeeping.lock()
     }
 
     /// Starts the housekeeping timer if it is not running.

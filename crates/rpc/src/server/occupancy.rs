@@ -9,8 +9,8 @@
 //! handlers waiting on other servers or locks), and it adds a thread. So handlers that
 //! block never keep other connections from being served for more than about a tick each.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How long nobody may come back to wait before the watch adds a thread.
@@ -30,7 +30,7 @@ pub struct Occupancy {
 
 impl Occupancy {
     fn stopped(&self) -> MutexGuard<'_, bool> {
-        self.stopped.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.stopped.lock()
     }
 
     /// A thread begins to wait for an event.
@@ -64,13 +64,13 @@ impl Occupancy {
         let mut stopped = self.stopped();
         loop {
             while !*stopped && !self.watching.load(Ordering::SeqCst) {
-                stopped = self.wake.wait(stopped).unwrap_or_else(|poisoned| poisoned.into_inner());
+                self.wake.wait(&mut stopped);
             }
             if *stopped {
                 return;
             }
             let returns = self.returns.load(Ordering::Relaxed);
-            stopped = self.wake.wait_timeout(stopped, WATCH_TICK).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            self.wake.wait_for(&mut stopped, WATCH_TICK);
             if *stopped {
                 return;
             }

@@ -11,7 +11,7 @@
 //! it, and a thread that closes an idle connection (taking it under the same lock) can never
 //! race with its arming.
 
-use std::sync::{Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
 
 /// Names a registered connection in epoll events: entry index and generation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl<P> Registry<P> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Entries<P>> {
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner.lock()
     }
 
     /// A new busy entry for a connection its caller holds (to be parked or released).

@@ -1,8 +1,8 @@
 //! The event loop against real sockets: blocked handlers, idle connections, handshake
 //! limits, order of answers, shutdown.
 
+use parking_lot::{Condvar, Mutex};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use super::*;
@@ -20,7 +20,7 @@ struct TestService {
 
 impl TestService {
     fn open_gate(&self) {
-        *self.gate_open.lock().unwrap() = true;
+        *self.gate_open.lock() = true;
         self.gate.notify_all();
     }
 }
@@ -40,9 +40,9 @@ impl Service for TestService {
         match request {
             Request::Stats => {
                 self.blocked.fetch_add(1, Ordering::SeqCst);
-                let mut open = self.gate_open.lock().unwrap();
+                let mut open = self.gate_open.lock();
                 while !*open {
-                    open = self.gate.wait(open).unwrap();
+                    self.gate.wait(&mut open);
                 }
                 Response::Done
             }

@@ -10,7 +10,8 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::FrameHeader;
@@ -58,7 +59,7 @@ pub(crate) struct ClientSide {
 /// The process's client engine (again in a forked child).
 fn client_engine() -> Result<Arc<Engine>, ringfs_ucx::Error> {
     static ENGINE: Mutex<Option<(u32, Arc<Engine>)>> = Mutex::new(None);
-    let mut slot = ENGINE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = ENGINE.lock();
     let pid = std::process::id();
     if let Some((owner, engine)) = &*slot
         && *owner == pid

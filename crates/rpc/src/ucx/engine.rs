@@ -13,7 +13,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::{Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_ucx::{Context, ContextConfig, Endpoint, Operation, RegistrationCache, Worker};
@@ -33,7 +34,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(1);
 /// survive `fork`).
 pub(crate) fn context() -> Result<Context, ringfs_ucx::Error> {
     static CONTEXT: Mutex<Option<(u32, Context)>> = Mutex::new(None);
-    let mut slot = CONTEXT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut slot = CONTEXT.lock();
     let pid = std::process::id();
     match &*slot {
         Some((owner, context)) if *owner == pid => Ok(context.clone()),
@@ -68,7 +69,7 @@ impl<T> Inbox<T> {
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue<T>> {
-        self.queue.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.queue.lock()
     }
 
     /// Adds a message and wakes the connection's waiter.
@@ -299,12 +300,12 @@ impl Engine {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock()
     }
 
     /// Progresses the worker if no other thread is using it (that thread routes for us).
     pub(crate) fn try_progress(&self) {
-        if let Ok(mut state) = self.state.try_lock() {
+        if let Some(mut state) = self.state.try_lock() {
             state.progress();
         }
     }

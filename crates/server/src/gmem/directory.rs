@@ -23,8 +23,9 @@
 //! the block is marked *lost* and every later request for it fails with EIO, rather than
 //! serve older bytes as if they were current.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use ringfs_proto::coherence::{self, CacheState, DataSource, DirectoryEntry, GetRequest, PutOutcome, Rank, Step, StepReply};
 use ringfs_proto::gmem::{ArrayLayout, CacheMode, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, RelayTarget};
@@ -69,13 +70,13 @@ struct SlotState {
 impl Slot {
     /// Waits until no transaction runs, then runs one: the entry, until the guard drops.
     fn begin(&self) -> Transaction<'_> {
-        let mut state = lock(&self.state);
+        let mut state = self.state.lock();
         while state.busy {
-            state = self.ended.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            self.ended.wait(&mut state);
         }
         state.busy = true;
         drop(state);
-        Transaction { entry: Some(lock(&self.entry)), slot: self }
+        Transaction { entry: Some(self.entry.lock()), slot: self }
     }
 }
 
@@ -101,7 +102,7 @@ impl std::ops::DerefMut for Transaction<'_> {
 impl Drop for Transaction<'_> {
     fn drop(&mut self) {
         self.entry = None;
-        lock(&self.slot.state).busy = false;
+        self.slot.state.lock().busy = false;
         self.slot.ended.notify_all();
     }
 }
@@ -112,18 +113,14 @@ pub struct Directory {
     entries: Mutex<HashMap<BlockKey, Arc<Slot>>>,
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Directory {
     fn slot(&self, array: u64, block: u64) -> Arc<Slot> {
-        lock(&self.entries).entry((array, block)).or_default().clone()
+        self.entries.lock().entry((array, block)).or_default().clone()
     }
 
     /// An array is gone: its entries go.
     pub fn drop_array(&self, array: u64) {
-        lock(&self.entries).retain(|(owner, _), _| *owner != array);
+        self.entries.lock().retain(|(owner, _), _| *owner != array);
     }
 }
 
@@ -255,12 +252,12 @@ impl super::Gmem {
     /// A read of a relayed array: queued, then answered by the next transaction of its block
     /// — this thread's own, or another's that took it along.
     fn relayed_read(&self, layout: &ArrayLayout, slot: &Slot, get: CoGet, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
-        let mut state = lock(&slot.state);
+        let mut state = slot.state.lock();
         state.next_ticket += 1;
         let ticket = state.next_ticket;
         state.waiting.push((ticket, RelayTarget { rank: get.rank, request: get.request }));
         while state.busy && !state.answered.contains_key(&ticket) {
-            state = slot.ended.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            slot.ended.wait(&mut state);
         }
         if let Some(answer) = state.answered.remove(&ticket) {
             return answer.map(Response::CoGrant);
@@ -271,7 +268,7 @@ impl super::Gmem {
         state.busy = true;
         let batch = std::mem::take(&mut state.waiting);
         drop(state);
-        let mut entry = Transaction { entry: Some(lock(&slot.entry)), slot };
+        let mut entry = Transaction { entry: Some(slot.entry.lock()), slot };
         let mut readers: Vec<RelayTarget> = batch.iter().map(|(_, reader)| *reader).collect();
         readers.sort_unstable_by_key(|reader| reader.rank);
         readers.dedup_by_key(|reader| reader.rank);
@@ -279,7 +276,7 @@ impl super::Gmem {
             return self.transaction(layout, &mut entry, get, reply_data);
         }
         let answers = self.relay_batch(layout, get.block, &mut entry, readers);
-        let mut state = lock(&slot.state);
+        let mut state = slot.state.lock();
         for (queued, reader) in batch {
             let answer = answers.get(&reader.rank).copied().unwrap_or(Err(Errno::EIO));
             if queued != ticket {

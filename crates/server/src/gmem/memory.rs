@@ -26,12 +26,13 @@
 //! does not (tmpfs), pages are dropped after every write (`POSIX_FADV_DONTNEED`). An
 //! emulated SSD ([`Throttle`]) can slow the spill I/O down to a chosen bandwidth and latency.
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use ringfs_proto::Errno;
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
@@ -231,7 +232,7 @@ impl GlobalMemory {
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.table.lock()
     }
 
     /// An array with blocks of `block_size` bytes is homed (partly) here, its blocks read as
@@ -279,7 +280,7 @@ impl GlobalMemory {
             }
             Self::debug_check(table);
         }
-        if let Some(file) = self.spill_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).remove(&array) {
+        if let Some(file) = self.spill_files.lock().remove(&array) {
             let _ = std::fs::remove_file(&file.path);
         }
         self.moved.notify_all();
@@ -331,9 +332,9 @@ impl GlobalMemory {
                     self.load(key, block_size, hot)?;
                 }
                 Step::Wait => {
-                    let table = self.table();
+                    let mut table = self.table();
                     if matches!(table.blocks.get(&key).map(|slot| &slot.residence), Some(Residence::Moving)) {
-                        drop(self.moved.wait(table).unwrap_or_else(|poisoned| poisoned.into_inner()));
+                        self.moved.wait(&mut table);
                     }
                 }
             }
@@ -533,7 +534,7 @@ impl GlobalMemory {
 
     /// The spill file of `array`, made on first use.
     fn spill_file(&self, array: u64) -> Result<Arc<SpillFile>, Errno> {
-        let mut files = self.spill_files.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut files = self.spill_files.lock();
         if let Some(file) = files.get(&array) {
             return Ok(file.clone());
         }
@@ -550,7 +551,7 @@ fn buffer_len(buffer: &Block) -> u64 {
 }
 
 fn lock_buffer(buffer: &Mutex<Arc<Buffer>>) -> MutexGuard<'_, Arc<Buffer>> {
-    buffer.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    buffer.lock()
 }
 
 /// A block's bytes in DRAM, aligned for direct I/O.

@@ -13,8 +13,9 @@
 pub mod directory;
 pub mod memory;
 
+use parking_lot::{Condvar, Mutex, MutexGuard};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::gmem::{ArrayLayout, ArrayOnly, BlockRange, CacheMode, Distribution, GmemAlloc, GmemAtomic, GmemBarrier, GmemFree};
@@ -87,7 +88,7 @@ impl Gmem {
     }
 
     fn collectives(&self) -> MutexGuard<'_, Collectives> {
-        self.collectives.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.collectives.lock()
     }
 
     /// The layout of `array`, if it is known here.
@@ -96,7 +97,7 @@ impl Gmem {
     }
 
     fn arrays(&self) -> MutexGuard<'_, HashMap<u64, Arc<ArrayLayout>>> {
-        self.arrays.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.arrays.lock()
     }
 
     /// Waits (a long poll) until `done` says the step completed; EAGAIN at the end of the
@@ -111,7 +112,7 @@ impl Gmem {
             if now >= deadline {
                 return Err(Errno::EAGAIN);
             }
-            collectives = self.progress.wait_timeout(collectives, deadline - now).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
+            self.progress.wait_for(&mut collectives, deadline - now);
         }
     }
 

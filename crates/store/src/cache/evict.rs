@@ -2,13 +2,12 @@
 //! only dirty data is left.
 
 use std::os::unix::fs::FileExt;
-use std::sync::TryLockError;
 use std::sync::atomic::Ordering;
 
 use ringfs_proto::{EntryFlags, Errno};
 
 use super::{Cache, Prepare, evictable, io_errno};
-use crate::chunk::{ChunkHandle, lock};
+use crate::chunk::ChunkHandle;
 use crate::space::Space;
 use crate::{ByteSource, StoreError};
 
@@ -17,18 +16,14 @@ impl Cache {
     /// returns the bytes freed. Chunks that are busy are skipped (no lock is waited for).
     pub fn evict(&self, space: &Space, needed: u64) -> u64 {
         let mut freed = 0;
-        let mut budget = lock(&self.clean).len();
+        let mut budget = self.clean.lock().len();
         while freed < needed && budget > 0 {
             budget -= 1;
-            let Some(candidate) = lock(&self.clean).pop_front() else { break };
+            let Some(candidate) = self.clean.lock().pop_front() else { break };
             let handle = candidate.handle.clone();
-            let mut chunk = match handle.try_lock() {
-                Ok(chunk) => chunk,
-                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => {
-                    lock(&self.clean).push_back(candidate);
-                    continue;
-                }
+            let Some(mut chunk) = handle.try_lock() else {
+                self.clean.lock().push_back(candidate);
+                continue;
             };
             chunk.cache.listed_clean = false;
             if !evictable(&chunk) {
@@ -65,7 +60,7 @@ impl Cache {
         time_ns: i64,
         prepare: Prepare<'_>,
     ) -> Result<u64, StoreError> {
-        let mut chunk = lock(handle);
+        let mut chunk = handle.lock();
         if chunk.removed || !chunk.attr.is_regular() {
             return Err(Errno::ESTALE.into());
         }

@@ -11,7 +11,7 @@ use ringfs_proto::{BackendPlace, ChunkKey, EntryFlags, Errno, FileId, FileKind};
 use super::{Cache, FlushOutcome, FlushPace, Prepare, WorkItem, io_errno};
 use crate::StoreError;
 use crate::backend::{self, RemovalKind};
-use crate::chunk::{Chunk, ChunkHandle, PendingOp, lock};
+use crate::chunk::{Chunk, ChunkHandle, PendingOp};
 use crate::index::{DirShard, Index, NameShard};
 use crate::space::Space;
 
@@ -125,7 +125,7 @@ impl Cache {
             }
         };
         for handle in index.inodes() {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             let Some(current) = chunk.cache.backend_path.clone() else { continue };
             let mut changed = false;
             // The file's other names (hard links) move with their directories too.
@@ -171,7 +171,7 @@ impl Cache {
     /// operation and answers where the file lives in the backend (see [`Prepare`]).
     pub fn prepare(&self, index: &Index, space: &Space, file: FileId) -> Result<Option<BackendPlace>, StoreError> {
         let handle = index.inode(file).ok_or(Errno::ESTALE)?;
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return Err(Errno::ESTALE.into());
         }
@@ -197,7 +197,7 @@ impl Cache {
     /// from every server: the backend file is cut when the inode is next flushed. (Recording
     /// the cut only now means no flush of a removed chunk can land after the cut.)
     pub fn cut_backend_file(&self, space: &Space, handle: &ChunkHandle, len: u64) -> Result<(), StoreError> {
-        let mut chunk = lock(handle);
+        let mut chunk = handle.lock();
         chunk.cache.cutting = false;
         if !chunk.attr.has(EntryFlags::BACKED) || !chunk.attr.is_regular() {
             return Ok(());
@@ -268,7 +268,7 @@ impl Cache {
     ) -> Result<FlushOutcome, StoreError> {
         let Some(handle) = index.chunk(key) else { return Ok(FlushOutcome::Skipped) };
         let (kind_is_regular, mode, moves) = {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             if chunk.removed {
                 return Ok(FlushOutcome::Skipped);
             }
@@ -311,7 +311,7 @@ impl Cache {
         // unchanged since its bytes were taken: bytes of a chunk that was cut or removed
         // meanwhile never land after the cut reached the backend (cuts are applied only once
         // the chunks past them are gone).
-        let mut chunk = lock(&handle);
+        let mut chunk = handle.lock();
         if chunk.removed {
             return Ok(FlushOutcome::Skipped);
         }
@@ -334,7 +334,7 @@ impl Cache {
                     if !keep_going() {
                         return Ok(FlushOutcome::Interrupted);
                     }
-                    chunk = lock(&handle);
+                    chunk = handle.lock();
                     if chunk.removed || chunk.version != version {
                         return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
                     }
@@ -365,7 +365,7 @@ impl Cache {
     /// outside the cached tree): its changes go nowhere, and it leaves the cached tree (so it
     /// is never evicted: its bytes exist only here).
     fn forget_dirty(&self, handle: &ChunkHandle, space: &Space) -> FlushOutcome {
-        let mut chunk = lock(handle);
+        let mut chunk = handle.lock();
         chunk.attr.flags &= !(EntryFlags::DIRTY | EntryFlags::BACKED);
         if let Err(error) = space.persist(&mut chunk) {
             log::warn!("cannot record a chunk as clean: {error}");
@@ -377,7 +377,7 @@ impl Cache {
     /// the chunk is gone too, otherwise it waits (the chunk's removal may be on its way; see
     /// [`FlushOutcome::Deferred`]).
     fn inode_missing(handle: &ChunkHandle) -> FlushOutcome {
-        match lock(handle).removed {
+        match handle.lock().removed {
             true => FlushOutcome::Skipped,
             false => FlushOutcome::Deferred,
         }

@@ -10,7 +10,7 @@
 //! (`ServerState::across_backend_moves`). A hold lapses by itself after its lease, like the
 //! freeze it goes with.
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -30,8 +30,8 @@ pub(crate) struct BackendHolds {
 }
 
 impl BackendHolds {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Hold>> {
-        let mut holds = self.holds.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Vec<Hold>> {
+        let mut holds = self.holds.lock();
         let now = Instant::now();
         holds.retain(|hold| hold.until > now);
         holds

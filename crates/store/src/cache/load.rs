@@ -7,7 +7,7 @@ use ringfs_proto::path;
 use ringfs_proto::{Attr, ChunkKey, DirEntry, DirPage, EntryFlags, EntryRef, Errno, FileId};
 
 use super::{Cache, io_errno};
-use crate::chunk::{CacheState, Chunk, ChunkHandle, lock};
+use crate::chunk::{CacheState, Chunk, ChunkHandle};
 use crate::index::{Entry, Index};
 use crate::space::{CHUNK_OVERHEAD_BYTES, Space, entry_cost};
 use crate::{ByteSink, StoreError};
@@ -86,7 +86,7 @@ impl Cache {
         if attr.is_regular() || attr.is_dir() {
             match self.backend.read_xattrs(path) {
                 Ok(xattrs) if !xattrs.is_empty() => {
-                    let mut chunk = lock(&handle);
+                    let mut chunk = handle.lock();
                     let kept = match (&space.directory, &chunk.body) {
                         (Some(directory), crate::body::Body::File(body)) => directory.write_xattrs(body, &xattrs),
                         _ => Ok(()),
@@ -94,7 +94,7 @@ impl Cache {
                     match kept {
                         Ok(()) => {
                             space.charge_anyway(crate::chunk::xattr_bytes(&xattrs));
-                            chunk.xattrs = Some(Box::new(xattrs));
+                            chunk.set_xattrs(xattrs);
                         }
                         Err(error) => log::warn!("cannot keep the extended attributes of {path}: {error}"),
                     }
@@ -104,7 +104,7 @@ impl Cache {
             }
         }
         if let Some(target) = link_target {
-            let mut chunk = lock(&handle);
+            let mut chunk = handle.lock();
             chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
             let charge = |bytes| self.charge(space, bytes);
             let stored = space.fill(&mut chunk, 0, &mut target.as_bytes(), &charge).and_then(|()| space.persist(&mut chunk));
@@ -126,7 +126,7 @@ impl Cache {
 
     /// The length of a chunk whose bytes are still in the backend.
     pub fn stub_len(key: ChunkKey, backend_len: u64, chunk_size: u32) -> u64 {
-        backend_len.saturating_sub(key.index * chunk_size as u64).min(chunk_size as u64)
+        backend_len.saturating_sub(key.index.saturating_mul(chunk_size as u64)).min(chunk_size as u64)
     }
 
     /// Loads a chunk's bytes from the backend into the store (under the chunk's lock, which

@@ -34,14 +34,14 @@ mod links;
 mod load;
 mod queue;
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ringfs_proto::{CacheStats, ChunkKey, EntryFlags, Errno, FileId};
 
 use crate::backend::BackendDir;
-use crate::chunk::{Chunk, ChunkHandle, lock};
+use crate::chunk::{Chunk, ChunkHandle};
 use crate::index::Index;
 use crate::space::Space;
 use crate::{CacheConfig, StoreError};
@@ -220,7 +220,7 @@ impl Cache {
                 WorkItem::Removal { .. } => stats.pending_entries += 1,
                 WorkItem::Chunk(key) => {
                     let Some(handle) = index.chunk(key) else { continue };
-                    let chunk = lock(&handle);
+                    let chunk = handle.lock();
                     if chunk.removed {
                         continue;
                     }

@@ -5,13 +5,13 @@ use std::sync::atomic::Ordering;
 
 use super::{Cache, CleanChunk, QueuedWork, WorkItem, evictable, io_errno};
 use crate::StoreError;
-use crate::chunk::{Chunk, ChunkHandle, lock};
+use crate::chunk::{Chunk, ChunkHandle};
 use crate::index::Index;
 
 impl Cache {
     /// Appends new work (the caller makes sure it is not queued already).
     pub(super) fn push(&self, item: WorkItem) {
-        let mut work = lock(&self.work);
+        let mut work = self.work.lock();
         work.sequence += 1;
         let since = work.sequence;
         work.order.push_back(QueuedWork { item, since, failures: 0, deferrals: 0 });
@@ -33,7 +33,7 @@ impl Cache {
             return;
         }
         chunk.cache.listed_clean = true;
-        let mut clean = lock(&self.clean);
+        let mut clean = self.clean.lock();
         clean.push_back(CleanChunk { handle: handle.clone() });
         // Entries of chunks removed since are skipped when popped; do not let them pile up.
         let limit = 2 * chunk_count as usize + 1024;
@@ -44,7 +44,7 @@ impl Cache {
 
     /// Takes the next unit of flushing work queued at or before `up_to` (`u64::MAX`: any).
     pub fn next_work(&self, up_to: u64) -> Option<QueuedWork> {
-        let mut work = lock(&self.work);
+        let mut work = self.work.lock();
         let position = work.order.iter().position(|queued| queued.since <= up_to)?;
         work.order.remove(position)
     }
@@ -60,14 +60,14 @@ impl Cache {
             }
             WorkItem::Chunk(key) => {
                 let Some(handle) = index.chunk(*key) else { return };
-                let mut chunk = lock(&handle);
+                let mut chunk = handle.lock();
                 if chunk.removed {
                     return;
                 }
                 if chunk.cache.queued {
                     // Changed meanwhile and queued again: it keeps the earlier place, which a
                     // running sync waits for.
-                    let mut work = lock(&self.work);
+                    let mut work = self.work.lock();
                     if let Some(entry) = work.order.iter_mut().find(|entry| entry.item == queued.item) {
                         entry.since = entry.since.min(queued.since);
                         entry.failures = entry.failures.max(queued.failures);
@@ -78,27 +78,27 @@ impl Cache {
                 chunk.cache.queued = true;
             }
         }
-        lock(&self.work).order.push_back(queued);
+        self.work.lock().order.push_back(queued);
     }
 
     /// The sequence number of the latest queued work: a sync started now covers the work
     /// queued up to it.
     pub fn work_sequence(&self) -> u64 {
-        lock(&self.work).sequence
+        self.work.lock().sequence
     }
 
     /// How much work queued at or before `up_to` is left.
     pub fn work_left(&self, up_to: u64) -> u64 {
-        lock(&self.work).order.iter().filter(|queued| queued.since <= up_to).count() as u64
+        self.work.lock().order.iter().filter(|queued| queued.since <= up_to).count() as u64
     }
 
     /// Everything queued now.
     pub fn queued_work(&self) -> Vec<WorkItem> {
-        lock(&self.work).order.iter().map(|queued| queued.item.clone()).collect()
+        self.work.lock().order.iter().map(|queued| queued.item.clone()).collect()
     }
 
     pub fn has_work(&self) -> bool {
-        !lock(&self.work).order.is_empty()
+        !self.work.lock().order.is_empty()
     }
 
     /// Forces the backend changes made so far to stable storage (`syncfs` of the backend's

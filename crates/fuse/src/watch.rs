@@ -1,0 +1,134 @@
+//! Watching for changes made elsewhere, so that the kernel may keep names and attributes
+//! long.
+//!
+//! The kernel caches what the mount answers for as long as the answer says. Without being
+//! told otherwise it would show a file another client changed, or a name another client
+//! created or removed, until then. So a thread of the mount asks every server, a few times a
+//! second, what clients other than this mount changed ([`ringfs_client::Client::changes`]),
+//! and tells the kernel to drop its copies of those files and names (`notify_inval_inode`,
+//! `notify_inval_entry`); a change elsewhere shows here within about one interval. When a
+//! server cannot tell (it restarted, or more changed than it keeps), the kernel drops
+//! everything the mount gave it.
+//!
+//! An answer read from the servers before a change but given to the kernel after the change
+//! was dropped would stay cached: so every batch of drops is counted ([`Watch::dropped`]),
+//! and an answer is cached for long only if no batch came while it was read
+//! ([`Watch::cache_time`]).
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use fuser::{INodeNo, Notifier};
+use ringfs_client::{ChangeWatch, Changes, Client};
+
+use crate::inodes::InodeTable;
+
+/// The mount's watch over changes made elsewhere.
+#[derive(Default)]
+pub struct Watch {
+    /// Batches of drops sent to the kernel so far.
+    dropped: AtomicU64,
+    stop: AtomicBool,
+}
+
+impl Watch {
+    /// The count of batches of drops, to take before reading an answer from the servers.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Acquire)
+    }
+
+    /// How long the kernel may cache an answer read since `dropped_before` was taken:
+    /// `cache_time`, or nothing if something was dropped meanwhile.
+    pub fn cache_time(&self, dropped_before: u64, cache_time: Duration) -> Duration {
+        if self.dropped() == dropped_before { cache_time } else { Duration::ZERO }
+    }
+
+    /// Asks the watching thread to end.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Where the servers' change logs stand now: taken before the mount serves the kernel
+/// (which caches nothing before), so that the first look finds only later changes.
+pub fn start_position(client: &Client) -> ChangeWatch {
+    let mut position = ChangeWatch::default();
+    if let Err(errno) = client.changes(&mut position) {
+        log::debug!("could not ask the servers what changed: {errno}");
+    }
+    position
+}
+
+/// Starts the thread that asks the servers every `interval` what others changed since
+/// `position`.
+pub fn spawn(
+    watch: Arc<Watch>,
+    client: Client,
+    mut position: ChangeWatch,
+    inodes: Arc<InodeTable>,
+    notifier: Notifier,
+    interval: Duration,
+) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("ringfs-watch".into())
+        .spawn(move || {
+            while !watch.stop.load(Ordering::Acquire) {
+                match client.changes(&mut position) {
+                    Ok(changes) => drop_changed(&watch, &inodes, &notifier, changes),
+                    // Asked again next time: the servers keep the changes meanwhile.
+                    Err(errno) => log::debug!("could not ask the servers what changed: {errno}"),
+                }
+                std::thread::sleep(interval);
+            }
+        })
+        .expect("a thread can be started")
+}
+
+/// Tells the kernel to drop its copies of what `changes` names (of everything, if they are
+/// not complete), and the inode table its own.
+fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes: Changes) {
+    let Changes { files, names, complete } = changes;
+    if complete && files.is_empty() && names.is_empty() {
+        return;
+    }
+    watch.dropped.fetch_add(1, Ordering::AcqRel);
+    // (ENOENT from the kernel: it had dropped them already.)
+    let drop_inode = |inode: u64| {
+        inodes.forget_attr(inode);
+        let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
+    };
+    let drop_name = |path: &str| {
+        if let Some(named) = inodes.inode_at(path) {
+            // (A directory renamed or removed: what is known of its names no longer holds.)
+            inodes.lose_names(named);
+        }
+        let Some(parent) = ringfs_proto::path::parent(path) else { return };
+        let Some(directory) = inodes.inode_at(parent) else { return };
+        inodes.forget_attr(directory);
+        inodes.lose_names(directory);
+        let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(ringfs_proto::path::file_name(path)));
+    };
+    if !complete {
+        log::debug!("a server could not tell what changed: the kernel drops every name and attribute");
+        for (inode, path) in inodes.all() {
+            drop_inode(inode);
+            drop_name(&path);
+            inodes.lose_names(inode);
+        }
+        for (directory, name) in inodes.take_missing() {
+            let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));
+        }
+        return;
+    }
+    for file in files {
+        if inodes.file(file.ino()) == Ok(file) {
+            drop_inode(file.ino());
+        }
+    }
+    for path in &names {
+        drop_name(path);
+    }
+}

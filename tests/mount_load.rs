@@ -1,0 +1,567 @@
+//! The FUSE mount under a mixed load: several processes writing new versions of files and
+//! renaming them over names, overwriting side files in place, reading, unlinking, moving
+//! names between directories and listing, all through one mount of a 3-server cluster.
+//! Every read must return one complete version of a file (what tmpfs gives), never a short
+//! or empty one. `RINGFS_MOUNT_LOAD_SECS` sets the duration (default 60; the soak runs longer).
+//! Beside it, the cases the load found, made deterministic: a directory listed by the kernel
+//! after files in it changed through the same mount.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+use common::{Random, TestCluster, fuse_available};
+
+const DIRECTORIES: u64 = 4;
+const NAMES: u64 = 40;
+const LARGEST_VERSION_BYTES: u64 = 300_000;
+
+/// One well-mixed 64-bit value of `value` (splitmix64's finaliser).
+fn mix(mut value: u64) -> u64 {
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
+
+/// The content of every version `length` bytes long: each byte depends on the length and its
+/// offset, so a read that is cut short, padded or mixed from two versions of different
+/// lengths does not match the content of its own length.
+fn version_content(length: usize) -> Vec<u8> {
+    let seed = mix(length as u64);
+    let mut content = Vec::with_capacity(length + 8);
+    for word in 0..length.div_ceil(8) {
+        content.extend_from_slice(&mix(seed.wrapping_add(word as u64)).to_le_bytes());
+    }
+    content.truncate(length);
+    content
+}
+
+/// What went wrong with one read: `None` if it is a whole version.
+fn read_problem(bytes: &[u8]) -> Option<String> {
+    if bytes.is_empty() {
+        return Some("0 bytes".into());
+    }
+    (bytes != version_content(bytes.len()).as_slice()).then(|| format!("{} bytes that are no version of that length", bytes.len()))
+}
+
+/// What the workers counted.
+#[derive(Default, Debug)]
+struct Tally {
+    reads: u64,
+    wrong_reads: Vec<String>,
+    unexpected_errors: Vec<String>,
+    operations: u64,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.reads += other.reads;
+        self.operations += other.operations;
+        self.wrong_reads.extend(other.wrong_reads);
+        self.unexpected_errors.extend(other.unexpected_errors);
+    }
+}
+
+/// The errors an operation on a name may meet because another worker removed or moved it.
+fn expected_error(error: &std::io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ENOENT)
+}
+
+struct Worker {
+    root: PathBuf,
+    index: usize,
+    random: Random,
+    temporaries: u64,
+    tally: Tally,
+}
+
+impl Worker {
+    fn name(&mut self) -> PathBuf {
+        let directory = self.random.below(DIRECTORIES);
+        let name = self.random.below(NAMES);
+        self.root.join(format!("d{directory}/n{name}"))
+    }
+
+    fn note(&mut self, what: &str, path: &Path, result: std::io::Result<()>) {
+        if let Err(error) = result
+            && !expected_error(&error)
+        {
+            self.tally.unexpected_errors.push(format!("{what} {}: {error}", path.display()));
+        }
+    }
+
+    /// A new version written to a temporary name beside `path`, then renamed over it.
+    fn replace(&mut self, path: &Path) {
+        let length = 1 + self.random.below(LARGEST_VERSION_BYTES) as usize;
+        self.temporaries += 1;
+        let temporary = path.with_file_name(format!(".tmp-{}-{}", self.index, self.temporaries));
+        let result = std::fs::write(&temporary, version_content(length)).and_then(|()| std::fs::rename(&temporary, path));
+        self.note("replace", path, result);
+    }
+
+    /// The side file `NAME.direct` overwritten in place (`O_TRUNC`).
+    fn overwrite_in_place(&mut self, path: &Path) {
+        let length = 1 + self.random.below(LARGEST_VERSION_BYTES) as usize;
+        let side = path.with_extension("direct");
+        let result = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&side)
+            .and_then(|mut file| file.write_all(&version_content(length)));
+        self.note("overwrite", &side, result);
+    }
+
+    fn read(&mut self, path: &Path) {
+        let mut bytes = Vec::new();
+        match std::fs::File::open(path).and_then(|mut file| file.read_to_end(&mut bytes)) {
+            Ok(_) => {
+                self.tally.reads += 1;
+                if let Some(problem) = read_problem(&bytes) {
+                    self.tally.wrong_reads.push(format!("{}: {problem}", path.display()));
+                }
+            }
+            Err(error) => self.note("read", path, Err(error)),
+        }
+    }
+
+    fn step(&mut self) {
+        let path = self.name();
+        let choice = self.random.below(100);
+        match choice {
+            0..35 => self.replace(&path),
+            35..45 => self.overwrite_in_place(&path),
+            45..80 => self.read(&path),
+            80..88 => self.note("unlink", &path, std::fs::remove_file(&path)),
+            88..95 => {
+                let to = self.name();
+                self.note("rename", &path, std::fs::rename(&path, &to));
+            }
+            _ => {
+                let directory = path.parent().expect("a name has a directory").to_path_buf();
+                let listed = std::fs::read_dir(&directory).and_then(|mut entries| entries.try_for_each(|entry| entry.map(|_| ())));
+                self.note("list", &directory, listed);
+            }
+        }
+        self.tally.operations += 1;
+    }
+}
+
+/// Runs `workers` workers on the tree under `root` for `duration` and adds up what they saw.
+fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64) -> Tally {
+    for directory in 0..DIRECTORIES {
+        std::fs::create_dir_all(root.join(format!("d{directory}"))).unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(workers + 1));
+    let threads: Vec<_> = (0..workers)
+        .map(|index| {
+            let (stop, start) = (stop.clone(), start.clone());
+            let mut worker = Worker {
+                root: root.to_path_buf(),
+                index,
+                random: Random::new(mix(seed + index as u64)),
+                temporaries: 0,
+                tally: Tally::default(),
+            };
+            std::thread::spawn(move || {
+                start.wait();
+                while !stop.load(Ordering::Relaxed) {
+                    worker.step();
+                }
+                worker.tally
+            })
+        })
+        .collect();
+    start.wait();
+    std::thread::sleep(duration);
+    stop.store(true, Ordering::Relaxed);
+    let mut tally = Tally::default();
+    for thread in threads {
+        tally.add(thread.join().expect("a worker panicked"));
+    }
+    tally
+}
+
+fn load_seconds() -> u64 {
+    std::env::var("RINGFS_MOUNT_LOAD_SECS").ok().and_then(|text| text.parse().ok()).unwrap_or(60)
+}
+
+fn seed() -> u64 {
+    std::env::var("RINGFS_TEST_SEED").ok().and_then(|text| text.parse().ok()).unwrap_or_else(|| ringfs_rpc::memory::random_u64() % 100_000)
+}
+
+fn assert_whole(tally: &Tally, seed: u64) {
+    eprintln!(
+        "seed {seed}: {} operations, {} reads, {} wrong, {} unexpected errors",
+        tally.operations,
+        tally.reads,
+        tally.wrong_reads.len(),
+        tally.unexpected_errors.len()
+    );
+    assert!(tally.reads > 100, "the load read files ({tally:?})");
+    assert!(tally.wrong_reads.is_empty(), "seed {seed}: reads that are no whole version: {:?}", tally.wrong_reads);
+    assert!(tally.unexpected_errors.is_empty(), "seed {seed}: unexpected errors: {:?}", tally.unexpected_errors);
+}
+
+#[test]
+fn the_checker_accepts_whole_versions_and_rejects_cut_ones() {
+    let content = version_content(1000);
+    assert_eq!(read_problem(&content), None);
+    assert!(read_problem(&[]).is_some());
+    assert!(read_problem(&content[..999]).is_some());
+    let mut mixed = version_content(1000);
+    mixed[500..].copy_from_slice(&version_content(2000)[500..1000]);
+    assert!(read_problem(&mixed).is_some());
+}
+
+#[test]
+fn eight_workers_mixing_renames_overwrites_reads_unlinks_and_listings_read_only_whole_versions() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let seed = seed();
+    let tally = run_mixed_load(&mount.path("load"), 8, Duration::from_secs(load_seconds()), seed);
+    assert_whole(&tally, seed);
+}
+
+/// The same load on the directory `RINGFS_MOUNT_LOAD_DIR` names (a mount of any build, for
+/// measurements), or for 10 s on the local temporary directory (which checks the checker).
+#[test]
+#[ignore = "a tool: the load on a directory of your choice"]
+fn the_mixed_load_on_a_given_directory_reads_only_whole_versions() {
+    let given = std::env::var_os("RINGFS_MOUNT_LOAD_DIR").map(PathBuf::from);
+    let root = given.clone().unwrap_or_else(|| common::scratch_dir("mixed-load-local")).join("load");
+    let seconds = if given.is_some() { load_seconds() } else { load_seconds().min(10) };
+    let seed = seed();
+    let tally = run_mixed_load(&root, 8, Duration::from_secs(seconds), seed);
+    let _ = std::fs::remove_dir_all(&root);
+    assert_whole(&tally, seed);
+}
+
+#[test]
+fn a_directory_opened_before_a_file_was_written_and_renamed_does_not_shrink_it_when_read() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("dir");
+    std::fs::create_dir(&directory).unwrap();
+    let (temporary, name) = (directory.join("temporary"), directory.join("name"));
+    std::fs::write(&temporary, b"").unwrap();
+    // The directory is opened (and listed by the mount) while the file is still empty ...
+    let mut listing = std::fs::read_dir(&directory).unwrap();
+    // ... then written and renamed through the same mount before the listing is read.
+    let content = version_content(5000);
+    std::fs::write(&temporary, &content).unwrap();
+    std::fs::rename(&temporary, &name).unwrap();
+    assert_eq!(std::fs::metadata(&name).unwrap().len(), 5000);
+    let names: Vec<_> = listing.by_ref().map(|entry| entry.unwrap().file_name()).collect();
+    assert!(!names.is_empty());
+    assert_eq!(std::fs::metadata(&name).unwrap().len(), 5000, "the size the kernel holds after the listing");
+    let read = std::fs::read(&name).unwrap();
+    assert_eq!(read_problem(&read), None, "the file read back whole");
+}
+
+#[test]
+fn a_directory_opened_before_a_file_was_overwritten_in_place_does_not_change_its_size_when_read() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("dir");
+    std::fs::create_dir(&directory).unwrap();
+    let name = directory.join("name");
+    std::fs::write(&name, version_content(100)).unwrap();
+    let mut listing = std::fs::read_dir(&directory).unwrap();
+    std::fs::write(&name, version_content(7000)).unwrap();
+    let names: Vec<_> = listing.by_ref().map(|entry| entry.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 1);
+    let read = std::fs::read(&name).unwrap();
+    assert_eq!((read.len(), read_problem(&read)), (7000, None), "the file read back whole");
+}
+
+/// Lists `directory` through the mount: its names, each as often as listed.
+fn listed_names(directory: &Path) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(directory).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_listing_paged_while_names_come_and_go_lists_every_lasting_name_once() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    client.mkdir("/big", 0o755).unwrap();
+    let lasting: Vec<String> = (0..3000).map(|index| format!("lasting-{index:05}")).collect();
+    for name in &lasting {
+        client.close(client.create(&format!("/big/{name}"), 0o644).unwrap()).unwrap();
+    }
+    let mount = cluster.mount(&[]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let churn = {
+        let (stop, directory) = (stop.clone(), mount.path("big"));
+        std::thread::spawn(move || {
+            let mut rounds = 0u64;
+            while !stop.load(Ordering::Relaxed) && rounds < 100_000 {
+                let name = directory.join(format!("churn-{}", rounds % 50));
+                let _ = if rounds.is_multiple_of(2) { std::fs::write(&name, b"x") } else { std::fs::remove_file(&name) };
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    for _ in 0..5 {
+        let listed: Vec<String> = listed_names(&mount.path("big")).into_iter().filter(|name| name.starts_with("lasting-")).collect();
+        assert_eq!(listed, lasting, "every lasting name once, in a listing of several pages");
+    }
+    stop.store(true, Ordering::Relaxed);
+    assert!(churn.join().unwrap() > 0);
+}
+
+#[test]
+fn a_cached_directory_lists_backend_and_ringfs_names_once_through_the_mount() {
+    if !fuse_available() {
+        return;
+    }
+    let backend = common::scratch_dir("mount-load-backend");
+    std::fs::create_dir(backend.join("dir")).unwrap();
+    for index in 0..700 {
+        std::fs::write(backend.join(format!("dir/backend-{index:04}")), b"old").unwrap();
+    }
+    let mut options = common::ClusterOptions::new(3);
+    options.extra_args = ["--backend", backend.to_str().unwrap(), "--flush", "none"].map(String::from).to_vec();
+    let cluster = TestCluster::with_options(options);
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("dir");
+    let mut expected = Vec::new();
+    for index in 0..700 {
+        let name = format!("backend-{index:04}");
+        if index % 7 == 0 {
+            std::fs::remove_file(directory.join(&name)).unwrap();
+        } else {
+            expected.push(name);
+        }
+        let name = format!("ringfs-{index:04}");
+        std::fs::write(directory.join(&name), b"new").unwrap();
+        expected.push(name);
+    }
+    // Loaded from the backend and changed in ringfs: listed once.
+    std::fs::write(directory.join("backend-0001"), b"changed").unwrap();
+    expected.sort();
+    assert_eq!(listed_names(&directory), expected);
+    let _ = std::fs::remove_dir_all(&backend);
+}
+
+/// The requests the servers have answered so far, all of them together.
+fn server_requests(client: &ringfs_client::Client) -> u64 {
+    client.server_stats().unwrap().iter().map(|stats| stats.requests).sum()
+}
+
+fn get_xattr(path: &Path, name: &str) -> std::io::Result<Vec<u8>> {
+    let (path, name) = (std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap(), std::ffi::CString::new(name).unwrap());
+    let mut value = vec![0u8; 256];
+    // SAFETY: NUL-terminated strings and a buffer of the length given.
+    let length = unsafe { libc::getxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    if length < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    value.truncate(length as usize);
+    Ok(value)
+}
+
+fn set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let (path, name) = (std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap(), std::ffi::CString::new(name).unwrap());
+    // SAFETY: NUL-terminated strings and a value of the length given.
+    let outcome = unsafe { libc::setxattr(path.as_ptr(), name.as_ptr(), value.as_ptr().cast(), value.len(), 0) };
+    if outcome < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+#[test]
+fn writes_through_the_mount_ask_the_servers_nothing_but_the_writes() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&[]);
+    let mut file = std::fs::File::create(mount.path("file")).unwrap();
+    let before = server_requests(&client);
+    for _ in 0..200 {
+        file.write_all(&[7u8; 1000]).unwrap();
+    }
+    let asked = server_requests(&client) - before;
+    // One request per write (the kernel sends two for a write across a page boundary), not
+    // one more for the `security.capability` question the kernel asks before each.
+    assert!(asked < 400, "{asked} requests for 200 writes");
+    drop(file);
+    assert_eq!(std::fs::read(mount.path("file")).unwrap(), vec![7u8; 200_000]);
+}
+
+#[test]
+fn extended_attributes_set_elsewhere_show_through_the_mount_once_attributes_expire() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "300"]);
+    let path = mount.path("file");
+    std::fs::write(&path, b"x").unwrap();
+    assert_eq!(get_xattr(&path, "user.a").unwrap_err().raw_os_error(), Some(libc::ENODATA));
+    client.set_xattr("/file", "user.a", b"set elsewhere", 0).unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    assert_eq!(get_xattr(&path, "user.a").unwrap(), b"set elsewhere", "seen once the attributes expired");
+    let other = mount.path("other");
+    std::fs::write(&other, b"y").unwrap();
+    assert_eq!(get_xattr(&other, "user.b").unwrap_err().raw_os_error(), Some(libc::ENODATA));
+    set_xattr(&other, "user.b", b"set here").unwrap();
+    assert_eq!(get_xattr(&other, "user.b").unwrap(), b"set here", "seen at once through the mount that set it");
+}
+
+#[test]
+fn a_directory_shows_this_mounts_creates_and_removals_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000"]);
+    let directory = mount.path("dir");
+    std::fs::create_dir(&directory).unwrap();
+    let times = |path: &Path| {
+        let metadata = std::fs::metadata(path).unwrap();
+        (
+            metadata.mtime() * 1_000_000_000 + metadata.mtime_nsec(),
+            metadata.ctime() * 1_000_000_000 + metadata.ctime_nsec(),
+            metadata.nlink(),
+        )
+    };
+    let mut last = times(&directory);
+    for step in 0..6 {
+        std::thread::sleep(Duration::from_millis(2));
+        let name = directory.join(format!("n{}", step / 3));
+        match step % 3 {
+            0 => std::fs::write(&name, b"x").unwrap(),
+            1 => {
+                std::fs::remove_file(&name).unwrap();
+                std::fs::create_dir(&name).unwrap();
+            }
+            _ => std::fs::remove_dir(&name).unwrap(),
+        }
+        let now = times(&directory);
+        assert!(now.0 > last.0 && now.1 > last.1, "step {step}: the times moved ({last:?} -> {now:?})");
+        assert_eq!(now.2, if step % 3 == 1 { 3 } else { 2 }, "step {step}: subdirectories counted");
+        last = now;
+    }
+    // What the mount showed is what the servers hold.
+    let client = cluster.client();
+    let stat = client.stat("/dir").unwrap();
+    assert!(stat.mtime_ns >= last.0 && stat.nlink as u64 == last.2);
+}
+
+/// Waits (at most 2 s) until `check` holds; whether it did.
+fn within_two_seconds(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    check()
+}
+
+#[test]
+fn changes_made_elsewhere_show_through_a_mount_that_caches_for_a_minute() {
+    if !fuse_available() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000", "--watch-ms", "100"]);
+    let (file, missing, directory) = (mount.path("file"), mount.path("missing"), mount.path("dir"));
+    std::fs::write(&file, b"first").unwrap();
+    std::fs::create_dir(&directory).unwrap();
+    std::fs::write(directory.join("inside"), b"x").unwrap();
+    // The kernel caches all of it now (and that `missing` is missing).
+    assert_eq!(std::fs::read(&file).unwrap(), b"first");
+    assert!(!missing.exists());
+    assert!(directory.join("inside").exists());
+    // Another client changes each of them.
+    let fd = client.open("/file", ringfs_client::OpenFlags::WRITE, 0).unwrap();
+    client.pwrite(fd, b"second, longer", 0).unwrap();
+    client.close(fd).unwrap();
+    client.close(client.create("/missing", 0o600).unwrap()).unwrap();
+    client.rename("/dir", "/moved").unwrap();
+    client.chmod("/moved/inside", 0o640).unwrap();
+    client.set_xattr("/moved/inside", "user.k", b"v", 0).unwrap();
+    assert!(within_two_seconds(|| std::fs::read(&file).is_ok_and(|bytes| bytes == b"second, longer")), "new bytes and size");
+    assert!(within_two_seconds(|| missing.exists()), "a name created elsewhere");
+    assert!(within_two_seconds(|| !directory.exists() && mount.path("moved/inside").exists()), "a directory renamed elsewhere");
+    let inside = mount.path("moved/inside");
+    assert!(within_two_seconds(|| std::fs::metadata(&inside).is_ok_and(|metadata| metadata.permissions().mode() & 0o777 == 0o640)));
+    assert!(within_two_seconds(|| get_xattr(&inside, "user.k").is_ok_and(|value| value == b"v")));
+    client.unlink("/file").unwrap();
+    assert!(within_two_seconds(|| !file.exists()), "a name removed elsewhere");
+    // What this mount does itself shows at once, and stays cached.
+    std::fs::write(mount.path("own"), b"mine").unwrap();
+    assert_eq!(std::fs::metadata(mount.path("own")).unwrap().size(), 4);
+}
+
+#[test]
+fn without_watching_the_kernel_keeps_what_it_cached_until_it_expires() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000", "--watch-ms", "0"]);
+    let missing = mount.path("missing");
+    assert!(!missing.exists());
+    client.close(client.create("/missing", 0o600).unwrap()).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // (This is what the watch is for: the test checks that it is what makes the difference.)
+    assert!(!missing.exists(), "the kernel still remembers the name as missing");
+}
+
+#[test]
+fn a_directory_made_through_the_mount_knows_its_missing_names_until_changed_elsewhere() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let mount = cluster.mount(&[]);
+    let directory = mount.path("made");
+    std::fs::create_dir(&directory).unwrap();
+    std::fs::write(directory.join("present"), b"x").unwrap();
+    let before = server_requests(&client);
+    for index in 0..100 {
+        assert!(!directory.join(format!("absent-{index}")).exists());
+    }
+    let asked = server_requests(&client) - before;
+    assert!(asked < 20, "{asked} requests to look up 100 names the mount knows are missing");
+    assert!(directory.join("present").exists());
+    // Changed elsewhere: a new name shows, also inside the directory renamed elsewhere.
+    client.close(client.create("/made/elsewhere", 0o644).unwrap()).unwrap();
+    assert!(within_two_seconds(|| directory.join("elsewhere").exists()));
+    std::fs::create_dir(mount.path("second")).unwrap();
+    assert!(!mount.path("second/later").exists());
+    client.rename("/second", "/renamed").unwrap();
+    client.close(client.create("/renamed/later", 0o644).unwrap()).unwrap();
+    assert!(within_two_seconds(|| mount.path("renamed/later").exists()), "a name made in a directory renamed elsewhere");
+}
