@@ -96,6 +96,7 @@ impl StartArgs {
         config.server_args.extend(["--poll-us".to_string(), self.poll_us.to_string()]);
         config.server_args.extend(self.gmem.server_args());
         config.server_args.extend(self.transport.server_args());
+        config.address_prefix = self.transport.address_prefix().to_string();
         if let Some(backend) = &self.cache.backend {
             let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
             if !backend.is_dir() {

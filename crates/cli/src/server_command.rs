@@ -115,6 +115,14 @@ impl Transport {
         Ok(())
     }
 
+    /// What the addresses of servers using it start with (`ucx://`; nothing for TCP).
+    pub fn address_prefix(self) -> &'static str {
+        match self {
+            Transport::Tcp => "",
+            Transport::Ucx => "ucx://",
+        }
+    }
+
     /// The `ringfs server` arguments that choose it.
     pub fn server_args(self) -> Vec<String> {
         match self {
@@ -316,7 +324,7 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
         _ => None,
     };
     config.gmem = args.gmem.config(&args.name, store_dir.as_deref())?;
-    config.join = args.join;
+    config.join = args.join.iter().map(|address| args.transport.endpoint(address)).collect();
     config.hash = args.hash;
     config.placement = args.placement;
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));

@@ -103,6 +103,17 @@ fn requests_are_answered_and_the_lanes_reported() {
     server.shutdown();
 }
 
+/// A client that closes its connection and opens another to the same server at once (as
+/// after an idle close, or a test sending one request per connection) gets a working one.
+fn connections_closed_and_reopened_at_once_each_work() {
+    let (server, endpoint, _) = start_server();
+    for round in 0..30 {
+        let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap_or_else(|error| panic!("round {round}: {error}"));
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done, "round {round}");
+    }
+    server.shutdown();
+}
+
 fn pipelined_requests_each_get_their_answer() {
     let (_server, endpoint, _) = start_server();
     let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
@@ -279,7 +290,8 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 10] = [
+    let scenarios: [(&str, fn()); 11] = [
+        ("connections_closed_and_reopened_at_once_each_work", connections_closed_and_reopened_at_once_each_work),
         ("requests_are_answered_and_the_lanes_reported", requests_are_answered_and_the_lanes_reported),
         ("pipelined_requests_each_get_their_answer", pipelined_requests_each_get_their_answer),
         ("threads_share_a_connection_with_data_of_every_size", threads_share_a_connection_with_data_of_every_size),

@@ -132,10 +132,8 @@ impl Channel {
         let key = {
             let mut state = engine.lock();
             let endpoint = state.worker.connect(socket).map_err(io_error)?;
-            let key = endpoint.key();
             let side = ClientSide { inbox: inbox.clone(), lent: HashMap::new(), rma: false };
-            state.links.insert(key, Link { endpoint, side: Side::Client(side) });
-            key
+            state.add_link(endpoint, Side::Client(side))
         };
         Ok(Channel { engine, key, inbox, spin })
     }

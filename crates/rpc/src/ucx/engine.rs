@@ -143,7 +143,12 @@ struct Closing {
 /// Everything made from one worker; only ever touched under the engine's lock.
 pub(crate) struct State {
     pub(crate) worker: Worker,
+    /// The connections, by an id never reused: UCX reuses a closed endpoint's address (its
+    /// key) at once, and a connection's owner may still name its ended link.
     pub(crate) links: HashMap<usize, Link>,
+    /// The id of the link of each endpoint key (what messages and failures name).
+    link_of_endpoint: HashMap<usize, usize>,
+    next_link: usize,
     pub(crate) listener: Option<ringfs_ucx::Listener>,
     pub(crate) in_flight: Vec<InFlight>,
     closing: Vec<Closing>,
@@ -213,7 +218,7 @@ impl State {
         let mut events = self.worker.progress();
         while let Some(message) = self.worker.next_message() {
             events += 1;
-            let key = message.endpoint_key();
+            let Some(&key) = self.link_of_endpoint.get(&message.endpoint_key()) else { continue };
             match self.links.get(&key).map(|link| matches!(link.side, Side::Client(_))) {
                 Some(true) => self.route_response(key, message),
                 Some(false) => self.route_request(key, message),
@@ -224,9 +229,10 @@ impl State {
         if !self.in_flight.is_empty() {
             events += self.advance_transfers();
         }
-        for key in self.worker.take_failed_endpoints() {
-            let reason = self.links.get(&key).and_then(|link| link.endpoint.failure()).map(|error| error.to_string());
-            self.close_link(key, &reason.unwrap_or_else(|| "the connection failed".into()), false);
+        for endpoint_key in self.worker.take_failed_endpoints() {
+            let Some(&key) = self.link_of_endpoint.get(&endpoint_key) else { continue };
+            let Some(failure) = self.links.get(&key).and_then(|link| link.endpoint.failure()) else { continue };
+            self.close_link(key, &failure.to_string(), false);
         }
         if !self.closing.is_empty() {
             self.reap_closing();
@@ -234,10 +240,20 @@ impl State {
         events
     }
 
+    /// Adds a connection; its id (the key of [`State::links`]).
+    pub(crate) fn add_link(&mut self, endpoint: Endpoint, side: Side) -> usize {
+        let key = self.next_link;
+        self.next_link += 1;
+        self.link_of_endpoint.insert(endpoint.key(), key);
+        self.links.insert(key, Link { endpoint, side });
+        key
+    }
+
     /// Ends a connection: its waiter learns `reason`; `graceful`: what was queued on it is
     /// sent first (a refusal, the last responses).
     pub(crate) fn close_link(&mut self, key: usize, reason: &str, graceful: bool) {
         let Some(link) = self.links.remove(&key) else { return };
+        self.link_of_endpoint.remove(&link.endpoint.key());
         log::debug!("closing the UCX connection with {}: {reason}", link.endpoint.peer());
         match &link.side {
             Side::Client(client) => client.inbox.close(reason),
@@ -289,6 +305,8 @@ impl Engine {
         let state = State {
             worker,
             links: HashMap::new(),
+            link_of_endpoint: HashMap::new(),
+            next_link: 1,
             listener: None,
             in_flight: Vec::new(),
             closing: Vec::new(),

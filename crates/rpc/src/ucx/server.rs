@@ -377,10 +377,9 @@ impl UcxListener {
                 return Err(error);
             }
         };
-        let key = endpoint.key();
         let side =
             ServerSide { inbox: inbox.clone(), destinations: HashMap::new(), keys: Vec::new(), answered: false, authenticated: false };
-        state.links.insert(key, EngineLink { endpoint, side: Side::Server(side) });
+        let key = state.add_link(endpoint, Side::Server(side));
         let reader = ServerReader { engine: self.engine.clone(), inbox, read_timeout: None };
         let writer = ServerWriter { engine: self.engine.clone(), key, frame: Vec::new() };
         Ok(Link { reader: Box::new(reader), writer: Box::new(writer), peer: PeerIdentity { pid: None } })
