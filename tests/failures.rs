@@ -154,7 +154,7 @@ fn exchange(socket: &mut std::net::TcpStream, body: &[u8]) -> Response {
 #[test]
 fn malformed_and_oversized_frames_close_only_their_connection() {
     if common::over_ucx() {
-        eprintln!("SKIPPED over UCX: this test writes raw frames to a TCP socket (tests/ucx.rs sends garbage over UCX)");
+        eprintln!("SKIPPED over UCX: this test writes raw frames to a TCP socket (crates/rpc/tests/ucx.rs sends garbage over UCX)");
         return;
     }
     let cluster = TestCluster::start(2);
@@ -252,7 +252,7 @@ fn process_footprint(pid: u32) -> (u64, u64) {
 #[test]
 fn hostile_unauthenticated_connections_use_bounded_resources() {
     if common::over_ucx() {
-        eprintln!("SKIPPED over UCX: this test opens raw TCP sockets (tests/ucx.rs sends garbage over UCX)");
+        eprintln!("SKIPPED over UCX: this test opens raw TCP sockets (crates/rpc/tests/ucx.rs sends garbage over UCX)");
         return;
     }
     let cluster = TestCluster::start(1);
