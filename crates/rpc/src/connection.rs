@@ -186,6 +186,7 @@ impl Connection {
         let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
         let channel = Channel::connect(address, config.poll).map_err(|error| connect_error(error.to_string()))?;
         let deadline = Instant::now() + config.timeout;
+        channel.wait_connected(deadline).map_err(|error| connect_error(error.to_string()))?;
         let (header, body) = hello_frame(config, false);
         channel.send(header, &body, &[], None, deadline).map_err(|error| connect_error(error.to_string()))?;
         let reply = loop {

@@ -28,9 +28,6 @@ use crate::{Error, check};
 /// buffer before the process aborts rather than return the buffer while UCX may still use it.
 const CLOSE_GRACE: Duration = Duration::from_secs(30);
 
-/// Vectored sends of at most this many bytes are joined into one buffer first.
-const JOIN_BELOW: usize = 8 << 10;
-
 /// The buffers of a sent active message, given back when the send completes.
 pub struct MessageBuffers<B = Vec<u8>> {
     pub header: Vec<u8>,
@@ -226,17 +223,9 @@ impl Endpoint {
         param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
         param.flags = sys::UCP_AM_SEND_FLAG_REPLY | if eager { sys::UCP_AM_SEND_FLAG_EAGER } else { 0 };
         let mut anchors = Anchors::default();
-        let total: usize = non_empty.iter().map(|part| part.len()).sum();
         let (buffer, count): (*const c_void, usize) = match non_empty.as_slice() {
             [] => (ptr::null(), 0),
             [only] => (only.as_ptr().cast(), only.len()),
-            // UCX 1.13 picks its "short" protocol for small vectored sends over shared memory
-            // and then rejects them ("Invalid am_short_iov length: 114 (expected: <= 100)");
-            // joining a few small parts costs less than the call.
-            several if total <= JOIN_BELOW => {
-                let joined = anchors.joined.insert(several.concat());
-                (joined.as_ptr().cast(), joined.len())
-            }
             several => {
                 let list: Box<[sys::ucp_dt_iov_t]> =
                     several.iter().map(|part| sys::ucp_dt_iov_t { buffer: part.as_ptr().cast_mut().cast(), length: part.len() }).collect();

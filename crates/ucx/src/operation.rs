@@ -41,8 +41,6 @@ pub(crate) struct Anchors {
     pub(crate) key: Option<RemoteKey>,
     /// The scatter-gather list of a vectored send.
     pub(crate) parts: Option<Box<[crate::sys::ucp_dt_iov_t]>>,
-    /// A small vectored send's parts, joined (see `Endpoint::send_parts`).
-    pub(crate) joined: Option<Vec<u8>>,
 }
 
 /// A started operation that owns its buffer `B` until it completes.

@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,9 @@ impl State {
     }
 }
 
+/// How often a connection being wired up is progressed.
+const CONNECT_POLL: Duration = Duration::from_micros(50);
+
 /// One UCX connection of this process to a server.
 pub(crate) struct Channel {
     engine: Arc<Engine>,
@@ -136,6 +139,33 @@ impl Channel {
             state.add_link(endpoint, Side::Client(side))
         };
         Ok(Channel { engine, key, inbox, spin })
+    }
+
+    /// Waits until UCX has wired the connection up (its lanes chosen and connected), or it
+    /// failed, or `deadline` passed. A message sent before that is replayed on the final lanes
+    /// later, and UCX 1.13 then fails some small ones over shared memory ("Invalid
+    /// am_short_iov length: 114 (expected: <= 100)").
+    pub(crate) fn wait_connected(&self, deadline: Instant) -> io::Result<()> {
+        let mut state = self.engine.lock();
+        let flush = match state.links.get(&self.key) {
+            Some(link) => link.endpoint.flush().map_err(io_error)?,
+            None => return Err(broken("the connection was closed")),
+        };
+        // (`flush` is only touched, and dropped, with the lock held: it is declared after it.)
+        loop {
+            state.progress();
+            let Some(link) = state.links.get(&self.key) else { return Err(broken("the connection was closed")) };
+            if let Some(failure) = link.endpoint.failure() {
+                return Err(io_error(failure));
+            }
+            if flush.is_complete() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(io::Error::new(io::ErrorKind::TimedOut, "UCX did not connect in time"));
+            }
+            MutexGuard::unlocked(&mut state, || std::thread::sleep(CONNECT_POLL));
+        }
     }
 
     /// Called once the handshake is answered (UCX has chosen the connection's lanes): from now
