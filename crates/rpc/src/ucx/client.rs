@@ -8,9 +8,9 @@
 //! RMA is lent until the response: a request given up before it (timed out, dropped) closes
 //! the connection, so that no late `get` or `put` can touch a buffer its owner reuses.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::io;
-use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

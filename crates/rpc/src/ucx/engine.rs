@@ -11,9 +11,9 @@
 //! one: a thread that sleeps arms the worker first and sleeps on its connection's descriptor
 //! together with the worker's (a server's event loop has both in its epoll set).
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
-use parking_lot::{Mutex, MutexGuard};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -114,10 +114,7 @@ impl State {
     fn accept_request(&mut self, key: usize, message: &IncomingMessage) -> Result<(), String> {
         let header = RequestHeader::decode(message.header(), message.len()).map_err(|error| format!("a malformed request: {error}"))?;
         let payload = message.data().ok_or("a request sent by rendezvous (ringfs clients send eagerly)")?;
-        let fetching = match &header.source {
-            Some(source) => Some((self.buffer(source.length as usize), self.cache())),
-            None => None,
-        };
+        let fetching = header.source.as_ref().map(|source| (self.buffer(source.length as usize), self.cache()));
         let inline_length = HEADER_LEN + payload.len();
         let inline_buffer =
             if inline_length >= self.settings.rma_threshold { self.empty_buffer(inline_length) } else { Vec::with_capacity(inline_length) };
