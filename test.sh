@@ -45,6 +45,10 @@ else
 fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
+if [ "${RINGFS_REQUIRE_UCX:-}" = 1 ]; then
+    echo "== the end-to-end subset over UCX (scripts/ucx-tests.sh)"
+    scripts/ucx-tests.sh
+fi
 echo "== Python package (crates/python, built with maturin) and its pytest suite"
 # The debug builds made above: the extension reuses their artifacts, the tests run target/debug/ringfs.
 RINGFS_PYTHON_PROFILE=debug scripts/python-test.sh

@@ -153,6 +153,10 @@ fn exchange(socket: &mut std::net::TcpStream, body: &[u8]) -> Response {
 
 #[test]
 fn malformed_and_oversized_frames_close_only_their_connection() {
+    if common::over_ucx() {
+        eprintln!("SKIPPED over UCX: this test writes raw frames to a TCP socket (crates/rpc/tests/ucx.rs sends garbage over UCX)");
+        return;
+    }
     let cluster = TestCluster::start(2);
     let client = cluster.client();
     write_file(&client, "/before", b"still here");
@@ -247,6 +251,10 @@ fn process_footprint(pid: u32) -> (u64, u64) {
 /// real client.
 #[test]
 fn hostile_unauthenticated_connections_use_bounded_resources() {
+    if common::over_ucx() {
+        eprintln!("SKIPPED over UCX: this test opens raw TCP sockets (crates/rpc/tests/ucx.rs sends garbage over UCX)");
+        return;
+    }
     let cluster = TestCluster::start(1);
     let client = cluster.client();
     write_file(&client, "/probe", b"probe");

@@ -43,7 +43,12 @@ fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, 
 fn assert_all_succeeded(outputs: &[Output], what: &str) {
     for (rank, output) in outputs.iter().enumerate() {
         let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(output.status.success(), "{what}: rank {rank} failed:\n{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+        assert!(
+            output.status.success(),
+            "{what}: rank {rank} failed ({}):\n{stdout}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        );
         assert!(stdout.contains("1 passed"), "{what}: rank {rank} did not run its scenario:\n{stdout}");
     }
 }

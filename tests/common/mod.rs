@@ -28,6 +28,14 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     dir
 }
 
+/// True when test clusters run over UCX (`RINGFS_TEST_TRANSPORT=ucx`, with the transports
+/// `UCX_TLS` names): their servers get `--transport ucx` and no Unix socket, so that every
+/// connection of the test's clients and between the servers is a UCX one. Otherwise TCP (and
+/// Unix sockets on this host).
+pub fn over_ucx() -> bool {
+    std::env::var("RINGFS_TEST_TRANSPORT").as_deref() == Ok("ucx")
+}
+
 /// Options of a test cluster.
 #[derive(Clone, Debug)]
 pub struct ClusterOptions {
@@ -155,6 +163,9 @@ impl TestCluster {
                 command
             }
         };
+        if over_ucx() {
+            command.args(["--transport", "ucx", "--no-unix-socket"]);
+        }
         command
             .arg("--secret-file")
             .arg(self.dir.join("secret"))

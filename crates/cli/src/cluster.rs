@@ -44,6 +44,11 @@ pub struct StartArgs {
     /// Address local servers listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub listen_host: String,
+    /// How servers and clients on different hosts reach each other: tcp, or ucx (RDMA
+    /// through UCX; UCX_TLS, UCX_NET_DEVICES choose the fabric). Recorded in the servers'
+    /// addresses in the run directory, so every client and server follows.
+    #[arg(long, value_enum, default_value_t = crate::server_command::Transport::Tcp)]
+    pub transport: crate::server_command::Transport,
     /// Hash of paths: koyama or murmur3.
     #[arg(long, default_value = "koyama")]
     pub hash: HashFunction,
@@ -68,6 +73,7 @@ pub struct StartArgs {
 impl StartArgs {
     pub fn launch_config(&self) -> Result<LaunchConfig> {
         crate::server_command::parse_bytes(&self.capacity)?;
+        self.transport.check_available()?;
         let chunk_size =
             ringfs_client::parse_size(&self.chunk_size).with_context(|| format!("invalid chunk size {:?}", self.chunk_size))?;
         let mut config = LaunchConfig::local(self.servers, std::env::current_exe().context("cannot find the ringfs executable")?);
@@ -89,6 +95,8 @@ impl StartArgs {
         config.run_dir = self.run_dir.clone();
         config.server_args.extend(["--poll-us".to_string(), self.poll_us.to_string()]);
         config.server_args.extend(self.gmem.server_args());
+        config.server_args.extend(self.transport.server_args());
+        config.address_prefix = self.transport.address_prefix().to_string();
         if let Some(backend) = &self.cache.backend {
             let backend = backend.canonicalize().with_context(|| format!("backend {} is not usable", backend.display()))?;
             if !backend.is_dir() {
@@ -184,6 +192,9 @@ pub fn status(client: &Client) {
                     "{:<16} {:<22} {:>6} {:>10} {:>10} {:>14} {:>12} {:>10}",
                     member.name, member.tcp_address, "up", stats.entries, stats.chunks, stats.bytes, stats.requests, stats.forwarded
                 );
+                if let Some(lanes) = client.ucx_lanes(&member.name) {
+                    println!("  UCX transports: {lanes}");
+                }
                 if let Some(cache) = &stats.cache {
                     println!("{}", crate::cache_command::status_line(cache));
                 }

@@ -15,12 +15,17 @@ pub struct ServerArgs {
     /// Stable server name (placement depends on it; keep it across restarts).
     #[arg(long)]
     pub name: String,
-    /// TCP address to listen on (port 0 picks a free port).
+    /// Address to listen on (port 0 picks a free port).
     #[arg(long, default_value = "127.0.0.1:0")]
     pub listen: String,
     /// Address other hosts should use to reach this server (default: the bound address).
     #[arg(long)]
     pub advertise: Option<String>,
+    /// How other hosts reach this server: tcp, or ucx (UCX: RDMA over InfiniBand or RoCE,
+    /// or UCX's TCP and shared memory, as UCX_TLS says). The server's address says which, so
+    /// clients and other servers follow. Clients on this host use the Unix socket either way.
+    #[arg(long, value_enum, default_value_t = Transport::Tcp)]
+    pub transport: Transport,
     /// Unix socket for clients on this host (enables the same-host fast path).
     #[arg(long)]
     pub unix_socket: Option<PathBuf>,
@@ -79,6 +84,52 @@ pub struct ServerArgs {
     pub backend_chunk_size: String,
     #[command(flatten)]
     pub gmem: GmemArgs,
+}
+
+/// How servers and clients on different hosts reach each other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// TCP sockets.
+    #[default]
+    Tcp,
+    /// UCX (`libucp.so.0`): RDMA where the fabric has it, else UCX's TCP or shared memory.
+    Ucx,
+}
+
+impl Transport {
+    /// `address` (`host:port`) as an endpoint of this transport (`ucx://host:port`).
+    pub fn endpoint(self, address: &str) -> String {
+        match self {
+            Transport::Ucx if !address.starts_with("ucx://") => format!("ucx://{address}"),
+            _ => address.to_string(),
+        }
+    }
+
+    /// Fails, saying why, where this transport cannot be used.
+    pub fn check_available(self) -> Result<()> {
+        if self == Transport::Ucx
+            && let Some(reason) = ringfs_rpc::ucx::unavailable_reason()
+        {
+            bail!("--transport ucx needs UCX on every node (Debian/Ubuntu: libucx0, RHEL: ucx): {reason}");
+        }
+        Ok(())
+    }
+
+    /// What the addresses of servers using it start with (`ucx://`; nothing for TCP).
+    pub fn address_prefix(self) -> &'static str {
+        match self {
+            Transport::Tcp => "",
+            Transport::Ucx => "ucx://",
+        }
+    }
+
+    /// The `ringfs server` arguments that choose it.
+    pub fn server_args(self) -> Vec<String> {
+        match self {
+            Transport::Tcp => Vec::new(),
+            Transport::Ucx => vec!["--transport".into(), "ucx".into()],
+        }
+    }
 }
 
 /// Global memory: DRAM budget, spill directory and the emulated hardware (options of
@@ -258,8 +309,9 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
     if secret.is_empty() {
         bail!("no secret: set RINGFS_SECRET or pass --secret-file");
     }
-    let mut config = ServerConfig::new(&args.name, &args.listen, secret);
-    config.advertise = args.advertise;
+    args.transport.check_available()?;
+    let mut config = ServerConfig::new(&args.name, &args.transport.endpoint(&args.listen), secret);
+    config.advertise = args.advertise.map(|address| args.transport.endpoint(&address));
     config.unix_socket = args.unix_socket.filter(|_| !args.no_unix_socket);
     config.store = StoreConfig {
         medium: parse_store(&args.store)?,
@@ -272,7 +324,7 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
         _ => None,
     };
     config.gmem = args.gmem.config(&args.name, store_dir.as_deref())?;
-    config.join = args.join;
+    config.join = args.join.iter().map(|address| args.transport.endpoint(address)).collect();
     config.hash = args.hash;
     config.placement = args.placement;
     config.heartbeat_interval = Duration::from_millis(args.heartbeat_ms.max(10));

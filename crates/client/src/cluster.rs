@@ -156,6 +156,12 @@ impl Cluster {
         owner.clone()
     }
 
+    /// The UCX transports (lanes) of this client's connection to server `name`, if it has
+    /// one over UCX.
+    pub fn ucx_lanes(&self, name: &str) -> Option<String> {
+        self.connections.usable(name).and_then(|connection| connection.ucx_lanes())
+    }
+
     /// The settings of this cluster's connections.
     pub fn connection_config(&self) -> ConnectionConfig {
         self.config.clone()

@@ -486,6 +486,12 @@ impl Client {
             .collect()
     }
 
+    /// The UCX transports (lanes) this client's connection to server `name` uses, if it is
+    /// connected to it over UCX (e.g. `tcp/eth0 (am, rma)`, `rc_mlx5/mlx5_0:1 (am, rma)`).
+    pub fn ucx_lanes(&self, name: &str) -> Option<String> {
+        self.inner.cluster.ucx_lanes(name)
+    }
+
     /// Each member with its counters, or the error that kept it from answering.
     pub fn server_status(&self) -> Vec<(ringfs_proto::Member, Result<ServerStats>)> {
         let members = self.inner.cluster.member_list().members;

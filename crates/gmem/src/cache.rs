@@ -284,11 +284,16 @@ impl Drop for BlockCache {
 
 impl BlockCache {
     /// A cache of `config.bytes` for rank `rank`, its endpoint listening on the address this
-    /// host reaches `server_address` from (or `RINGFS_GMEM_LISTEN`).
+    /// host reaches `server_address` from, over the servers' transport (or
+    /// `RINGFS_GMEM_LISTEN`).
     pub fn start(config: CacheConfig, rank: u32, peer_config: ConnectionConfig, server_address: &str) -> Result<BlockCache> {
         let listen = match std::env::var(env::GMEM_LISTEN) {
             Ok(address) if !address.is_empty() => address,
-            _ => format!("{}:0", address_towards(server_address)),
+            // The transport the servers use (`ucx://` for UCX), on the address towards them.
+            _ => match server_address.strip_prefix("ucx://") {
+                Some(address) => format!("ucx://{}:0", address_towards(address)),
+                None => format!("{}:0", address_towards(server_address)),
+            },
         };
         let endpoint = Endpoint::parse(&listen).map_err(|error| {
             log::error!("global memory: RINGFS_GMEM_LISTEN: {error}");

@@ -86,6 +86,9 @@ pub struct LaunchConfig {
     pub executable: PathBuf,
     /// Extra arguments for every `ringfs server`.
     pub server_args: Vec<String>,
+    /// What the addresses of servers on other hosts start with: empty for TCP, `ucx://` when
+    /// `server_args` make them serve over UCX (`--transport ucx`).
+    pub address_prefix: String,
     /// Cache mode: the backend directory the cluster caches.
     pub cache: Option<LaunchCache>,
     /// Start one server on every node of this Slurm allocation (through `srun`) instead of
@@ -145,6 +148,7 @@ impl LaunchConfig {
             run_dir: None,
             executable,
             server_args: Vec::new(),
+            address_prefix: String::new(),
             cache: None,
             slurm: None,
         }
@@ -550,7 +554,7 @@ fn launch_all(
                 let port = config.port.checked_add(index as u16).ok_or_else(|| LaunchError::Config("the port range overflows".into()))?;
                 let first = records.first().map(|record| record.address.clone());
                 spawn_remote(config, run_dir, host, &name, port, first.as_deref())?;
-                records.push(ServerRecord { name, address: format!("{host}:{port}"), pid: None });
+                records.push(ServerRecord { name, address: format!("{}{host}:{port}", config.address_prefix), pid: None });
                 if index == 0 {
                     wait_for_members(run_dir, &records[0].address, secret, 1, deadline)?;
                 }

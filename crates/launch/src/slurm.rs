@@ -189,7 +189,11 @@ pub(crate) fn start_step(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, 
     }
     let child = command.spawn().map_err(io_error("cannot run srun (is this a Slurm allocation?)"))?;
     write_private(&run_dir.join(STEP_RECORD), &format!("watcher {}\nnodes {}\nport {port}\n", child.id(), job.nodes.join(" ")))?;
-    Ok(job.nodes.iter().map(|node| ServerRecord { name: node.clone(), address: format!("{node}:{port}"), pid: None }).collect())
+    Ok(job
+        .nodes
+        .iter()
+        .map(|node| ServerRecord { name: node.clone(), address: format!("{}{node}:{port}", config.address_prefix), pid: None })
+        .collect())
 }
 
 /// Why a step has ended before its servers came up (with the end of its log), if it has.

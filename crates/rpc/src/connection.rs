@@ -15,6 +15,11 @@
 //! Every request has a deadline. A request that gets no answer in time fails with
 //! [`RpcError::Timeout`]; a connection whose peer closes or stops in the middle of a frame is
 //! *broken*, and all its requests fail at once.
+//!
+//! Over UCX (`ucx://` endpoints) the same holds; the reader then takes responses from the
+//! connection's inbox, where whichever thread progressed the process's UCX worker put them
+//! (and their data into the lent buffer), and large data may move by RMA ([`crate::ucx`]). A
+//! request that lent memory for RMA and is given up breaks the connection.
 
 use ringfs_sync::{Condvar, Mutex};
 use std::cell::RefCell;
@@ -30,6 +35,10 @@ use crate::RpcError;
 use crate::frame_io::{FrameReadError, FrameReader, PollBudget, write_frame};
 use crate::memory::{ProcessMemory, memory_probe};
 use crate::transport::{self, Endpoint, WriteHalf};
+use crate::ucx::{
+    self,
+    client::{Channel, Received},
+};
 
 /// How often a waiting reader wakes up to check deadlines.
 const TICK: Duration = Duration::from_millis(50);
@@ -68,6 +77,7 @@ pub struct Reply {
 }
 
 /// Raw view of a caller's buffer, valid while its [`PendingCall`] lives.
+#[derive(Clone, Copy)]
 struct Destination {
     pointer: *mut u8,
     len: usize,
@@ -97,11 +107,18 @@ struct Pending {
     abandoned: usize,
 }
 
+/// How a connection's frames travel.
+enum Wire {
+    /// A byte stream (TCP, Unix socket, simulated): frames are written and read as bytes.
+    Stream { writer: Mutex<Box<dyn WriteHalf>>, reader: Mutex<FrameReader> },
+    /// UCX messages (and RMA for large data).
+    Ucx(Channel),
+}
+
 /// A connection to one server.
 pub struct Connection {
     endpoint: Endpoint,
-    writer: Mutex<Box<dyn WriteHalf>>,
-    reader: Mutex<FrameReader>,
+    wire: Wire,
     pending: Mutex<Pending>,
     wakeup: Condvar,
     next_request_id: AtomicU64,
@@ -122,6 +139,13 @@ thread_local! {
 impl Connection {
     /// Connects and performs the handshake.
     pub fn open(endpoint: &Endpoint, config: &ConnectionConfig) -> Result<Connection, RpcError> {
+        match endpoint {
+            Endpoint::Ucx(address) => Self::open_ucx(endpoint, address, config),
+            _ => Self::open_stream(endpoint, config),
+        }
+    }
+
+    fn open_stream(endpoint: &Endpoint, config: &ConnectionConfig) -> Result<Connection, RpcError> {
         let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
         let timed_out = || RpcError::Timeout { endpoint: endpoint.to_string(), timeout_ms: config.timeout.as_millis() as u64 };
         let link = transport::connect(endpoint, config.timeout).map_err(|error| match error.kind() {
@@ -134,21 +158,7 @@ impl Connection {
             .map_err(|error| connect_error(error.to_string()))?;
 
         let same_host = link.peer.pid.is_some();
-        let hello = Request::Hello(Hello {
-            version: PROTOCOL_VERSION,
-            secret: config.secret.clone(),
-            client_pid: std::process::id(),
-            host_id: config.host_id,
-            from_server: config.from_server,
-            memory_probe: same_host.then(memory_probe),
-            client_id: config.client_id,
-            timeout_ms: u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX),
-            clock_ns: wall_clock_ns(),
-            credentials: config.credentials.clone(),
-        });
-        let mut body = Vec::new();
-        hello.encode(&mut body);
-        let header = FrameHeader { body_len: body.len() as u32, data_len: 0, request_id: 1, epoch: 0 };
+        let (header, body) = hello_frame(config, same_host);
         write_frame(writer.as_mut(), &header, &body, &[]).map_err(|error| connect_error(error.to_string()))?;
 
         let deadline = Instant::now() + config.timeout;
@@ -163,29 +173,55 @@ impl Connection {
         let mut body = vec![0u8; header.body_len as usize];
         reader.read_exact(&mut body).map_err(|error| connect_error(error.to_string()))?;
         reader.skip(header.data_len as usize).map_err(|error| connect_error(error.to_string()))?;
-        let server = match Response::decode(&body) {
-            Ok(Response::Hello(reply)) => reply,
-            Ok(Response::Error(errno)) => return Err(RpcError::Refused { endpoint: endpoint.to_string(), errno }),
-            Ok(other) => return Err(connect_error(format!("unexpected handshake reply {other:?}"))),
-            Err(error) => return Err(connect_error(format!("malformed handshake reply: {error}"))),
-        };
+        let server = hello_reply(endpoint, &body)?;
         let server_memory = match (link.peer.pid, server.memory_probe) {
             (Some(pid), Some(probe)) => Some(ProcessMemory::new(pid)).filter(|memory| memory.verify_probe(probe)),
             _ => None,
         };
-        Ok(Connection {
+        let wire = Wire::Stream { writer: Mutex::new(writer), reader: Mutex::new(reader) };
+        Ok(Connection::established(endpoint, wire, config, server, server_memory, header.epoch))
+    }
+
+    fn open_ucx(endpoint: &Endpoint, address: &str, config: &ConnectionConfig) -> Result<Connection, RpcError> {
+        let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
+        let channel = Channel::connect(address, config.poll).map_err(|error| connect_error(error.to_string()))?;
+        let deadline = Instant::now() + config.timeout;
+        channel.wait_connected(deadline).map_err(|error| connect_error(error.to_string()))?;
+        let (header, body) = hello_frame(config, false);
+        channel.send(header, &body, &[], None, deadline).map_err(|error| connect_error(error.to_string()))?;
+        let reply = loop {
+            match channel.receive(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Some(received)) if received.frame.request_id == header.request_id => break received,
+                Ok(_) if Instant::now() < deadline => continue,
+                Ok(_) => return Err(RpcError::Timeout { endpoint: endpoint.to_string(), timeout_ms: config.timeout.as_millis() as u64 }),
+                Err(reason) => return Err(connect_error(format!("handshake failed: {reason}"))),
+            }
+        };
+        let server = hello_reply(endpoint, &reply.body)?;
+        channel.handshake_done();
+        Ok(Connection::established(endpoint, Wire::Ucx(channel), config, server, None, reply.frame.epoch))
+    }
+
+    fn established(
+        endpoint: &Endpoint,
+        wire: Wire,
+        config: &ConnectionConfig,
+        server: HelloReply,
+        server_memory: Option<ProcessMemory>,
+        epoch: u64,
+    ) -> Connection {
+        Connection {
             endpoint: endpoint.clone(),
-            writer: Mutex::new(writer),
-            reader: Mutex::new(reader),
+            wire,
             pending: Mutex::new(Pending::default()),
             wakeup: Condvar::new(),
             next_request_id: AtomicU64::new(2),
             timeout: config.timeout,
             local_epoch: AtomicU64::new(0),
-            peer_epoch: AtomicU64::new(header.epoch),
+            peer_epoch: AtomicU64::new(epoch),
             server,
             server_memory,
-        })
+        }
     }
 
     /// Connects to a cluster member: through its Unix socket when it runs on this host (which
@@ -262,17 +298,23 @@ impl Connection {
     /// written into `destination`; larger data arrives in [`Reply::data`].
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {
         let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
-        {
+        let lent = {
             let mut pending = self.pending.lock();
             if let Some(broken) = &pending.broken {
                 return Err(broken.clone());
             }
             let destination = destination.map(|buffer| Destination { pointer: buffer.as_mut_ptr(), len: buffer.len() });
-            pending.slots.insert(request_id, Slot::Waiting(destination));
-        }
+            // The reader of a stream delivers into the destination; over UCX the engine does.
+            let (read_into, lent) = match self.wire {
+                Wire::Stream { .. } => (destination, None),
+                Wire::Ucx(_) => (None, destination),
+            };
+            pending.slots.insert(request_id, Slot::Waiting(read_into));
+            lent
+        };
         let call =
             PendingCall { connection: self, request_id, deadline: Instant::now() + self.timeout, finished: false, _buffer: PhantomData };
-        if let Err(error) = self.send(request, data, request_id) {
+        if let Err(error) = self.send(request, data, request_id, lent) {
             let error = self.break_connection(format!("sending failed: {error}"));
             drop(call);
             return Err(error);
@@ -285,10 +327,19 @@ impl Connection {
         if let Some(broken) = &self.pending.lock().broken {
             return Err(broken.clone());
         }
-        self.send(request, &[], 0).map_err(|error| self.break_connection(format!("sending failed: {error}")))
+        self.send(request, &[], 0, None).map_err(|error| self.break_connection(format!("sending failed: {error}")))
     }
 
-    fn send(&self, request: &Request, data: &[u8], request_id: u64) -> std::io::Result<()> {
+    /// The UCX transports this connection uses (`None` for other transports).
+    pub fn ucx_lanes(&self) -> Option<String> {
+        match &self.wire {
+            Wire::Ucx(channel) => Some(channel.lanes()),
+            Wire::Stream { .. } => None,
+        }
+    }
+
+    /// Writes a request frame; over UCX, `destination` is where its response data may go.
+    fn send(&self, request: &Request, data: &[u8], request_id: u64, destination: Option<Destination>) -> std::io::Result<()> {
         let encode_and_write = |body: &mut Vec<u8>| {
             body.clear();
             request.encode(body);
@@ -298,7 +349,13 @@ impl Connection {
                 request_id,
                 epoch: self.local_epoch.load(Ordering::Relaxed),
             };
-            write_frame(self.writer.lock().as_mut(), &header, body, data)
+            match &self.wire {
+                Wire::Stream { writer, .. } => write_frame(writer.lock().as_mut(), &header, body, data),
+                Wire::Ucx(channel) => {
+                    let lent = destination.map(|lent| ucx::client::Destination { pointer: lent.pointer, len: lent.len });
+                    channel.send(header, body, data, lent, Instant::now() + self.timeout)
+                }
+            }
         };
         match BODY.try_with(|body| encode_and_write(&mut body.borrow_mut())) {
             Ok(sent) => sent,
@@ -314,7 +371,7 @@ impl Connection {
         let error = self.fail_all(&mut pending, reason);
         let sleepers = pending.sleepers;
         drop(pending);
-        self.writer.lock().shutdown();
+        self.shut_down();
         if sleepers > 0 {
             self.wakeup.notify_all();
         }
@@ -344,6 +401,8 @@ impl Connection {
                 Some(Slot::Waiting(_)) if Instant::now() >= deadline => {
                     pending.slots.remove(&request_id);
                     pending.abandoned += 1;
+                    drop(pending);
+                    self.forget(request_id);
                     return Err(RpcError::Timeout { endpoint: self.endpoint.to_string(), timeout_ms: self.timeout.as_millis() as u64 });
                 }
                 Some(_) => {}
@@ -363,7 +422,7 @@ impl Connection {
             pending.reader_busy = false;
             if let Err(error) = received {
                 self.fail_all(&mut pending, error.to_string());
-                self.writer.lock().shutdown();
+                self.shut_down();
             }
             if pending.sleepers > 0 {
                 self.wakeup.notify_all();
@@ -371,9 +430,31 @@ impl Connection {
         }
     }
 
+    /// Closes the link: the peer sees the connection end, a blocked reader wakes.
+    fn shut_down(&self) {
+        match &self.wire {
+            Wire::Stream { writer, .. } => writer.lock().shutdown(),
+            Wire::Ucx(channel) => channel.close(),
+        }
+    }
+
+    /// Request `request_id` was given up: over UCX its response must no longer touch what it
+    /// lent, and if it lent memory for RMA the connection is closed (broken).
+    fn forget(&self, request_id: u64) {
+        if let Wire::Ucx(channel) = &self.wire
+            && channel.forget(request_id)
+        {
+            self.break_connection("a request that lent memory to the server was given up".into());
+        }
+    }
+
     /// Reads one frame (or waits one tick) and delivers it. Called by the current reader only.
     fn receive_one(&self) -> Result<(), FrameReadError> {
-        let mut reader = self.reader.lock();
+        let reader = match &self.wire {
+            Wire::Stream { reader, .. } => reader,
+            Wire::Ucx(channel) => return self.receive_message(channel),
+        };
+        let mut reader = reader.lock();
         let Some(header) = reader.next_header()? else { return Ok(()) };
         self.peer_epoch.fetch_max(header.epoch, Ordering::Relaxed);
         let mut body = vec![0u8; header.body_len as usize];
@@ -425,9 +506,63 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Takes one response routed to this UCX connection (or waits one tick) and delivers it.
+    fn receive_message(&self, channel: &Channel) -> Result<(), FrameReadError> {
+        let received: Received = match channel.receive(TICK) {
+            Ok(Some(received)) => received,
+            Ok(None) => return Ok(()),
+            Err(reason) => return Err(FrameReadError::Io(std::io::Error::new(std::io::ErrorKind::ConnectionReset, reason))),
+        };
+        self.peer_epoch.fetch_max(received.frame.epoch, Ordering::Relaxed);
+        let response = Response::decode(&received.body).map_err(|error| {
+            FrameReadError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("malformed response: {error}")))
+        })?;
+        let mut pending = self.pending.lock();
+        match pending.slots.get_mut(&received.frame.request_id) {
+            Some(slot @ Slot::Waiting(_)) => {
+                *slot = Slot::Done(Ok(Reply { response, data: received.data, data_len: received.data_len }));
+            }
+            // Nobody waits for this response any more (timed out).
+            _ => pending.abandoned = pending.abandoned.saturating_sub(1),
+        }
+        Ok(())
+    }
+}
+
+/// The handshake's first frame (request id 1): the `Hello` of `config`.
+fn hello_frame(config: &ConnectionConfig, same_host: bool) -> (FrameHeader, Vec<u8>) {
+    let hello = Request::Hello(Hello {
+        version: PROTOCOL_VERSION,
+        secret: config.secret.clone(),
+        client_pid: std::process::id(),
+        host_id: config.host_id,
+        from_server: config.from_server,
+        memory_probe: same_host.then(memory_probe),
+        client_id: config.client_id,
+        timeout_ms: u32::try_from(config.timeout.as_millis()).unwrap_or(u32::MAX),
+        clock_ns: wall_clock_ns(),
+        credentials: config.credentials.clone(),
+    });
+    let mut body = Vec::new();
+    hello.encode(&mut body);
+    (FrameHeader { body_len: body.len() as u32, data_len: 0, request_id: 1, epoch: 0 }, body)
+}
+
+/// The server's answer to the handshake: accepted, or why not.
+fn hello_reply(endpoint: &Endpoint, body: &[u8]) -> Result<HelloReply, RpcError> {
+    let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
+    match Response::decode(body) {
+        Ok(Response::Hello(reply)) => Ok(reply),
+        Ok(Response::Error(errno)) => Err(RpcError::Refused { endpoint: endpoint.to_string(), errno }),
+        Ok(other) => Err(connect_error(format!("unexpected handshake reply {other:?}"))),
+        Err(error) => Err(connect_error(format!("malformed handshake reply: {error}"))),
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
-        self.writer.lock().shutdown();
+        self.shut_down();
     }
 }
 
@@ -469,6 +604,8 @@ impl Drop for PendingCall<'_> {
         }
         if let Some(Slot::Waiting(_)) = pending.slots.remove(&self.request_id) {
             pending.abandoned += 1;
+            drop(pending);
+            self.connection.forget(self.request_id);
         }
     }
 }

@@ -1,7 +1,8 @@
 //! Moving ringfs frames between processes.
 //!
-//! - [`transport`]: TCP and Unix-socket links behind small traits, so other transports (UCX,
-//!   verbs) can be added without touching anything above.
+//! - [`transport`]: TCP and Unix-socket links behind small traits, so other transports can be
+//!   added without touching anything above; [`ucx`] carries the same frames over UCX (RDMA,
+//!   UCX's TCP and shared memory): `ucx://host:port` endpoints.
 //! - [`frame_io`]: buffered frame reading and vectored frame writing.
 //! - [`Connection`]: the client side; many threads, many requests in flight, deadlines.
 //! - [`RpcServer`] and [`Service`]: the server side; an event loop whose pool of threads
@@ -31,6 +32,7 @@ mod server;
 pub mod sim;
 pub mod throttle;
 pub mod transport;
+pub mod ucx;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection, wall_clock_ns};
 pub use server::{

@@ -27,7 +27,7 @@
 //! instead (`unpollable`). A frame that breaks the size limits or does not decode closes
 //! that connection only.
 
-mod epoll;
+pub(crate) mod epoll;
 mod event_loop;
 mod handshake;
 mod occupancy;

@@ -3,9 +3,9 @@
 //! Everything above this module (framing, connections, the server loop, and the file system
 //! logic above those) sees only [`Link`]s made of a [`ReadHalf`] and a [`WriteHalf`]. TCP
 //! serves remote peers; Unix sockets serve peers on the same host and tell the server the
-//! client's process id, which enables cross-memory attach ([`crate::memory`]). A UCX or
-//! verbs transport would add an implementation of these traits (plus a memory-access
-//! implementation for RDMA), leaving the layers above untouched.
+//! client's process id, which enables cross-memory attach ([`crate::memory`]). UCX
+//! connections ([`crate::ucx`]) are links too on the server side (the client's
+//! [`crate::Connection`] speaks UCX's messages and RMA itself).
 
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -33,11 +33,19 @@ pub enum Endpoint {
     /// `testing`).
     #[cfg(feature = "testing")]
     Sim(String),
+    /// `ucx://host:port`: a UCX listener ([`crate::ucx`]).
+    Ucx(String),
 }
 
 impl Endpoint {
-    /// Parses `host:port`, `tcp://host:port`, `unix:/path` or (feature `testing`) `sim:NAME`.
+    /// Parses `host:port`, `tcp://host:port`, `ucx://host:port`, `unix:/path` or (feature `testing`) `sim:NAME`.
     pub fn parse(text: &str) -> Result<Endpoint, String> {
+        if let Some(address) = text.strip_prefix("ucx://") {
+            return match address.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(Endpoint::Ucx(address.to_string())),
+                _ => Err(format!("expected ucx://host:port, got {text:?}")),
+            };
+        }
         #[cfg(feature = "testing")]
         if let Some(name) = text.strip_prefix("sim:") {
             if name.is_empty() {
@@ -67,6 +75,7 @@ impl fmt::Display for Endpoint {
             Endpoint::Unix(path) => write!(f, "unix:{}", path.display()),
             #[cfg(feature = "testing")]
             Endpoint::Sim(name) => write!(f, "sim:{name}"),
+            Endpoint::Ucx(address) => write!(f, "ucx://{address}"),
         }
     }
 }
@@ -233,15 +242,17 @@ pub fn connect(endpoint: &Endpoint, timeout: Duration) -> io::Result<Link> {
         Endpoint::Unix(path) => unix_link(UnixStream::connect(path)?),
         #[cfg(feature = "testing")]
         Endpoint::Sim(name) => crate::sim::network().connect(name, timeout),
+        Endpoint::Ucx(_) => Err(io::Error::new(io::ErrorKind::Unsupported, "UCX endpoints are reached by Connection::open")),
     }
 }
 
-/// A listening socket of either kind.
+/// A listening socket of any kind.
 pub enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
     #[cfg(feature = "testing")]
     Sim(crate::sim::SimListener),
+    Ucx(crate::ucx::UcxListener),
 }
 
 impl Listener {
@@ -258,6 +269,7 @@ impl Listener {
             }
             #[cfg(feature = "testing")]
             Endpoint::Sim(name) => return Ok(Listener::Sim(crate::sim::network().bind(name)?)),
+            Endpoint::Ucx(address) => return Ok(Listener::Ucx(crate::ucx::UcxListener::bind(address)?)),
         };
         if let Some(fd) = listener.poll_fd() {
             // Listening again only raises the queue of connections the kernel completes
@@ -277,6 +289,7 @@ impl Listener {
             Listener::Unix(listener, _) => Some(listener.as_raw_fd()),
             #[cfg(feature = "testing")]
             Listener::Sim(_) => None,
+            Listener::Ucx(listener) => Some(listener.poll_fd()),
         }
     }
 
@@ -288,6 +301,33 @@ impl Listener {
             Listener::Unix(listener, _) => listener.set_nonblocking(true),
             #[cfg(feature = "testing")]
             Listener::Sim(_) => Ok(()),
+            // Arms the worker, so that its descriptor reports the first event.
+            Listener::Ucx(listener) => {
+                listener.progress();
+                Ok(())
+            }
+        }
+    }
+
+    /// True if established connections' traffic also arrives through this listener's
+    /// descriptor (UCX: the worker's), which must therefore be watched and served even while
+    /// accepting pauses ([`Listener::serve_connections`]).
+    pub fn carries_connections(&self) -> bool {
+        matches!(self, Listener::Ucx(_))
+    }
+
+    /// Serves established connections without accepting new ones (accepting pauses).
+    pub fn serve_connections(&self) {
+        if let Listener::Ucx(listener) = self {
+            listener.progress();
+        }
+    }
+
+    /// After a pause, makes connections that wait to be accepted show on the descriptor
+    /// (UCX keeps them inside the worker, where the descriptor does not see them).
+    pub fn wake(&self) {
+        if let Listener::Ucx(listener) = self {
+            listener.wake();
         }
     }
 
@@ -298,6 +338,7 @@ impl Listener {
             Listener::Unix(_, path) => Ok(Endpoint::Unix(path.clone())),
             #[cfg(feature = "testing")]
             Listener::Sim(listener) => Ok(Endpoint::Sim(listener.name().to_string())),
+            Listener::Ucx(listener) => Ok(Endpoint::Ucx(listener.local_address().to_string())),
         }
     }
 
@@ -307,6 +348,7 @@ impl Listener {
             Listener::Unix(listener, _) => unix_link(listener.accept()?.0),
             #[cfg(feature = "testing")]
             Listener::Sim(listener) => listener.accept(),
+            Listener::Ucx(listener) => listener.accept(),
         }
     }
 
@@ -317,6 +359,7 @@ impl Listener {
             Listener::Unix(listener, _) => listener.as_raw_fd(),
             #[cfg(feature = "testing")]
             Listener::Sim(listener) => return listener.shutdown(),
+            Listener::Ucx(listener) => return listener.shutdown(),
         };
         // SAFETY: shutting down a listening socket we own; accept() then returns EINVAL.
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
@@ -356,7 +399,9 @@ mod tests {
         assert_eq!(Endpoint::parse("[::1]:9"), Ok(Endpoint::Tcp("[::1]:9".into())));
         assert_eq!(Endpoint::parse("unix:/tmp/s"), Ok(Endpoint::Unix("/tmp/s".into())));
         assert_eq!(Endpoint::parse("unix:///tmp/s"), Ok(Endpoint::Unix("/tmp/s".into())));
-        for bad in ["node", "node:x", ":80", "unix:"] {
+        assert_eq!(Endpoint::parse("ucx://node1:7000"), Ok(Endpoint::Ucx("node1:7000".into())));
+        assert_eq!(Endpoint::Ucx("[::1]:9".into()).to_string(), "ucx://[::1]:9");
+        for bad in ["node", "node:x", ":80", "unix:", "ucx://", "ucx://node", "ucx://:7"] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Endpoint::Unix("/a".into()).to_string(), "unix:/a");

@@ -174,7 +174,7 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     let good = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
     let address = match &endpoint {
         Endpoint::Tcp(address) => address.clone(),
-        Endpoint::Unix(_) | Endpoint::Sim(_) => unreachable!("a TCP endpoint was asked for"),
+        Endpoint::Unix(_) | Endpoint::Sim(_) | Endpoint::Ucx(_) => unreachable!("a TCP endpoint was asked for"),
     };
     let garbage_frames: Vec<Vec<u8>> = vec![
         // Body length beyond the limit.

@@ -196,12 +196,14 @@ fn now_ns() -> u64 {
 }
 
 /// The address other hosts should use for a socket bound to `bound` (a wildcard address is
-/// replaced by the host name).
+/// replaced by the host name; a transport prefix such as `ucx://` is kept).
 fn advertised_address(bound: &str) -> String {
-    match bound.rsplit_once(':') {
+    let (scheme, address) = bound.split_once("://").map_or(("", bound), |(scheme, address)| (scheme, address));
+    let prefix = if scheme.is_empty() { String::new() } else { format!("{scheme}://") };
+    match address.rsplit_once(':') {
         Some((host, port)) if host == "0.0.0.0" || host == "[::]" => {
             let host_name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_else(|_| "localhost".into());
-            format!("{}:{port}", host_name.trim())
+            format!("{prefix}{}:{port}", host_name.trim())
         }
         _ => bound.to_string(),
     }

@@ -261,7 +261,7 @@ impl Endpoint {
     ) -> Result<Operation<Vec<u8>>, Error> {
         let handle = self.rma_handle(buffer.len(), length, key, region.as_deref(), buffer.as_ptr())?;
         let pointer = buffer.as_mut_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
         worker.operation("ucp_get_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: the buffer (length checked) and key are owned by the operation until completion.
@@ -283,7 +283,7 @@ impl Endpoint {
         let bytes = buffer.as_ref();
         let handle = self.rma_handle(bytes.len(), length, key, region.as_deref(), bytes.as_ptr())?;
         let pointer = bytes.as_ptr();
-        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), parts: None };
+        let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
         worker.operation("ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: as in get().

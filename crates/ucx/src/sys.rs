@@ -53,6 +53,7 @@ pub const UCS_ERR_ENDPOINT_TIMEOUT: ucs_status_t = -80;
 pub const UCS_ERR_LAST: ucs_status_t = -100;
 
 pub const UCS_THREAD_MODE_SINGLE: ucs_thread_mode_t = 0;
+pub const UCS_THREAD_MODE_SERIALIZED: ucs_thread_mode_t = 1;
 pub const UCS_MEMORY_TYPE_HOST: ucs_memory_type_t = 0;
 
 pub const UCP_API_MAJOR: c_uint = 1;

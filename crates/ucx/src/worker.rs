@@ -61,6 +61,8 @@ pub(crate) struct WorkerInner {
     messages: RefCell<VecDeque<RawMessage>>,
     /// Endpoints by UCX handle, for the error callback (which only gets the handle).
     pub(crate) endpoints: RefCell<HashMap<usize, Rc<EndpointState>>>,
+    /// Keys of endpoints that failed since [`Worker::take_failed_endpoints`] was last called.
+    failed: RefCell<Vec<usize>>,
     orphans: RefCell<Vec<Orphan>>,
     /// Boxed: UCX keeps their addresses, which must not move when the vector grows.
     #[allow(clippy::vec_box, reason = "the boxes give the handler arguments stable addresses")]
@@ -87,11 +89,22 @@ struct RawMessage {
 impl Worker {
     /// Creates a worker for the calling thread.
     pub fn new(context: &Context) -> Result<Worker, Error> {
+        Self::with_thread_mode(context, sys::UCS_THREAD_MODE_SINGLE)
+    }
+
+    /// Creates a worker that several threads use one at a time: its owner keeps the worker and
+    /// everything made from it (endpoints, operations, messages) inside one lock and never
+    /// lets a clone out of it, so every call into UCX is serialized by that lock.
+    pub fn new_serialized(context: &Context) -> Result<Worker, Error> {
+        Self::with_thread_mode(context, sys::UCS_THREAD_MODE_SERIALIZED)
+    }
+
+    fn with_thread_mode(context: &Context, thread_mode: sys::ucs_thread_mode_t) -> Result<Worker, Error> {
         let functions = context.inner.functions;
         // SAFETY: plain data; zero leaves every optional field unset.
         let mut params: sys::ucp_worker_params_t = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-        params.thread_mode = sys::UCS_THREAD_MODE_SINGLE;
+        params.thread_mode = thread_mode;
         let mut handle: sys::ucp_worker_h = ptr::null_mut();
         // SAFETY: valid context and params; UCX writes the handle.
         check("ucp_worker_create", unsafe { (functions.ucp_worker_create)(context.inner.handle, &params, &mut handle) })?;
@@ -111,6 +124,7 @@ impl Worker {
                 spin: Cell::new(DEFAULT_SPIN),
                 messages: RefCell::new(VecDeque::new()),
                 endpoints: RefCell::new(HashMap::new()),
+                failed: RefCell::new(Vec::new()),
                 orphans: RefCell::new(Vec::new()),
                 handlers: RefCell::new(Vec::new()),
             }),
@@ -126,6 +140,19 @@ impl Worker {
     /// handled (0: nothing was pending).
     pub fn progress(&self) -> usize {
         self.inner.progress()
+    }
+
+    /// Makes the event descriptor readable (from any thread): a thread sleeping on it wakes,
+    /// and the next [`Worker::arm`] reports events pending.
+    pub fn signal(&self) -> Result<(), Error> {
+        // SAFETY: valid worker; ucp_worker_signal may be called from any thread.
+        check("ucp_worker_signal", unsafe { (self.inner.functions.ucp_worker_signal)(self.inner.handle) })
+    }
+
+    /// The keys ([`Endpoint::key`]) of endpoints that failed since the last call: their peer
+    /// died or became unreachable (reported by UCX during [`Worker::progress`]).
+    pub fn take_failed_endpoints(&self) -> Vec<usize> {
+        std::mem::take(&mut *self.inner.failed.borrow_mut())
     }
 
     /// The descriptor that becomes readable when the worker has events; see [`Worker::wait`].
@@ -374,6 +401,9 @@ pub(crate) unsafe extern "C" fn endpoint_failed(argument: *mut c_void, endpoint:
         Ok(endpoints) => {
             if let Some(state) = endpoints.get(&(endpoint as usize)) {
                 state.failure.set(Some(status));
+                if let Ok(mut failed) = worker.failed.try_borrow_mut() {
+                    failed.push(endpoint as usize);
+                }
             }
         }
         Err(_) => log::error!("UCX endpoint error callback re-entered the endpoint table; failure {status} not recorded"),

@@ -78,11 +78,18 @@ impl EventFd {
         Ok(EventFd { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
     }
 
-    /// Makes it readable (and wakes a waiter) until drained; it never is here.
+    /// Makes it readable (and wakes a waiter) until drained.
     pub fn signal(&self) {
         let one: u64 = 1;
         // SAFETY: writes the 8 bytes of `one`. Fails only if the counter would overflow.
         let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&raw const one).cast(), 8) };
+    }
+
+    /// Takes the count, so that it is quiet again until the next signal.
+    pub fn drain(&self) {
+        let mut count: u64 = 0;
+        // SAFETY: reads at most 8 bytes into `count`; EAGAIN when it is zero already.
+        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&raw mut count).cast(), 8) };
     }
 
     pub fn raw_fd(&self) -> RawFd {

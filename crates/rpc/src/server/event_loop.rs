@@ -334,6 +334,7 @@ impl<S: Service> EventLoop<S> {
             }
             if self.shared.handshakes() >= self.shared.limits.max_handshakes {
                 self.pause_accepting(Instant::now());
+                self.keep_serving(index);
                 return;
             }
             match listener.accept() {
@@ -342,6 +343,7 @@ impl<S: Service> EventLoop<S> {
                 Err(error) if is_out_of_resources(&error) => {
                     self.shared.refusals.over_limit.log(log::Level::Warn, format_args!("accepting paused: {error}"));
                     self.pause_accepting(Instant::now() + ACCEPT_PAUSE);
+                    self.keep_serving(index);
                     return;
                 }
                 // The peer gave up before it was accepted, or a signal came: next one.
@@ -353,6 +355,16 @@ impl<S: Service> EventLoop<S> {
             }
         }
         self.arm_listener(index);
+    }
+
+    /// While accepting pauses, a listener whose descriptor also brings the traffic of
+    /// established connections (UCX's worker) is served and watched all the same.
+    fn keep_serving(&self, index: usize) {
+        let listener = &self.listeners[index];
+        if listener.carries_connections() {
+            listener.serve_connections();
+            self.arm_listener(index);
+        }
     }
 
     fn arm_listener(&self, index: usize) {
@@ -441,6 +453,7 @@ impl<S: Service> EventLoop<S> {
         }
         for index in 0..self.listeners.len() {
             self.arm_listener(index);
+            self.listeners[index].wake();
         }
     }
 

@@ -14,7 +14,7 @@
 
 mod client;
 mod server;
-pub(crate) mod wire;
+pub mod wire;
 
 pub use client::{Client, Connection, PendingCall, Reply, Request};
 

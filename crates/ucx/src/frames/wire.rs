@@ -14,7 +14,8 @@
 //!
 //! The *source* is the client's write data, which the server reads with `get`; the
 //! *destination* is the client's read buffer, which the server may fill with `put`. All
-//! integers are little-endian, as in the rest of the ringfs protocol.
+//! integers are little-endian, as in the rest of the ringfs protocol. `ringfs-rpc` speaks the
+//! same headers when it carries ringfs connections over UCX.
 
 use ringfs_proto::{FrameHeader, HEADER_LEN, MAX_DATA_LEN};
 
@@ -27,25 +28,25 @@ const EAGER_REPLY: u8 = 4;
 
 /// Client memory the server may access by RMA.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Descriptor {
-    pub(crate) address: u64,
-    pub(crate) length: u64,
-    pub(crate) key: Vec<u8>,
+pub struct Descriptor {
+    pub address: u64,
+    pub length: u64,
+    pub key: Vec<u8>,
 }
 
 /// A decoded request header.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct RequestHeader {
-    pub(crate) frame: FrameHeader,
-    pub(crate) source: Option<Descriptor>,
-    pub(crate) destination: Option<Descriptor>,
+pub struct RequestHeader {
+    pub frame: FrameHeader,
+    pub source: Option<Descriptor>,
+    pub destination: Option<Descriptor>,
     /// Send the response eagerly, however large (UCX's rendezvous protocol would move its data
     /// by RMA, which the client found emulated on its transports).
-    pub(crate) eager_reply: bool,
+    pub eager_reply: bool,
 }
 
 impl RequestHeader {
-    pub(crate) fn encode(&self, bytes: &mut Vec<u8>) {
+    pub fn encode(&self, bytes: &mut Vec<u8>) {
         bytes.clear();
         bytes.extend_from_slice(&self.frame.encode());
         let flags = if self.source.is_some() { HAS_SOURCE } else { 0 }
@@ -61,7 +62,7 @@ impl RequestHeader {
     }
 
     /// Decodes and checks a request header against the payload length that came with it.
-    pub(crate) fn decode(bytes: &[u8], payload_length: usize) -> Result<RequestHeader, Error> {
+    pub fn decode(bytes: &[u8], payload_length: usize) -> Result<RequestHeader, Error> {
         let mut reader = Reader { bytes, position: 0 };
         let frame = reader.frame()?;
         let flags = reader.take(1)?[0];
@@ -83,27 +84,27 @@ impl RequestHeader {
     }
 
     /// Bytes of the data section that travel inside the message.
-    pub(crate) fn inline_data(&self) -> usize {
+    pub fn inline_data(&self) -> usize {
         if self.source.is_some() { 0 } else { self.frame.data_len as usize }
     }
 }
 
 /// A decoded response header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ResponseHeader {
-    pub(crate) frame: FrameHeader,
+pub struct ResponseHeader {
+    pub frame: FrameHeader,
     /// The data section went into the request's destination by RMA.
-    pub(crate) placed: bool,
+    pub placed: bool,
 }
 
 impl ResponseHeader {
-    pub(crate) fn encode(&self, bytes: &mut Vec<u8>) {
+    pub fn encode(&self, bytes: &mut Vec<u8>) {
         bytes.clear();
         bytes.extend_from_slice(&self.frame.encode());
         bytes.push(self.placed as u8);
     }
 
-    pub(crate) fn decode(bytes: &[u8], payload_length: usize) -> Result<ResponseHeader, Error> {
+    pub fn decode(bytes: &[u8], payload_length: usize) -> Result<ResponseHeader, Error> {
         let mut reader = Reader { bytes, position: 0 };
         let frame = reader.frame()?;
         let placed = match reader.take(1)?[0] {
@@ -117,8 +118,7 @@ impl ResponseHeader {
     }
 
     /// Bytes of the data section that travel inside the message.
-    #[cfg(test)]
-    pub(crate) fn inline_data(&self) -> usize {
+    pub fn inline_data(&self) -> usize {
         if self.placed { 0 } else { self.frame.data_len as usize }
     }
 }

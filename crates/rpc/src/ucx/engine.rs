@@ -1,0 +1,375 @@
+//! A UCX worker shared by the threads of a process, one thread at a time, and the inboxes
+//! that hand what it received to the connection it is for.
+//!
+//! UCX workers are cheapest used from one thread, while ringfs threads share connections (a
+//! client) or serve any connection (a server's event loop). So a process has few workers,
+//! each inside an [`Engine`]'s lock together with every UCX object made from it — endpoints,
+//! operations, received messages — none of which ever leaves the lock. Whoever needs the
+//! worker takes the lock, progresses it, and *routes* what arrived: each message goes, as
+//! plain bytes, to the [`Inbox`] of its connection, which makes the connection's event
+//! descriptor readable. Nobody waits for a message meant for someone else, and nobody misses
+//! one: a thread that sleeps arms the worker first and sleeps on its connection's descriptor
+//! together with the worker's (a server's event loop has both in its epoll set).
+
+use ringfs_sync::{Mutex, MutexGuard};
+use std::collections::{HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ringfs_ucx::{Context, ContextConfig, Endpoint, Operation, RegistrationCache, Worker};
+
+use super::Settings;
+use super::client::ClientSide;
+use super::server::ServerSide;
+use crate::server::epoll::EventFd;
+
+/// Registrations a process keeps (a client lends few distinct buffers at a time; a server
+/// registers its pooled buffers).
+const CACHED_REGISTRATIONS: usize = 64;
+/// How long an endpoint being closed may take to send what was queued on it.
+const CLOSE_GRACE: Duration = Duration::from_secs(1);
+
+/// The process's UCX context, made on first use (again in a forked child: UCX state does not
+/// survive `fork`).
+pub(crate) fn context() -> Result<Context, ringfs_ucx::Error> {
+    static CONTEXT: Mutex<Option<(u32, Context)>> = Mutex::new(None);
+    let mut slot = CONTEXT.lock();
+    let pid = std::process::id();
+    match &*slot {
+        Some((owner, context)) if *owner == pid => Ok(context.clone()),
+        _ => {
+            // UCX reads UCX_TLS, UCX_NET_DEVICES, … from the environment itself.
+            let context = Context::new(&ContextConfig::default())?;
+            if let Some((_, inherited)) = slot.replace((pid, context.clone())) {
+                // Made by the parent: never touch it again in this process.
+                std::mem::forget(inherited);
+            }
+            Ok(context)
+        }
+    }
+}
+
+/// Messages for one connection, outside the engine's lock, and the descriptor that is
+/// readable while some wait (or the connection ended).
+pub(crate) struct Inbox<T> {
+    queue: Mutex<Queue<T>>,
+    wakeup: EventFd,
+}
+
+pub(crate) struct Queue<T> {
+    pub(crate) items: VecDeque<T>,
+    /// Why the connection ended, once it did.
+    pub(crate) closed: Option<String>,
+}
+
+impl<T> Inbox<T> {
+    pub(crate) fn new() -> std::io::Result<Arc<Inbox<T>>> {
+        Ok(Arc::new(Inbox { queue: Mutex::new(Queue { items: VecDeque::new(), closed: None }), wakeup: EventFd::new()? }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Queue<T>> {
+        self.queue.lock()
+    }
+
+    /// Adds a message and wakes the connection's waiter.
+    pub(crate) fn push(&self, item: T) {
+        let mut queue = self.lock();
+        if queue.items.is_empty() && queue.closed.is_none() {
+            self.wakeup.signal();
+        }
+        queue.items.push_back(item);
+    }
+
+    /// Marks the connection ended (once); its waiter wakes and, after the messages left,
+    /// sees why.
+    pub(crate) fn close(&self, reason: &str) {
+        let mut queue = self.lock();
+        if queue.closed.is_none() {
+            queue.closed = Some(reason.to_string());
+            self.wakeup.signal();
+        }
+    }
+
+    /// Works on the queue; afterwards the descriptor is quiet if nothing is left to see.
+    pub(crate) fn with<R>(&self, work: impl FnOnce(&mut Queue<T>) -> R) -> R {
+        let mut queue = self.lock();
+        let result = work(&mut queue);
+        if queue.items.is_empty() && queue.closed.is_none() {
+            self.wakeup.drain();
+        }
+        result
+    }
+
+    /// True if a message or the end waits.
+    pub(crate) fn is_ready(&self) -> bool {
+        let queue = self.lock();
+        !queue.items.is_empty() || queue.closed.is_some()
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.wakeup.raw_fd()
+    }
+}
+
+/// A connection as the engine sees it.
+pub(crate) struct Link {
+    pub(crate) endpoint: Endpoint,
+    pub(crate) side: Side,
+}
+
+pub(crate) enum Side {
+    Client(ClientSide),
+    Server(ServerSide),
+}
+
+/// An operation that owns buffers and has not completed, and what to do when it has.
+pub(crate) enum InFlight {
+    /// A message sent from owned buffers: the frame buffer goes back to the pool.
+    Sent(Operation<ringfs_ucx::MessageBuffers<super::server::FrameBytes>>),
+    /// A server fetching a request's write data ([`super::server`]).
+    Fetch(super::server::Fetch),
+    /// A server placing a response's data in the client's buffer ([`super::server`]).
+    Place(super::server::Place),
+}
+
+/// An endpoint being closed once what was queued on it has been sent.
+struct Closing {
+    endpoint: Endpoint,
+    flush: Option<Operation<()>>,
+    until: Instant,
+}
+
+/// Everything made from one worker; only ever touched under the engine's lock.
+pub(crate) struct State {
+    pub(crate) worker: Worker,
+    /// The connections, by an id never reused: UCX reuses a closed endpoint's address (its
+    /// key) at once, and a connection's owner may still name its ended link.
+    pub(crate) links: HashMap<usize, Link>,
+    /// The id of the link of each endpoint key (what messages and failures name).
+    link_of_endpoint: HashMap<usize, usize>,
+    next_link: usize,
+    pub(crate) listener: Option<ringfs_ucx::Listener>,
+    pub(crate) in_flight: Vec<InFlight>,
+    closing: Vec<Closing>,
+    cache: Option<Arc<RegistrationCache>>,
+    /// Buffers of requests' and responses' data, reused so that their registrations are too.
+    pub(crate) spare: Vec<Vec<u8>>,
+    pub(crate) settings: Settings,
+}
+
+// SAFETY: the worker and every UCX object made from it (endpoints, listener, operations,
+// messages, remote keys; they share the worker through `Rc`s) live in this struct and never
+// leave it, and the struct is only reached through the engine's mutex: one thread at a time
+// touches them (the worker is created in UCX's serialized thread mode for this), so moving
+// the struct between threads is sound.
+unsafe impl Send for State {}
+
+/// Buffers kept for reuse, and the largest kept.
+const SPARE_BUFFERS: usize = 16;
+const LARGEST_SPARE: usize = 64 << 20;
+
+impl State {
+    /// The registration cache, made on first use (it hooks the process's memory unmapping).
+    pub(crate) fn cache(&mut self) -> Arc<RegistrationCache> {
+        let context = self.worker.context().clone();
+        self.cache.get_or_insert_with(|| RegistrationCache::new(&context, CACHED_REGISTRATIONS)).clone()
+    }
+
+    /// A buffer of exactly `length` bytes (its contents are not meaningful), from the pool
+    /// where one is large enough.
+    pub(crate) fn buffer(&mut self, length: usize) -> Vec<u8> {
+        let mut buffer = self.spare_of(length);
+        if buffer.len() < length {
+            buffer.resize(length, 0);
+        } else {
+            buffer.truncate(length);
+        }
+        buffer
+    }
+
+    /// An empty buffer of at least `capacity` bytes, from the pool where one is large enough.
+    pub(crate) fn empty_buffer(&mut self, capacity: usize) -> Vec<u8> {
+        let mut buffer = self.spare_of(capacity);
+        buffer.clear();
+        buffer.reserve(capacity);
+        buffer
+    }
+
+    /// The smallest pooled buffer of at least `capacity` bytes, or a new one.
+    fn spare_of(&mut self, capacity: usize) -> Vec<u8> {
+        let fitting = self.spare.iter().enumerate().filter(|(_, buffer)| buffer.capacity() >= capacity);
+        match fitting.min_by_key(|(_, buffer)| buffer.capacity()).map(|(position, _)| position) {
+            Some(position) => self.spare.swap_remove(position),
+            None => Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Keeps a large buffer for reuse (with its contents: refilling it touches no new page).
+    pub(crate) fn recycle(&mut self, buffer: Vec<u8>) {
+        let capacity = buffer.capacity();
+        if self.spare.len() < SPARE_BUFFERS && capacity >= self.settings.rma_threshold && capacity <= LARGEST_SPARE {
+            self.spare.push(buffer);
+        }
+    }
+
+    /// Progresses the worker and routes what arrived; the number of events handled.
+    pub(crate) fn progress(&mut self) -> usize {
+        let mut events = self.worker.progress();
+        while let Some(message) = self.worker.next_message() {
+            events += 1;
+            let Some(&key) = self.link_of_endpoint.get(&message.endpoint_key()) else { continue };
+            match self.links.get(&key).map(|link| matches!(link.side, Side::Client(_))) {
+                Some(true) => self.route_response(key, message),
+                Some(false) => self.route_request(key, message),
+                // From a connection that ended, or a peer that asked for no reply endpoint.
+                None => {}
+            }
+        }
+        if !self.in_flight.is_empty() {
+            events += self.advance_transfers();
+        }
+        for endpoint_key in self.worker.take_failed_endpoints() {
+            let Some(&key) = self.link_of_endpoint.get(&endpoint_key) else { continue };
+            let Some(failure) = self.links.get(&key).and_then(|link| link.endpoint.failure()) else { continue };
+            self.close_link(key, &failure.to_string(), false);
+        }
+        if !self.closing.is_empty() {
+            self.reap_closing();
+        }
+        events
+    }
+
+    /// Adds a connection; its id (the key of [`State::links`]).
+    pub(crate) fn add_link(&mut self, endpoint: Endpoint, side: Side) -> usize {
+        let key = self.next_link;
+        self.next_link += 1;
+        self.link_of_endpoint.insert(endpoint.key(), key);
+        self.links.insert(key, Link { endpoint, side });
+        key
+    }
+
+    /// Ends a connection: its waiter learns `reason`; `graceful`: what was queued on it is
+    /// sent first (a refusal, the last responses).
+    pub(crate) fn close_link(&mut self, key: usize, reason: &str, graceful: bool) {
+        let Some(link) = self.links.remove(&key) else { return };
+        self.link_of_endpoint.remove(&link.endpoint.key());
+        log::debug!("closing the UCX connection with {}: {reason}", link.endpoint.peer());
+        match &link.side {
+            Side::Client(client) => client.inbox.close(reason),
+            Side::Server(server) => server.inbox.close(reason),
+        }
+        self.in_flight.retain(|operation| operation.connection() != Some(key));
+        let flush = if graceful && link.endpoint.failure().is_none() { link.endpoint.flush().ok() } else { None };
+        match flush {
+            Some(flush) => self.closing.push(Closing { endpoint: link.endpoint, flush: Some(flush), until: Instant::now() + CLOSE_GRACE }),
+            None => link.endpoint.close(),
+        }
+    }
+
+    fn reap_closing(&mut self) {
+        let now = Instant::now();
+        self.closing.retain(|closing| {
+            let done = closing.flush.as_ref().is_none_or(|flush| flush.is_complete()) || now >= closing.until;
+            if done {
+                closing.endpoint.close();
+            }
+            !done
+        });
+    }
+}
+
+impl InFlight {
+    /// The connection whose operation this is (none for a send: it only holds buffers).
+    fn connection(&self) -> Option<usize> {
+        match self {
+            InFlight::Sent(_) => None,
+            InFlight::Fetch(fetch) => Some(fetch.connection),
+            InFlight::Place(place) => Some(place.connection),
+        }
+    }
+}
+
+/// A worker and what is made from it, shared by threads (see the module's documentation).
+pub(crate) struct Engine {
+    state: Mutex<State>,
+    /// The worker's event descriptor: readable when it has something to progress.
+    worker_fd: RawFd,
+}
+
+impl Engine {
+    /// An engine with a worker of its own on the process's context.
+    pub(crate) fn new(settings: Settings) -> Result<Arc<Engine>, ringfs_ucx::Error> {
+        let worker = Worker::new_serialized(&context()?)?;
+        let worker_fd = worker.event_fd();
+        let state = State {
+            worker,
+            links: HashMap::new(),
+            link_of_endpoint: HashMap::new(),
+            next_link: 1,
+            listener: None,
+            in_flight: Vec::new(),
+            closing: Vec::new(),
+            cache: None,
+            spare: Vec::new(),
+            settings,
+        };
+        Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd }))
+    }
+
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock()
+    }
+
+    /// Progresses the worker if no other thread is using it (that thread routes for us).
+    pub(crate) fn try_progress(&self) {
+        if let Some(mut state) = self.state.try_lock() {
+            state.progress();
+        }
+    }
+
+    pub(crate) fn worker_fd(&self) -> RawFd {
+        self.worker_fd
+    }
+
+    /// Progresses until `ready` says so or `deadline` passes: spinning for `spin` after the
+    /// last event, then sleeping on the worker's and `inbox_fd`'s descriptors (the inbox is
+    /// filled by whoever progresses). True if `ready`.
+    pub(crate) fn wait_until(&self, inbox_fd: RawFd, deadline: Instant, spin: Duration, ready: impl Fn() -> bool) -> bool {
+        let mut last_event = Instant::now();
+        loop {
+            if ready() {
+                return true;
+            }
+            let armed = {
+                let mut state = self.lock();
+                if state.progress() > 0 {
+                    last_event = Instant::now();
+                }
+                if ready() {
+                    return true;
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return false;
+                }
+                // Busy: events are pending, progress again at once.
+                now.duration_since(last_event) >= spin && state.worker.arm().unwrap_or(false)
+            };
+            if armed {
+                sleep_on(&[self.worker_fd, inbox_fd], deadline.saturating_duration_since(Instant::now()));
+                last_event = Instant::now();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+}
+
+/// Sleeps until one of `descriptors` is readable or `timeout` passes.
+pub(crate) fn sleep_on(descriptors: &[RawFd], timeout: Duration) {
+    let mut polled: Vec<libc::pollfd> = descriptors.iter().map(|fd| libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 }).collect();
+    let timeout_ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: `polled` holds `polled.len()` valid pollfd entries for the call.
+    unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, timeout_ms) };
+}

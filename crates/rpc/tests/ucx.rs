@@ -1,0 +1,362 @@
+//! The RPC layer over UCX (`ucx://` endpoints): the event-loop server and the pipelined client
+//! with an echo service, over UCX's TCP transport and over its shared-memory transports, with
+//! large data inside the messages (what `auto` picks where RMA is emulated) and by RMA
+//! (forced with RINGFS_UCX_BULK=rma). Each variant runs in a child process of this test
+//! binary, because UCX reads its transports, and ringfs its bulk mode, once per process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use ringfs_proto::{Errno, FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
+use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, Listener, PeerIdentity, RpcError, RpcServer, Service};
+
+const SECRET: &[u8] = b"test-secret";
+
+/// Answers `Ping` with `Done`, `Stat` with a `Count` of its index (sleeping that many ms),
+/// and `Write` by echoing its data back (after sleeping `offset` ms).
+struct Echo {
+    handled: AtomicU64,
+}
+
+impl Service for Echo {
+    type Session = ();
+
+    fn hello(&self, hello: &Hello, _peer: &PeerIdentity, _session: &mut ()) -> Result<HelloReply, Errno> {
+        if hello.secret != SECRET {
+            return Err(Errno::EACCES);
+        }
+        Ok(HelloReply { version: PROTOCOL_VERSION, server_name: "echo".into(), memory_access: false, memory_probe: None })
+    }
+
+    fn handle(&self, _session: &mut (), request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
+        self.handled.fetch_add(1, Ordering::Relaxed);
+        match request {
+            Request::Ping => Response::Done,
+            Request::Stat(request) => {
+                std::thread::sleep(Duration::from_millis(request.file.serial));
+                Response::Count(request.file.serial)
+            }
+            Request::Write(write) => {
+                std::thread::sleep(Duration::from_millis(write.offset));
+                reply_data.extend_from_slice(data);
+                Response::Written(data.len() as u64)
+            }
+            _ => Response::Error(Errno::ENOSYS),
+        }
+    }
+
+    fn epoch(&self) -> u64 {
+        7
+    }
+}
+
+fn start_server() -> (RpcServer, Endpoint, Arc<Echo>) {
+    let listener = Listener::bind(&Endpoint::parse("ucx://127.0.0.1:0").unwrap()).unwrap();
+    let endpoint = listener.local_endpoint().unwrap();
+    let service = Arc::new(Echo { handled: AtomicU64::new(0) });
+    (RpcServer::start(service.clone(), vec![listener], ringfs_rpc::DEFAULT_POLL).unwrap(), endpoint, service)
+}
+
+fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
+    ConnectionConfig {
+        secret: secret.to_vec(),
+        timeout: Duration::from_millis(timeout_ms),
+        host_id: 0,
+        from_server: false,
+        poll: ringfs_rpc::DEFAULT_POLL,
+        client_id: 1,
+        credentials: Default::default(),
+    }
+}
+
+fn stat(index: u64) -> Request {
+    Request::Stat(ringfs_proto::FileOnly { file: ringfs_proto::FileId { anchor: 0, serial: index } })
+}
+
+fn write_request() -> Request {
+    slow_write(0)
+}
+
+fn slow_write(delay_ms: u64) -> Request {
+    Request::Write(ringfs_proto::Write {
+        chunk: ringfs_proto::ChunkKey::default(),
+        offset: delay_ms,
+        source: ringfs_proto::WriteSource::Inline,
+        template: ringfs_proto::ChunkTemplate { mode: 0, uid: 0, gid: 0, chunk_size: 0, backend_len: 0 },
+        time_ns: 0,
+    })
+}
+
+fn requests_are_answered_and_the_lanes_reported() {
+    let (server, endpoint, _) = start_server();
+    assert!(endpoint.to_string().starts_with("ucx://127.0.0.1:"), "{endpoint}");
+    let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    assert_eq!(connection.server_name(), "echo");
+    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    assert_eq!(connection.peer_epoch(), 7);
+    let lanes = connection.ucx_lanes().expect("a UCX connection reports its lanes");
+    let expected = if std::env::var("UCX_TLS").as_deref() == Ok("tcp") { "tcp/" } else { "/memory" };
+    assert!(lanes.contains(expected) && lanes.contains("am"), "lanes {lanes:?} for UCX_TLS={:?}", std::env::var("UCX_TLS"));
+    server.shutdown();
+}
+
+/// A client that closes its connection and opens another to the same server at once (as
+/// after an idle close, or a test sending one request per connection) gets a working one.
+fn connections_closed_and_reopened_at_once_each_work() {
+    let (server, endpoint, _) = start_server();
+    for round in 0..30 {
+        let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap_or_else(|error| panic!("round {round}: {error}"));
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done, "round {round}");
+    }
+    server.shutdown();
+}
+
+fn pipelined_requests_each_get_their_answer() {
+    let (_server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    let calls: Vec<_> = (0..50).map(|i| connection.start(&stat(i % 3), &[], None).unwrap()).collect();
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.wait().unwrap().response, Response::Count(i as u64 % 3));
+    }
+}
+
+fn threads_share_a_connection_with_data_of_every_size() {
+    let (_server, endpoint, service) = start_server();
+    let connection = Arc::new(Connection::open(&endpoint, &config(SECRET, 10_000)).unwrap());
+    let threads: Vec<_> = (0..6)
+        .map(|thread| {
+            let connection = connection.clone();
+            std::thread::spawn(move || {
+                for i in 0..100u64 {
+                    // Below and above the 32 KiB RMA threshold, into a buffer that fits or not.
+                    let length = ((thread * 7919 + i * 104_729) % (160 << 10)) as usize;
+                    let payload: Vec<u8> = (0..length).map(|byte| (byte as u64 * 31 + thread + i) as u8).collect();
+                    let mut buffer = vec![0u8; if i % 5 == 0 { length / 2 } else { 160 << 10 }];
+                    let call = connection.start(&write_request(), &payload, Some(&mut buffer)).unwrap();
+                    let reply = call.wait().unwrap();
+                    assert_eq!(reply.response, Response::Written(length as u64));
+                    assert_eq!(reply.data_len, length);
+                    if length <= buffer.len() {
+                        assert!(reply.data.is_empty());
+                        assert!(buffer[..length] == payload[..], "thread {thread} request {i}: data in the lent buffer");
+                    } else {
+                        assert!(reply.data == payload, "thread {thread} request {i}: data in the reply");
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(service.handled.load(Ordering::Relaxed), 600);
+}
+
+fn large_data_round_trips() {
+    let (_server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 10_000)).unwrap();
+    let payload: Vec<u8> = (0..(8 << 20)).map(|i| (i % 251) as u8).collect();
+    for _ in 0..3 {
+        let mut buffer = vec![0u8; payload.len()];
+        let reply = connection.start(&write_request(), &payload, Some(&mut buffer)).unwrap().wait().unwrap();
+        assert_eq!(reply.data_len, payload.len());
+        assert!(reply.data.is_empty());
+        assert!(buffer == payload);
+    }
+    let reply = connection.call(&write_request(), &payload[..1 << 20]).unwrap();
+    assert!(reply.data == payload[..1 << 20], "without a lent buffer the data comes back in the reply");
+}
+
+fn a_wrong_secret_is_refused_and_others_go_on() {
+    let (_server, endpoint, _) = start_server();
+    let good = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    match Connection::open(&endpoint, &config(b"wrong", 5000)) {
+        Err(RpcError::Refused { errno, .. }) => assert_eq!(errno, Errno::EACCES),
+        Err(other) => panic!("unexpected error {other}"),
+        Ok(_) => panic!("a wrong secret must be refused"),
+    }
+    assert_eq!(good.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+}
+
+fn a_slow_answer_times_out() {
+    let (_server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 300)).unwrap();
+    let started = Instant::now();
+    let error = connection.call(&stat(800), &[]).unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    assert_eq!(error.errno(), Errno::EIO);
+    assert!(started.elapsed() < Duration::from_millis(700));
+    // Nothing was lent: once the late answer has come, the connection still works.
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(connection.call(&stat(0), &[]).unwrap().response, Response::Count(0));
+}
+
+fn a_request_given_up_after_lending_memory_breaks_the_connection() {
+    let (_server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 300)).unwrap();
+    let payload = vec![7u8; 256 << 10];
+    let mut buffer = vec![0u8; 256 << 10];
+    let error = connection.start(&slow_write(800), &payload, Some(&mut buffer)).unwrap().wait().unwrap_err();
+    assert!(error.is_timeout(), "{error}");
+    std::thread::sleep(Duration::from_millis(700));
+    let after = connection.call(&Request::Ping, &[]);
+    if std::env::var(ringfs_rpc::ucx::BULK_VARIABLE).as_deref() == Ok("rma") {
+        // The server could still have read or written the lent buffers: the connection is gone.
+        assert!(matches!(after, Err(RpcError::Broken { .. })), "{after:?}");
+        assert!(buffer.iter().all(|byte| *byte == 0), "nothing landed in the buffer after the call was given up");
+    } else {
+        assert_eq!(after.unwrap().response, Response::Done, "nothing was lent: the connection goes on");
+    }
+}
+
+fn a_stopped_server_fails_requests_in_bounded_time() {
+    let (server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 2000)).unwrap();
+    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    server.shutdown();
+    drop(server);
+    let started = Instant::now();
+    let failed = (0..3).map(|_| connection.call(&Request::Ping, &[])).filter(Result::is_err).count();
+    assert!(failed >= 1, "requests to a stopped server must fail");
+    assert!(started.elapsed() < Duration::from_secs(7), "failed within the timeouts: {:?}", started.elapsed());
+    let started = Instant::now();
+    assert!(Connection::open(&endpoint, &config(SECRET, 1000)).is_err());
+    assert!(started.elapsed() < Duration::from_secs(3), "a refused connection fails in bounded time");
+}
+
+/// A raw UCX peer that speaks the transport but breaks the protocol: garbage before the
+/// handshake, a request header that does not decode, RMA before the handshake. Each closes
+/// only its own connection.
+fn garbage_from_a_raw_ucx_peer_closes_only_its_connection() {
+    use ringfs_ucx::frames::{REQUEST, wire::Descriptor, wire::RequestHeader};
+    let (_server, endpoint, service) = start_server();
+    let good = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    let Endpoint::Ucx(address) = &endpoint else { unreachable!("a UCX endpoint") };
+    let context = ringfs_ucx::Context::new(&ringfs_ucx::ContextConfig::default()).unwrap();
+    let worker = ringfs_ucx::Worker::new(&context).unwrap();
+    let garbage: Vec<(Vec<u8>, Vec<u8>)> = vec![
+        (b"not a header".to_vec(), b"payload".to_vec()),
+        (FrameHeader { body_len: 5, data_len: 0, request_id: 1, epoch: 0 }.encode().to_vec(), vec![0xEE; 5]),
+        {
+            let source = Descriptor { address: 4096, length: 64 << 10, key: vec![1; 16] };
+            let frame = FrameHeader { body_len: 3, data_len: 64 << 10, request_id: 2, epoch: 0 };
+            let mut header = Vec::new();
+            RequestHeader { frame, source: Some(source), destination: None, eager_reply: true }.encode(&mut header);
+            (header, vec![1, 2, 3])
+        },
+    ];
+    for (header, payload) in garbage {
+        let raw = worker.connect(address.parse().unwrap()).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        raw.send_and_wait(REQUEST, &header, &payload, deadline).unwrap();
+        while raw.failure().is_none() {
+            worker.progress();
+            assert!(Instant::now() < deadline, "the server must close a connection that breaks the protocol");
+        }
+    }
+    assert_eq!(service.handled.load(Ordering::Relaxed), 0, "nothing of the garbage reached the service");
+    assert_eq!(good.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+}
+
+/// CPU time (user and system) this process has used.
+fn process_cpu_time() -> Duration {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    let time = |value: libc::timeval| Duration::from_secs(value.tv_sec as u64) + Duration::from_micros(value.tv_usec as u64);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+fn an_idle_server_and_client_do_not_spin() {
+    let (_server, endpoint, _) = start_server();
+    let connections: Vec<Connection> = (0..4).map(|_| Connection::open(&endpoint, &config(SECRET, 5000)).unwrap()).collect();
+    for connection in &connections {
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let before = process_cpu_time();
+    std::thread::sleep(Duration::from_secs(1));
+    let used = process_cpu_time() - before;
+    assert!(used < Duration::from_millis(100), "an idle UCX server and its idle clients used {used:?} of CPU in 1 s");
+}
+
+/// Every scenario, in this process (run by the variants below with their environment).
+#[test]
+#[ignore = "run by the variants, each in a child process with its UCX environment"]
+fn scenarios() {
+    if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
+        return;
+    }
+    let scenarios: [(&str, fn()); 11] = [
+        ("connections_closed_and_reopened_at_once_each_work", connections_closed_and_reopened_at_once_each_work),
+        ("requests_are_answered_and_the_lanes_reported", requests_are_answered_and_the_lanes_reported),
+        ("pipelined_requests_each_get_their_answer", pipelined_requests_each_get_their_answer),
+        ("threads_share_a_connection_with_data_of_every_size", threads_share_a_connection_with_data_of_every_size),
+        ("large_data_round_trips", large_data_round_trips),
+        ("a_wrong_secret_is_refused_and_others_go_on", a_wrong_secret_is_refused_and_others_go_on),
+        ("a_slow_answer_times_out", a_slow_answer_times_out),
+        ("a_stopped_server_fails_requests_in_bounded_time", a_stopped_server_fails_requests_in_bounded_time),
+        ("garbage_from_a_raw_ucx_peer_closes_only_its_connection", garbage_from_a_raw_ucx_peer_closes_only_its_connection),
+        ("an_idle_server_and_client_do_not_spin", an_idle_server_and_client_do_not_spin),
+        ("a_request_given_up_after_lending_memory_breaks_the_connection", a_request_given_up_after_lending_memory_breaks_the_connection),
+    ];
+    for (name, scenario) in scenarios {
+        println!("SCENARIO {name}");
+        scenario();
+    }
+    println!("ALL SCENARIOS PASSED");
+}
+
+/// True if UCX is installed; otherwise the test reports that it is skipped, or fails where
+/// RINGFS_REQUIRE_UCX=1 (test.sh, after scripts/setup.sh installed UCX).
+fn ucx_present() -> bool {
+    if ringfs_rpc::ucx::is_available() {
+        return true;
+    }
+    assert!(std::env::var("RINGFS_REQUIRE_UCX").as_deref() != Ok("1"), "libucp.so.0 cannot be loaded but RINGFS_REQUIRE_UCX=1");
+    eprintln!("SKIPPED: UCX (libucp.so.0) is not installed");
+    false
+}
+
+/// Runs [`scenarios`] in a child process with `UCX_TLS=transports` and the bulk mode `bulk`.
+fn run_variant(transports: &str, bulk: &str) {
+    if !ucx_present() {
+        return;
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["scenarios", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("RINGFS_UCX_VARIANT", "1")
+        .env("UCX_TLS", transports)
+        .env(ringfs_rpc::ucx::BULK_VARIABLE, bulk)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("run the scenarios");
+    let lines: Vec<String> = BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok).collect();
+    let status = child.wait().unwrap();
+    let output = lines.join("\n");
+    assert!(status.success() && output.contains("ALL SCENARIOS PASSED"), "UCX_TLS={transports} {bulk}: {output}");
+}
+
+#[test]
+fn over_ucx_tcp() {
+    run_variant("tcp", "auto");
+}
+
+#[test]
+fn over_ucx_tcp_with_rma_forced() {
+    run_variant("tcp", "rma");
+}
+
+#[test]
+fn over_ucx_shared_memory() {
+    run_variant("posix,sysv,cma,tcp", "auto");
+}
+
+#[test]
+fn over_ucx_shared_memory_with_rma_forced() {
+    run_variant("posix,sysv,cma,tcp", "rma");
+}
