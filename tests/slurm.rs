@@ -58,6 +58,13 @@ impl LocalSlurm {
             eprintln!("skipped: no local Slurm cluster here ({reason})");
             return None;
         }
+        // The nodes see the host's files except /tmp, which is each node's own.
+        let binary = common::ringfs_binary();
+        assert!(
+            !Path::new(&binary).starts_with("/tmp"),
+            "the local Slurm cluster's nodes each have their own /tmp, so they cannot run {binary:?}: \
+             run the tests from a checkout outside /tmp"
+        );
         let unique = (u64::from(std::process::id()) ^ ringfs_rpc::memory::random_u64()) % 100_000;
         let slurm =
             LocalSlurm { dir: PathBuf::from(format!("/var/tmp/ringfs-slurm-test-{unique}")), tag: format!("rs{unique}"), nodes, _one: one };
