@@ -14,6 +14,11 @@
 #                                       its namespaces, and munged), delete the namespaces
 #                                       and the state directory
 #
+# Directories under /tmp that every node should still see (a checkout cloned into /tmp, whose
+# binaries the jobs run) are named, separated by colons, in $RINGFS_SLURM_SHARED_TMP at start:
+# each node's /tmp then shows them at their usual paths, over an empty directory of the same
+# name in the node's own /tmp.
+#
 # State lives in $RINGFS_SLURM_DIR (default /var/tmp/ringfs-slurm; not under /tmp, which
 # every node replaces with its own) and the namespaces are named $RINGFS_SLURM_TAG-*
 # (default rfsl; at most 8 characters), so several clusters can run side by side. Addresses
@@ -42,9 +47,17 @@ node_ip() { echo "$SUBNET.$((10 + $1))"; }
 in_host() {
     local ns=$1 host=$2 tmp=$3
     shift 3
-    local setup="hostname $host && mount --bind $DIR/hosts /etc/hosts"
+    local setup="hostname $host && mount --bind $DIR/hosts /etc/hosts" kept shared
     if [ -n "$tmp" ]; then
+        shared=$(tr ':' ' ' <"$DIR/shared-tmp")
+        # The host's /tmp stays reachable under $DIR/host-tmp (in this mount namespace only)
+        # for the directories that are shared. (Not recursive: mounts under /tmp, such as
+        # other programs' FUSE mounts, stay out of the node.)
+        [ -z "$shared" ] || setup="$setup && mount --bind /tmp $DIR/host-tmp"
         setup="$setup && mount --bind $tmp /tmp"
+        for kept in $shared; do
+            setup="$setup && mkdir -p $kept && mount --bind $DIR/host-tmp/${kept#/tmp/} $kept"
+        done
     fi
     # (nsenter rather than `ip netns exec`, which mounts a new /sys without the cgroup file
     # systems slurmd needs.)
@@ -157,7 +170,13 @@ start() {
         command -v "$tool" >/dev/null || die "$tool is missing (scripts/setup.sh installs slurmctld, slurmd, slurm-client and munge)"
     done
     [ ! -e "$DIR/tag" ] || die "a cluster already runs in $DIR (stop it first)"
-    mkdir -p "$DIR/ctl/state" "$DIR/shared"
+    mkdir -p "$DIR/ctl/state" "$DIR/shared" "$DIR/host-tmp"
+    local kept
+    for kept in $(tr ':' ' ' <<<"${RINGFS_SLURM_SHARED_TMP:-}"); do
+        [[ "$kept" =~ ^/tmp/[A-Za-z0-9._/-]+$ && "$kept" != *..* && -d "$kept" ]] ||
+            die "RINGFS_SLURM_SHARED_TMP: $kept is not a directory under /tmp"
+    done
+    printf '%s\n' "${RINGFS_SLURM_SHARED_TMP:-}" >"$DIR/shared-tmp"
     chmod 1777 "$DIR/shared"
     echo "$TAG" >"$DIR/tag"
     echo "$nodes" >"$DIR/node-count"
@@ -210,7 +229,8 @@ stop() {
     for ns in $(seq 1 "$nodes" | sed "s/^/$TAG-n/") "$TAG-ctl" "$TAG-sw"; do
         ip netns del "$ns" 2>/dev/null || true
     done
-    rm -rf "$DIR"
+    # (--one-file-system: never into a mount, should one have leaked out of a node.)
+    rm -rf --one-file-system "$DIR"
     echo "local-slurm: stopped"
 }
 

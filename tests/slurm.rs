@@ -58,18 +58,20 @@ impl LocalSlurm {
             eprintln!("skipped: no local Slurm cluster here ({reason})");
             return None;
         }
-        // The nodes see the host's files except /tmp, which is each node's own.
-        let binary = common::ringfs_binary();
-        assert!(
-            !Path::new(&binary).starts_with("/tmp"),
-            "the local Slurm cluster's nodes each have their own /tmp, so they cannot run {binary:?}: \
-             run the tests from a checkout outside /tmp"
-        );
+        // The nodes see the host's files except /tmp, which is each node's own: a checkout
+        // (or build directory) under /tmp is shared with them.
+        let shared_tmp = shared_tmp_dirs().iter().map(|dir| dir.display().to_string()).collect::<Vec<_>>().join(":");
         let unique = (u64::from(std::process::id()) ^ ringfs_rpc::memory::random_u64()) % 100_000;
         let slurm =
             LocalSlurm { dir: PathBuf::from(format!("/var/tmp/ringfs-slurm-test-{unique}")), tag: format!("rs{unique}"), nodes, _one: one };
         let extra_conf = extra_conf.replace("{shared}", &slurm.shared().display().to_string());
-        let output = slurm.script().env("RINGFS_SLURM_EXTRA_CONF", extra_conf).args(["start", &nodes.to_string()]).output().unwrap();
+        let output = slurm
+            .script()
+            .env("RINGFS_SLURM_EXTRA_CONF", extra_conf)
+            .env("RINGFS_SLURM_SHARED_TMP", shared_tmp)
+            .args(["start", &nodes.to_string()])
+            .output()
+            .unwrap();
         assert!(output.status.success(), "local-slurm.sh start failed:\n{}", String::from_utf8_lossy(&output.stderr));
         Some(slurm)
     }
@@ -162,10 +164,12 @@ impl LocalSlurm {
     /// paths there that the job script made itself) and ringfs processes.
     fn leftovers(&self, node: usize, allowed: &[&str]) -> Vec<String> {
         let tmp = self.node_tmp(node);
+        // (The mount points of the shared directories are empty directories there.)
+        let shared = shared_tmp_dirs();
         let mut found: Vec<String> = walk(&tmp)
             .into_iter()
             .filter_map(|path| path.strip_prefix(&tmp).ok().map(|relative| relative.display().to_string()))
-            .filter(|relative| !allowed.contains(&relative.as_str()))
+            .filter(|relative| !allowed.contains(&relative.as_str()) && !shared.contains(&Path::new("/tmp").join(relative)))
             .map(|relative| format!("node{node}: /tmp/{relative}"))
             .collect();
         let pids = Command::new("ip").args(["netns", "pids", &format!("{}-n{node}", self.tag)]).output().unwrap();
@@ -215,6 +219,18 @@ impl Drop for LocalSlurm {
 }
 
 /// Every path under `dir` (not `dir` itself).
+/// The directories directly under /tmp that hold the binary under test or the workspace
+/// (none when both are elsewhere): the nodes must see them.
+fn shared_tmp_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = [PathBuf::from(ringfs_binary()), workspace_root()]
+        .iter()
+        .filter_map(|path| path.strip_prefix("/tmp").ok()?.components().next().map(|first| Path::new("/tmp").join(first)))
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries
