@@ -210,6 +210,16 @@ impl LocalSlurm {
 
 impl Drop for LocalSlurm {
     fn drop(&mut self) {
+        // A failed test shows what Slurm said before the cluster's directory goes.
+        if std::thread::panicking() {
+            let logs = std::iter::once(self.dir.join("ctl/slurmctld.log"))
+                .chain((1..=self.nodes).map(|node| self.dir.join(format!("nodes/node{node}/slurmd.log"))));
+            for log in logs {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                eprintln!("--- last lines of {}:\n{}", log.display(), lines[lines.len().saturating_sub(25)..].join("\n"));
+            }
+        }
         match self.script().arg("stop").output() {
             Ok(output) if output.status.success() => {}
             Ok(output) => eprintln!("cleanup: local-slurm.sh stop: {}", String::from_utf8_lossy(&output.stderr)),
@@ -218,7 +228,6 @@ impl Drop for LocalSlurm {
     }
 }
 
-/// Every path under `dir` (not `dir` itself).
 /// The directories directly under /tmp that hold the binary under test or the workspace
 /// (none when both are elsewhere): the nodes must see them.
 fn shared_tmp_dirs() -> Vec<PathBuf> {
@@ -231,6 +240,7 @@ fn shared_tmp_dirs() -> Vec<PathBuf> {
     dirs
 }
 
+/// Every path under `dir` (not `dir` itself).
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     entries
