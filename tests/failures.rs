@@ -432,7 +432,7 @@ fn small_files_on_live_servers_read_while_another_server_is_down() {
 /// servers after two scans; chunks of live files stay.
 #[test]
 fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
-    use ringfs_proto::{ChunkKey, ChunkTemplate, FileId, Request, Write, WriteSource};
+    use ringfs_proto::{ChunkIndex, ChunkKey, ChunkTemplate, FileId, Request, Write, WriteSource};
     use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
 
     let mut options = ClusterOptions::new(3);
@@ -463,7 +463,7 @@ fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
     let ghost = FileId { anchor: 0x1234_5678, serial: 0x0bad_f11e | 1 };
     let template = ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: 65536, backend_len: 0 };
     for index in 1..=6 {
-        let write = Write { chunk: ChunkKey::new(ghost, index), offset: 0, source: WriteSource::Inline, template, time_ns: 1 };
+        let write = Write { chunk: ChunkKey::new(ghost, ChunkIndex(index)), offset: 0, source: WriteSource::Inline, template, time_ns: 1 };
         connection.call(&Request::Write(write), &[1u8; 1000]).unwrap();
     }
     let with_orphans: u64 = client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum();
@@ -492,7 +492,7 @@ fn orphan_chunks_of_files_that_no_longer_exist_are_reclaimed() {
 /// A write stamped now is stored.
 #[test]
 fn a_write_arriving_after_its_client_gave_up_is_not_stored() {
-    use ringfs_proto::{ChunkKey, ChunkTemplate, Errno, FileId, Request, Write, WriteSource};
+    use ringfs_proto::{ChunkIndex, ChunkKey, ChunkTemplate, Errno, FileId, Request, Write, WriteSource};
     use ringfs_rpc::{Connection, ConnectionConfig, Endpoint};
 
     let cluster = TestCluster::start(1);
@@ -515,8 +515,13 @@ fn a_write_arriving_after_its_client_gave_up_is_not_stored() {
     let file = FileId { anchor: 0x4321, serial: 0x77 | 1 };
     let template = ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: 65536, backend_len: 0 };
     let now = ringfs_rpc::wall_clock_ns();
-    let write =
-        |index: u64, time_ns: i64| Write { chunk: ChunkKey::new(file, index), offset: 0, source: WriteSource::Inline, template, time_ns };
+    let write = |index: u64, time_ns: i64| Write {
+        chunk: ChunkKey::new(file, ChunkIndex(index)),
+        offset: 0,
+        source: WriteSource::Inline,
+        template,
+        time_ns,
+    };
     // A request stamped now first, so the server knows this client's clock.
     connection.call(&Request::Write(write(1, now)), &[1u8; 100]).unwrap();
     assert_eq!(chunks(), before + 1);

@@ -183,8 +183,8 @@ fn after_mutated_requests_from_a_client_the_cluster_still_serves_files() {
 fn forged_sizes_and_offsets_get_linux_errors_and_never_overflow() {
     use ringfs_proto::Errno;
     use ringfs_proto::{
-        ChunkKey, ChunkTemplate, Create, FileLock, LockKind, MAX_FILE_SIZE, RemoteBytes, Reservation, Response, SetChunkLen, Truncate,
-        Write, WriteSource,
+        ChunkIndex, ChunkKey, ChunkTemplate, Create, FileLock, LockKind, MAX_FILE_SIZE, RemoteBytes, Reservation, Response, SetChunkLen,
+        Truncate, Write, WriteSource,
     };
     let cluster = TestCluster::start(2);
     let connect = |index: usize, as_server: bool| {
@@ -210,7 +210,7 @@ fn forged_sizes_and_offsets_get_linux_errors_and_never_overflow() {
     assert_eq!(ask(reserve(1 << 20, (1 << 20) + 1), &[]), error(Errno::EINVAL), "more than the range holds");
     let template = ChunkTemplate { mode: 0o100644, uid: 0, gid: 0, chunk_size: 1 << 20, backend_len: 0 };
     let write = |index: u64, offset: u64, source: WriteSource| {
-        Request::Write(Write { chunk: ChunkKey::new(file, index), offset, source, template, time_ns: 1 })
+        Request::Write(Write { chunk: ChunkKey::new(file, ChunkIndex(index)), offset, source, template, time_ns: 1 })
     };
     assert_eq!(ask(write(u64::MAX >> 10, 0, WriteSource::Inline), b"bytes"), error(Errno::EFBIG), "past the largest file");
     assert_eq!(ask(write(1, u64::MAX - 2, WriteSource::Inline), b"bytes"), error(Errno::EINVAL), "offset + length overflows");
@@ -220,7 +220,7 @@ fn forged_sizes_and_offsets_get_linux_errors_and_never_overflow() {
     let lock = FileLock { file, client: 0xF022, owner: 1, kind: LockKind::Write, start: 10, end: 9, pid: 1 };
     assert_eq!(ask(Request::SetLock(lock), &[]), error(Errno::EINVAL), "a range ending before it starts");
     // Only servers send `SetChunkLen`, and only to the chunk's owner (the other refuses: EIO).
-    let set_len = Request::SetChunkLen(SetChunkLen { chunk: ChunkKey::new(file, u64::MAX), len: 1, template, backend: None });
+    let set_len = Request::SetChunkLen(SetChunkLen { chunk: ChunkKey::new(file, ChunkIndex(u64::MAX)), len: 1, template, backend: None });
     let mut answers: Vec<Response> = (0..2).map(|index| answer(&connect(index, true), set_len.clone(), &[])).collect();
     answers.sort_by_key(|response| format!("{response:?}"));
     assert_eq!(answers, [error(Errno::EFBIG), error(Errno::EIO)]);

@@ -2,7 +2,7 @@
 //! (backend files loaded into ringfs ahead of use).
 
 use ringfs_proto::path;
-use ringfs_proto::{ChunkKey, Errno, FileId, LoadChunk, Member, Request, Response, Sync};
+use ringfs_proto::{ChunkIndex, ChunkKey, Errno, FileId, LoadChunk, Member, Request, Response, Sync};
 
 use crate::{Client, Result};
 
@@ -83,8 +83,8 @@ impl Client {
         let chunks: Vec<(ChunkKey, u64, u64)> = files
             .iter()
             .flat_map(|file| {
-                (0..file.size.div_ceil(file.chunk_size).max(1)).map(move |index| {
-                    let len = file.size.saturating_sub(index * file.chunk_size).min(file.chunk_size);
+                ChunkIndex::FIRST.through(ChunkIndex::last_of(file.size, file.chunk_size)).map(move |index| {
+                    let len = file.size.saturating_sub(index.first_byte(file.chunk_size)).min(file.chunk_size);
                     (ChunkKey::new(file.file, index), file.size, len)
                 })
             })

@@ -1,10 +1,11 @@
 //! Cutting a byte range of a file into per-chunk pieces.
 
+use ringfs_proto::ChunkIndex;
+
 /// The part of one chunk that a read or write touches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Piece {
-    /// Chunk index.
-    pub index: u64,
+    pub index: ChunkIndex,
     /// Offset inside the chunk.
     pub offset_in_chunk: u64,
     pub len: usize,
@@ -23,7 +24,7 @@ pub fn pieces(offset: u64, len: usize, chunk_size: u64) -> impl Iterator<Item = 
         let position = offset + buffer_offset as u64;
         let offset_in_chunk = position % chunk_size;
         let piece_len = ((chunk_size - offset_in_chunk) as usize).min(len - buffer_offset);
-        let piece = Piece { index: position / chunk_size, offset_in_chunk, len: piece_len, buffer_offset };
+        let piece = Piece { index: ChunkIndex::of_offset(position, chunk_size), offset_in_chunk, len: piece_len, buffer_offset };
         buffer_offset += piece_len;
         Some(piece)
     })
@@ -40,9 +41,9 @@ mod tests {
         assert_eq!(
             all,
             [
-                Piece { index: 0, offset_in_chunk: 90, len: 10, buffer_offset: 0 },
-                Piece { index: 1, offset_in_chunk: 0, len: 100, buffer_offset: 10 },
-                Piece { index: 2, offset_in_chunk: 0, len: 10, buffer_offset: 110 },
+                Piece { index: ChunkIndex(0), offset_in_chunk: 90, len: 10, buffer_offset: 0 },
+                Piece { index: ChunkIndex(1), offset_in_chunk: 0, len: 100, buffer_offset: 10 },
+                Piece { index: ChunkIndex(2), offset_in_chunk: 0, len: 10, buffer_offset: 110 },
             ]
         );
         assert_eq!(pieces(5, 0, 100).count(), 0);
@@ -56,7 +57,7 @@ mod tests {
                 prop_assert_eq!(piece.buffer_offset, expected_buffer_offset);
                 prop_assert!(piece.len > 0);
                 prop_assert!(piece.offset_in_chunk + piece.len as u64 <= chunk_size);
-                prop_assert_eq!(piece.index * chunk_size + piece.offset_in_chunk, offset + piece.buffer_offset as u64);
+                prop_assert_eq!(piece.index.first_byte(chunk_size) + piece.offset_in_chunk, offset + piece.buffer_offset as u64);
                 expected_buffer_offset += piece.len;
             }
             prop_assert_eq!(expected_buffer_offset, len);

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use ringfs_proto::access::{MAY_READ, MAY_WRITE};
 use ringfs_proto::{
-    Attr, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read, RemoteBytes, Request,
-    Response, Write, WriteSource,
+    Attr, ChunkIndex, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read,
+    RemoteBytes, Request, Response, Write, WriteSource,
 };
 use ringfs_rpc::{Connection, Reply};
 
@@ -389,15 +389,15 @@ impl Client {
         const MOST_CHUNKS: u64 = 1 << 22;
         let cluster = &self.inner.cluster;
         let size = u64::from(chunk_size.max(1));
-        let (first, last) = (offset / size, (end - 1) / size);
-        if last - first >= MOST_CHUNKS {
+        let (first, last) = (ChunkIndex::of_offset(offset, size), ChunkIndex::last_of(end, size));
+        if first.count_through(last) > MOST_CHUNKS {
             return Err(Errno::EFBIG);
         }
         // What each server's chunks of the range hold when full up to `end`.
         let mut bytes_by_member: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-        for index in first..=last {
-            let full = end.min((index + 1) * size) - index * size;
-            *bytes_by_member.entry(cluster.owner_of_chunk(ringfs_proto::ChunkKey::new(file, index)).name).or_default() += full;
+        for index in first.through(last) {
+            let full = index.len_below(end, size);
+            *bytes_by_member.entry(cluster.owner_of_chunk(ChunkKey::new(file, index)).name).or_default() += full;
         }
         let members: Vec<_> =
             cluster.member_list().members.into_iter().filter(|member| bytes_by_member.contains_key(&member.name)).collect();
@@ -441,7 +441,7 @@ impl Client {
         offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, bytes.len(), file.chunk_size).collect();
-        let mark_extended = pieces.last().is_some_and(|last| last.index > 0) && !file.extended.load(Ordering::Relaxed);
+        let mark_extended = pieces.last().is_some_and(|last| !last.index.is_first()) && !file.extended.load(Ordering::Relaxed);
         let connections = pieces
             .iter()
             .map(|piece| cluster.connection(&cluster.owner_of_chunk(ChunkKey::new(file.file, piece.index))))
@@ -567,7 +567,7 @@ impl Client {
         for (position, reply) in replies.into_iter().enumerate() {
             let outcome = reply.and_then(|reply| match reply.response {
                 Response::Read(ringfs_proto::ReadReply { len, lease, attr }) => {
-                    if pieces[position].index == 0 {
+                    if pieces[position].index.is_first() {
                         head = attr;
                     }
                     let slice = &mut slices[position][..len as usize];
@@ -640,7 +640,7 @@ impl Client {
         for answer in answers {
             let Response::Tail(tail) = answer else { return Err(Errno::EPROTO) };
             if let Some((index, len)) = tail.last {
-                stat.size = stat.size.max(index * chunk_size + len);
+                stat.size = stat.size.max(index.first_byte(chunk_size) + len);
             }
             stat.mtime_ns = stat.mtime_ns.max(tail.newest_mtime_ns);
         }

@@ -21,12 +21,13 @@
 //!
 //! ```
 //! use ringfs_placement::{HashFunction, Placement, Scheme};
+//! use ringfs_proto::ChunkIndex;
 //! let names = ["node-a".to_string(), "node-b".to_string(), "node-c".to_string()];
 //! let placement = Placement::new(names, HashFunction::Koyama, Scheme::Modular).unwrap();
 //! let anchor = placement.anchor_of("/data/checkpoint");
-//! let first = placement.owner(anchor, 0);
+//! let first = placement.owner(anchor, ChunkIndex::FIRST);
 //! assert_eq!(first, placement.owner_of_path("/data/checkpoint"));
-//! assert_eq!(placement.owner(anchor, 1), (first + 1) % 3);
+//! assert_eq!(placement.owner(anchor, ChunkIndex(1)), (first + 1) % 3);
 //! ```
 
 pub mod hash;
@@ -35,6 +36,7 @@ mod members;
 pub use hash::HashFunction;
 pub use members::MemberRing;
 
+use ringfs_proto::ChunkIndex;
 use std::fmt;
 use std::str::FromStr;
 use thiserror::Error;
@@ -169,11 +171,14 @@ impl Placement {
 
     /// Ring position of the server that owns the entry of `path`.
     pub fn owner_of_path(&self, path: &str) -> usize {
-        self.owner(self.anchor_of(path), 0)
+        self.owner(self.anchor_of(path), ChunkIndex::FIRST)
     }
 
     /// Ring position of the server that owns chunk `index` of the file with this anchor.
-    pub fn owner(&self, anchor: u32, index: u64) -> usize {
+    pub fn owner(&self, anchor: u32, index: ChunkIndex) -> usize {
+        // Placement is where an index stops being a position in a file and becomes a number
+        // to hash.
+        let index = index.0;
         match self.scheme {
             Scheme::Modular => {
                 // (anchor + index) mod n, without overflow for any index a request may name.
@@ -280,7 +285,7 @@ mod tests {
             for scheme in [Scheme::Modular, Scheme::Consistent { virtual_nodes: 3 }] {
                 let placement = Placement::new(names(servers), HashFunction::Murmur3, scheme).unwrap();
                 let anchor = placement.anchor_of(&path);
-                prop_assert!(placement.owner(anchor, index) < servers);
+                prop_assert!(placement.owner(anchor, ChunkIndex(index)) < servers);
             }
         }
 
@@ -288,7 +293,7 @@ mod tests {
         fn modular_placement_stripes_consecutive_chunks(path in "/[a-z0-9]{1,20}", index in 0u64..1_000_000, servers in 1usize..9) {
             let placement = Placement::new(names(servers), HashFunction::Koyama, Scheme::Modular).unwrap();
             let anchor = placement.anchor_of(&path);
-            prop_assert_eq!(placement.owner(anchor, index + 1), (placement.owner(anchor, index) + 1) % servers);
+            prop_assert_eq!(placement.owner(anchor, ChunkIndex(index + 1)), (placement.owner(anchor, ChunkIndex(index)) + 1) % servers);
         }
 
         /// Removing one server moves only the keys that it owned.

@@ -1,7 +1,7 @@
 //! A member list with its ring: the owner of every key as a [`Member`], computed alike by
 //! clients and servers from the list a server handed out.
 
-use ringfs_proto::{Member, MemberList};
+use ringfs_proto::{ChunkIndex, Member, MemberList};
 
 use crate::{Placement, parse_description};
 
@@ -52,7 +52,7 @@ impl MemberRing {
     }
 
     /// The member that owns chunk `index` of the files with this anchor.
-    pub fn owner(&self, anchor: u32, index: u64) -> &Member {
+    pub fn owner(&self, anchor: u32, index: ChunkIndex) -> &Member {
         self.at(self.placement.owner(anchor, index))
     }
 
@@ -113,8 +113,8 @@ mod tests {
         for path in ["/x", "/y/z", "/data/0001"] {
             assert_eq!(one.owner_of_path(path).name, other.owner_of_path(path).name);
             let anchor = one.anchor_of(path);
-            assert_eq!(one.owner(anchor, 0).name, one.owner_of_path(path).name);
-            assert_eq!(one.owner(anchor, 1).name, other.owner(anchor, 1).name);
+            assert_eq!(one.owner(anchor, ChunkIndex::FIRST).name, one.owner_of_path(path).name);
+            assert_eq!(one.owner(anchor, ChunkIndex(1)).name, other.owner(anchor, ChunkIndex(1)).name);
         }
         assert_eq!(one.first_in_ring().name, other.first_in_ring().name);
     }

@@ -39,7 +39,7 @@ pub use attr::{ATTR_BYTES, Attr, EntryFlags, FileKind};
 pub use codec::DecodeError;
 pub use errno::Errno;
 pub use frame::{FrameError, FrameHeader, HEADER_LEN, MAX_BODY_LEN, MAX_DATA_LEN};
-pub use id::{ChunkKey, FileId, LeaseId, RenameToken};
+pub use id::{ChunkIndex, ChunkKey, FileId, LeaseId, RenameToken};
 pub use limits::MAX_FILE_SIZE;
 pub use message::Credentials;
 pub use message::*;

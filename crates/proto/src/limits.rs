@@ -10,7 +10,7 @@
 //! below `u64::MAX`.
 
 use crate::message::{ChunkTemplate, FileLock, Request, Reservation, WriteSource};
-use crate::{ChunkKey, Errno, MAX_DATA_LEN, path};
+use crate::{ChunkIndex, ChunkKey, Errno, MAX_DATA_LEN, path};
 
 /// Largest file size, in bytes: Linux's `MAX_LFS_FILESIZE` on 64-bit machines (`off_t`'s
 /// largest value). Clients answer EFBIG before sending a request that passes it.
@@ -56,7 +56,7 @@ fn check_chunk_size(chunk_size: u32) -> Result<(), Errno> {
 fn check_in_chunk(chunk: ChunkKey, template: &ChunkTemplate, offset: u64, len: u64) -> Result<(), Errno> {
     let chunk_size = u64::from(template.chunk_size);
     let end_in_chunk = offset.checked_add(len).filter(|end| *end <= chunk_size).ok_or(Errno::EINVAL)?;
-    let end = chunk.index.checked_mul(chunk_size).and_then(|start| start.checked_add(end_in_chunk));
+    let end = chunk.index.checked_first_byte(chunk_size).and_then(|start| start.checked_add(end_in_chunk));
     if end.is_none_or(|end| end > MAX_FILE_SIZE) { Err(Errno::EFBIG) } else { Ok(()) }
 }
 
@@ -72,7 +72,7 @@ fn check_reservation(reservation: &Reservation) -> Result<(), Errno> {
         return Err(Errno::EFBIG);
     }
     let chunk_size = u64::from(reservation.chunk_size);
-    let first_chunk_start = reservation.offset / chunk_size * chunk_size;
+    let first_chunk_start = ChunkIndex::of_offset(reservation.offset, chunk_size).first_byte(chunk_size);
     if reservation.bytes > reservation.end - first_chunk_start { Err(Errno::EINVAL) } else { Ok(()) }
 }
 
@@ -95,7 +95,7 @@ mod tests {
 
     fn write(index: u64, offset: u64, remote_len: Option<u64>, chunk_size: u32) -> Request {
         let source = remote_len.map_or(WriteSource::Inline, |len| WriteSource::Remote(RemoteBytes { address: 4096, len }));
-        Request::Write(Write { chunk: ChunkKey::new(FILE, index), offset, source, template: template(chunk_size), time_ns: 1 })
+        Request::Write(Write { chunk: ChunkKey::new(FILE, ChunkIndex(index)), offset, source, template: template(chunk_size), time_ns: 1 })
     }
 
     fn reservation(offset: u64, end: u64, bytes: u64) -> Request {
@@ -121,13 +121,18 @@ mod tests {
         assert_eq!(write(0, 0, None, 0).validate(), Err(Errno::EINVAL));
         assert_eq!(write(0, 0, None, MAX_CHUNK_SIZE + 1).validate(), Err(Errno::EINVAL));
         let set_len = |index, len| {
-            Request::SetChunkLen(SetChunkLen { chunk: ChunkKey::new(FILE, index), len, template: template(4096), backend: None })
+            Request::SetChunkLen(SetChunkLen {
+                chunk: ChunkKey::new(FILE, ChunkIndex(index)),
+                len,
+                template: template(4096),
+                backend: None,
+            })
         };
         assert_eq!(set_len(5, 4096).validate(), Ok(()));
         assert_eq!(set_len(5, 4097).validate(), Err(Errno::EINVAL));
         assert_eq!(set_len(u64::MAX / 4096, 1).validate(), Err(Errno::EFBIG));
         let read = Request::Read(Read {
-            chunk: ChunkKey::new(FILE, u64::MAX),
+            chunk: ChunkKey::new(FILE, ChunkIndex(u64::MAX)),
             offset: u64::MAX,
             len: u64::MAX,
             lease: false,

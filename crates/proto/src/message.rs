@@ -11,7 +11,7 @@ use crate::gmem::{
     ArrayLayout, ArrayOnly, BlockRange, CoFill, CoForward, CoGet, CoGrant, CoInvalidate, CoPut, GmemAlloc, GmemAtomic, GmemBarrier,
     GmemFree,
 };
-use crate::id::{ChunkKey, FileId, LeaseId, RenameToken};
+use crate::id::{ChunkIndex, ChunkKey, FileId, LeaseId, RenameToken};
 use crate::wire::{Bytes, Wire};
 use crate::{Attr, Errno, wire_enum, wire_struct};
 
@@ -782,7 +782,7 @@ wire_struct!(Truncate { file, size, time_ns });
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoveChunks {
     pub file: FileId,
-    pub from_index: u64,
+    pub from_index: ChunkIndex,
 }
 wire_struct!(RemoveChunks { file, from_index });
 
@@ -1251,7 +1251,7 @@ wire_struct!(DirPage { entries, more, removed });
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct TailSummary {
     /// Highest chunk index held, with that chunk's length.
-    pub last: Option<(u64, u64)>,
+    pub last: Option<(ChunkIndex, u64)>,
     /// Latest modification time among the chunks held (0 if none).
     pub newest_mtime_ns: i64,
 }

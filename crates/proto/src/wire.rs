@@ -134,10 +134,35 @@ impl<A: Wire, B: Wire> Wire for (A, B) {
 }
 
 /// Declares a newtype over a primitive (an id that must not be mixed up with other numbers)
-/// with the primitive's binary form.
+/// with the primitive's binary form. It displays in hex (an id), or in decimal when declared
+/// `Name(u64) in decimal;` (a count or a position).
 #[macro_export]
 macro_rules! wire_newtype {
     ($(#[$meta:meta])* $name:ident($inner:ty);) => {
+        $crate::wire_newtype!(@type $(#[$meta])* $name($inner));
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                write!(f, "{:x}", self.0)
+            }
+        }
+
+        impl std::fmt::LowerHex for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::LowerHex::fmt(&self.0, f)
+            }
+        }
+    };
+    ($(#[$meta:meta])* $name:ident($inner:ty) in decimal;) => {
+        $crate::wire_newtype!(@type $(#[$meta])* $name($inner));
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                std::fmt::Display::fmt(&self.0, f)
+            }
+        }
+    };
+    (@type $(#[$meta:meta])* $name:ident($inner:ty)) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(pub $inner);
@@ -151,18 +176,6 @@ macro_rules! wire_newtype {
 
             fn read(r: &mut $crate::codec::Reader) -> Result<Self, $crate::codec::DecodeError> {
                 Ok($name(<$inner as $crate::wire::Wire>::read(r)?))
-            }
-        }
-
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                write!(f, "{:x}", self.0)
-            }
-        }
-
-        impl std::fmt::LowerHex for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                std::fmt::LowerHex::fmt(&self.0, f)
             }
         }
     };

@@ -7,87 +7,18 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{Errno, FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
-use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, Listener, PeerIdentity, RpcError, RpcServer, Service};
+use ringfs_proto::{Errno, FrameHeader, Request, Response};
+use ringfs_rpc::{Connection, Endpoint, RpcError, RpcServer};
 
-const SECRET: &[u8] = b"test-secret";
+mod common;
 
-/// Answers `Ping` with `Done`, `Stat` with a `Count` of its index (sleeping that many ms),
-/// and `Write` by echoing its data back (after sleeping `offset` ms).
-struct Echo {
-    handled: AtomicU64,
-}
+use common::{SECRET, config, slow_write, stat, write_request};
 
-impl Service for Echo {
-    type Session = ();
-
-    fn hello(&self, hello: &Hello, _peer: &PeerIdentity, _session: &mut ()) -> Result<HelloReply, Errno> {
-        if hello.secret != SECRET {
-            return Err(Errno::EACCES);
-        }
-        Ok(HelloReply { version: PROTOCOL_VERSION, server_name: "echo".into(), memory_access: false, memory_probe: None })
-    }
-
-    fn handle(&self, _session: &mut (), request: Request, data: &[u8], reply_data: &mut Vec<u8>) -> Response {
-        self.handled.fetch_add(1, Ordering::Relaxed);
-        match request {
-            Request::Ping => Response::Done,
-            Request::Stat(request) => {
-                std::thread::sleep(Duration::from_millis(request.file.serial));
-                Response::Count(request.file.serial)
-            }
-            Request::Write(write) => {
-                std::thread::sleep(Duration::from_millis(write.offset));
-                reply_data.extend_from_slice(data);
-                Response::Written(data.len() as u64)
-            }
-            _ => Response::Error(Errno::ENOSYS),
-        }
-    }
-
-    fn epoch(&self) -> u64 {
-        7
-    }
-}
-
-fn start_server() -> (RpcServer, Endpoint, Arc<Echo>) {
-    let listener = Listener::bind(&Endpoint::parse("ucx://127.0.0.1:0").unwrap()).unwrap();
-    let endpoint = listener.local_endpoint().unwrap();
-    let service = Arc::new(Echo { handled: AtomicU64::new(0) });
-    (RpcServer::start(service.clone(), vec![listener], ringfs_rpc::DEFAULT_POLL).unwrap(), endpoint, service)
-}
-
-fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
-    ConnectionConfig {
-        secret: secret.to_vec(),
-        timeout: Duration::from_millis(timeout_ms),
-        host_id: 0,
-        from_server: false,
-        poll: ringfs_rpc::DEFAULT_POLL,
-        client_id: 1,
-        credentials: Default::default(),
-    }
-}
-
-fn stat(index: u64) -> Request {
-    Request::Stat(ringfs_proto::FileOnly { file: ringfs_proto::FileId { anchor: 0, serial: index } })
-}
-
-fn write_request() -> Request {
-    slow_write(0)
-}
-
-fn slow_write(delay_ms: u64) -> Request {
-    Request::Write(ringfs_proto::Write {
-        chunk: ringfs_proto::ChunkKey::default(),
-        offset: delay_ms,
-        source: ringfs_proto::WriteSource::Inline,
-        template: ringfs_proto::ChunkTemplate { mode: 0, uid: 0, gid: 0, chunk_size: 0, backend_len: 0 },
-        time_ns: 0,
-    })
+fn start_server() -> (RpcServer, Endpoint, Arc<common::Echo>) {
+    common::start_server(Endpoint::parse("ucx://127.0.0.1:0").unwrap())
 }
 
 fn requests_are_answered_and_the_lanes_reported() {

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{
-    ChunkKey, ChunkTemplate, Create, Errno, FileId, FileOnly, Link, Lookup, ReadDir, Rename, Request, Response, Rmdir, Unlink, Write,
-    WriteSource,
+    ChunkIndex, ChunkKey, ChunkTemplate, Create, Errno, FileId, FileOnly, Link, Lookup, ReadDir, Rename, Request, Response, Rmdir, Unlink,
+    Write, WriteSource,
 };
 
 use crate::testing::{Action, Filter, TestCluster};
@@ -284,7 +284,7 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     });
     let file = create(&cluster, "/out", FILE_MODE);
     let template = ChunkTemplate { mode: FILE_MODE, uid: 0, gid: 0, chunk_size: 1 << 16, backend_len: 0 };
-    let second_chunk = ChunkKey::new(file, 1);
+    let second_chunk = ChunkKey::new(file, ChunkIndex(1));
     let data_server = cluster.servers[0].node.owner_of_chunk(second_chunk).name;
     let inode_server = cluster.servers[0].node.home_of(file).name;
     assert_ne!(data_server, inode_server, "chunk 1 lives on the next server");

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 
 use ringfs_proto::{
-    BackendFileReply, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks, Request,
-    Response, SetChunkLen,
+    BackendFileReply, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks,
+    Request, Response, SetChunkLen,
 };
 
 use crate::file_locks::LockTable;
@@ -50,7 +50,7 @@ impl Files {
         if let Some(deleted) = self.node.store.close_file(file)
             && deleted.extended
         {
-            self.remove_chunks_everywhere(file, 1);
+            self.remove_chunks_everywhere(file, ChunkIndex::FIRST.next());
         }
     }
 
@@ -151,13 +151,13 @@ impl Files {
             return Err(Errno::EINVAL);
         }
         let chunk_size = u64::from(chunk_size);
-        let (first, last) = (offset / chunk_size, (end - 1) / chunk_size);
+        let (first, last) = (ChunkIndex::of_offset(offset, chunk_size), ChunkIndex::last_of(end, chunk_size));
         let stored: u64 = self
             .node
             .store
             .stored_chunks(file, first, last)
             .into_iter()
-            .map(|(index, stored)| stored.min(end.min((index + 1) * chunk_size) - index * chunk_size))
+            .map(|(index, stored)| stored.min(index.len_below(end, chunk_size)))
             .sum();
         let needed = bytes.saturating_sub(stored);
         self.node.store.reserve(file, needed)?;
@@ -167,7 +167,7 @@ impl Files {
     /// Removes, on every server, the chunks of a file from `from_index` on. Failures (a dead
     /// server) leave orphan chunks behind, which are invisible: no inode has their file id any
     /// more.
-    pub fn remove_chunks_everywhere(&self, file: FileId, from_index: u64) {
+    pub fn remove_chunks_everywhere(&self, file: FileId, from_index: ChunkIndex) {
         for result in self.node.broadcast(&Request::RemoveChunks(RemoveChunks { file, from_index })) {
             if let Err(errno) = result {
                 log::warn!("could not remove chunks of file {file} on every server: {errno}");
@@ -194,7 +194,7 @@ impl Files {
             self.redirty_everywhere(file)?;
         }
         match deleted {
-            Some(deleted) if deleted.extended => self.remove_chunks_everywhere(file, 1),
+            Some(deleted) if deleted.extended => self.remove_chunks_everywhere(file, ChunkIndex::FIRST.next()),
             Some(_) => {}
             None => {
                 // Cache mode: a file that lost its last name while open leaves the cached
@@ -235,14 +235,14 @@ impl Files {
     pub fn truncate(&self, file: FileId, size: u64, time_ns: i64) -> Result<Response, Errno> {
         let attr = self.node.store.stat(file).map_err(store_errno)?;
         let chunk_size = attr.chunk_size as u64;
-        let last_index = if size == 0 { 0 } else { (size - 1) / chunk_size };
+        let last_index = ChunkIndex::last_of(size, chunk_size);
         let head_len = size.min(chunk_size);
         let backend = self.node.store.backend_file(file).map_err(store_errno)?;
         let before = self.node.store.truncate_head(file, head_len, size, time_ns).map_err(store_errno)?;
         // From here the cut is under way: whatever happens, it is recorded at the end, which
         // lets the file's chunks be flushed again.
         let cut_last_chunk = || -> Result<(), Errno> {
-            if last_index == 0 {
+            if last_index.is_first() {
                 return Ok(());
             }
             let template = ChunkTemplate {
@@ -256,12 +256,12 @@ impl Files {
             // The chunk's server takes the backend place as sent: asking this server back
             // could wait on a server waiting for this answer.
             let backend = backend.as_ref().map(|backend| BackendFileReply { path: backend.path.clone(), len: backend.len.min(size) });
-            let request = Request::SetChunkLen(SetChunkLen { chunk, len: size - last_index * chunk_size, template, backend });
+            let request = Request::SetChunkLen(SetChunkLen { chunk, len: size - last_index.first_byte(chunk_size), template, backend });
             self.node.ask(&self.node.owner_of_chunk(chunk), request).map(drop)
         };
         let cut = cut_last_chunk();
         if before.is_extended() {
-            self.remove_chunks_everywhere(file, last_index + 1);
+            self.remove_chunks_everywhere(file, last_index.next());
         }
         self.node.store.cut_backend_file(file, size).map_err(store_errno)?;
         cut?;
@@ -336,7 +336,7 @@ impl Files {
             _ => return Err(Errno::EPROTO),
         };
         let chunk_size = attr.chunk_size.max(1) as u64;
-        for index in 0..attr.backend_len.div_ceil(chunk_size) {
+        for index in ChunkIndex::FIRST.through(ChunkIndex::last_of(attr.backend_len, chunk_size)) {
             let chunk = ChunkKey::new(file, index);
             let request = Request::LoadChunk(LoadChunk { chunk, backend_len: attr.backend_len, backend: backend.clone() });
             self.node.ask(&self.node.owner_of_chunk(chunk), request)?;

@@ -12,7 +12,7 @@
 //! refutes it by raising its own incarnation.
 
 use ringfs_placement::{HashFunction, MemberRing, Scheme};
-use ringfs_proto::{Member, MemberList};
+use ringfs_proto::{ChunkIndex, Member, MemberList};
 
 /// One server's view of the cluster, with the placement derived from it.
 pub struct Membership {
@@ -44,7 +44,7 @@ impl Membership {
     }
 
     /// The member that owns chunk `index` of the files with this anchor.
-    pub fn owner(&self, anchor: u32, index: u64) -> &Member {
+    pub fn owner(&self, anchor: u32, index: ChunkIndex) -> &Member {
         self.ring.owner(anchor, index)
     }
 

@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, RenameToken, Request,
-    Response,
+    ChunkIndex, Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry,
+    RenameToken, Request, Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
 use ringfs_store::StoreError;
@@ -214,7 +214,7 @@ impl Names {
                 }
                 if outcome.truncated {
                     if attr.is_extended() {
-                        self.files.remove_chunks_everywhere(file, 1);
+                        self.files.remove_chunks_everywhere(file, ChunkIndex::FIRST.next());
                     }
                     self.node.store.cut_backend_file(file, 0).map_err(store_errno)?;
                 }

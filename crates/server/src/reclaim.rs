@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{ChunkKey, FileId, FileList, Request, Response};
+use ringfs_proto::{ChunkIndex, ChunkKey, FileId, FileList, Request, Response};
 
 use crate::node::Node;
 
@@ -56,7 +56,7 @@ impl Reclaimer {
         }
         let mut removed = 0;
         for file in missing.iter().filter(|file| self.suspects.contains(file)) {
-            removed += node.store.remove_chunks(*file, 1);
+            removed += node.store.remove_chunks(*file, ChunkIndex::FIRST.next());
         }
         if removed > 0 {
             log::info!("removed {removed} orphan chunks (of files that no longer exist)");

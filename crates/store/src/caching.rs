@@ -314,7 +314,7 @@ impl ChunkStore {
     /// Loads one chunk from the backend (stage-in); `backend` as the inode's server gave it.
     /// Returns the bytes loaded (0 if the chunk was here already or holds no backend data).
     pub fn load_chunk(&self, key: ChunkKey, backend: Option<&BackendFile>) -> Result<u64, StoreError> {
-        let handle = if key.index == 0 {
+        let handle = if key.is_inode() {
             self.inode_checked(key.file)?
         } else {
             match self.tail_for_read(key, backend, self.backend_chunk_size())? {
@@ -345,7 +345,7 @@ impl ChunkStore {
     ) -> Result<u64, StoreError> {
         let cache = self.cache.as_ref().ok_or(Errno::ENOSPC)?;
         let handle =
-            if key.index == 0 { self.inode_checked(key.file)? } else { self.tail_for_write_through(key, template, time_ns, backend)? };
+            if key.is_inode() { self.inode_checked(key.file)? } else { self.tail_for_write_through(key, template, time_ns, backend)? };
         cache.write_through(&self.space, &handle, offset, source, time_ns, prepare)
     }
 

@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use ringfs_proto::{Attr, ChunkKey, EntryFlags};
+use ringfs_proto::{Attr, ChunkIndex, ChunkKey, EntryFlags};
 
 use crate::body::Body;
 
@@ -170,7 +170,7 @@ impl ChunkVersion {
 
 pub(crate) struct Chunk {
     /// The chunk's index in its file (0: the inode); its file is `attr.file_id`.
-    pub index: u64,
+    pub index: ChunkIndex,
     pub attr: Attr,
     pub body: Body,
     /// Set when the chunk has left the index; late writers must not touch it.
@@ -196,7 +196,7 @@ pub(crate) struct Chunk {
 }
 
 impl Chunk {
-    pub fn new(index: u64, attr: Attr, body: Body, cache: CacheState) -> Chunk {
+    pub fn new(index: ChunkIndex, attr: Attr, body: Body, cache: CacheState) -> Chunk {
         Chunk {
             index,
             attr,
@@ -213,6 +213,11 @@ impl Chunk {
 
     pub fn key(&self) -> ChunkKey {
         ChunkKey { file: self.attr.file_id, index: self.index }
+    }
+
+    /// The file offset of this chunk's first byte.
+    pub fn first_byte(&self) -> u64 {
+        self.index.first_byte(self.attr.chunk_size.into())
     }
 
     /// Replaces the inode's extended attributes (none: empty), keeping

@@ -8,10 +8,10 @@
 
 use std::sync::Arc;
 
-use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileKind, SetAttr, TailSummary};
+use ringfs_proto::{Attr, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileKind, SetAttr, TailSummary};
 
 use crate::body::Body;
-use crate::cache::BackendFile;
+use crate::cache::{BackendFile, Cache};
 use crate::chunk::ChunkHandle;
 use crate::store::ChunkStore;
 use crate::{ByteSink, ByteSource, StoreError};
@@ -182,12 +182,12 @@ impl ChunkStore {
     /// the backend — the chunk is missing and may be backend data (below `backend_len_hint`,
     /// the caller's view), or it is here with its bytes still in the backend.
     pub fn needs_backend(&self, key: ChunkKey, backend_len_hint: u64) -> bool {
-        if self.cache.is_none() || key.index == 0 {
+        if self.cache.is_none() || key.is_inode() {
             return false;
         }
         match self.index.chunk(key) {
             Some(handle) => handle.lock().attr.has(EntryFlags::BACKEND_DATA),
-            None => key.index.saturating_mul(self.backend_chunk_size() as u64) < backend_len_hint,
+            None => Cache::backend_holds(key, backend_len_hint, self.backend_chunk_size()),
         }
     }
 
@@ -201,7 +201,7 @@ impl ChunkStore {
 
     /// The chunk a read addresses; `None` for a chunk after chunk 0 that does not exist.
     fn chunk_for_read(&self, key: ChunkKey, backend: Option<&BackendFile>) -> Result<Option<ChunkHandle>, StoreError> {
-        if key.index == 0 { Ok(Some(self.inode_checked(key.file)?)) } else { self.tail_for_read(key, backend, self.backend_chunk_size()) }
+        if key.is_inode() { Ok(Some(self.inode_checked(key.file)?)) } else { self.tail_for_read(key, backend, self.backend_chunk_size()) }
     }
 
     /// Sends up to `len` bytes from `offset` inside a chunk to `sink` (bytes past the chunk's
@@ -221,7 +221,7 @@ impl ChunkStore {
         let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok((None, 0)) };
         let mut chunk = handle.lock();
         if chunk.removed {
-            return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
+            return if key.is_inode() { Err(Errno::ESTALE.into()) } else { Ok((None, 0)) };
         }
         if chunk.attr.is_dir() {
             return Err(Errno::EISDIR.into());
@@ -249,7 +249,7 @@ impl ChunkStore {
         let Some(handle) = self.chunk_for_read(key, backend)? else { return Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         let mut chunk = handle.lock();
         if chunk.removed {
-            return if key.index == 0 { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
+            return if key.is_inode() { Err(Errno::ESTALE.into()) } else { Ok(SharedRead { attr: None, len: 0, bytes: None }) };
         }
         if chunk.attr.is_dir() {
             return Err(Errno::EISDIR.into());
@@ -428,7 +428,7 @@ impl ChunkStore {
 
     /// Removes this store's chunks of `file` with index >= `from_index` (at least 1). Returns
     /// how many were removed.
-    pub fn remove_chunks(&self, file: FileId, from_index: u64) -> u64 {
+    pub fn remove_chunks(&self, file: FileId, from_index: ChunkIndex) -> u64 {
         let removed = {
             let mut files = self.index.files_of(file);
             let Some(chunks) = files.files.get_mut(&file) else { return 0 };
@@ -444,7 +444,7 @@ impl ChunkStore {
         // The file's removal (from chunk 1: its deletion, or a cut into chunk 0), or a
         // truncation that removed chunks here, ends its reservation here too; a truncation
         // that grows the file (removing nothing) keeps it.
-        if from_index <= 1 || !removed.is_empty() {
+        if from_index <= ChunkIndex::FIRST.next() || !removed.is_empty() {
             self.space.release_reserved(file, u64::MAX);
         }
         removed.len() as u64

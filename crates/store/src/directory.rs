@@ -38,7 +38,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use ringfs_proto::{ATTR_BYTES, Attr, ChunkKey, EntryRef, FileId};
+use ringfs_proto::{ATTR_BYTES, Attr, ChunkIndex, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::body::{ChunkFile, XATTR_SUFFIX, xattr_location};
@@ -277,7 +277,7 @@ impl ChunkDirectory {
         header.extend_from_slice(&(backend_path.len() as u16).to_le_bytes());
         header.extend_from_slice(&(data_offset as u32).to_le_bytes());
         header.extend_from_slice(&0u32.to_le_bytes());
-        header.extend_from_slice(&key.index.to_le_bytes());
+        header.extend_from_slice(&key.index.0.to_le_bytes());
         header.extend_from_slice(&attr.to_bytes());
         header.extend_from_slice(&pending_bytes(pending));
         header.extend_from_slice(backend_path.as_bytes());
@@ -416,9 +416,9 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
         return Err(invalid("damaged header"));
     }
     let attr = Attr::from_bytes(&attr_bytes);
-    let index = u64::from_le_bytes(index_bytes);
+    let index = ChunkIndex(u64::from_le_bytes(index_bytes));
     let xattrs = match (index, fs::read(xattr_location(location))) {
-        (0, Ok(bytes)) => Some(decode_xattrs(&bytes).ok_or_else(|| invalid("damaged extended attributes"))?),
+        (ChunkIndex::FIRST, Ok(bytes)) => Some(decode_xattrs(&bytes).ok_or_else(|| invalid("damaged extended attributes"))?),
         (_, Err(error)) if error.kind() != io::ErrorKind::NotFound => return Err(error),
         _ => None,
     };

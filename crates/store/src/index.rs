@@ -20,7 +20,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::AtomicU64;
 
 use ringfs_proto::path;
-use ringfs_proto::{ChunkKey, EntryRef, FileId};
+use ringfs_proto::{ChunkIndex, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::chunk::ChunkHandle;
@@ -88,7 +88,7 @@ pub(crate) struct FileChunks {
     /// Chunk 0: the inode.
     pub inode: Option<ChunkHandle>,
     /// Chunks 1.. by index.
-    pub tail: BTreeMap<u64, ChunkHandle>,
+    pub tail: BTreeMap<ChunkIndex, ChunkHandle>,
 }
 
 impl FileChunks {
@@ -96,13 +96,13 @@ impl FileChunks {
         self.inode.is_none() && self.tail.is_empty()
     }
 
-    pub fn get(&self, index: u64) -> Option<ChunkHandle> {
-        if index == 0 { self.inode.clone() } else { self.tail.get(&index).cloned() }
+    pub fn get(&self, index: ChunkIndex) -> Option<ChunkHandle> {
+        if index.is_first() { self.inode.clone() } else { self.tail.get(&index).cloned() }
     }
 
     /// Removes the chunks with index >= `from_index` (>= 1).
-    pub fn take_tail(&mut self, from_index: u64) -> Vec<ChunkHandle> {
-        self.tail.split_off(&from_index.max(1)).into_values().collect()
+    pub fn take_tail(&mut self, from_index: ChunkIndex) -> Vec<ChunkHandle> {
+        self.tail.split_off(&from_index.max(ChunkIndex::FIRST.next())).into_values().collect()
     }
 }
 
@@ -171,20 +171,20 @@ impl Index {
     }
 
     /// The chunks (index >= 1) of a file held here, with their indices, in order.
-    pub fn tail_of(&self, file: FileId) -> Vec<(u64, ChunkHandle)> {
+    pub fn tail_of(&self, file: FileId) -> Vec<(ChunkIndex, ChunkHandle)> {
         let files = self.files_of(file);
         let Some(chunks) = files.files.get(&file) else { return Vec::new() };
         chunks.tail.iter().map(|(index, handle)| (*index, handle.clone())).collect()
     }
 
     /// Every chunk of a file held here (the inode first).
-    pub fn chunks_of(&self, file: FileId) -> Vec<(u64, ChunkHandle)> {
+    pub fn chunks_of(&self, file: FileId) -> Vec<(ChunkIndex, ChunkHandle)> {
         let files = self.files_of(file);
         let Some(chunks) = files.files.get(&file) else { return Vec::new() };
         chunks
             .inode
             .iter()
-            .map(|handle| (0, handle.clone()))
+            .map(|handle| (ChunkIndex::FIRST, handle.clone()))
             .chain(chunks.tail.iter().map(|(index, handle)| (*index, handle.clone())))
             .collect()
     }

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use ringfs_proto::{Attr, ChunkKey, ChunkTemplate, EntryFlags, EntryRef, Errno, FileId, FileKind};
+use ringfs_proto::{Attr, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, EntryRef, Errno, FileId, FileKind};
 
 use crate::backend::{BackendDir, RemovalKind};
 use crate::body::Body;
@@ -109,7 +109,7 @@ impl ChunkStore {
             let handle = Arc::new(parking_lot::Mutex::new(recovered));
             {
                 let mut recovered_chunk = handle.lock();
-                if chunk.key.index == 0 && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {
+                if chunk.key.is_inode() && recovered_chunk.doom_if_unreferenced() && !chunk.key.file.is_root() {
                     // A file whose last name went while it was open: nobody has it open now.
                     unreferenced.push(chunk.key.file);
                 } else if recovered_chunk.attr.has(EntryFlags::DIRTY) || recovered_chunk.cache.has_pending_change() {
@@ -121,11 +121,10 @@ impl ChunkStore {
             }
             let mut files = self.index.files_of(chunk.key.file);
             let chunks = files.files.entry(chunk.key.file).or_default();
-            match chunk.key.index {
-                0 => chunks.inode = Some(handle),
-                index => {
-                    chunks.tail.insert(index, handle);
-                }
+            if chunk.key.is_inode() {
+                chunks.inode = Some(handle);
+            } else {
+                chunks.tail.insert(chunk.key.index, handle);
             }
         }
         for file in unreferenced {
@@ -235,7 +234,7 @@ impl ChunkStore {
 
     /// The chunks of `file` this store holds with an index in `first..=last`, each with the
     /// bytes it stores.
-    pub fn stored_chunks(&self, file: FileId, first: u64, last: u64) -> Vec<(u64, u64)> {
+    pub fn stored_chunks(&self, file: FileId, first: ChunkIndex, last: ChunkIndex) -> Vec<(ChunkIndex, u64)> {
         self.index
             .chunks_of(file)
             .into_iter()
@@ -425,7 +424,7 @@ impl ChunkStore {
 
     /// The chunk `key` (index >= 1) of its file, created with `attr` if missing.
     fn tail_with(&self, key: ChunkKey, attr: Attr, charge_anyway: bool) -> Result<ChunkHandle, StoreError> {
-        if key.index == 0 {
+        if key.is_inode() {
             return Err(Errno::EINVAL.into());
         }
         let mut files = self.index.files_of(key.file);
@@ -461,6 +460,6 @@ impl ChunkStore {
         time_ns: i64,
         backend: Option<&BackendFile>,
     ) -> Result<ChunkHandle, StoreError> {
-        if key.index == 0 { self.inode_checked(key.file) } else { self.tail_or_create(key, template, time_ns, backend) }
+        if key.is_inode() { self.inode_checked(key.file) } else { self.tail_or_create(key, template, time_ns, backend) }
     }
 }

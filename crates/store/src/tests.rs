@@ -1,7 +1,7 @@
 //! The store's operations on one store: data, names, links, open files, POSIX errors,
 //! capacity, restarts.
 
-use ringfs_proto::{ChunkKey, ChunkTemplate, Create, EntryRef, Errno, FileId, FileKind, FindFilter, InstallMode, TailSummary};
+use ringfs_proto::{ChunkIndex, ChunkKey, ChunkTemplate, Create, EntryRef, Errno, FileId, FileKind, FindFilter, InstallMode, TailSummary};
 
 use crate::*;
 
@@ -23,7 +23,7 @@ fn file(serial: u64) -> FileId {
 }
 
 fn chunk(serial: u64, index: u64) -> ChunkKey {
-    ChunkKey::new(file(serial), index)
+    ChunkKey::new(file(serial), ChunkIndex(index))
 }
 
 fn template(chunk_size: u32) -> ChunkTemplate {
@@ -69,10 +69,10 @@ fn later_chunks_belong_to_their_file() {
     assert_eq!(read_all(&store, chunk(7, 3)), b"new");
     assert_eq!(read_all(&store, chunk(8, 3)), b"other");
     assert_eq!(store.read(chunk(7, 4), 0, 10, &mut Vec::new(), None).unwrap(), (None, 0));
-    assert_eq!(store.tail_summary(file(7)).last, Some((3, 3)));
-    assert_eq!(store.remove_chunks(file(8), 1), 1);
+    assert_eq!(store.tail_summary(file(7)).last, Some((ChunkIndex(3), 3)));
+    assert_eq!(store.remove_chunks(file(8), ChunkIndex(1)), 1);
     assert_eq!(store.tail_summary(file(8)).last, None);
-    assert_eq!(store.tail_summary(file(7)), TailSummary { last: Some((3, 3)), newest_mtime_ns: 1 });
+    assert_eq!(store.tail_summary(file(7)), TailSummary { last: Some((ChunkIndex(3), 3)), newest_mtime_ns: 1 });
     assert_eq!(store.stats().chunks, 2, "the root directory and one chunk");
 }
 

@@ -31,7 +31,7 @@ fn sample_attr() -> Attr {
 
 /// One request of every kind (every variant, and both arms of every optional part).
 pub fn requests() -> Vec<Request> {
-    let chunk = ChunkKey::new(file(9), 3);
+    let chunk = ChunkKey::new(file(9), ChunkIndex(3));
     let template = ChunkTemplate { mode: 0o100644, uid: 1, gid: 2, chunk_size: 65536, backend_len: 3 << 20 };
     let entry = EntryRef::new(file(4), FileKind::Directory);
     let subtree = Subtree { token: RenameToken(77), from: "/a".into(), to: "/b/c".into(), exchange: true };
@@ -171,7 +171,7 @@ pub fn requests() -> Vec<Request> {
         Request::DropLink(NameCount::new(file(1), 2)),
         Request::Fsync(FileOnly { file: file(1) }),
         Request::LastChunk(FileOnly { file: file(2) }),
-        Request::RemoveChunks(RemoveChunks { file: file(2), from_index: 1 }),
+        Request::RemoveChunks(RemoveChunks { file: file(2), from_index: ChunkIndex(1) }),
         Request::Write(Write {
             chunk,
             offset: 5,
@@ -187,7 +187,7 @@ pub fn requests() -> Vec<Request> {
         Request::Sync(Sync { ticket: 12 }),
         Request::FlushPrepare(FileOnly { file: file(8) }),
         Request::ReadBackendDir(ReadDir { path: "/d".into(), after: None, limit: 7 }),
-        Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), 2), backend_len: 9, backend: None }),
+        Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), ChunkIndex(2)), backend_len: 9, backend: None }),
         Request::BackendOf(FileOnly { file: file(3) }),
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
@@ -215,7 +215,7 @@ pub fn responses() -> Vec<Response> {
         Response::GmemArray(gmem_layout()),
         Response::CoGrant(crate::gmem::CoGrant { state: 2, source: 1 }),
         Response::ChangeList(ChangeList { epoch: 5, last: 20, complete: true, files: vec![file(3)], names: vec!["/a".into()] }),
-        Response::Tail(TailSummary { last: Some((4, 5)), newest_mtime_ns: 6 }),
+        Response::Tail(TailSummary { last: Some((ChunkIndex(4), 5)), newest_mtime_ns: 6 }),
         Response::Tail(TailSummary::default()),
         Response::Found(FindResult { scanned: 10, matched: 2, undecided: vec!["/a".into()] }),
         Response::DirPage(DirPage {

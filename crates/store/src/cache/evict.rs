@@ -64,8 +64,7 @@ impl Cache {
         if chunk.removed || !chunk.attr.is_regular() {
             return Err(Errno::ESTALE.into());
         }
-        let chunk_index = chunk.index;
-        let place = if chunk_index == 0 {
+        let place = if chunk.index.is_first() {
             self.apply_pending(space, &mut chunk)?;
             chunk.cache.backend_path.clone().map(|path| {
                 let (dev, ino) = chunk.cache.backend_identity.unwrap_or((0, 0));
@@ -88,7 +87,7 @@ impl Cache {
             // The path is another file's now (a rename over this file under way).
             return Err(Errno::ENOSPC.into());
         }
-        let chunk_start = chunk_index * chunk.attr.chunk_size as u64;
+        let chunk_start = chunk.first_byte();
         // The bytes held here go first, so the backend file holds the whole chunk.
         if !chunk.attr.has(EntryFlags::BACKEND_DATA) {
             let held = chunk.body.snapshot()?;
@@ -108,7 +107,7 @@ impl Cache {
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
         chunk.attr.flags &= !EntryFlags::DIRTY;
-        if chunk_index == 0 {
+        if chunk.index.is_first() {
             chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
         chunk.version.bump();

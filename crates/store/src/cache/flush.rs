@@ -280,7 +280,7 @@ impl Cache {
             (chunk.attr.is_regular(), chunk.attr.mode, chunk.cache.moves)
         };
         let local_prepare = |file: FileId| self.prepare(index, space, file).map_err(|error| error.errno());
-        let prepare: Prepare<'_> = if key.index == 0 { &local_prepare } else { prepare };
+        let prepare: Prepare<'_> = if key.is_inode() { &local_prepare } else { prepare };
         // The inode's pending creation or cut reaches the backend before any of its data.
         // (Never without it: a creation applied later would replace the file, data and all.)
         let place = match prepare(key.file) {
@@ -325,7 +325,7 @@ impl Cache {
         let has_data = attr.is_regular() && attr.has(EntryFlags::DIRTY) && !attr.has(EntryFlags::BACKEND_DATA);
         if let (Some(file), true) = (&file, has_data) {
             let bytes = chunk.body.snapshot()?;
-            let offset = key.index * attr.chunk_size as u64;
+            let offset = key.index.first_byte(attr.chunk_size.into());
             let stored = &bytes[..bytes.len().min(attr.len as usize)];
             for (number, piece) in stored.chunks(backend::FLUSH_PIECE_BYTES).enumerate() {
                 if let (FlushPace::Yielding(keep_going), true) = (pace, number > 0) {
@@ -345,13 +345,13 @@ impl Cache {
             backend::extend_to(file, offset + attr.len).map_err(io_errno)?;
             self.backend_changed();
         }
-        if attr.has(EntryFlags::DIRTY) && key.index == 0 && (attr.is_dir() || attr.is_regular()) {
+        if attr.has(EntryFlags::DIRTY) && key.is_inode() && (attr.is_dir() || attr.is_regular()) {
             self.backend.set_mode(&place.path, attr.mode).map_err(io_errno)?;
             self.backend.write_xattrs(&place.path, chunk.xattrs.as_deref()).map_err(io_errno)?;
         }
         // Still under the lock taken (or retaken) after the chunk's last check: unchanged.
         chunk.attr.flags &= !EntryFlags::DIRTY;
-        if key.index == 0 {
+        if key.is_inode() {
             chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
         space.persist(&mut chunk)?;

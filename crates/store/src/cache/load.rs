@@ -121,12 +121,13 @@ impl Cache {
     /// Whether a missing chunk of a file may be backend data: its start lies below the
     /// file's `backend_len` (as the caller, who has checked it, gives it).
     pub fn backend_holds(key: ChunkKey, backend_len: u64, chunk_size: u32) -> bool {
-        key.index > 0 && key.index.saturating_mul(chunk_size as u64) < backend_len
+        !key.is_inode() && key.index.checked_first_byte(chunk_size.into()).is_some_and(|start| start < backend_len)
     }
 
     /// The length of a chunk whose bytes are still in the backend.
     pub fn stub_len(key: ChunkKey, backend_len: u64, chunk_size: u32) -> u64 {
-        backend_len.saturating_sub(key.index.saturating_mul(chunk_size as u64)).min(chunk_size as u64)
+        let start = key.index.checked_first_byte(chunk_size.into());
+        start.map_or(0, |start| backend_len.saturating_sub(start)).min(chunk_size.into())
     }
 
     /// Loads a chunk's bytes from the backend into the store (under the chunk's lock, which
@@ -145,7 +146,7 @@ impl Cache {
         }
         let path = chunk.cache.backend_path.clone().or(backend_path.map(str::to_string)).ok_or(Errno::EIO)?;
         let mut bytes = vec![0u8; chunk.attr.len as usize];
-        self.backend.read_at(&path, chunk.index * chunk.attr.chunk_size as u64, &mut bytes).map_err(io_errno)?;
+        self.backend.read_at(&path, chunk.first_byte(), &mut bytes).map_err(io_errno)?;
         // The chunk has no bytes here: the fill charges its whole length.
         let charge = |bytes| self.charge(space, bytes);
         space.fill(chunk, 0, &mut &bytes[..], &charge)?;
@@ -168,7 +169,7 @@ impl Cache {
     ) -> Result<(), StoreError> {
         let path = chunk.cache.backend_path.as_deref().or(backend_path).ok_or(Errno::EIO)?;
         let mut bytes = vec![0u8; (end - offset) as usize];
-        self.backend.read_at(path, chunk.index * chunk.attr.chunk_size as u64 + offset, &mut bytes).map_err(io_errno)?;
+        self.backend.read_at(path, chunk.first_byte() + offset, &mut bytes).map_err(io_errno)?;
         self.counters.loaded_chunks.fetch_add(1, Ordering::Relaxed);
         sink.write_from(&bytes)?;
         Ok(())

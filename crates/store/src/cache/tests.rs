@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::PathBuf;
 
-use ringfs_proto::{ChunkKey, ChunkTemplate, Create, EntryFlags, Errno, FileId};
+use ringfs_proto::{ChunkIndex, ChunkKey, ChunkTemplate, Create, EntryFlags, Errno, FileId};
 
 use super::*;
 use crate::ChunkStore;
@@ -87,7 +87,7 @@ fn read_file(store: &ChunkStore, path: &str, size: u64) -> Vec<u8> {
     let file = file_of(store, path);
     let backend = store.backend_file(file).unwrap();
     let mut bytes = Vec::new();
-    for index in 0..size.div_ceil(CHUNK as u64) {
+    for index in ChunkIndex::FIRST.through(ChunkIndex::last_of(size, CHUNK as u64)) {
         let mut piece = Vec::new();
         store.read(ChunkKey::new(file, index), 0, CHUNK as u64, &mut piece, backend.as_ref()).unwrap();
         piece.resize(CHUNK as usize, 0);
@@ -107,7 +107,7 @@ fn new_file(store: &ChunkStore, path: &str, bytes: &[u8]) -> FileId {
     }
     let backend = store.backend_file(file).unwrap();
     for (index, piece) in bytes.chunks(CHUNK as usize).enumerate() {
-        store.write(ChunkKey::new(file, index as u64), 0, &mut &piece[..], template(0), 5, backend.as_ref()).unwrap();
+        store.write(ChunkKey::new(file, ChunkIndex(index as u64)), 0, &mut &piece[..], template(0), 5, backend.as_ref()).unwrap();
     }
     file
 }
@@ -257,7 +257,7 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
     // so the cut cannot take it away in the backend.
     let cut = store.stat(file_of(&store, "/cut")).unwrap();
     store.truncate_head(cut.file_id, 500, 500, 10).unwrap();
-    let late = ChunkKey::new(cut.file_id, 1);
+    let late = ChunkKey::new(cut.file_id, ChunkIndex(1));
     let late_bytes = pattern(100, 11);
     let backend = store.backend_file(cut.file_id).unwrap();
     store.write(late, 0, &mut &late_bytes[..], template(0), 11, backend.as_ref()).unwrap();
@@ -291,7 +291,7 @@ fn a_full_store_evicts_clean_chunks_then_writes_through() {
     // Dirty data cannot be evicted: a writer that runs out of room writes through.
     let file_id = new_file(&store, "/w0", &pattern(CHUNK as usize, 8));
     new_file(&store, "/w1", &pattern(CHUNK as usize, 9));
-    let chunk_of_w0 = |index| ChunkKey::new(file_id, index);
+    let chunk_of_w0 = |index| ChunkKey::new(file_id, ChunkIndex(index));
     let backend = store.backend_file(file_id).unwrap();
     let second = pattern(CHUNK as usize, 10);
     store.write(chunk_of_w0(1), 0, &mut &second[..], template(0), 3, backend.as_ref()).unwrap();
@@ -362,7 +362,7 @@ fn a_flush_that_learnt_a_place_before_a_rename_leaves_the_chunk_dirty() {
         }
         place
     };
-    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(file, 1)), &prepare, FlushPace::Complete).unwrap();
+    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(file, ChunkIndex(1))), &prepare, FlushPace::Complete).unwrap();
     assert_eq!(outcome, FlushOutcome::Flushed { bytes: 0, clean: false }, "the old place is not written, the chunk stays dirty");
     flush_all(&store);
     let backend = fs::read(setup.backend().join("result")).unwrap();
@@ -380,7 +380,7 @@ fn a_chunk_flushed_between_a_names_removal_and_its_last_link_makes_no_file() {
     // The name goes (its removal is queued); the inode has not heard yet, and a write lands.
     store.unlink("/p", ANCHOR, None).unwrap();
     let backend = store.backend_file(file).unwrap();
-    store.write(ChunkKey::new(file, 1), 0, &mut &b"late"[..], template(0), 7, backend.as_ref()).unwrap();
+    store.write(ChunkKey::new(file, ChunkIndex(1)), 0, &mut &b"late"[..], template(0), 7, backend.as_ref()).unwrap();
     let outcomes = flush_all(&store);
     assert!(!setup.backend().join("p").exists(), "no file is made again at a removed name: {outcomes:?}");
     assert!(outcomes.contains(&FlushOutcome::Deferred), "the chunk waits for the inode: {outcomes:?}");
@@ -404,7 +404,9 @@ fn a_file_renamed_over_a_file_whose_chunk_is_being_flushed_is_not_mixed_with_it(
     // The replaced file changes again: its last chunk is dirty.
     let backend_place = store.backend_file(replaced).unwrap();
     let changed = pattern(CHUNK as usize, 9);
-    store.write(ChunkKey::new(replaced, 2), 0, &mut &changed[..], template(3 * CHUNK as u64), 6, backend_place.as_ref()).unwrap();
+    store
+        .write(ChunkKey::new(replaced, ChunkIndex(2)), 0, &mut &changed[..], template(3 * CHUNK as u64), 6, backend_place.as_ref())
+        .unwrap();
     // Someone has it open, so its chunks stay while it has no name (on other servers they
     // stay until its removal reaches them, whether it is open or not).
     store.open_file(replaced).unwrap();
@@ -421,7 +423,7 @@ fn a_file_renamed_over_a_file_whose_chunk_is_being_flushed_is_not_mixed_with_it(
         }
         place
     };
-    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(replaced, 2)), &prepare, FlushPace::Complete).unwrap();
+    let outcome = store.flush(&WorkItem::Chunk(ChunkKey::new(replaced, ChunkIndex(2))), &prepare, FlushPace::Complete).unwrap();
     assert!(renamed.get(), "the flush asked where the replaced file lives ({outcome:?})");
     flush_all(&store);
     let backend = fs::read(setup.backend().join("f")).unwrap();
@@ -476,7 +478,7 @@ fn a_file_renamed_over_a_new_file_is_not_replaced_by_that_files_late_creation() 
     flush_all(&store);
     // The replaced file's flush comes late, before its inode has heard that it lost the name.
     let late = store.flush(
-        &WorkItem::Chunk(ChunkKey::new(replaced, 0)),
+        &WorkItem::Chunk(ChunkKey::inode(replaced)),
         &|file| store.prepare(file).map_err(|error| error.errno()),
         FlushPace::Complete,
     );
