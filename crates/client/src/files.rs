@@ -640,7 +640,9 @@ impl Client {
         for answer in answers {
             let Response::Tail(tail) = answer else { return Err(Errno::EPROTO) };
             if let Some((index, len)) = tail.last {
-                stat.size = stat.size.max(index.first_byte(chunk_size) + len);
+                // A size past what a u64 holds is a server's mistake, not a file.
+                let end = index.checked_first_byte(chunk_size).and_then(|start| start.checked_add(len)).ok_or(Errno::EPROTO)?;
+                stat.size = stat.size.max(end);
             }
             stat.mtime_ns = stat.mtime_ns.max(tail.newest_mtime_ns);
         }
