@@ -11,10 +11,12 @@
 # Prints every round's numbers, then the medians over the rounds with the ratios.
 # Usage: scripts/ucx-anchor.sh [ROUNDS]   (default 3)
 #   RINGFS_BIN (default target/release/ringfs), PINGS (10000), SIZE (256M), REPEATS (3),
-#   VARIANTS (default "tcp ucx-tcp ucx-shm"; the perftest rows follow the ucx ones).
+#   VARIANTS (default "tcp ucx-tcp ucx-shm"; the perftest rows follow the ucx ones),
+#   BUILDS="before=/tmp/ringfs-old after=target/release/ringfs": several ringfs builds, each
+#   measured in every round (before/after comparisons in the same run), instead of RINGFS_BIN.
 # Run it under the build lock on a shared machine: flock /tmp/ringfs-cargo.lock scripts/ucx-anchor.sh
 set -u
-bin=${RINGFS_BIN:-target/release/ringfs}
+builds=${BUILDS:-"=${RINGFS_BIN:-target/release/ringfs}"}
 rounds=${1:-3}
 pings=${PINGS:-10000}
 size=${SIZE:-256M}
@@ -48,13 +50,15 @@ perftest() {
 # ringfs_rpc VARIANT: starts a one-server cluster for VARIANT, runs `ringfs bench rpc`
 # against it, stops it; prints the bench's `key value` lines.
 ringfs_rpc() {
-  local variant=$1 transport tls environment
+  local variant=$1 bin=$2 transport tls environment
   case $variant in
     tcp) transport=tcp; tls=tcp ;;
     ucx-tcp) transport=ucx; tls=tcp ;;
     ucx-shm) transport=ucx; tls=$shm ;;
   esac
-  environment=$(UCX_TLS=$tls "$bin" start --servers 1 --transport "$transport" 2> /dev/null) || {
+  # (Starting sometimes fails on a busy machine: one more try.)
+  environment=$(UCX_TLS=$tls "$bin" start --servers 1 --transport "$transport" 2> /dev/null) ||
+    environment=$(UCX_TLS=$tls "$bin" start --servers 1 --transport "$transport" 2>&1) || {
     echo "start failed: $environment" >&2
     return 1
   }
@@ -79,17 +83,23 @@ for round in $(seq "$rounds"); do
       echo "$variant perftest_lat_us $latency" >> "$results"
       echo "$variant perftest_bw_mb_s $bandwidth" >> "$results"
     fi
-    while read -r key value rest; do
-      case $key in
-        round_trip_us | write_mb_s | read_mb_s) echo "$variant $key $value" >> "$results" ;;
-        transport) echo "$variant transport $value $rest" >> "$results" ;;
-      esac
-    done < <(ringfs_rpc "$variant")
-    echo "== round $round $variant: $(grep "^$variant " "$results" | tail -6 | cut -d' ' -f2- | tr '\n' ' ')"
+    # The builds in a different order each round, so that none always runs first.
+    set -- $builds
+    shift $(((round - 1) % $#))
+    for build in "$@" $(for early in $builds; do [ "$early" = "${1:-}" ] && break; echo "$early"; done); do
+      label=${build%%=*}
+      while read -r key value rest; do
+        case $key in
+          round_trip_us | write_mb_s | read_mb_s) echo "$variant $key:$label $value" >> "$results" ;;
+          transport) echo "$variant transport $value $rest" >> "$results" ;;
+        esac
+      done < <(ringfs_rpc "$variant" "${build#*=}")
+    done
+    echo "== round $round $variant:" $(grep "^$variant " "$results" | grep -v transport | tail -n $((2 + 3 * $(wc -w <<< "$builds"))) | cut -d' ' -f2-)
   done
 done
 
-python3 - "$results" "$variants" << 'EOF'
+python3 - "$results" "$variants" "$builds" << 'EOF'
 import statistics, sys
 rows = {}
 lanes = {}
@@ -102,27 +112,39 @@ for line in open(sys.argv[1]):
 def med(variant, key):
     values = rows.get(variant, {}).get(key)
     return statistics.median(values) if values else float("nan")
+labels = [build.split("=", 1)[0] for build in sys.argv[3].split()]
+variants = sys.argv[2].split()
 print()
-print("| variant | perftest round trip (2 × tag_lat p50) | ringfs Ping round trip | difference "
+print("| variant | build | perftest round trip (2 × tag_lat p50) | ringfs Ping round trip | difference "
       "| perftest tag_bw 1 MiB | ringfs write 1 MiB | ratio | ringfs read 1 MiB | ratio |")
-print("|---|---|---|---|---|---|---|---|---|")
-for variant in sys.argv[2].split():
-    trip, write, read = med(variant, "round_trip_us"), med(variant, "write_mb_s"), med(variant, "read_mb_s")
-    anchor_trip, anchor_bw = 2 * med(variant, "perftest_lat_us"), med(variant, "perftest_bw_mb_s")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for variant in variants:
     anchor = "perftest_lat_us" in rows.get(variant, {})
-    cells = [f"{variant} ({lanes.get(variant, '?')})",
-             f"{anchor_trip:.2f} µs" if anchor else "–", f"{trip:.2f} µs",
-             f"{trip - anchor_trip:+.2f} µs" if anchor else "–",
-             f"{anchor_bw:.0f} MB/s" if anchor else "–",
-             f"{write:.0f} MB/s", f"{write / anchor_bw:.2f}×" if anchor else "–",
-             f"{read:.0f} MB/s", f"{read / anchor_bw:.2f}×" if anchor else "–"]
-    print("| " + " | ".join(cells) + " |")
+    anchor_trip, anchor_bw = 2 * med(variant, "perftest_lat_us"), med(variant, "perftest_bw_mb_s")
+    for label in labels:
+        trip, write, read = med(variant, "round_trip_us:" + label), med(variant, "write_mb_s:" + label), med(variant, "read_mb_s:" + label)
+        cells = [f"{variant} ({lanes.get(variant, '?')})", label or "–",
+                 f"{anchor_trip:.2f} µs" if anchor else "–", f"{trip:.2f} µs",
+                 f"{trip - anchor_trip:+.2f} µs" if anchor else "–",
+                 f"{anchor_bw:.0f} MB/s" if anchor else "–",
+                 f"{write:.0f} MB/s", f"{write / anchor_bw:.2f}×" if anchor else "–",
+                 f"{read:.0f} MB/s", f"{read / anchor_bw:.2f}×" if anchor else "–"]
+        print("| " + " | ".join(cells) + " |")
 if "tcp" in rows:
     print()
-    print("ringfs over UCX against ringfs over TCP (same run):")
-    for variant in sys.argv[2].split():
+    print("ringfs over UCX against ringfs over TCP (same run, same build):")
+    for variant in variants:
         if variant == "tcp" or variant not in rows:
             continue
-        print(f"  {variant}: round trip {med(variant, 'round_trip_us') / med('tcp', 'round_trip_us'):.2f}× TCP's, "
-              f"write {med(variant, 'write_mb_s') / med('tcp', 'write_mb_s'):.2f}×, read {med(variant, 'read_mb_s') / med('tcp', 'read_mb_s'):.2f}×")
+        for label in labels:
+            ratio = lambda key: med(variant, f"{key}:{label}") / med("tcp", f"{key}:{label}")
+            print(f"  {variant} {label}: round trip {ratio('round_trip_us'):.2f}× TCP's, "
+                  f"write {ratio('write_mb_s'):.2f}×, read {ratio('read_mb_s'):.2f}×")
+if len(labels) > 1:
+    print()
+    print(f"Against the first build ({labels[0]}):")
+    for variant in variants:
+        for label in labels[1:]:
+            ratio = lambda key: med(variant, f"{key}:{label}") / med(variant, f"{key}:{labels[0]}")
+            print(f"  {variant} {label}: round trip {ratio('round_trip_us'):.2f}×, write {ratio('write_mb_s'):.2f}×, read {ratio('read_mb_s'):.2f}×")
 EOF
