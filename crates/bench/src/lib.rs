@@ -9,6 +9,8 @@
 //! - [`flush`]: `ringfs bench flush`, a compute/snapshot job against each flush policy of
 //!   cache mode.
 //! - [`ucx`]: `ringfs bench ucx`, the UCX frame transport against `ucx_perftest`.
+//! - [`rpc_trip`]: `ringfs bench rpc`, the request round trip and 1 MiB bandwidth of the
+//!   client against one server of a running cluster, on its transport (TCP or UCX).
 //!
 //! The `ringfs` command wires these to `ringfs bench …` and starts the worker processes as
 //! `ringfs bench worker …`.
@@ -31,6 +33,7 @@ pub mod gmem_apps;
 pub mod gmem_verdict;
 pub mod io500;
 pub mod micro;
+pub mod rpc_trip;
 pub mod target;
 pub mod ucx;
 pub mod workers;

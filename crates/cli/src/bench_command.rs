@@ -37,6 +37,9 @@ pub enum BenchCommand {
     /// (`micro`, the default), or the shared scan and the out-of-core stencil with and
     /// without caches and cooperation (`scan`, `stencil`).
     Gmem(crate::gmem_bench_command::GmemBenchArgs),
+    /// The client's `Ping` round trip and 1 MiB write/read bandwidth against the first
+    /// server of the running cluster (RINGFS_SERVER), on the cluster's transport.
+    Rpc(crate::ucx_bench_command::RpcBenchArgs),
     /// UCX: the frame transport against `ucx_perftest` on the same UCX transports.
     Ucx(crate::ucx_bench_command::UcxBenchArgs),
     /// (internal) the server process of `ringfs bench ucx`.
@@ -752,6 +755,7 @@ pub fn run(command: BenchCommand) -> Result<()> {
         BenchCommand::Flush(args) => run_flush(&args),
         BenchCommand::Connections(args) => run_connections(&args),
         BenchCommand::Gmem(args) => crate::gmem_bench_command::run(&args),
+        BenchCommand::Rpc(args) => crate::ucx_bench_command::run_rpc(&args),
         BenchCommand::Ucx(args) => crate::ucx_bench_command::run(&args),
         BenchCommand::UcxServe(args) => crate::ucx_bench_command::serve(&args),
         BenchCommand::GmemRank => match std::env::var(env::GMEM_APP) {

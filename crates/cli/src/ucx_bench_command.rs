@@ -1,9 +1,12 @@
-//! `ringfs bench ucx`: the UCX frame transport against `ucx_perftest` (see `ringfs_bench::ucx`).
+//! `ringfs bench ucx`: the UCX frame transport against `ucx_perftest` (see `ringfs_bench::ucx`),
+//! and `ringfs bench rpc`: the client's round trip and bandwidth on a running cluster's
+//! transport (see `ringfs_bench::rpc_trip`).
 
 use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
+use ringfs_bench::rpc_trip;
 use ringfs_bench::ucx::{self, UcxBenchConfig};
 
 #[derive(Args, Debug)]
@@ -29,6 +32,19 @@ pub struct UcxBenchArgs {
     /// Also compare forced RMA with UCX's own RMA (ucx_perftest ucp_get, ucp_put_bw).
     #[arg(long)]
     pub rma: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RpcBenchArgs {
+    /// Pings timed per repeat.
+    #[arg(long, default_value_t = 20_000)]
+    pub pings: usize,
+    /// Bytes written and read per repeat, in 1 MiB requests.
+    #[arg(long, default_value = "64M")]
+    pub size: String,
+    /// Repeats (the report gives medians).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
 }
 
 #[derive(Args, Debug)]
@@ -67,4 +83,13 @@ pub fn run(args: &UcxBenchArgs) -> Result<()> {
 
 pub fn serve(args: &UcxServeArgs) -> Result<()> {
     Ok(ucx::serve(&args.transports, Duration::from_millis(args.spin_ms), args.rma_threshold)?)
+}
+
+pub fn run_rpc(args: &RpcBenchArgs) -> Result<()> {
+    let size_bytes = crate::server_command::parse_bytes(&args.size)?;
+    let config = rpc_trip::RpcBenchConfig { pings: args.pings.max(100), size_bytes, repeats: args.repeats.max(1) };
+    let client = ringfs_client::Client::from_env()?;
+    let result = rpc_trip::run(&client, &config)?;
+    print!("{}", rpc_trip::report(&result));
+    Ok(())
 }

@@ -86,6 +86,31 @@ fn threads_share_a_connection_with_data_of_every_size() {
     assert_eq!(service.handled.load(Ordering::Relaxed), 600);
 }
 
+/// Threads waiting on one connection take turns progressing the worker and sleep on their
+/// own inbox, which is signalled only while they sleep: each must still get its answer, also
+/// the last ones, after which no other message comes to wake a sleeper that was missed.
+fn threads_waiting_on_one_connection_each_get_their_answer() {
+    let (_server, endpoint, service) = start_server();
+    let connection = Arc::new(Connection::open(&endpoint, &config(SECRET, 5000)).unwrap());
+    let threads: Vec<_> = (0..8u64)
+        .map(|thread| {
+            let connection = connection.clone();
+            std::thread::spawn(move || {
+                for i in 0..200u64 {
+                    // Mostly immediate answers, sometimes one that makes the others sleep.
+                    let request = if (thread + i) % 50 == 0 { stat(2) } else { Request::Ping };
+                    let reply = connection.call(&request, &[]).unwrap_or_else(|error| panic!("thread {thread} request {i}: {error}"));
+                    assert_ne!(reply.response, Response::Error(Errno::ENOSYS));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    assert_eq!(service.handled.load(Ordering::Relaxed), 1600);
+}
+
 fn large_data_round_trips() {
     let (_server, endpoint, _) = start_server();
     let connection = Connection::open(&endpoint, &config(SECRET, 10_000)).unwrap();
@@ -221,11 +246,12 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 11] = [
+    let scenarios: [(&str, fn()); 12] = [
         ("connections_closed_and_reopened_at_once_each_work", connections_closed_and_reopened_at_once_each_work),
         ("requests_are_answered_and_the_lanes_reported", requests_are_answered_and_the_lanes_reported),
         ("pipelined_requests_each_get_their_answer", pipelined_requests_each_get_their_answer),
         ("threads_share_a_connection_with_data_of_every_size", threads_share_a_connection_with_data_of_every_size),
+        ("threads_waiting_on_one_connection_each_get_their_answer", threads_waiting_on_one_connection_each_get_their_answer),
         ("large_data_round_trips", large_data_round_trips),
         ("a_wrong_secret_is_refused_and_others_go_on", a_wrong_secret_is_refused_and_others_go_on),
         ("a_slow_answer_times_out", a_slow_answer_times_out),

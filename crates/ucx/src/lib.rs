@@ -39,7 +39,7 @@ pub use context::{Context, ContextConfig, is_available, version};
 pub use endpoint::{Endpoint, Lane, Listener, MessageBuffers};
 pub use memory::{MemoryRegion, RegistrationCache, RemoteKey};
 pub use operation::{Operation, StableBuffer};
-pub use worker::{DEFAULT_SPIN, IncomingMessage, Worker};
+pub use worker::{DEFAULT_SPIN, HeldPayload, IncomingMessage, Worker};
 
 use thiserror::Error;
 

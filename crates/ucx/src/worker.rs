@@ -292,6 +292,12 @@ impl Worker {
         !self.inner.messages.borrow().is_empty()
     }
 
+    /// Gives back a payload taken with [`IncomingMessage::into_held`] to UCX (on the
+    /// worker's thread, or under the lock that serializes it).
+    pub fn release(&self, payload: HeldPayload) {
+        release_payload(self.inner.functions, self.inner.handle, &Payload::Held { descriptor: payload.descriptor, length: payload.length });
+    }
+
     /// Number of requests still owned by the worker because their owners let go early.
     pub fn orphan_count(&self) -> usize {
         self.inner.orphans.borrow().len()
@@ -436,6 +442,28 @@ fn release_payload(functions: &Functions, worker: sys::ucp_worker_h, payload: &P
     }
 }
 
+/// A received payload taken out of its message ([`IncomingMessage::into_held`]) and still in
+/// UCX's receive buffer, readable without a copy by any thread until it is given back with
+/// [`Worker::release`]. Dropping it instead leaks the buffer until the worker is destroyed.
+pub struct HeldPayload {
+    descriptor: *mut c_void,
+    length: usize,
+}
+
+// SAFETY: the bytes are UCX's receive buffer, which UCX neither moves nor touches until the
+// payload is released, and which this type only reads; releasing goes through the worker.
+unsafe impl Send for HeldPayload {}
+// SAFETY: as above: shared references only read the bytes.
+unsafe impl Sync for HeldPayload {}
+
+impl HeldPayload {
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: UCX keeps `length` bytes at the descriptor until the payload is released,
+        // which takes the payload by value.
+        unsafe { std::slice::from_raw_parts(self.descriptor.cast::<u8>(), self.length) }
+    }
+}
+
 /// An active message taken from a worker's queue.
 pub struct IncomingMessage {
     worker: Rc<WorkerInner>,
@@ -484,6 +512,18 @@ impl IncomingMessage {
     /// [`Endpoint::key`] does; 0 if the sender asked for no reply endpoint.
     pub fn endpoint_key(&self) -> usize {
         self.raw().reply_endpoint as usize
+    }
+
+    /// The payload, taken out of the message without a copy, if UCX holds it in its receive
+    /// buffer (`Err(self)`: it was copied out, or it is a rendezvous payload).
+    pub fn into_held(mut self) -> Result<HeldPayload, IncomingMessage> {
+        match self.raw.take() {
+            Some(RawMessage { payload: Payload::Held { descriptor, length }, .. }) => Ok(HeldPayload { descriptor, length }),
+            raw => {
+                self.raw = raw;
+                Err(self)
+            }
+        }
     }
 
     /// Fetches a rendezvous payload (or copies an arrived one) into `buffer`, which must hold

@@ -19,7 +19,7 @@ use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
 use ringfs_ucx::frames::{BulkTransfer, REQUEST, RESPONSE};
 use ringfs_ucx::{IncomingMessage, MemoryRegion};
 
-use super::engine::{Engine, Inbox, Link, Side, State};
+use super::engine::{Engine, Inbox, Link, Side, State, Watch};
 use super::{Settings, describe_lanes, io_error, resolve};
 
 /// A response as the engine routed it.
@@ -131,7 +131,7 @@ impl Channel {
     pub(crate) fn connect(address: &str, spin: Duration) -> io::Result<Channel> {
         let engine = client_engine().map_err(io_error)?;
         let socket = resolve(address)?;
-        let inbox = Inbox::new()?;
+        let inbox = Inbox::new(Watch::Sleepers)?;
         let key = {
             let mut state = engine.lock();
             let endpoint = state.worker.connect(socket).map_err(io_error)?;
@@ -242,7 +242,7 @@ impl Channel {
     /// reason once the connection ended and every response was taken.
     pub(crate) fn receive(&self, wait: Duration) -> Result<Option<Received>, String> {
         let deadline = Instant::now() + wait;
-        self.engine.wait_until(self.inbox.raw_fd(), deadline, self.spin, || self.inbox.is_ready());
+        self.engine.wait_until(&self.inbox, deadline, self.spin);
         self.inbox.with(|queue| match queue.items.pop_front() {
             Some(received) => Ok(Some(received)),
             None => queue.closed.clone().map_or(Ok(None), Err),

@@ -17,7 +17,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ringfs_ucx::{Context, ContextConfig, Endpoint, Operation, RegistrationCache, Worker};
+use ringfs_ucx::{Context, ContextConfig, Endpoint, HeldPayload, Operation, RegistrationCache, Worker};
 
 use super::Settings;
 use super::client::ClientSide;
@@ -50,35 +50,76 @@ pub(crate) fn context() -> Result<Context, ringfs_ucx::Error> {
     }
 }
 
+/// Who needs a connection's event descriptor to be readable while messages wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Watch {
+    /// A server's event loop watches it in its epoll set whenever nobody serves the
+    /// connection: it is signalled unless the thread serving the connection is taking the
+    /// messages itself ([`Inbox::serve`]).
+    EventLoop,
+    /// Only threads of [`Engine::wait_until`] sleep on it (a client's connection): it is
+    /// signalled only while one of them sleeps. The others progress the worker themselves
+    /// and see the queue, so most responses cost no `write` and `read` on the descriptor.
+    Sleepers,
+}
+
 /// Messages for one connection, outside the engine's lock, and the descriptor that is
-/// readable while some wait (or the connection ended).
+/// readable while some wait (or the connection ended) and someone may be watching it.
+///
+/// Invariant (kept under the queue's lock): for [`Watch::EventLoop`], a queue with
+/// messages or an end is signalled whenever no thread is serving it; for
+/// [`Watch::Sleepers`], whenever a thread sleeps on it.
 pub(crate) struct Inbox<T> {
     queue: Mutex<Queue<T>>,
     wakeup: EventFd,
+    watch: Watch,
 }
 
 pub(crate) struct Queue<T> {
     pub(crate) items: VecDeque<T>,
     /// Why the connection ended, once it did.
     pub(crate) closed: Option<String>,
+    /// The descriptor was made readable and not drained since.
+    signalled: bool,
+    /// Threads sleeping on the descriptor ([`Watch::Sleepers`]).
+    sleepers: usize,
+    /// The thread serving the connection is taking its messages itself ([`Inbox::serve`]).
+    serving: bool,
+}
+
+impl<T> Queue<T> {
+    fn has_news(&self) -> bool {
+        !self.items.is_empty() || self.closed.is_some()
+    }
 }
 
 impl<T> Inbox<T> {
-    pub(crate) fn new() -> std::io::Result<Arc<Inbox<T>>> {
-        Ok(Arc::new(Inbox { queue: Mutex::new(Queue { items: VecDeque::new(), closed: None }), wakeup: EventFd::new()? }))
+    pub(crate) fn new(watch: Watch) -> std::io::Result<Arc<Inbox<T>>> {
+        let queue = Queue { items: VecDeque::new(), closed: None, signalled: false, sleepers: 0, serving: false };
+        Ok(Arc::new(Inbox { queue: Mutex::new(queue), wakeup: EventFd::new()?, watch }))
     }
 
     fn lock(&self) -> MutexGuard<'_, Queue<T>> {
         self.queue.lock()
     }
 
+    /// Makes the descriptor readable if the queue has news and someone may be watching.
+    fn settle(&self, queue: &mut Queue<T>) {
+        let watched = match self.watch {
+            Watch::EventLoop => !queue.serving,
+            Watch::Sleepers => queue.sleepers > 0,
+        };
+        if watched && !queue.signalled && queue.has_news() {
+            queue.signalled = true;
+            self.wakeup.signal();
+        }
+    }
+
     /// Adds a message and wakes the connection's waiter.
     pub(crate) fn push(&self, item: T) {
         let mut queue = self.lock();
-        if queue.items.is_empty() && queue.closed.is_none() {
-            self.wakeup.signal();
-        }
         queue.items.push_back(item);
+        self.settle(&mut queue);
     }
 
     /// Marks the connection ended (once); its waiter wakes and, after the messages left,
@@ -87,7 +128,7 @@ impl<T> Inbox<T> {
         let mut queue = self.lock();
         if queue.closed.is_none() {
             queue.closed = Some(reason.to_string());
-            self.wakeup.signal();
+            self.settle(&mut queue);
         }
     }
 
@@ -95,20 +136,74 @@ impl<T> Inbox<T> {
     pub(crate) fn with<R>(&self, work: impl FnOnce(&mut Queue<T>) -> R) -> R {
         let mut queue = self.lock();
         let result = work(&mut queue);
-        if queue.items.is_empty() && queue.closed.is_none() {
+        if queue.signalled && !queue.has_news() {
+            queue.signalled = false;
             self.wakeup.drain();
         }
+        self.settle(&mut queue);
+        result
+    }
+
+    /// Runs `take` (which progresses the worker and takes what arrived for this connection)
+    /// as the thread serving the connection: messages routed meanwhile do not signal the
+    /// descriptor, since this thread takes them; whatever it leaves is signalled after.
+    pub(crate) fn serve<R>(&self, take: impl FnOnce() -> R) -> R {
+        self.lock().serving = true;
+        let result = take();
+        let mut queue = self.lock();
+        queue.serving = false;
+        self.settle(&mut queue);
         result
     }
 
     /// True if a message or the end waits.
     pub(crate) fn is_ready(&self) -> bool {
-        let queue = self.lock();
-        !queue.items.is_empty() || queue.closed.is_some()
+        self.lock().has_news()
+    }
+
+    /// Counts the caller as sleeping on the descriptor unless news wait; true if they do
+    /// (then the caller must not sleep). Called with the engine's lock held, so that a
+    /// message routed after this sees the sleeper and signals.
+    fn begin_sleep(&self) -> bool {
+        let mut queue = self.lock();
+        if queue.has_news() {
+            return true;
+        }
+        queue.sleepers += 1;
+        false
+    }
+
+    fn end_sleep(&self) {
+        let mut queue = self.lock();
+        queue.sleepers -= 1;
     }
 
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.wakeup.raw_fd()
+    }
+}
+
+/// Payloads given back by their readers, for the worker's owner to release to UCX.
+type Releases = Arc<Mutex<Vec<HeldPayload>>>;
+
+/// A payload in UCX's receive buffer, read outside the engine's lock; given back to UCX at
+/// the worker's next progress once dropped.
+pub(crate) struct Held {
+    payload: Option<HeldPayload>,
+    releases: Releases,
+}
+
+impl Held {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        self.payload.as_ref().map_or(&[], HeldPayload::bytes)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(payload) = self.payload.take() {
+            self.releases.lock().push(payload);
+        }
     }
 }
 
@@ -153,6 +248,8 @@ pub(crate) struct State {
     pub(crate) in_flight: Vec<InFlight>,
     closing: Vec<Closing>,
     cache: Option<Arc<RegistrationCache>>,
+    /// Payloads read outside the lock and given back, to release to UCX.
+    releases: Releases,
     /// Buffers of requests' and responses' data, reused so that their registrations are too.
     pub(crate) spare: Vec<Vec<u8>>,
     pub(crate) settings: Settings,
@@ -213,8 +310,17 @@ impl State {
         }
     }
 
+    /// Keeps `payload` in UCX's receive buffer for a reader outside the lock.
+    pub(crate) fn hold(&self, payload: HeldPayload) -> Held {
+        Held { payload: Some(payload), releases: self.releases.clone() }
+    }
+
     /// Progresses the worker and routes what arrived; the number of events handled.
     pub(crate) fn progress(&mut self) -> usize {
+        let released = std::mem::take(&mut *self.releases.lock());
+        for payload in released {
+            self.worker.release(payload);
+        }
         let mut events = self.worker.progress();
         while let Some(message) = self.worker.next_message() {
             events += 1;
@@ -311,6 +417,7 @@ impl Engine {
             in_flight: Vec::new(),
             closing: Vec::new(),
             cache: None,
+            releases: Arc::new(Mutex::new(Vec::new())),
             spare: Vec::new(),
             settings,
         };
@@ -332,13 +439,13 @@ impl Engine {
         self.worker_fd
     }
 
-    /// Progresses until `ready` says so or `deadline` passes: spinning for `spin` after the
-    /// last event, then sleeping on the worker's and `inbox_fd`'s descriptors (the inbox is
-    /// filled by whoever progresses). True if `ready`.
-    pub(crate) fn wait_until(&self, inbox_fd: RawFd, deadline: Instant, spin: Duration, ready: impl Fn() -> bool) -> bool {
+    /// Progresses until `inbox` has news or `deadline` passes: spinning for `spin` after
+    /// the last event, then sleeping on the worker's and the inbox's descriptors (the inbox
+    /// is filled by whoever progresses). True if the inbox has news.
+    pub(crate) fn wait_until<T>(&self, inbox: &Inbox<T>, deadline: Instant, spin: Duration) -> bool {
         let mut last_event = Instant::now();
         loop {
-            if ready() {
+            if inbox.is_ready() {
                 return true;
             }
             let armed = {
@@ -346,7 +453,7 @@ impl Engine {
                 if state.progress() > 0 {
                     last_event = Instant::now();
                 }
-                if ready() {
+                if inbox.is_ready() {
                     return true;
                 }
                 let now = Instant::now();
@@ -354,10 +461,16 @@ impl Engine {
                     return false;
                 }
                 // Busy: events are pending, progress again at once.
-                now.duration_since(last_event) >= spin && state.worker.arm().unwrap_or(false)
+                let armed = now.duration_since(last_event) >= spin && state.worker.arm().unwrap_or(false);
+                // Counted as a sleeper under the engine's lock: whoever routes next signals.
+                if armed && inbox.begin_sleep() {
+                    return true;
+                }
+                armed
             };
             if armed {
-                sleep_on(&[self.worker_fd, inbox_fd], deadline.saturating_duration_since(Instant::now()));
+                sleep_on(&[self.worker_fd, inbox.raw_fd()], deadline.saturating_duration_since(Instant::now()));
+                inbox.end_sleep();
                 last_event = Instant::now();
             } else {
                 std::thread::yield_now();

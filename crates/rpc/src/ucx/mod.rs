@@ -16,7 +16,12 @@
 //! message to the *inbox* of its connection, whose event descriptor wakes the connection's
 //! waiter. On the server a UCX connection is therefore an ordinary [`crate::link::Link`]
 //! to the event loop, registered in its epoll set like a socket, with the same handshake,
-//! limits and threads; an idle server sleeps in `epoll_wait`, never spins.
+//! limits and threads; an idle server sleeps in `epoll_wait`, never spins. The descriptor is
+//! only signalled when someone may be sleeping on it (a client thread asleep; the event loop,
+//! unless the thread serving the connection takes the message itself), and large request
+//! payloads stay in UCX's receive buffer until the reader copies them where the frame's data
+//! goes (`engine::Held`): measured in docs/PERFORMANCE.md ("ringfs over UCX against
+//! ucx_perftest").
 
 pub(crate) mod client;
 pub(crate) mod engine;

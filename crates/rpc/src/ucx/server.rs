@@ -22,7 +22,7 @@ use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
 use ringfs_ucx::frames::{REQUEST, RESPONSE};
 use ringfs_ucx::{Endpoint, IncomingMessage, Operation, RemoteKey, StableBuffer};
 
-use super::engine::{Engine, InFlight, Inbox, Link as EngineLink, Side, State};
+use super::engine::{Engine, Held, InFlight, Inbox, Link as EngineLink, Side, State, Watch};
 use super::{Settings, io_error, resolve};
 use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
 
@@ -34,8 +34,28 @@ const MAX_LENT_DESTINATIONS: usize = 65_536;
 
 /// Bytes of a frame in a connection's inbox, read from `read` on.
 pub(crate) struct Segment {
-    bytes: Vec<u8>,
+    bytes: SegmentBytes,
     read: usize,
+}
+
+enum SegmentBytes {
+    Owned(Vec<u8>),
+    /// A large request payload left in UCX's receive buffer: the reader copies it once, to
+    /// where the frame's data goes, instead of once more into the inbox on arrival.
+    Held(Held),
+}
+
+impl Segment {
+    fn owned(bytes: Vec<u8>) -> Segment {
+        Segment { bytes: SegmentBytes::Owned(bytes), read: 0 }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match &self.bytes {
+            SegmentBytes::Owned(bytes) => bytes,
+            SegmentBytes::Held(held) => held.bytes(),
+        }
+    }
 }
 
 /// A connection accepted by a [`UcxListener`], as the engine sees it.
@@ -106,18 +126,16 @@ impl State {
     /// Hands a request to its connection's inbox (after fetching its data, if lent); a
     /// request that breaks the rules ends the connection.
     pub(crate) fn route_request(&mut self, key: usize, message: IncomingMessage) {
-        if let Err(reason) = self.accept_request(key, &message) {
+        if let Err(reason) = self.accept_request(key, message) {
             self.close_link(key, &reason, false);
         }
     }
 
-    fn accept_request(&mut self, key: usize, message: &IncomingMessage) -> Result<(), String> {
+    fn accept_request(&mut self, key: usize, message: IncomingMessage) -> Result<(), String> {
         let header = RequestHeader::decode(message.header(), message.len()).map_err(|error| format!("a malformed request: {error}"))?;
         let payload = message.data().ok_or("a request sent by rendezvous (ringfs clients send eagerly)")?;
-        let fetching = header.source.as_ref().map(|source| (self.buffer(source.length as usize), self.cache()));
-        let inline_length = HEADER_LEN + payload.len();
-        let inline_buffer =
-            if inline_length >= self.settings.rma_threshold { self.empty_buffer(inline_length) } else { Vec::with_capacity(inline_length) };
+        let fetching = header.source.as_ref().map(|source| (self.buffer(source.length as usize), self.cache(), payload.to_vec()));
+        let inline = if fetching.is_none() { Some(self.inline_segments(&header.frame, message)) } else { None };
         let Some(EngineLink { endpoint, side: Side::Server(server) }) = self.links.get_mut(&key) else { return Ok(()) };
         if (header.source.is_some() || header.destination.is_some()) && !server.authenticated {
             return Err("RMA before the handshake".into());
@@ -128,20 +146,46 @@ impl State {
             }
             server.destinations.insert(header.frame.request_id, destination.clone());
         }
-        let (Some(source), Some((buffer, cache))) = (&header.source, fetching) else {
-            let mut bytes = inline_buffer;
-            bytes.extend_from_slice(&header.frame.encode());
-            bytes.extend_from_slice(payload);
-            server.inbox.push(Segment { bytes, read: 0 });
+        let (Some(source), Some((buffer, cache, body))) = (&header.source, fetching) else {
+            if let Some((frame, data)) = inline {
+                server.inbox.push(frame);
+                if let Some(data) = data {
+                    server.inbox.push(data);
+                }
+            }
             return Ok(());
         };
         let length = source.length as usize;
         let remote = server.remote_key(endpoint, &source.key)?;
         let region = cache.register(&buffer[..length]).map_err(|error| error.to_string())?;
         let operation = endpoint.get(buffer, length, source.address, &remote, Some(region)).map_err(|error| error.to_string())?;
-        let fetch = Fetch { connection: key, frame: header.frame, body: payload.to_vec(), operation, started: Instant::now() };
+        let fetch = Fetch { connection: key, frame: header.frame, body, operation, started: Instant::now() };
         self.in_flight.push(InFlight::Fetch(fetch));
         Ok(())
+    }
+
+    /// A request's frame as inbox segments: its header and payload copied into one buffer,
+    /// or, for a large payload UCX holds in its receive buffer, the header and the payload
+    /// where it is.
+    fn inline_segments(&mut self, frame: &FrameHeader, message: IncomingMessage) -> (Segment, Option<Segment>) {
+        let mut message = message;
+        if message.len() >= self.settings.rma_threshold {
+            match message.into_held() {
+                Ok(payload) => {
+                    return (
+                        Segment::owned(frame.encode().to_vec()),
+                        Some(Segment { bytes: SegmentBytes::Held(self.hold(payload)), read: 0 }),
+                    );
+                }
+                Err(returned) => message = returned,
+            }
+        }
+        let payload = message.data().unwrap_or_default();
+        let length = HEADER_LEN + payload.len();
+        let mut bytes = if length >= self.settings.rma_threshold { self.empty_buffer(length) } else { Vec::with_capacity(length) };
+        bytes.extend_from_slice(&frame.encode());
+        bytes.extend_from_slice(payload);
+        (Segment::owned(bytes), None)
     }
 
     /// Keeps the worker's descriptor readable while operations are in flight: a large send
@@ -221,8 +265,8 @@ impl State {
         let mut bytes = Vec::with_capacity(HEADER_LEN + fetch.body.len());
         bytes.extend_from_slice(&fetch.frame.encode());
         bytes.extend_from_slice(&fetch.body);
-        server.inbox.push(Segment { bytes, read: 0 });
-        server.inbox.push(Segment { bytes: data, read: 0 });
+        server.inbox.push(Segment::owned(bytes));
+        server.inbox.push(Segment::owned(data));
     }
 
     /// Sends the response frame in `frame` (header, body, data) on connection `key`: its data
@@ -367,7 +411,7 @@ impl UcxListener {
     }
 
     fn admit(&self, state: &mut State, endpoint: Endpoint) -> io::Result<Link> {
-        let inbox = match Inbox::new() {
+        let inbox = match Inbox::new(Watch::EventLoop) {
             Ok(inbox) => inbox,
             Err(error) => {
                 endpoint.close();
@@ -399,14 +443,15 @@ impl ServerReader {
             let mut count = 0;
             while count < buffer.len() {
                 let Some(segment) = queue.items.front_mut() else { break };
-                let step = (segment.bytes.len() - segment.read).min(buffer.len() - count);
-                buffer[count..count + step].copy_from_slice(&segment.bytes[segment.read..segment.read + step]);
+                let bytes = segment.bytes();
+                let step = (bytes.len() - segment.read).min(buffer.len() - count);
+                buffer[count..count + step].copy_from_slice(&bytes[segment.read..segment.read + step]);
+                let finished = segment.read + step == bytes.len();
                 segment.read += step;
                 count += step;
-                if segment.read == segment.bytes.len()
-                    && let Some(segment) = queue.items.pop_front()
-                {
-                    emptied.push(segment.bytes);
+                // (A held payload goes back to UCX when dropped here.)
+                if finished && let Some(Segment { bytes: SegmentBytes::Owned(bytes), .. }) = queue.items.pop_front() {
+                    emptied.push(bytes);
                 }
             }
             match count {
@@ -437,8 +482,7 @@ impl Read for ServerReader {
             if Instant::now() >= deadline {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            let inbox = &self.inbox;
-            self.engine.wait_until(inbox.raw_fd(), deadline, Duration::ZERO, || inbox.is_ready());
+            self.engine.wait_until(&self.inbox, deadline, Duration::ZERO);
         }
     }
 }
@@ -453,9 +497,13 @@ impl ReadHalf for ServerReader {
         if let Some(count) = self.take_arrived(buffer) {
             return Ok(count);
         }
-        // Route what the worker holds (unless another thread is at it, routing for us).
-        self.engine.try_progress();
-        self.take_arrived(buffer).ok_or_else(|| io::ErrorKind::WouldBlock.into())
+        // Route what the worker holds (unless another thread is at it, routing for us) and
+        // take it, as the connection's server: no wake-up through the descriptor for that.
+        let taken = self.inbox.serve(|| {
+            self.engine.try_progress();
+            self.take_arrived(buffer)
+        });
+        taken.ok_or_else(|| io::ErrorKind::WouldBlock.into())
     }
 
     fn poll_fd(&self) -> Option<RawFd> {
