@@ -144,12 +144,12 @@ impl Data {
             let seen = self.node.store.backend_moves();
             match op(attempt) {
                 Err(errno @ (Errno::ENOENT | Errno::EBUSY)) => {
-                    let deadline = *deadline.get_or_insert_with(|| std::time::Instant::now() + LEASE);
+                    let deadline = *deadline.get_or_insert_with(|| crate::sched::now() + LEASE);
                     let moved = self.node.store.backend_held() || self.node.store.backend_moves() != seen;
-                    if !moved || std::time::Instant::now() >= deadline {
+                    if !moved || crate::sched::now() >= deadline {
                         return Err(errno);
                     }
-                    while self.node.store.backend_held() && std::time::Instant::now() < deadline {
+                    while self.node.store.backend_held() && crate::sched::now() < deadline {
                         crate::sched::pause(std::time::Duration::from_millis(1));
                     }
                     attempt += 1;

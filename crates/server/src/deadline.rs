@@ -43,13 +43,13 @@ pub fn past_point_of_no_return<T>(body: impl FnOnce() -> T) -> T {
 /// Whether the caller of the request being handled has stopped waiting (or nearly): a
 /// change of names not begun yet is not begun then (ETIMEDOUT).
 pub fn past_request_deadline() -> bool {
-    REQUEST_DEADLINE.with(|cell| cell.get()).is_some_and(|deadline| Instant::now() >= deadline)
+    REQUEST_DEADLINE.with(|cell| cell.get()).is_some_and(|deadline| crate::sched::now() >= deadline)
 }
 
 /// When the caller of the request this thread serves stops waiting: its deadline, or
 /// `otherwise` from now for a request without one.
 pub fn request_deadline_or(otherwise: Duration) -> Instant {
-    REQUEST_DEADLINE.with(|cell| cell.get()).unwrap_or_else(|| Instant::now() + otherwise)
+    REQUEST_DEADLINE.with(|cell| cell.get()).unwrap_or_else(|| crate::sched::now() + otherwise)
 }
 
 /// The end of a wait begun at `started`: [`WAIT_LIMIT`] later, or the request's deadline.
@@ -72,7 +72,7 @@ pub(crate) fn wait_failure() -> Errno {
 /// delayed makes no request look late.
 pub fn client_deadline(session: &mut Session, request: &Request, patience: Duration) -> Instant {
     const BEYOND_REASON_NS: i64 = 60_000_000_000;
-    let now = Instant::now();
+    let now = crate::sched::now();
     let (Some(sent), false) = (request.client_time_ns(), session.clock_samples.is_empty()) else { return now + patience };
     let sample = ringfs_rpc::wall_clock_ns().saturating_sub(sent);
     if session.clock_samples.len() == CLOCK_SAMPLES {

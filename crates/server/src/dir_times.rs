@@ -168,7 +168,7 @@ impl TouchState {
         match deferred.by_path.get_mut(dir) {
             Some(deferral) => {
                 deferral.pending_ns = deferral.pending_ns.max(time_ns);
-                deferral.last_change = Instant::now();
+                deferral.last_change = crate::sched::now();
                 true
             }
             None => false,
@@ -205,7 +205,7 @@ impl TouchState {
     fn begin_deferral(&self, dir: &str, file: FileId, collections: u64) {
         let mut deferred = self.deferred();
         if deferred.collections == collections {
-            deferred.by_path.entry(dir.to_string()).or_insert(Deferral { file, pending_ns: 0, last_change: Instant::now() });
+            deferred.by_path.entry(dir.to_string()).or_insert(Deferral { file, pending_ns: 0, last_change: crate::sched::now() });
         }
     }
 
@@ -259,7 +259,7 @@ impl TouchState {
                 deferral.pending_ns = 0;
                 return true;
             }
-            deferral.last_change.elapsed() < IDLE_DEFERRAL
+            crate::sched::since(deferral.last_change) < IDLE_DEFERRAL
         });
         touches
     }
@@ -370,7 +370,7 @@ impl DirTimes {
                 let (batch, touches) = batches.take_batch();
                 return Turn::Send(batch, touches);
             }
-            let now = Instant::now();
+            let now = crate::sched::now();
             if now >= end {
                 return Turn::GiveUp;
             }
@@ -420,20 +420,20 @@ impl DirTimes {
     /// Sends touches noted outside a request (nobody awaits them), and every
     /// [`DEFERRAL_FLUSH`] the held-back ones, until the server stops.
     pub fn dir_times_loop(&self) {
-        let mut last_flush = Instant::now();
+        let mut last_flush = crate::sched::now();
         while !self.node.shutdown.is_requested() {
             std::thread::sleep(UNAWAITED_DELAY);
             let turn = {
                 let mut batches = self.state.batches();
-                let stale = batches.pending_since.is_some_and(|since| since.elapsed() >= UNAWAITED_DELAY);
+                let stale = batches.pending_since.is_some_and(|since| crate::sched::since(since) >= UNAWAITED_DELAY);
                 stale.then(|| batches.take_batch())
             };
             if let Some((batch, touches)) = turn {
-                self.send_touches(touches, Instant::now() + TOUCH_WAIT);
+                self.send_touches(touches, crate::sched::now() + TOUCH_WAIT);
                 self.state.finished(batch);
             }
-            if last_flush.elapsed() >= DEFERRAL_FLUSH {
-                last_flush = Instant::now();
+            if crate::sched::since(last_flush) >= DEFERRAL_FLUSH {
+                last_flush = crate::sched::now();
                 self.flush_held_back();
             }
         }
@@ -456,7 +456,7 @@ impl DirTimes {
         if targets.is_empty() {
             return;
         }
-        for (touch, outcome) in self.deliver_touches(targets, Instant::now() + TOUCH_WAIT) {
+        for (touch, outcome) in self.deliver_touches(targets, crate::sched::now() + TOUCH_WAIT) {
             if let Err(errno) = outcome {
                 report_touch(&touch, errno);
             }
@@ -543,7 +543,7 @@ impl DirTimes {
 /// The end of a wait for touches: [`TOUCH_WAIT`] from now, or the request's deadline if
 /// that comes first.
 fn wait_end(deadline: Option<Instant>) -> Instant {
-    let limit = Instant::now() + TOUCH_WAIT;
+    let limit = crate::sched::now() + TOUCH_WAIT;
     deadline.map_or(limit, |deadline| deadline.min(limit))
 }
 

@@ -308,12 +308,12 @@ impl DirectoryRenames {
 
     /// On the first server of the ring: takes or gives back the namespace lock for `token`.
     pub fn namespace_lock_step(&self, token: RenameToken, acquire: bool) -> Result<Response, Errno> {
-        let started = Instant::now();
+        let started = crate::sched::now();
         let deadline = started + WAIT_LIMIT;
         let mut warned = false;
         loop {
             let mut held = self.namespace_lock.lock();
-            let now = Instant::now();
+            let now = crate::sched::now();
             if acquire && self.namespace_lock_ended.has_ended(token) {
                 // Overtaken by its release: that rename is over.
                 return Err(Errno::ETIMEDOUT);
@@ -366,7 +366,7 @@ impl DirectoryRenames {
         names.extend([path::parent(from), path::parent(to)].into_iter().flatten().filter(|parent| *parent != "/"));
         // A rename or link inside the trees keeps the freeze from taking hold; it may itself
         // wait for one of our names. So we let everything go and try again (bounded).
-        let deadline = wait_end(Instant::now());
+        let deadline = wait_end(crate::sched::now());
         let mut pause = Duration::from_millis(1);
         let outcome = loop {
             // Each attempt has a token of its own: a release or thaw of an earlier attempt
@@ -379,7 +379,7 @@ impl DirectoryRenames {
                 outcome
             });
             match attempt {
-                Err(TreeRenameError::Busy) if Instant::now() + pause < deadline => {
+                Err(TreeRenameError::Busy) if crate::sched::now() + pause < deadline => {
                     crate::sched::pause(pause);
                     pause = (pause * 2).min(Duration::from_millis(50));
                 }
@@ -494,7 +494,7 @@ impl DirectoryRenames {
     /// Asks every server to move its names (`MoveSubtree`), again and again to those that
     /// did not confirm, until all have or half the freeze's lease has passed.
     fn move_everywhere(&self, subtree: &Subtree) -> Result<(), Errno> {
-        let deadline = Instant::now() + LEASE / 2;
+        let deadline = crate::sched::now() + LEASE / 2;
         let mut pending: Vec<String> = self.node.membership().list().members.iter().map(|member| member.name.clone()).collect();
         let mut pause = Duration::from_millis(20);
         loop {
@@ -518,7 +518,7 @@ impl DirectoryRenames {
             if pending.is_empty() {
                 return Ok(());
             }
-            if Instant::now() + pause >= deadline {
+            if crate::sched::now() + pause >= deadline {
                 return Err(last_error);
             }
             crate::sched::pause(pause);

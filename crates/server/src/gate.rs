@@ -68,14 +68,14 @@ impl NamespaceGate {
                 return Ok(GatePass { _running: running });
             }
         }
-        let started = Instant::now();
+        let started = crate::sched::now();
         let deadline = wait_end(started);
         let mut warned = false;
         loop {
             {
                 let mut frozen = self.frozen.lock();
                 loop {
-                    let now = Instant::now();
+                    let now = crate::sched::now();
                     frozen.retain(|freeze| freeze.until > now);
                     self.frozen_count.store(frozen.len(), Ordering::SeqCst);
                     let blocked = frozen.iter().any(|freeze| freeze.token != token && paths.iter().any(|path| freeze.covers(path)));
@@ -95,7 +95,7 @@ impl NamespaceGate {
             let running = self.running.read();
             // A freeze may have come in between: check again while holding the pass.
             let frozen = self.frozen.lock();
-            let now = Instant::now();
+            let now = crate::sched::now();
             let blocked =
                 frozen.iter().any(|freeze| freeze.token != token && freeze.until > now && paths.iter().any(|path| freeze.covers(path)));
             drop(frozen);
@@ -114,13 +114,13 @@ impl NamespaceGate {
         {
             let mut frozen = self.frozen.lock();
             frozen.retain(|freeze| freeze.token != token);
-            frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: Instant::now() + LEASE });
+            frozen.push(Freeze { token, roots: [from.to_string(), to.to_string()], until: crate::sched::now() + LEASE });
             self.frozen_count.store(frozen.len(), Ordering::SeqCst);
         }
-        let started = Instant::now();
+        let started = crate::sched::now();
         drop(self.running.write());
-        if started.elapsed() > SLOW_WAIT {
-            log::warn!("the freeze of {from} and {to} waited {:?} for running operations", started.elapsed());
+        if crate::sched::since(started) > SLOW_WAIT {
+            log::warn!("the freeze of {from} and {to} waited {:?} for running operations", crate::sched::since(started));
         }
     }
 
@@ -167,9 +167,9 @@ mod tests {
         let freezer = {
             let gate = gate.clone();
             std::thread::spawn(move || {
-                let started = Instant::now();
+                let started = crate::sched::now();
                 gate.freeze(RenameToken(1), "/from", "/to");
-                started.elapsed()
+                crate::sched::since(started)
             })
         };
         std::thread::sleep(Duration::from_millis(50));

@@ -64,7 +64,7 @@ pub struct EndedTokens {
 
 impl EndedTokens {
     pub fn end(&self, token: RenameToken) {
-        let now = Instant::now();
+        let now = crate::sched::now();
         let mut ended = self.ended.lock();
         if ended.len() >= 4096 {
             ended.retain(|_, until| *until > now);
@@ -73,7 +73,7 @@ impl EndedTokens {
     }
 
     pub fn has_ended(&self, token: RenameToken) -> bool {
-        self.ended.lock().get(&token).is_some_and(|until| *until > Instant::now())
+        self.ended.lock().get(&token).is_some_and(|until| *until > crate::sched::now())
     }
 }
 
@@ -88,12 +88,12 @@ impl NameLocks {
     }
 
     fn take(&self, path: &str, token: RenameToken, across_servers: bool) -> Result<(), Errno> {
-        let started = Instant::now();
+        let started = crate::sched::now();
         let deadline = wait_end(started);
         let mut warned = false;
         let mut held = self.held.lock();
         loop {
-            let now = Instant::now();
+            let now = crate::sched::now();
             if across_servers && self.ended.has_ended(token) {
                 // Released while it waited: its coordinator gave up on it. Taking the lock
                 // now would hold it for a token nobody will release.
@@ -168,7 +168,7 @@ impl NameLocks {
     /// A directory rename must not move such a name: the other rename would then remove or
     /// install it at a path where it no longer is (two names for one link, or none).
     pub fn renamed_inside(&self, roots: [&str; 2], token: RenameToken) -> Option<String> {
-        let now = Instant::now();
+        let now = crate::sched::now();
         self.held
             .lock()
             .iter()
@@ -190,7 +190,7 @@ impl NameLocks {
     pub fn admit_step(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
         self.wait_free(path, token)?;
         match self.held.lock().get(path) {
-            Some(holder) if holder.token == token && holder.until > Instant::now() => Ok(()),
+            Some(holder) if holder.token == token && holder.until > crate::sched::now() => Ok(()),
             _ => {
                 log::warn!("refusing a late step of {token:x} at {path}: its name lock is not held any more");
                 Err(Errno::ETIMEDOUT)
@@ -200,10 +200,10 @@ impl NameLocks {
 
     /// Waits until `path` is not locked by another token than `token` (0: any lock counts).
     pub fn wait_free(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
-        let deadline = wait_end(Instant::now());
+        let deadline = wait_end(crate::sched::now());
         let mut held = self.held.lock();
         loop {
-            let now = Instant::now();
+            let now = crate::sched::now();
             match held.get(path) {
                 Some(other) if other.token != token && other.until > now => {}
                 _ => return Ok(()),
@@ -243,9 +243,9 @@ mod tests {
         let waiter = {
             let locks = locks.clone();
             std::thread::spawn(move || {
-                let started = Instant::now();
+                let started = crate::sched::now();
                 locks.acquire("/a", RenameToken(2)).unwrap();
-                started.elapsed()
+                crate::sched::since(started)
             })
         };
         std::thread::sleep(Duration::from_millis(50));

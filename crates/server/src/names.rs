@@ -399,14 +399,14 @@ impl Names {
 
     /// Queues a release that failed, to be tried again by [`Names::retry_releases`].
     pub fn release_later(&self, what: Release) {
-        let until = std::time::Instant::now() + crate::name_locks::LEASE;
+        let until = crate::sched::now() + crate::name_locks::LEASE;
         self.later_releases.lock().push(LaterRelease { what, until });
     }
 
     /// Tries again the releases that failed (called every heartbeat interval).
     pub fn retry_releases(&self) {
         let waiting = std::mem::take(&mut *self.later_releases.lock());
-        let now = std::time::Instant::now();
+        let now = crate::sched::now();
         let still: Vec<LaterRelease> = waiting
             .into_iter()
             .filter(|release| {

@@ -72,7 +72,7 @@ impl OpenRegistry {
             if opens.is_forgettable() {
                 clients.remove(&client);
             } else {
-                opens.gone_since = Some(Instant::now());
+                opens.gone_since = Some(crate::sched::now());
             }
         }
     }
@@ -95,7 +95,7 @@ impl OpenRegistry {
     fn known(clients: &mut HashMap<u64, ClientOpens>, client: u64) -> &mut ClientOpens {
         let opens = clients.entry(client).or_default();
         if opens.connections == 0 && opens.gone_since.is_none() {
-            opens.gone_since = Some(Instant::now());
+            opens.gone_since = Some(crate::sched::now());
         }
         opens
     }
@@ -120,7 +120,7 @@ impl OpenRegistry {
     /// of opens to end, and the clients whose locks end.
     pub fn expire(&self, grace: Duration) -> Expired {
         let mut clients = self.clients();
-        let now = Instant::now();
+        let now = crate::sched::now();
         let expired: Vec<u64> = clients
             .iter()
             .filter(|(_, opens)| opens.gone_since.is_some_and(|since| now.duration_since(since) >= grace))

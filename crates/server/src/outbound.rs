@@ -55,11 +55,11 @@ pub fn retry_uncertain<T>(step: impl FnMut() -> Result<T, Errno>) -> Result<T, E
 
 /// [`retry_uncertain`] for up to `limit`.
 pub fn retry_uncertain_for<T>(limit: Duration, mut step: impl FnMut() -> Result<T, Errno>) -> Result<T, Errno> {
-    let deadline = Instant::now() + limit;
+    let deadline = crate::sched::now() + limit;
     let mut pause = Duration::from_millis(20);
     loop {
         match step() {
-            Err(Errno::EIO) if Instant::now() + pause < deadline => {
+            Err(Errno::EIO) if crate::sched::now() + pause < deadline => {
                 crate::sched::pause(pause);
                 pause = (pause * 2).min(Duration::from_millis(500));
             }

@@ -63,7 +63,7 @@ impl DirAttrCache {
     fn get(&self, dir: &str) -> Result<Attr, u64> {
         let inner = self.lock();
         match inner.entries.get(dir) {
-            Some((attr, at)) if at.elapsed() < DIR_ATTRS_TTL => Ok(*attr),
+            Some((attr, at)) if crate::sched::since(*at) < DIR_ATTRS_TTL => Ok(*attr),
             _ => Err(inner.generation),
         }
     }
@@ -76,7 +76,7 @@ impl DirAttrCache {
         if inner.entries.len() >= MAX_REMEMBERED {
             inner.entries.clear();
         }
-        inner.entries.insert(dir.to_string(), (attr, Instant::now()));
+        inner.entries.insert(dir.to_string(), (attr, crate::sched::now()));
     }
 
     /// Forgets directory `file` (its mode or owner changed).

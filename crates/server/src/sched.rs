@@ -1,20 +1,27 @@
-//! Where a request handler waits: condition variables, pauses between retries.
+//! Where a request handler waits, and the clock it goes by: condition variables, pauses
+//! between retries, [`now`].
 //!
-//! Every such wait in the coordinators goes through [`wait_timeout`] or [`pause`]. In a server
-//! they are the plain waits they look like. A test that decides the order of the cluster's
+//! Every such wait in the coordinators goes through [`wait_timeout`] or [`pause`], and every
+//! deadline, lease and cache age they keep is read with [`now`]. In a server they are the
+//! plain waits and the clock they look like. A test that decides the order of the cluster's
 //! steps (`testing::Schedule`: one step at a time, chosen by a seed) installs a [`Turns`] on
-//! each of its threads; a wait then gives the turn to another step instead of blocking, so a
-//! seed replays the same interleaving.
+//! each of its threads; a wait then gives the turn to another step instead of blocking, and
+//! the clock advances by a fixed step per turn given, so that a seed replays the same
+//! interleaving — timeouts, lease ends and cache expiries included — however fast or loaded
+//! the machine is.
 
 use parking_lot::{Condvar, MutexGuard};
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A test's scheduler, as a thread it runs sees it.
 pub trait Turns: Send + Sync {
     /// Gives the turn to another step, and returns when this thread has it again.
     fn yield_turn(&self);
+
+    /// The scheduler's clock (it advances with the turns given, not with time).
+    fn now(&self) -> Instant;
 }
 
 thread_local! {
@@ -42,6 +49,19 @@ pub fn yield_point() {
     if let Some(turns) = turns() {
         turns.yield_turn();
     }
+}
+
+/// The time: the clock, or a test scheduler's clock on a thread it runs.
+pub fn now() -> Instant {
+    match turns() {
+        None => Instant::now(),
+        Some(turns) => turns.now(),
+    }
+}
+
+/// How long ago `earlier` was, by [`now`].
+pub fn since(earlier: Instant) -> Duration {
+    now().saturating_duration_since(earlier)
 }
 
 /// `condvar.wait_for` on `guard`, waking at most after `timeout` (callers check their

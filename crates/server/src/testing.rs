@@ -269,7 +269,7 @@ impl Net {
 /// Waits until `flag` is lowered (true), or `until` passes (false).
 fn wait_lowered(flag: &AtomicBool, until: Option<Instant>) -> bool {
     while flag.load(Ordering::SeqCst) {
-        if until.is_some_and(|until| Instant::now() >= until) {
+        if until.is_some_and(|until| crate::sched::now() >= until) {
             return false;
         }
         crate::sched::pause(Duration::from_millis(1));
@@ -305,7 +305,7 @@ impl Outbound for Port {
 
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
         let call = OutboundCall { to: member, request: &Request::Ping, data: &[] };
-        self.net.call(&self.from, call, Some(Instant::now() + timeout)).is_ok()
+        self.net.call(&self.from, call, Some(crate::sched::now() + timeout)).is_ok()
     }
 }
 
@@ -356,7 +356,13 @@ impl Port {
 pub struct Schedule {
     state: Mutex<ScheduleState>,
     turn: parking_lot::Condvar,
+    /// Where the schedule's clock starts (see [`Schedule::now`]).
+    epoch: Instant,
 }
+
+/// How far the schedule's clock advances per turn given: the time a step takes on a quiet
+/// machine, about.
+pub const TURN_TIME: Duration = Duration::from_micros(250);
 
 /// A step that keeps the turn this long without giving it back is taken to be blocked.
 pub const STALL_LIMIT: Duration = Duration::from_millis(500);
@@ -387,6 +393,10 @@ impl crate::sched::Turns for StepTurns {
     fn yield_turn(&self) {
         self.schedule.yield_turn(self.step);
     }
+
+    fn now(&self) -> Instant {
+        self.schedule.now()
+    }
 }
 
 impl Schedule {
@@ -406,6 +416,7 @@ impl Schedule {
                 live: 0,
             }),
             turn: parking_lot::Condvar::new(),
+            epoch: Instant::now(),
         });
         let watched = Arc::downgrade(&schedule);
         std::thread::spawn(move || watch_for_stalls(&watched));
@@ -453,6 +464,13 @@ impl Schedule {
         if state.running.is_none() {
             self.pick(&mut state);
         }
+    }
+
+    /// The schedule's clock: [`TURN_TIME`] per turn given so far. Its steps go by it (see
+    /// `sched::now`), so a deadline, a lease or a cached answer runs out at the same turn in
+    /// every run of a seed, however slow the machine.
+    pub fn now(&self) -> Instant {
+        self.epoch + TURN_TIME * self.state().trace.len() as u32
     }
 
     /// The order in which steps had their turns.
