@@ -19,7 +19,7 @@ use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
 use ringfs_ucx::frames::{BulkTransfer, REQUEST, RESPONSE};
 use ringfs_ucx::{IncomingMessage, MemoryRegion};
 
-use super::engine::{Engine, Inbox, Link, Side, State, Watch};
+use super::engine::{self, Inbox, Link, Protocol, Watch};
 use super::{Settings, describe_lanes, io_error, resolve};
 
 /// A response as the engine routed it.
@@ -45,6 +45,34 @@ struct Lending {
     exposed: bool,
     /// Registrations of that memory, kept until the response.
     _regions: Vec<Arc<MemoryRegion>>,
+}
+
+/// The client's half of the protocol: responses routed to their connection's inbox.
+pub(crate) struct ClientProtocol;
+
+type Engine = engine::Engine<ClientProtocol>;
+type State = engine::State<ClientProtocol>;
+
+impl Protocol for ClientProtocol {
+    type Side = ClientSide;
+    /// A client has no transfers of its own: the server moves the data.
+    type Transfer = std::convert::Infallible;
+
+    fn route(state: &mut State, key: usize, message: IncomingMessage) {
+        state.route_response(key, message);
+    }
+
+    fn advance_transfers(_: &mut State) -> usize {
+        0
+    }
+
+    fn close_side(side: &ClientSide, reason: &str) {
+        side.inbox.close(reason);
+    }
+
+    fn transfer_connection(transfer: &std::convert::Infallible) -> Option<usize> {
+        match *transfer {}
+    }
 }
 
 /// A client connection as the engine sees it.
@@ -78,7 +106,7 @@ fn client_engine() -> Result<Arc<Engine>, ringfs_ucx::Error> {
 impl State {
     /// Hands a response to its connection's inbox (its data into the lent destination if it
     /// fits); a malformed one ends the connection.
-    pub(crate) fn route_response(&mut self, key: usize, message: IncomingMessage) {
+    fn route_response(&mut self, key: usize, message: IncomingMessage) {
         if let Err(reason) = self.deliver_response(key, &message) {
             self.close_link(key, &reason, false);
         }
@@ -87,7 +115,7 @@ impl State {
     fn deliver_response(&mut self, key: usize, message: &IncomingMessage) -> Result<(), String> {
         let header = ResponseHeader::decode(message.header(), message.len()).map_err(|error| format!("a malformed response: {error}"))?;
         let payload = message.data().ok_or("a response sent by rendezvous (eager was asked for)")?;
-        let Some(Link { side: Side::Client(client), .. }) = self.links.get_mut(&key) else { return Ok(()) };
+        let Some(Link { side: client, .. }) = self.links.get_mut(&key) else { return Ok(()) };
         let lending = client.lent.remove(&header.frame.request_id);
         let (body, data) = payload.split_at(header.frame.body_len as usize);
         let data_len = header.frame.data_len as usize;
@@ -136,7 +164,7 @@ impl Channel {
             let mut state = engine.lock();
             let endpoint = state.worker.connect(socket).map_err(io_error)?;
             let side = ClientSide { inbox: inbox.clone(), lent: HashMap::new(), rma: false };
-            state.add_link(endpoint, Side::Client(side))
+            state.add_link(endpoint, side)
         };
         Ok(Channel { engine, key, inbox, spin })
     }
@@ -173,7 +201,7 @@ impl Channel {
     pub(crate) fn handshake_done(&self) {
         let mut state = self.engine.lock();
         let bulk = state.settings.bulk;
-        if let Some(Link { endpoint, side: Side::Client(client) }) = state.links.get_mut(&self.key) {
+        if let Some(Link { endpoint, side: client }) = state.links.get_mut(&self.key) {
             client.rma = match bulk {
                 BulkTransfer::Rma => true,
                 BulkTransfer::Inline => false,
@@ -197,7 +225,7 @@ impl Channel {
         let mut state = self.engine.lock();
         let threshold = state.settings.rma_threshold;
         let wants_rma = match state.links.get(&self.key) {
-            Some(Link { side: Side::Client(client), .. }) => client.rma && frame.request_id != 0,
+            Some(Link { side: client, .. }) => client.rma && frame.request_id != 0,
             _ => return Err(broken("the connection was closed")),
         };
         let cache = wants_rma.then(|| state.cache());
@@ -222,7 +250,7 @@ impl Channel {
         let mut header_bytes = Vec::with_capacity(64);
         header.encode(&mut header_bytes);
         let inline = &data[..header.inline_data()];
-        let Some(Link { endpoint, side: Side::Client(client) }) = state.links.get_mut(&self.key) else {
+        let Some(Link { endpoint, side: client }) = state.links.get_mut(&self.key) else {
             return Err(broken("the connection was closed"));
         };
         if frame.request_id != 0 && (destination.is_some() || !regions.is_empty()) {
@@ -254,7 +282,7 @@ impl Channel {
     /// the connection (nothing else can keep a late RMA access away from that memory).
     pub(crate) fn forget(&self, request_id: u64) -> bool {
         let mut state = self.engine.lock();
-        let Some(Link { side: Side::Client(client), .. }) = state.links.get_mut(&self.key) else { return false };
+        let Some(Link { side: client, .. }) = state.links.get_mut(&self.key) else { return false };
         let exposed = client.lent.remove(&request_id).is_some_and(|lending| lending.exposed);
         if exposed {
             state.close_link(self.key, "a request that lent memory to the server was given up", false);

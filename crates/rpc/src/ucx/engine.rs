@@ -10,6 +10,9 @@
 //! descriptor readable. Nobody waits for a message meant for someone else, and nobody misses
 //! one: a thread that sleeps arms the worker first and sleeps on its connection's descriptor
 //! together with the worker's (a server's event loop has both in its epoll set).
+//!
+//! What a message means is the business of the engine's [`Protocol`], the client's or the
+//! server's half (`client.rs`, `server.rs`, which build on this module; it knows neither).
 
 use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
@@ -17,11 +20,9 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ringfs_ucx::{Context, ContextConfig, Endpoint, HeldPayload, Operation, RegistrationCache, Worker};
+use ringfs_ucx::{Context, ContextConfig, Endpoint, HeldPayload, IncomingMessage, Operation, RegistrationCache, Worker};
 
 use super::Settings;
-use super::client::ClientSide;
-use super::server::ServerSide;
 use crate::server::epoll::EventFd;
 
 /// Registrations a process keeps (a client lends few distinct buffers at a time; a server
@@ -207,25 +208,33 @@ impl Drop for Held {
     }
 }
 
+/// The half of the protocol an engine speaks — the client's (`client.rs`) or the server's
+/// (`server.rs`): what it keeps per connection, the transfers it has under way, and what it
+/// does with what arrives. The engine moves messages and keeps UCX objects in one place; its
+/// protocol gives the messages meaning.
+pub(crate) trait Protocol: Sized + 'static {
+    /// What the engine keeps for each connection (its inbox among it).
+    type Side;
+    /// An operation under way that owns buffers, advanced by [`Protocol::advance_transfers`].
+    type Transfer;
+
+    /// Handles a message that arrived on connection `key`.
+    fn route(state: &mut State<Self>, key: usize, message: IncomingMessage);
+
+    /// Advances the transfers under way; the number of events handled.
+    fn advance_transfers(state: &mut State<Self>) -> usize;
+
+    /// Connection `side` has ended: its waiter learns `reason`.
+    fn close_side(side: &Self::Side, reason: &str);
+
+    /// The connection a transfer works for (none for one that only holds buffers).
+    fn transfer_connection(transfer: &Self::Transfer) -> Option<usize>;
+}
+
 /// A connection as the engine sees it.
-pub(crate) struct Link {
+pub(crate) struct Link<P: Protocol> {
     pub(crate) endpoint: Endpoint,
-    pub(crate) side: Side,
-}
-
-pub(crate) enum Side {
-    Client(ClientSide),
-    Server(ServerSide),
-}
-
-/// An operation that owns buffers and has not completed, and what to do when it has.
-pub(crate) enum InFlight {
-    /// A message sent from owned buffers: the frame buffer goes back to the pool.
-    Sent(Operation<ringfs_ucx::MessageBuffers<super::server::FrameBytes>>),
-    /// A server fetching a request's write data ([`super::server`]).
-    Fetch(super::server::Fetch),
-    /// A server placing a response's data in the client's buffer ([`super::server`]).
-    Place(super::server::Place),
+    pub(crate) side: P::Side,
 }
 
 /// An endpoint being closed once what was queued on it has been sent.
@@ -236,16 +245,16 @@ struct Closing {
 }
 
 /// Everything made from one worker; only ever touched under the engine's lock.
-pub(crate) struct State {
+pub(crate) struct State<P: Protocol> {
     pub(crate) worker: Worker,
     /// The connections, by an id never reused: UCX reuses a closed endpoint's address (its
     /// key) at once, and a connection's owner may still name its ended link.
-    pub(crate) links: HashMap<usize, Link>,
+    pub(crate) links: HashMap<usize, Link<P>>,
     /// The id of the link of each endpoint key (what messages and failures name).
     link_of_endpoint: HashMap<usize, usize>,
     next_link: usize,
     pub(crate) listener: Option<ringfs_ucx::Listener>,
-    pub(crate) in_flight: Vec<InFlight>,
+    pub(crate) in_flight: Vec<P::Transfer>,
     closing: Vec<Closing>,
     cache: Option<Arc<RegistrationCache>>,
     /// Payloads read outside the lock and given back, to release to UCX.
@@ -259,14 +268,15 @@ pub(crate) struct State {
 // messages, remote keys; they share the worker through `Rc`s) live in this struct and never
 // leave it, and the struct is only reached through the engine's mutex: one thread at a time
 // touches them (the worker is created in UCX's serialized thread mode for this), so moving
-// the struct between threads is sound.
-unsafe impl Send for State {}
+// the struct between threads is sound. (The protocol's sides and transfers are reached the
+// same way.)
+unsafe impl<P: Protocol> Send for State<P> {}
 
 /// Buffers kept for reuse, and the largest kept.
 const SPARE_BUFFERS: usize = 16;
 const LARGEST_SPARE: usize = 64 << 20;
 
-impl State {
+impl<P: Protocol> State<P> {
     /// The registration cache, made on first use (it hooks the process's memory unmapping).
     pub(crate) fn cache(&mut self) -> Arc<RegistrationCache> {
         let context = self.worker.context().clone();
@@ -325,15 +335,13 @@ impl State {
         while let Some(message) = self.worker.next_message() {
             events += 1;
             let Some(&key) = self.link_of_endpoint.get(&message.endpoint_key()) else { continue };
-            match self.links.get(&key).map(|link| matches!(link.side, Side::Client(_))) {
-                Some(true) => self.route_response(key, message),
-                Some(false) => self.route_request(key, message),
-                // From a connection that ended, or a peer that asked for no reply endpoint.
-                None => {}
+            // (None: from a connection that ended, or a peer that asked for no reply endpoint.)
+            if self.links.contains_key(&key) {
+                P::route(self, key, message);
             }
         }
         if !self.in_flight.is_empty() {
-            events += self.advance_transfers();
+            events += P::advance_transfers(self);
         }
         for endpoint_key in self.worker.take_failed_endpoints() {
             let Some(&key) = self.link_of_endpoint.get(&endpoint_key) else { continue };
@@ -347,7 +355,7 @@ impl State {
     }
 
     /// Adds a connection; its id (the key of [`State::links`]).
-    pub(crate) fn add_link(&mut self, endpoint: Endpoint, side: Side) -> usize {
+    pub(crate) fn add_link(&mut self, endpoint: Endpoint, side: P::Side) -> usize {
         let key = self.next_link;
         self.next_link += 1;
         self.link_of_endpoint.insert(endpoint.key(), key);
@@ -361,11 +369,8 @@ impl State {
         let Some(link) = self.links.remove(&key) else { return };
         self.link_of_endpoint.remove(&link.endpoint.key());
         log::debug!("closing the UCX connection with {}: {reason}", link.endpoint.peer());
-        match &link.side {
-            Side::Client(client) => client.inbox.close(reason),
-            Side::Server(server) => server.inbox.close(reason),
-        }
-        self.in_flight.retain(|operation| operation.connection() != Some(key));
+        P::close_side(&link.side, reason);
+        self.in_flight.retain(|transfer| P::transfer_connection(transfer) != Some(key));
         let flush = if graceful && link.endpoint.failure().is_none() { link.endpoint.flush().ok() } else { None };
         match flush {
             Some(flush) => self.closing.push(Closing { endpoint: link.endpoint, flush: Some(flush), until: Instant::now() + CLOSE_GRACE }),
@@ -385,27 +390,16 @@ impl State {
     }
 }
 
-impl InFlight {
-    /// The connection whose operation this is (none for a send: it only holds buffers).
-    fn connection(&self) -> Option<usize> {
-        match self {
-            InFlight::Sent(_) => None,
-            InFlight::Fetch(fetch) => Some(fetch.connection),
-            InFlight::Place(place) => Some(place.connection),
-        }
-    }
-}
-
 /// A worker and what is made from it, shared by threads (see the module's documentation).
-pub(crate) struct Engine {
-    state: Mutex<State>,
+pub(crate) struct Engine<P: Protocol> {
+    state: Mutex<State<P>>,
     /// The worker's event descriptor: readable when it has something to progress.
     worker_fd: RawFd,
 }
 
-impl Engine {
+impl<P: Protocol> Engine<P> {
     /// An engine with a worker of its own on the process's context.
-    pub(crate) fn new(settings: Settings) -> Result<Arc<Engine>, ringfs_ucx::Error> {
+    pub(crate) fn new(settings: Settings) -> Result<Arc<Engine<P>>, ringfs_ucx::Error> {
         let worker = Worker::new_serialized(&context()?)?;
         let worker_fd = worker.event_fd();
         let state = State {
@@ -424,7 +418,7 @@ impl Engine {
         Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd }))
     }
 
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State<P>> {
         self.state.lock()
     }
 

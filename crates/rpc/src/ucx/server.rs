@@ -22,7 +22,7 @@ use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
 use ringfs_ucx::frames::{REQUEST, RESPONSE};
 use ringfs_ucx::{Endpoint, IncomingMessage, Operation, RemoteKey, StableBuffer};
 
-use super::engine::{Engine, Held, InFlight, Inbox, Link as EngineLink, Side, State, Watch};
+use super::engine::{self, Held, Inbox, Link as EngineLink, Protocol, Watch};
 use super::{Settings, io_error, resolve};
 use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
 
@@ -56,6 +56,49 @@ impl Segment {
             SegmentBytes::Held(held) => held.bytes(),
         }
     }
+}
+
+/// The server's half of the protocol: requests routed to their connection's inbox once
+/// their data has been fetched, responses' data placed in the clients' memory.
+pub(crate) struct ServerProtocol;
+
+type Engine = engine::Engine<ServerProtocol>;
+type State = engine::State<ServerProtocol>;
+
+impl Protocol for ServerProtocol {
+    type Side = ServerSide;
+    type Transfer = Transfer;
+
+    fn route(state: &mut State, key: usize, message: IncomingMessage) {
+        state.route_request(key, message);
+    }
+
+    fn advance_transfers(state: &mut State) -> usize {
+        state.advance_transfers()
+    }
+
+    fn close_side(side: &ServerSide, reason: &str) {
+        side.inbox.close(reason);
+    }
+
+    fn transfer_connection(transfer: &Transfer) -> Option<usize> {
+        match transfer {
+            Transfer::Sent(_) => None,
+            Transfer::Fetch(fetch) => Some(fetch.connection),
+            Transfer::Place(place) => Some(place.connection),
+        }
+    }
+}
+
+/// An operation of the server's that owns buffers and has not completed, and what to do when
+/// it has.
+pub(crate) enum Transfer {
+    /// A message sent from owned buffers: the frame buffer goes back to the pool.
+    Sent(Operation<ringfs_ucx::MessageBuffers<FrameBytes>>),
+    /// Fetching a request's write data.
+    Fetch(Fetch),
+    /// Placing a response's data in the client's buffer.
+    Place(Place),
 }
 
 /// A connection accepted by a [`UcxListener`], as the engine sees it.
@@ -136,7 +179,7 @@ impl State {
         let payload = message.data().ok_or("a request sent by rendezvous (ringfs clients send eagerly)")?;
         let fetching = header.source.as_ref().map(|source| (self.buffer(source.length as usize), self.cache(), payload.to_vec()));
         let inline = if fetching.is_none() { Some(self.inline_segments(&header.frame, message)) } else { None };
-        let Some(EngineLink { endpoint, side: Side::Server(server) }) = self.links.get_mut(&key) else { return Ok(()) };
+        let Some(EngineLink { endpoint, side: server }) = self.links.get_mut(&key) else { return Ok(()) };
         if (header.source.is_some() || header.destination.is_some()) && !server.authenticated {
             return Err("RMA before the handshake".into());
         }
@@ -160,7 +203,7 @@ impl State {
         let region = cache.register(&buffer[..length]).map_err(|error| error.to_string())?;
         let operation = endpoint.get(buffer, length, source.address, &remote, Some(region)).map_err(|error| error.to_string())?;
         let fetch = Fetch { connection: key, frame: header.frame, body, operation, started: Instant::now() };
-        self.in_flight.push(InFlight::Fetch(fetch));
+        self.in_flight.push(Transfer::Fetch(fetch));
         Ok(())
     }
 
@@ -210,11 +253,11 @@ impl State {
     }
 
     /// Moves one operation on: `Some` if it still waits.
-    fn advance(&mut self, operation: InFlight) -> Option<InFlight> {
+    fn advance(&mut self, operation: Transfer) -> Option<Transfer> {
         let timeout = self.settings.transfer_timeout;
         match operation {
-            InFlight::Sent(mut sending) => match sending.take() {
-                None => Some(InFlight::Sent(sending)),
+            Transfer::Sent(mut sending) => match sending.take() {
+                None => Some(Transfer::Sent(sending)),
                 Some(result) => {
                     // A failed send shows as its endpoint's failure.
                     if let Ok(buffers) = result {
@@ -223,9 +266,9 @@ impl State {
                     None
                 }
             },
-            InFlight::Fetch(mut fetch) => {
+            Transfer::Fetch(mut fetch) => {
                 let result = match fetch.operation.take() {
-                    None if fetch.started.elapsed() < timeout => return Some(InFlight::Fetch(fetch)),
+                    None if fetch.started.elapsed() < timeout => return Some(Transfer::Fetch(fetch)),
                     None => Err("fetching a request's data timed out".to_string()),
                     Some(result) => result.map_err(|error| format!("fetching a request's data failed: {error}")),
                 };
@@ -235,10 +278,10 @@ impl State {
                 }
                 None
             }
-            InFlight::Place(mut place) => {
+            Transfer::Place(mut place) => {
                 if !(place.put.is_complete() && place.flush.is_complete()) {
                     if place.started.elapsed() < timeout {
-                        return Some(InFlight::Place(place));
+                        return Some(Transfer::Place(place));
                     }
                     self.close_link(place.connection, "placing a response's data timed out", false);
                     return None;
@@ -261,7 +304,7 @@ impl State {
     }
 
     fn deliver_fetched(&mut self, fetch: Fetch, data: Vec<u8>) {
-        let Some(EngineLink { side: Side::Server(server), .. }) = self.links.get(&fetch.connection) else { return };
+        let Some(EngineLink { side: server, .. }) = self.links.get(&fetch.connection) else { return };
         let mut bytes = Vec::with_capacity(HEADER_LEN + fetch.body.len());
         bytes.extend_from_slice(&fetch.frame.encode());
         bytes.extend_from_slice(&fetch.body);
@@ -279,7 +322,7 @@ impl State {
         let data_len = header.data_len as usize;
         let threshold = self.settings.rma_threshold;
         let cache = (data_len >= threshold).then(|| self.cache());
-        let Some(EngineLink { endpoint, side: Side::Server(server) }) = self.links.get_mut(&key) else {
+        let Some(EngineLink { endpoint, side: server }) = self.links.get_mut(&key) else {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the connection was closed"));
         };
         if !server.answered {
@@ -303,7 +346,7 @@ impl State {
         };
         match placing() {
             Ok(place) => {
-                self.in_flight.push(InFlight::Place(place));
+                self.in_flight.push(Transfer::Place(place));
                 self.keep_progressing();
                 Ok(())
             }
@@ -326,7 +369,7 @@ impl State {
             Some(Ok(buffers)) => self.recycle(buffers.data.bytes),
             Some(Err(error)) => return Err(error.to_string()),
             None => {
-                self.in_flight.push(InFlight::Sent(sending));
+                self.in_flight.push(Transfer::Sent(sending));
                 self.keep_progressing();
             }
         }
@@ -420,7 +463,7 @@ impl UcxListener {
         };
         let side =
             ServerSide { inbox: inbox.clone(), destinations: HashMap::new(), keys: Vec::new(), answered: false, authenticated: false };
-        let key = state.add_link(endpoint, Side::Server(side));
+        let key = state.add_link(endpoint, side);
         let reader = ServerReader { engine: self.engine.clone(), inbox, read_timeout: None };
         let writer = ServerWriter { engine: self.engine.clone(), key, frame: Vec::new() };
         Ok(Link { reader: Box::new(reader), writer: Box::new(writer), peer: PeerIdentity { pid: None } })
