@@ -190,7 +190,10 @@ fn run_workload(
                         let mut model = model.lock().unwrap();
                         model.completed.entry(file).or_default().push((version, started, Instant::now()));
                     }
-                    Err(_) => {
+                    Err(errno) => {
+                        if phase == 1 {
+                            eprintln!("phase {phase}: writing file {file} failed after {:?}: {errno:?}", started.elapsed());
+                        }
                         model.lock().unwrap().uncertain.entry(file).or_default().insert(version);
                         failed += 1;
                     }
@@ -216,7 +219,12 @@ fn run_workload(
                             wrong.lock().unwrap().push(problem);
                         }
                     }
-                    Err(_) => failed += 1,
+                    Err(errno) => {
+                        if phase == 1 {
+                            eprintln!("phase {phase}: reading file {file} failed after {:?}: {errno:?}", started.elapsed());
+                        }
+                        failed += 1;
+                    }
                 }
                 assert!(started.elapsed() < Duration::from_secs(20), "a read took {:?} (seed {seed})", started.elapsed());
                 done += 1;
@@ -233,7 +241,10 @@ fn run_workload(
             while Instant::now() < until && done < 2_000 {
                 let (from, to) = if client.stat("/tree/a").is_ok() { ("/tree/a", "/tree/b") } else { ("/tree/b", "/tree/a") };
                 let started = Instant::now();
-                if client.rename(from, to).is_err() {
+                if let Err(errno) = client.rename(from, to) {
+                    if phase == 1 {
+                        eprintln!("phase {phase}: renaming {from} failed after {:?}: {errno:?}", started.elapsed());
+                    }
                     failed += 1;
                 }
                 assert!(started.elapsed() < Duration::from_secs(20), "a directory rename took {:?} (seed {seed})", started.elapsed());
