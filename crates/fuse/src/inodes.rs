@@ -168,7 +168,8 @@ impl InodeTable {
 
     /// Records that the kernel received the inode of `file` for `path` (one more lookup).
     /// With `held`, the caller opened the file for this lookup: the table keeps one such
-    /// descriptor per inode, and returns the caller's when it is surplus (to close).
+    /// descriptor per inode, and returns the one that is surplus (to close): the caller's,
+    /// or the one kept for another file that had the inode number before.
     pub fn remember(&self, file: FileId, path: &str, held: Option<Fd>) -> Option<Fd> {
         let mut inodes = self.inodes();
         let inode = file.ino();
@@ -187,8 +188,13 @@ impl InodeTable {
             // missed.
             entry.names = None;
         }
+        let replaced = entry.file != file;
         entry.file = file;
         entry.lookups += 1;
+        if replaced {
+            // (Another file now has this inode number: the descriptor kept is not its.)
+            return std::mem::replace(&mut entry.held, held);
+        }
         if entry.held.is_some() {
             return held;
         }
@@ -399,6 +405,10 @@ mod tests {
         assert!(!table.keep(ROOT_INODE, Fd(6)));
         assert_eq!(table.remember(file(7), "/a", Some(Fd(9))), Some(Fd(9)));
         assert_eq!(table.forget(7, 2), Some(Fd(5)));
+        table.remember(file(8), "/b", Some(Fd(2)));
+        let other = FileId { anchor: 10, serial: 8 };
+        assert_eq!(table.remember(other, "/b", None), Some(Fd(2)), "kept for the file that had the number before");
+        assert_eq!(table.held(8), None);
     }
 
     #[test]
