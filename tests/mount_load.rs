@@ -410,6 +410,61 @@ fn writes_through_the_mount_ask_the_servers_nothing_but_the_writes() {
     assert_eq!(std::fs::read(mount.path("file")).unwrap(), vec![7u8; 200_000]);
 }
 
+/// Files some client still has open though their last name went, all servers together.
+fn open_unlinked(client: &ringfs_client::Client) -> u64 {
+    client.server_stats().unwrap().iter().map(|stats| stats.open_unlinked).sum()
+}
+
+#[test]
+fn opens_of_files_the_mount_keeps_ask_no_server_and_files_removed_through_it_are_let_go() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let client = cluster.client();
+    // Without the watch, the kernel keeps what it caches for the minute: only opens and
+    // reads could ask the servers.
+    let mount = cluster.mount(&["--watch-ms", "0", "--attr-timeout-ms", "60000"]);
+    let path = mount.path("file");
+    std::fs::write(&path, b"first version").unwrap();
+    let before = server_requests(&client);
+    for _ in 0..50 {
+        // (Not `fs::read`: its `fstat` after a read asks for the atime the read changed.)
+        let mut bytes = [0u8; 64];
+        let count = std::fs::File::open(&path).and_then(|mut file| file.read(&mut bytes)).unwrap();
+        assert_eq!(&bytes[..count], b"first version");
+    }
+    let asked = server_requests(&client) - before;
+    // One read each (the kernel drops a file's pages at open); the opens are made beside
+    // the descriptor the mount kept from the create (100 before).
+    assert!(asked < 75, "{asked} requests for 50 opens and reads");
+
+    // Removed by another client: the kernel still holds the name (no watch), and the file
+    // is kept for it until it forgets the inode.
+    client.unlink("/file").unwrap();
+    assert_eq!(std::fs::read(&path).unwrap(), b"first version", "opened through the inode the kernel holds");
+    assert_eq!(open_unlinked(&client), 1);
+
+    // Removed through the mount: the kernel forgets them, and the mount lets them go.
+    for index in 0..20 {
+        let path = mount.path(&format!("removed-{index}"));
+        std::fs::write(&path, b"x").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"x");
+        std::fs::remove_file(&path).unwrap();
+    }
+    assert!(within_two_seconds(|| open_unlinked(&client) == 1), "{} files kept open", open_unlinked(&client));
+
+    // Written through a descriptor opened beside the kept one, truncated at open.
+    let path = mount.path("rewritten");
+    std::fs::write(&path, b"a longer first version").unwrap();
+    std::fs::write(&path, b"second").unwrap();
+    let fd = client.open("/rewritten", ringfs_client::OpenFlags::READ, 0).unwrap();
+    let mut bytes = [0u8; 64];
+    let count = client.pread(fd, &mut bytes, 0).unwrap();
+    client.close(fd).unwrap();
+    assert_eq!(&bytes[..count], b"second", "as another client reads it");
+}
+
 #[test]
 fn extended_attributes_set_elsewhere_show_through_the_mount_once_attributes_expire() {
     if !fuse_available() {

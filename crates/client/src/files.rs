@@ -41,39 +41,51 @@ pub(crate) struct OpenFile {
     position: Mutex<u64>,
     /// Chunk 0 is known to carry the "extended" mark (set before the first write past it).
     extended: AtomicBool,
+    /// The open is registered at the file's inode server (its close ends it there); not for
+    /// a descriptor opened beside another ([`Client::open_beside`]).
+    registered: bool,
 }
 
-/// The fd table. Fds are small integers, reused after close.
+/// The fd table. Fds are small integers, reused after close (the FUSE mount keeps one open
+/// for every file the kernel holds: a free slot is found without a scan).
 #[derive(Default)]
 pub(crate) struct FileTable {
-    slots: Mutex<Vec<Option<Arc<OpenFile>>>>,
+    slots: Mutex<Slots>,
+}
+
+#[derive(Default)]
+struct Slots {
+    files: Vec<Option<Arc<OpenFile>>>,
+    /// The empty slots of `files`.
+    free: Vec<u32>,
 }
 
 impl FileTable {
     fn insert(&self, file: OpenFile) -> Fd {
         let mut slots = self.slots.lock();
         let file = Some(Arc::new(file));
-        match slots.iter().position(Option::is_none) {
+        match slots.free.pop() {
             Some(free) => {
-                slots[free] = file;
-                Fd(free as u32)
+                slots.files[free as usize] = file;
+                Fd(free)
             }
             None => {
-                slots.push(file);
-                Fd(slots.len() as u32 - 1)
+                slots.files.push(file);
+                Fd(slots.files.len() as u32 - 1)
             }
         }
     }
 
     fn get(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         let slots = self.slots.lock();
-        slots.get(fd.0 as usize).and_then(Option::clone).ok_or(Errno::EBADF)
+        slots.files.get(fd.0 as usize).and_then(Option::clone).ok_or(Errno::EBADF)
     }
 
     fn remove(&self, fd: Fd) -> Result<Arc<OpenFile>> {
         let mut slots = self.slots.lock();
-        let slot = slots.get_mut(fd.0 as usize).ok_or(Errno::EBADF)?;
-        slot.take().ok_or(Errno::EBADF)
+        let file = slots.files.get_mut(fd.0 as usize).and_then(Option::take).ok_or(Errno::EBADF)?;
+        slots.free.push(fd.0);
+        Ok(file)
     }
 }
 
@@ -150,31 +162,73 @@ impl Client {
         Err(Errno::ELOOP)
     }
 
-    /// Looks `path` up (no symlink following) and takes a reference on the regular file it
-    /// names, which keeps the file alive like an open does until [`Client::release_ref`]:
-    /// FUSE's kernel holds an inode from its lookup until it forgets it, and may open it in
-    /// between. Returns the attributes and whether a reference was taken (regular files only).
-    pub fn lookup_ref(&self, path: &str) -> Result<(Stat, bool)> {
+    /// Looks `path` up (no symlink following) and opens the regular file it names, neither
+    /// for reading nor for writing: the descriptor keeps the file alive like any open until
+    /// it is closed, and other opens of the file can be made beside it without asking a
+    /// server ([`Client::open_beside`]). FUSE's kernel holds an inode from its lookup until
+    /// it forgets it, and may open it in between. Returns the attributes and the descriptor
+    /// (regular files only).
+    pub fn lookup_held(&self, path: &str) -> Result<(Stat, Option<Fd>)> {
         let path = ringfs_proto::path::canonicalize(path)?;
         for _ in 0..OPEN_ATTEMPTS {
             let opened = self.lookup_opened(&path, self.inner.client_id, 0)?;
             self.registered_with(&opened);
             let attr = opened.attr;
-            let referenced = attr.is_regular();
-            if referenced && !opened.registered {
+            if !attr.is_regular() {
+                return Ok((self.stat_from_attr(&attr)?, None));
+            }
+            if !opened.registered {
                 match self.register_open(attr.file_id) {
                     Err(Errno::ESTALE) => continue,
                     outcome => outcome?,
                 };
             }
-            return Ok((self.stat_from_attr(&attr)?, referenced));
+            let fd = self.insert_open(String::new(), &attr, OpenFlags::default());
+            return match self.stat_from_attr(&attr) {
+                Ok(stat) => Ok((stat, Some(fd))),
+                Err(errno) => {
+                    let _ = self.close(fd);
+                    Err(errno)
+                }
+            };
         }
         Err(Errno::ESTALE)
     }
 
-    /// Gives back a reference taken by [`Client::lookup_ref`] (one-way).
-    pub fn release_ref(&self, file: FileId) {
-        self.unregister_open(file);
+    /// Opens the file of `held` (an open descriptor of this client) again with `flags`,
+    /// without asking a server for anything but the truncation `flags` may ask for: the new
+    /// descriptor reads and writes the same file, and relies on `held` to keep the file
+    /// alive (the caller keeps `held` open at least as long). What the servers would check
+    /// at an open (permissions) the caller has checked.
+    pub fn open_beside(&self, held: Fd, flags: OpenFlags) -> Result<Fd> {
+        let held = self.file(held)?;
+        let fd = self.inner.files.insert(OpenFile {
+            path: String::new(),
+            file: held.file,
+            chunk_size: held.chunk_size,
+            template: held.template,
+            readable: flags.contains(OpenFlags::READ),
+            writable: flags.contains(OpenFlags::WRITE),
+            append: flags.contains(OpenFlags::APPEND),
+            position: Mutex::new(0),
+            extended: AtomicBool::new(held.extended.load(Ordering::Relaxed)),
+            registered: false,
+        });
+        if flags.contains(OpenFlags::TRUNCATE)
+            && flags.contains(OpenFlags::WRITE)
+            && let Err(errno) = self.truncate_file(held.file, 0)
+        {
+            let _ = self.close(fd);
+            return Err(errno);
+        }
+        Ok(fd)
+    }
+
+    /// Whether closing `fd` ends an open registered at the file's inode server (not for a
+    /// descriptor opened beside another): such a descriptor can keep the file alive for
+    /// others opened beside it.
+    pub fn registers_open(&self, fd: Fd) -> bool {
+        self.file(fd).is_ok_and(|file| file.registered)
     }
 
     /// Opens a file by its id (FUSE opens by inode number): registers the open at its inode.
@@ -214,6 +268,7 @@ impl Client {
             position: Mutex::new(0),
             extended: AtomicBool::new(attr.is_extended()),
             path,
+            registered: !attr.file_id.is_root(),
         })
     }
 
@@ -268,7 +323,7 @@ impl Client {
     /// a few milliseconds (closes go out in batches: see `closes.rs`).
     pub fn close(&self, fd: Fd) -> Result<()> {
         let file = self.inner.files.remove(fd)?;
-        if !file.file.is_root() {
+        if file.registered {
             self.unregister_open(file.file);
         }
         Ok(())

@@ -143,9 +143,17 @@ impl Client {
     /// Removes a name of a file, symbolic link or special file (EISDIR for a directory). The
     /// file itself goes with its last name — or, if it is open, with its last close.
     pub fn unlink(&self, path: &str) -> Result<()> {
-        let path = path::canonicalize(path)?;
         // This client's closes first: a file it closed goes with its name, not a moment later.
         self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
+        self.unlink_leaving_closes_batched(path)
+    }
+
+    /// [`Client::unlink`] without sending this client's waiting closes first: they go out
+    /// with their batch, within milliseconds. For the FUSE mount, which closes a file when
+    /// the kernel forgets it — after its last name went — so that sending the closes first
+    /// would only cost every unlink a message for the file removed before it.
+    pub fn unlink_leaving_closes_batched(&self, path: &str) -> Result<()> {
+        let path = path::canonicalize(path)?;
         self.inner
             .cluster
             .call_path_owner(&path, &self.for_caller(Request::Unlink(Unlink { path: path.clone(), time_ns: now_ns() })))
@@ -228,12 +236,19 @@ impl Client {
     /// [`Client::rename`] with `renameat2` flags: [`RenameFlags::NOREPLACE`] fails with EEXIST
     /// if `to` exists; [`RenameFlags::EXCHANGE`] swaps the two names.
     pub fn rename_with_flags(&self, from: &str, to: &str, flags: u32) -> Result<()> {
+        // As for unlinks: a file this client closed goes with the name it loses.
+        self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
+        self.rename_leaving_closes_batched(from, to, flags)
+    }
+
+    /// [`Client::rename_with_flags`] without sending this client's waiting closes first (see
+    /// [`Client::unlink_leaving_closes_batched`]).
+    pub fn rename_leaving_closes_batched(&self, from: &str, to: &str, flags: u32) -> Result<()> {
         let from = path::canonicalize(from)?;
         let to = path::canonicalize(to)?;
         if from == "/" || to == "/" {
             return Err(Errno::EBUSY);
         }
-        self.inner.closes.flush(&self.inner.cluster, self.inner.client_id);
         let request = self.for_caller(Request::Rename(Rename { from: from.clone(), to, time_ns: now_ns(), flags }));
         self.inner.cluster.call_path_owner(&from, &request).map(|_| ())
     }

@@ -6,6 +6,9 @@
 //! to, the file id — everything done to a file (open, stat, attribute changes) goes by id,
 //! whatever happened to its names — and the path it was last seen at, which operations on
 //! names inside a directory need. Lookups are counted so that `forget` can drop entries.
+//! For a regular file it keeps the descriptor the mount holds open on it until `forget`
+//! (from the lookup, or the first one the kernel released): the file stays alive for the
+//! kernel, and the kernel's opens of it are made beside that descriptor, without a server.
 //!
 //! For a directory the table also keeps the attributes last read from ringfs, with the
 //! changes of names this mount made in it since ([`InodeTable::directory_attr`]): the kernel
@@ -22,7 +25,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::FileAttr;
-use ringfs_client::{Errno, FileId};
+use ringfs_client::{Errno, Fd, FileId};
 
 /// FUSE's root inode number (and ringfs's root file id).
 pub const ROOT_INODE: u64 = 1;
@@ -31,9 +34,11 @@ struct Entry {
     file: FileId,
     path: String,
     lookups: u64,
-    /// The mount holds a reference on the file (see `ringfs_client::Client::lookup_ref`),
-    /// given back when the kernel forgets the inode.
-    referenced: bool,
+    /// A descriptor the mount keeps open on the regular file, closed when the kernel
+    /// forgets the inode: it keeps the file alive for the kernel (which may open it by inode
+    /// after its names went), and the kernel's opens are made beside it without a round
+    /// trip (see `ringfs_client::Client::open_beside`).
+    held: Option<Fd>,
     /// A directory's attributes as read from ringfs at that instant, changed since by what
     /// this mount did in it.
     directory: Option<(FileAttr, Instant)>,
@@ -89,15 +94,8 @@ pub struct InodeTable {
 impl Default for InodeTable {
     fn default() -> Self {
         let mut inodes = Inodes::default();
-        let root = Entry {
-            file: FileId::ROOT,
-            path: "/".into(),
-            lookups: 1,
-            referenced: false,
-            directory: None,
-            no_xattrs_since: None,
-            names: None,
-        };
+        let root =
+            Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, held: None, directory: None, no_xattrs_since: None, names: None };
         inodes.entries.insert(ROOT_INODE, root);
         inodes.by_path.insert("/".into(), ROOT_INODE);
         InodeTable { inodes: Mutex::new(inodes) }
@@ -169,15 +167,15 @@ impl InodeTable {
     }
 
     /// Records that the kernel received the inode of `file` for `path` (one more lookup).
-    /// With `referenced`, the caller took a reference on the file for this lookup: the table
-    /// keeps one per inode, and returns `true` when the caller's one is surplus (to give back).
-    pub fn remember(&self, file: FileId, path: &str, referenced: bool) -> bool {
+    /// With `held`, the caller opened the file for this lookup: the table keeps one such
+    /// descriptor per inode, and returns the one that is surplus (to close): the caller's,
+    /// or the one kept for another file that had the inode number before.
+    pub fn remember(&self, file: FileId, path: &str, held: Option<Fd>) -> Option<Fd> {
         let mut inodes = self.inodes();
         let inode = file.ino();
         let known = inodes.entries.get(&inode).map(|entry| entry.path == path);
         if known.is_none() {
-            let entry =
-                Entry { file, path: String::new(), lookups: 0, referenced: false, directory: None, no_xattrs_since: None, names: None };
+            let entry = Entry { file, path: String::new(), lookups: 0, held: None, directory: None, no_xattrs_since: None, names: None };
             inodes.entries.insert(inode, entry);
         }
         if known != Some(true) {
@@ -190,16 +188,40 @@ impl InodeTable {
             // missed.
             entry.names = None;
         }
+        let replaced = entry.file != file;
         entry.file = file;
         entry.lookups += 1;
-        let surplus = referenced && entry.referenced;
-        entry.referenced |= referenced;
-        surplus
+        if replaced {
+            // (Another file now has this inode number: the descriptor kept is not its.)
+            return std::mem::replace(&mut entry.held, held);
+        }
+        if entry.held.is_some() {
+            return held;
+        }
+        entry.held = held;
+        None
     }
 
-    /// The kernel dropped `count` references to `inode`. Returns the file whose reference
-    /// the mount must give back, when the last one went.
-    pub fn forget(&self, inode: u64, count: u64) -> Option<FileId> {
+    /// The descriptor the mount keeps open on `inode`'s file, if any.
+    pub fn held(&self, inode: u64) -> Option<Fd> {
+        self.inodes().entries.get(&inode).and_then(|entry| entry.held)
+    }
+
+    /// Keeps `fd` (open on `inode`'s file, its open registered at the servers) as the
+    /// inode's held descriptor if it has none: `false` if it has one, or the inode is not
+    /// known (then the caller closes `fd`).
+    pub fn keep(&self, inode: u64, fd: Fd) -> bool {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&inode).filter(|entry| entry.held.is_none() && inode != ROOT_INODE) else {
+            return false;
+        };
+        entry.held = Some(fd);
+        true
+    }
+
+    /// The kernel dropped `count` references to `inode`. Returns the descriptor the mount
+    /// must close, when the last one went.
+    pub fn forget(&self, inode: u64, count: u64) -> Option<Fd> {
         if inode == ROOT_INODE {
             return None;
         }
@@ -213,7 +235,7 @@ impl InodeTable {
         if inodes.by_path.get(&entry.path) == Some(&inode) {
             inodes.by_path.remove(&entry.path);
         }
-        entry.referenced.then_some(entry.file)
+        entry.held
     }
 
     /// Attributes of `attr.ino` (an inode the kernel holds) just read from ringfs, and
@@ -360,33 +382,51 @@ mod tests {
         let table = InodeTable::default();
         assert_eq!(table.path(ROOT_INODE).unwrap(), "/");
         assert_eq!(table.file(ROOT_INODE).unwrap(), FileId::ROOT);
-        assert!(!table.remember(file(7), "/a", true));
-        assert!(table.remember(file(7), "/a", true), "one reference per inode: the second is surplus");
+        assert_eq!(table.remember(file(7), "/a", Some(Fd(3))), None);
+        assert_eq!(table.remember(file(7), "/a", Some(Fd(4))), Some(Fd(4)), "one descriptor per inode: the second is surplus");
+        assert_eq!(table.held(7), Some(Fd(3)));
         assert_eq!(table.file(7).unwrap(), file(7));
         assert_eq!(table.forget(7, 1), None);
         assert_eq!(table.path(7).unwrap(), "/a");
-        assert_eq!(table.forget(7, 1), Some(file(7)), "the last forget gives the reference back");
+        assert_eq!(table.forget(7, 1), Some(Fd(3)), "the last forget gives the descriptor back");
         assert_eq!(table.path(7), Err(Errno::ESTALE));
         table.forget(ROOT_INODE, 100);
         assert!(table.path(ROOT_INODE).is_ok());
     }
 
     #[test]
+    fn the_first_descriptor_released_on_an_inode_without_one_is_kept_until_forgotten() {
+        let table = InodeTable::default();
+        table.remember(file(7), "/a", None);
+        assert_eq!(table.held(7), None, "created here: no descriptor kept yet");
+        assert!(table.keep(7, Fd(5)));
+        assert!(!table.keep(7, Fd(6)), "one per inode: the caller closes the second");
+        assert!(!table.keep(8, Fd(6)), "an inode the kernel does not hold");
+        assert!(!table.keep(ROOT_INODE, Fd(6)));
+        assert_eq!(table.remember(file(7), "/a", Some(Fd(9))), Some(Fd(9)));
+        assert_eq!(table.forget(7, 2), Some(Fd(5)));
+        table.remember(file(8), "/b", Some(Fd(2)));
+        let other = FileId { anchor: 10, serial: 8 };
+        assert_eq!(table.remember(other, "/b", None), Some(Fd(2)), "kept for the file that had the number before");
+        assert_eq!(table.held(8), None);
+    }
+
+    #[test]
     fn renames_move_paths_below_too() {
         let table = InodeTable::default();
         assert_eq!(table.inode_at("/"), Some(ROOT_INODE));
-        table.remember(file(2), "/d", false);
-        table.remember(file(3), "/d/f", false);
-        table.remember(file(4), "/dx", false);
+        table.remember(file(2), "/d", None);
+        table.remember(file(3), "/d/f", None);
+        table.remember(file(4), "/dx", None);
         table.renamed("/d", "/e", false);
         assert_eq!(table.path(2).unwrap(), "/e");
         assert_eq!(table.path(3).unwrap(), "/e/f");
         assert_eq!(table.path(4).unwrap(), "/dx");
         // A lookup under a new name (renamed elsewhere) updates the path.
-        table.remember(file(3), "/g", false);
+        table.remember(file(3), "/g", None);
         assert_eq!(table.path(3).unwrap(), "/g");
         // An exchange swaps both trees.
-        table.remember(file(5), "/dx/y", false);
+        table.remember(file(5), "/dx/y", None);
         table.renamed("/e", "/dx", true);
         assert_eq!(table.path(2).unwrap(), "/dx");
         assert_eq!(table.path(4).unwrap(), "/e");
@@ -397,7 +437,7 @@ mod tests {
         table.forget(4, 1);
         assert_eq!(table.inode_at("/e"), None);
         // A name given to another file points to it; forgetting the old one keeps that.
-        table.remember(file(6), "/g", false);
+        table.remember(file(6), "/g", None);
         assert_eq!(table.inode_at("/g"), Some(6));
         table.forget(3, 1);
         assert_eq!(table.inode_at("/g"), Some(6));
@@ -406,7 +446,7 @@ mod tests {
     #[test]
     fn a_directorys_attributes_follow_this_mounts_changes_until_they_expire() {
         let table = InodeTable::default();
-        table.remember(file(2), "/d", false);
+        table.remember(file(2), "/d", None);
         let read = FileAttr { ino: fuser::INodeNo(2), kind: fuser::FileType::Directory, nlink: 3, ..attr() };
         table.read_attr(&read, false);
         let later = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
@@ -427,7 +467,7 @@ mod tests {
     #[test]
     fn a_file_without_extended_attributes_is_known_so_until_the_attributes_expire() {
         let table = InodeTable::default();
-        table.remember(file(3), "/f", false);
+        table.remember(file(3), "/f", None);
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "nothing known yet");
         let read = FileAttr { ino: fuser::INodeNo(3), ..attr() };
         table.read_attr(&read, false);
@@ -442,7 +482,7 @@ mod tests {
     #[test]
     fn a_directory_made_here_knows_which_names_it_surely_lacks_until_changed_elsewhere() {
         let table = InodeTable::default();
-        table.remember(file(2), "/d", false);
+        table.remember(file(2), "/d", None);
         assert!(!table.surely_missing(2, "a"), "a directory looked up: anything may be in it");
         table.made_directory(2);
         assert!(table.surely_missing(2, "a"));
@@ -456,7 +496,7 @@ mod tests {
         table.lose_names(2);
         assert!(!table.surely_missing(2, "b"), "changed elsewhere");
         table.made_directory(2);
-        table.remember(file(2), "/moved", false);
+        table.remember(file(2), "/moved", None);
         assert!(!table.surely_missing(2, "b"), "moved by someone else");
     }
 

@@ -214,12 +214,13 @@ impl RingfsFilesystem {
     }
 
     /// Attributes of `path` for a reply that hands the kernel a reference to its inode. A
-    /// looked-up file stays alive while the kernel holds it (until `forget`), so that its
-    /// later open by inode finds it even if its name was removed or replaced meanwhile.
+    /// looked-up file stays alive while the kernel holds it (until `forget`: the mount keeps
+    /// it open, see [`inodes`]), so that its later open by inode finds it even if its name
+    /// was removed or replaced meanwhile.
     fn entry(&self, path: &str) -> Result<FileAttr, Errno> {
-        let (stat, referenced) = self.client.lookup_ref(path)?;
-        if self.inodes.remember(stat.file, path, referenced) {
-            self.client.release_ref(stat.file);
+        let (stat, held) = self.client.lookup_held(path)?;
+        if let Some(surplus) = self.inodes.remember(stat.file, path, held) {
+            let _ = self.client.close(surplus);
         }
         Ok(self.read(&stat))
     }
@@ -244,11 +245,11 @@ impl RingfsFilesystem {
     }
 
     /// Attributes of `path` just created in `parent` here, for a reply that hands the kernel
-    /// its inode (no reference is taken: the creator holds the file, and a later open of an
-    /// inode whose file went fails with ESTALE, on which the kernel looks the name up again).
+    /// its inode (not kept open: a later open of an inode whose file went fails with ESTALE,
+    /// on which the kernel looks the name up again).
     fn created_entry(&self, parent: INodeNo, path: &str) -> Result<FileAttr, Errno> {
         let stat = self.client.lstat(path)?;
-        self.inodes.remember(stat.file, path, false);
+        self.inodes.remember(stat.file, path, None);
         let attr = self.read(&stat);
         // The new name's time is the change's (a link's too: it sets the file's ctime).
         self.inodes.names_changed(parent.0, attr.ctime, i32::from(attr.kind == FileType::Directory));
@@ -451,8 +452,8 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
-        if let Some(file) = self.inodes.forget(inode.0, lookups) {
-            self.client.release_ref(file);
+        if let Some(held) = self.inodes.forget(inode.0, lookups) {
+            let _ = self.client.close(held);
         }
     }
 
@@ -514,7 +515,8 @@ impl Filesystem for RingfsFilesystem {
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let time = SystemTime::now();
-        let result = self.child_path(parent, name).and_then(|path| self.client.unlink(&path));
+        // (The mount closes the file it keeps when the kernel forgets it, after this.)
+        let result = self.child_path(parent, name).and_then(|path| self.client.unlink_leaving_closes_batched(&path));
         if result.is_ok() {
             self.inodes.names_changed(parent.0, time, 0);
             self.inodes.name_removed(parent.0, &name.to_string_lossy());
@@ -588,7 +590,7 @@ impl Filesystem for RingfsFilesystem {
             if flags.contains(RenameFlags::RENAME_WHITEOUT) {
                 return Err(Errno::EINVAL);
             }
-            if let Err(errno) = self.client.rename_with_flags(&from, &to, ringfs_flags) {
+            if let Err(errno) = self.client.rename_leaving_closes_batched(&from, &to, ringfs_flags) {
                 if errno == Errno::EIO || errno == Errno::ETIMEDOUT {
                     // (It may have happened.)
                     self.inodes.lose_names(parent.0);
@@ -610,9 +612,13 @@ impl Filesystem for RingfsFilesystem {
     }
 
     fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        // By id: the file the kernel holds, whatever its names are now.
+        // By id: the file the kernel holds, whatever its names are now; beside the
+        // descriptor the mount keeps on it if there is one (no round trip: see `inodes`).
         let flags = self.kernel_open_flags(flags.0);
-        let result = self.inodes.file(inode.0).and_then(|file| self.client.open_file(file, flags));
+        let result = match self.inodes.held(inode.0) {
+            Some(held) => self.client.open_beside(held, flags),
+            None => self.inodes.file(inode.0).and_then(|file| self.client.open_file(file, flags)),
+        };
         match result {
             Ok(fd) => reply.opened(FileHandle(fd.0 as u64), self.open_flags()),
             Err(errno) => reply.error(fuse_errno(errno)),
@@ -624,7 +630,7 @@ impl Filesystem for RingfsFilesystem {
         let result = self.child_path(parent, name).and_then(|path| {
             let (fd, stat) =
                 self.caller(request).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
-            self.inodes.remember(stat.file, &path, false);
+            self.inodes.remember(stat.file, &path, None);
             let attr = self.read(&stat);
             self.inodes.names_changed(parent.0, attr.ctime, 0);
             self.inodes.name_added(parent.0, &name.to_string_lossy());
@@ -694,7 +700,11 @@ impl Filesystem for RingfsFilesystem {
     ) {
         // The last close of an open file description ends its `flock` and OFD locks.
         let released = self.release_locks(inode, handle, |_, through| through == handle);
-        let closed = self.client.close(fd_of(handle));
+        // The first registered open of an inode the mount keeps no descriptor on becomes
+        // the one it keeps (later opens need no round trip).
+        let fd = fd_of(handle);
+        let kept = self.client.registers_open(fd) && self.inodes.keep(inode.0, fd);
+        let closed = if kept { Ok(()) } else { self.client.close(fd) };
         Self::reply_empty(reply, released.and(closed));
     }
 
@@ -796,7 +806,7 @@ impl Filesystem for RingfsFilesystem {
                 let full = reply.add(INodeNo(entry.stat.ino), cookie, name, &timeout, &file_attr(&entry.stat), Generation(0));
                 if !full {
                     // The kernel now holds a reference to the entry's inode.
-                    self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), false);
+                    self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), None);
                     self.read(&entry.stat);
                 }
                 full
