@@ -89,9 +89,9 @@ fn report_segmentation_faults() {
     use std::backtrace::Backtrace;
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;
+    use std::sync::{Mutex, OnceLock};
     static FAULT: Mutex<Option<(String, Backtrace)>> = Mutex::new(None);
-    static HANDLER_SIDE: std::sync::OnceLock<UnixStream> = std::sync::OnceLock::new();
-    use std::sync::Mutex;
+    static HANDLER_SIDE: OnceLock<UnixStream> = OnceLock::new();
 
     extern "C" fn report(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
         // SAFETY: alarm and signal are async-signal-safe; `info` is the kernel's siginfo.
