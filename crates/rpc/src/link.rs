@@ -20,6 +20,13 @@ pub trait ReadHalf: Read + Send {
     fn poll_fd(&self) -> Option<RawFd> {
         None
     }
+
+    /// True if what arrives for this link is signalled by its listener's descriptor, and a
+    /// thread reading it moves it on itself (UCX: the worker's), so that the listener need
+    /// not be watched while a thread polls the link (see `server::carrier`).
+    fn carried_by_listener(&self) -> bool {
+        false
+    }
 }
 
 /// The sending half of a link.

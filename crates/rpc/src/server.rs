@@ -26,7 +26,11 @@
 //! Links without a file descriptor (the simulated network of tests) get a thread each
 //! instead (`unpollable`). A frame that breaks the size limits or does not decode closes
 //! that connection only.
+//!
+//! A listener that carries its connections' traffic (UCX's worker descriptor) is not watched
+//! while a thread polls one of its connections (`carrier`).
 
+mod carrier;
 pub(crate) mod epoll;
 mod event_loop;
 mod handshake;
@@ -46,6 +50,7 @@ pub use epoll::{open_file_limit, raise_open_file_limit};
 
 use crate::log_limit::RateLimitedLog;
 use crate::transport::{Listener, PeerIdentity};
+use carrier::CarrierWatch;
 use event_loop::EventLoop;
 
 /// How often a thread waiting in the middle of a frame looks at the stall limit, and how
@@ -135,6 +140,8 @@ struct Shared<S> {
     /// Threads polling a quiet connection, at most `max_pollers`.
     pollers: AtomicUsize,
     max_pollers: usize,
+    /// Threads polling connections whose listener carries their traffic (UCX).
+    carriers: CarrierWatch,
     refusals: RefusalLogs,
 }
 
@@ -182,6 +189,9 @@ pub struct RpcCounters {
     pub handshakes: usize,
     /// Threads of the event loop (links without a descriptor have a thread each besides).
     pub threads: usize,
+    /// Times a listener that carries its connections' traffic (UCX) woke a thread: its new
+    /// connections, and messages no thread polling a connection took first.
+    pub carrier_wakeups: u64,
 }
 
 /// What [`RpcServer`] needs from its running parts, whatever the service type.
@@ -212,6 +222,7 @@ impl<S: Service> Running for RunningServer<S> {
             connections: self.shared.connections.load(Ordering::Relaxed),
             handshakes: self.shared.handshakes.load(Ordering::Relaxed),
             threads: self.event_loop.as_ref().map_or(0, |event_loop| event_loop.threads()),
+            carrier_wakeups: self.shared.carriers.wakeups(),
         }
     }
 }
@@ -244,6 +255,7 @@ impl RpcServer {
             handshakes: AtomicUsize::new(0),
             pollers: AtomicUsize::new(0),
             max_pollers: requests::max_pollers(),
+            carriers: CarrierWatch::default(),
             refusals: RefusalLogs {
                 handshake: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),
                 over_limit: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),

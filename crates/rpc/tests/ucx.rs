@@ -239,6 +239,47 @@ fn an_idle_server_and_client_do_not_spin() {
     assert!(used < Duration::from_millis(100), "an idle UCX server and its idle clients used {used:?} of CPU in 1 s");
 }
 
+/// Requests on a connection its server thread is polling are taken by that thread: the
+/// listener (the worker's descriptor) wakes no other thread for them (server/carrier.rs).
+fn a_polled_connection_does_not_wake_the_listener() {
+    let (server, endpoint, _) = common::start_server_polling(Endpoint::parse("ucx://127.0.0.1:0").unwrap(), Duration::from_millis(20));
+    let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    const PINGS: u64 = 2_000;
+    let before = server.counters().carrier_wakeups;
+    for _ in 0..PINGS {
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    }
+    let wakeups = server.counters().carrier_wakeups - before;
+    assert!(wakeups < PINGS / 10, "{wakeups} listener wake-ups for {PINGS} requests on a polled connection");
+    server.shutdown();
+}
+
+/// While the thread that polled a connection waits in a slow handler, another connection's
+/// requests are still answered at once (the listener is watched again within a tick).
+fn a_slow_handler_does_not_hold_up_other_connections() {
+    let (server, endpoint, _) = common::start_server_polling(Endpoint::parse("ucx://127.0.0.1:0").unwrap(), Duration::from_millis(5));
+    let busy = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    let other = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    assert_eq!(other.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    // Both connections quiet for longer than their poll budget (which may grow 4x): parked.
+    std::thread::sleep(Duration::from_millis(60));
+    for _ in 0..20 {
+        assert_eq!(busy.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    }
+    let slow = busy.start(&stat(400), &[], None).unwrap();
+    std::thread::sleep(Duration::from_millis(10));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        assert_eq!(other.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+        slowest = slowest.max(started.elapsed());
+    }
+    assert!(slowest < Duration::from_millis(150), "a request waited {slowest:?} behind another connection's slow handler");
+    assert_eq!(slow.wait().unwrap().response, Response::Count(400));
+    server.shutdown();
+}
+
 /// Every scenario, in this process (run by the variants below with their environment).
 #[test]
 #[ignore = "run by the variants, each in a child process with its UCX environment"]
@@ -246,7 +287,9 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 12] = [
+    let scenarios: [(&str, fn()); 14] = [
+        ("a_slow_handler_does_not_hold_up_other_connections", a_slow_handler_does_not_hold_up_other_connections),
+        ("a_polled_connection_does_not_wake_the_listener", a_polled_connection_does_not_wake_the_listener),
         ("connections_closed_and_reopened_at_once_each_work", connections_closed_and_reopened_at_once_each_work),
         ("requests_are_answered_and_the_lanes_reported", requests_are_answered_and_the_lanes_reported),
         ("pipelined_requests_each_get_their_answer", pipelined_requests_each_get_their_answer),

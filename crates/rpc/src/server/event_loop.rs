@@ -135,8 +135,18 @@ impl<S: Service> EventLoop<S> {
             event_loop.threads.fetch_add(1, Ordering::SeqCst);
             event_loop.spawn_thread()?;
         }
+        let weak = Arc::downgrade(&event_loop);
+        event_loop.shared.carriers.set_watch_again(Box::new(move || {
+            if let Some(event_loop) = weak.upgrade() {
+                event_loop.watch_carriers();
+            }
+        }));
         let watched = event_loop.clone();
         thread::Builder::new().name("ringfs-rpc-watch".into()).spawn(move || watched.occupancy.watch(|| watched.grow()))?;
+        if event_loop.listeners.iter().any(|listener| listener.carries_connections()) {
+            let watched = event_loop.clone();
+            thread::Builder::new().name("ringfs-rpc-carrier".into()).spawn(move || watched.shared.carriers.watchdog())?;
+        }
         Ok(event_loop)
     }
 
@@ -149,6 +159,7 @@ impl<S: Service> EventLoop<S> {
     /// thread is done with them.
     pub fn stop(&self) {
         self.occupancy.stop();
+        self.shared.carriers.stop();
         self.wake.signal();
         for peer in self.registry.drain_idle() {
             self.end_peer(*peer);
@@ -216,7 +227,11 @@ impl<S: Service> EventLoop<S> {
         if raw == TIMER_TOKEN {
             self.housekeep();
         } else if raw >= FIRST_LISTENER_TOKEN {
-            self.accept_from((raw - FIRST_LISTENER_TOKEN) as usize);
+            let index = (raw - FIRST_LISTENER_TOKEN) as usize;
+            if self.listeners.get(index).is_some_and(|listener| listener.carries_connections()) {
+                self.shared.carriers.count_wakeup();
+            }
+            self.accept_from(index);
         } else if let Some(token) = Token::from_event(raw)
             && let Some(peer) = self.registry.take(token)
         {
@@ -354,7 +369,21 @@ impl<S: Service> EventLoop<S> {
                 }
             }
         }
+        if listener.carries_connections() && self.shared.carriers.leave_watch_to_servers() {
+            return;
+        }
         self.arm_listener(index);
+    }
+
+    /// Watches again the listeners that carry their connections' traffic (the last thread
+    /// serving one of their connections stopped, or nobody polled them for a tick; see
+    /// `carrier`).
+    fn watch_carriers(&self) {
+        for (index, listener) in self.listeners.iter().enumerate() {
+            if listener.carries_connections() {
+                self.arm_listener(index);
+            }
+        }
     }
 
     /// While accepting pauses, a listener whose descriptor also brings the traffic of

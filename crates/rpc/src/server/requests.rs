@@ -25,11 +25,14 @@ pub struct ServedConnection<Session> {
     poll_budget: Duration,
     /// When its last poll began, if it went quiet after it.
     quiet_since: Option<Instant>,
+    /// Its traffic comes through its listener's descriptor (see [`super::carrier`]).
+    carried: bool,
 }
 
 impl<Session> ServedConnection<Session> {
     pub fn new(link: Link, session: Session, poll_budget: Duration) -> ServedConnection<Session> {
-        ServedConnection { reader: link.reader, writer: link.writer, session, poll_budget, quiet_since: None }
+        let carried = link.reader.carried_by_listener();
+        ServedConnection { reader: link.reader, writer: link.writer, session, poll_budget, quiet_since: None, carried }
     }
 }
 
@@ -108,6 +111,8 @@ impl<S: Service> Shared<S> {
             let waited = since.elapsed();
             scratch.frames.note_idle_wait((waited <= SERVER_TICK).then_some(waited));
         }
+        // While this thread serves a carried connection, its listener need not be watched.
+        let _carrier_service = (connection.carried && !waits).then(|| self.carriers.serve());
         let served = loop {
             if self.is_stopping() {
                 break Served::Ended;
@@ -119,7 +124,9 @@ impl<S: Service> Shared<S> {
                 (false, Some(_)) => WhenIdle::PollThenReturn,
                 (false, None) => WhenIdle::Return,
             };
+            let carrier_poll = (connection.carried && when_idle == WhenIdle::PollThenReturn).then(|| self.carriers.poll());
             let next = scratch.frames.next_header(connection.reader.as_mut(), when_idle);
+            drop(carrier_poll);
             drop(poll_slot);
             let header = match next {
                 Ok(Some(header)) => header,

@@ -552,6 +552,10 @@ impl ReadHalf for ServerReader {
     fn poll_fd(&self) -> Option<RawFd> {
         Some(self.inbox.raw_fd())
     }
+
+    fn carried_by_listener(&self) -> bool {
+        true
+    }
 }
 
 /// Collects the bytes of response frames and sends each frame once it is whole.

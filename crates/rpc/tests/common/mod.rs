@@ -51,10 +51,15 @@ impl Service for Echo {
 
 /// An echo server listening at `endpoint` (port 0: any free one); the endpoint it got.
 pub fn start_server(endpoint: Endpoint) -> (RpcServer, Endpoint, Arc<Echo>) {
+    start_server_polling(endpoint, ringfs_rpc::DEFAULT_POLL)
+}
+
+/// [`start_server`] whose threads poll a quiet connection for `poll`.
+pub fn start_server_polling(endpoint: Endpoint, poll: Duration) -> (RpcServer, Endpoint, Arc<Echo>) {
     let listener = Listener::bind(&endpoint).unwrap();
     let endpoint = listener.local_endpoint().unwrap();
     let service = Arc::new(Echo { handled: AtomicU64::new(0) });
-    (RpcServer::start(service.clone(), vec![listener], ringfs_rpc::DEFAULT_POLL).unwrap(), endpoint, service)
+    (RpcServer::start(service.clone(), vec![listener], poll).unwrap(), endpoint, service)
 }
 
 pub fn config(secret: &[u8], timeout_ms: u64) -> ConnectionConfig {
