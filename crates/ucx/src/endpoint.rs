@@ -17,11 +17,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::handle::{EndpointShared, WorkerInner};
 use crate::memory::{MemoryRegion, RemoteKey};
 use crate::operation::{Anchors, Operation, StableBuffer};
 use crate::sockaddr;
 use crate::sys;
-use crate::worker::{EndpointState, Worker, WorkerInner, endpoint_failed};
 use crate::{Error, check};
 
 /// How long a closed endpoint may take to complete the operations that borrow a caller's
@@ -44,29 +44,11 @@ pub struct Endpoint {
     pub(crate) shared: Rc<EndpointShared>,
 }
 
-pub(crate) struct EndpointShared {
-    pub(crate) worker: Rc<WorkerInner>,
-    /// UCX's handle; null once closed.
-    handle: Cell<sys::ucp_ep_h>,
-    state: Rc<EndpointState>,
-    peer: String,
+fn create(worker: &Rc<WorkerInner>, params: &sys::ucp_ep_params_t, peer: String) -> Result<Endpoint, Error> {
+    Ok(Endpoint { shared: EndpointShared::create(worker, params, peer)? })
 }
 
-fn error_handler(worker: &Rc<WorkerInner>) -> sys::ucp_err_handler_t {
-    sys::ucp_err_handler_t { cb: Some(endpoint_failed), arg: Rc::as_ptr(worker).cast_mut().cast() }
-}
-
-fn create(worker: &Worker, params: &sys::ucp_ep_params_t, peer: String) -> Result<Endpoint, Error> {
-    let inner = &worker.inner;
-    let mut handle: sys::ucp_ep_h = ptr::null_mut();
-    // SAFETY: valid worker and parameters (their pointers live for the call).
-    check("ucp_ep_create", unsafe { (inner.functions.ucp_ep_create)(inner.handle, params, &mut handle) })?;
-    let state = Rc::new(EndpointState::default());
-    inner.endpoints.borrow_mut().insert(handle as usize, state.clone());
-    Ok(Endpoint { shared: Rc::new(EndpointShared { worker: inner.clone(), handle: Cell::new(handle), state, peer }) })
-}
-
-pub(crate) fn connect(worker: &Worker, address: SocketAddr) -> Result<Endpoint, Error> {
+pub(crate) fn connect(worker: &Rc<WorkerInner>, address: SocketAddr) -> Result<Endpoint, Error> {
     let (storage, length) = sockaddr::to_c(&address);
     // SAFETY: plain data; zero leaves the optional fields unset.
     let mut params: sys::ucp_ep_params_t = unsafe { std::mem::zeroed() };
@@ -77,14 +59,14 @@ pub(crate) fn connect(worker: &Worker, address: SocketAddr) -> Result<Endpoint, 
     params.flags = sys::UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
     params.sockaddr = sys::ucs_sock_addr_t { addr: (&raw const storage).cast(), addrlen: length };
     params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler = error_handler(&worker.inner);
+    params.err_handler = worker.error_handler();
     create(worker, &params, address.to_string())
 }
 
 /// Longest worker address accepted (UCX's are a few hundred bytes; more with many devices).
 pub const MAX_WORKER_ADDRESS: usize = 64 << 10;
 
-pub(crate) fn connect_to_address(worker: &Worker, address: &[u8], peer: &str) -> Result<Endpoint, Error> {
+pub(crate) fn connect_to_address(worker: &Rc<WorkerInner>, address: &[u8], peer: &str) -> Result<Endpoint, Error> {
     if address.is_empty() || address.len() > MAX_WORKER_ADDRESS {
         return Err(Error::Protocol(format!("a UCX worker address of {} bytes", address.len())));
     }
@@ -98,7 +80,7 @@ pub(crate) fn connect_to_address(worker: &Worker, address: &[u8], peer: &str) ->
         sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
     params.address = padded.as_ptr().cast();
     params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler = error_handler(&worker.inner);
+    params.err_handler = worker.error_handler();
     create(worker, &params, peer.to_string())
 }
 
@@ -106,7 +88,7 @@ impl Endpoint {
     /// Identifies this connection on its worker (equal to [`crate::IncomingMessage::endpoint_key`]
     /// of the messages that came through it); 0 once closed.
     pub fn key(&self) -> usize {
-        self.shared.handle.get() as usize
+        self.shared.handle() as usize
     }
 
     /// The peer's address as given or reported when the endpoint was made.
@@ -116,16 +98,7 @@ impl Endpoint {
 
     /// Why the endpoint is unusable (the peer failed, or it was closed), if it is.
     pub fn failure(&self) -> Option<Error> {
-        let text =
-            if self.shared.handle.get().is_null() { "closed".to_string() } else { sys::status_text(self.shared.state.failure.get()?) };
-        Some(Error::EndpointFailed { peer: self.shared.peer.clone(), text })
-    }
-
-    fn live_handle(&self) -> Result<sys::ucp_ep_h, Error> {
-        match self.failure() {
-            Some(error) => Err(error),
-            None => Ok(self.shared.handle.get()),
-        }
+        self.shared.failure()
     }
 
     /// Closes the connection now: operations in progress complete with an error, and the
@@ -137,7 +110,7 @@ impl Endpoint {
     /// What UCX reports about the endpoint: its lanes and the transports (`tcp/lo`,
     /// `posix/memory`, `rc_mlx5/mlx5_0:1`, …) each uses.
     pub fn describe(&self) -> String {
-        let handle = self.shared.handle.get();
+        let handle = self.shared.handle();
         if handle.is_null() {
             return "closed".into();
         }
@@ -215,7 +188,7 @@ impl Endpoint {
     /// # Safety
     /// The header and parts must stay valid and unchanged until the returned request completes.
     unsafe fn start_send(&self, id: u16, header: &[u8], parts: &[&[u8]], eager: bool) -> Result<(sys::ucs_status_ptr_t, Anchors), Error> {
-        let handle = self.live_handle()?;
+        let handle = self.shared.live_handle()?;
         let functions = self.shared.worker.functions;
         let non_empty: Vec<&[u8]> = parts.iter().copied().filter(|part| !part.is_empty()).collect();
         // SAFETY: plain data; zero means no callback.
@@ -246,7 +219,7 @@ impl Endpoint {
     /// Makes a packed remote key (from the peer's [`MemoryRegion::pack_key`]) usable on this
     /// endpoint.
     pub fn unpack_key(&self, packed: &[u8]) -> Result<RemoteKey, Error> {
-        RemoteKey::unpack(self, self.live_handle()?, packed)
+        RemoteKey::unpack(&self.shared, packed)
     }
 
     /// Reads `length` bytes at `remote_address` of the peer (covered by `key`) into `buffer`
@@ -263,7 +236,7 @@ impl Endpoint {
         let pointer = buffer.as_mut_ptr();
         let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
-        worker.operation("ucp_get_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
+        Operation::start(worker, "ucp_get_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: the buffer (length checked) and key are owned by the operation until completion.
             unsafe { (worker.functions.ucp_get_nbx)(handle, pointer.cast(), length, remote_address, key.handle(), param) }
         })
@@ -285,7 +258,7 @@ impl Endpoint {
         let pointer = bytes.as_ptr();
         let anchors = Anchors { region: region.clone(), key: Some(key.clone()), ..Anchors::default() };
         let worker = &self.shared.worker;
-        worker.operation("ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
+        Operation::start(worker, "ucp_put_nbx", region.as_deref(), 0, Some(buffer), anchors, |param| {
             // SAFETY: as in get().
             unsafe { (worker.functions.ucp_put_nbx)(handle, pointer.cast(), length, remote_address, key.handle(), param) }
         })
@@ -295,7 +268,7 @@ impl Endpoint {
     pub fn get_and_wait(&self, destination: &mut [u8], remote_address: u64, key: &RemoteKey, deadline: Instant) -> Result<(), Error> {
         let handle = self.rma_handle(destination.len(), destination.len(), key, None, destination.as_ptr())?;
         let worker = &self.shared.worker;
-        let operation = worker.operation::<()>("ucp_get_nbx", None, 0, None, Anchors::default(), |param| {
+        let operation = Operation::<()>::start(worker, "ucp_get_nbx", None, 0, None, Anchors::default(), |param| {
             // SAFETY: the buffer is borrowed until finish_borrowed returns, after completion.
             unsafe {
                 (worker.functions.ucp_get_nbx)(
@@ -315,7 +288,7 @@ impl Endpoint {
     pub fn put_and_wait(&self, source: &[u8], remote_address: u64, key: &RemoteKey, deadline: Instant) -> Result<(), Error> {
         let handle = self.rma_handle(source.len(), source.len(), key, None, source.as_ptr())?;
         let worker = &self.shared.worker;
-        let operation = worker.operation::<()>("ucp_put_nbx", None, 0, None, Anchors::default(), |param| {
+        let operation = Operation::<()>::start(worker, "ucp_put_nbx", None, 0, None, Anchors::default(), |param| {
             // SAFETY: as in get_and_wait().
             unsafe { (worker.functions.ucp_put_nbx)(handle, source.as_ptr().cast(), source.len(), remote_address, key.handle(), param) }
         })?;
@@ -325,9 +298,9 @@ impl Endpoint {
     /// Completes when every operation started on this endpoint before it has completed at the
     /// peer (a `put` followed by a flush has landed).
     pub fn flush(&self) -> Result<Operation<()>, Error> {
-        let handle = self.live_handle()?;
+        let handle = self.shared.live_handle()?;
         let worker = &self.shared.worker;
-        worker.operation::<()>("ucp_ep_flush_nbx", None, 0, None, Anchors::default(), |param| {
+        Operation::<()>::start(worker, "ucp_ep_flush_nbx", None, 0, None, Anchors::default(), |param| {
             // SAFETY: valid endpoint; no buffer involved.
             unsafe { (worker.functions.ucp_ep_flush_nbx)(handle, param) }
         })
@@ -343,11 +316,11 @@ impl Endpoint {
         region: Option<&MemoryRegion>,
         buffer: *const u8,
     ) -> Result<sys::ucp_ep_h, Error> {
-        let handle = self.live_handle()?;
+        let handle = self.shared.live_handle()?;
         if length > capacity {
             return Err(Error::Invalid(format!("{length} bytes do not fit a buffer of {capacity}")));
         }
-        if !key.belongs_to(self) {
+        if !key.belongs_to(&self.shared) {
             return Err(Error::Invalid("a remote key is used on an endpoint it was not unpacked on".into()));
         }
         if let Some(region) = region
@@ -361,7 +334,7 @@ impl Endpoint {
     /// Waits for an operation on borrowed buffers; if it does not complete by `deadline` (or
     /// the endpoint fails), closes the endpoint and waits for UCX to give the buffers up.
     fn finish_borrowed(&self, operation: Operation<()>, deadline: Instant) -> Result<(), Error> {
-        let worker = Worker { inner: self.shared.worker.clone() };
+        let worker = &self.shared.worker;
         let started = Instant::now();
         worker.progress_until(deadline, || operation.is_complete() || self.failure().is_some())?;
         if let Some(result) = operation.result() {
@@ -420,39 +393,13 @@ fn parse_lanes(description: &str) -> Vec<Lane> {
         .collect()
 }
 
-impl EndpointShared {
-    fn close(&self, flags: u32) {
-        debug_assert_eq!(flags, sys::UCP_EP_CLOSE_FLAG_FORCE, "only forced closes (see Endpoint)");
-        let handle = self.handle.replace(ptr::null_mut());
-        if handle.is_null() {
-            return;
-        }
-        self.worker.endpoints.borrow_mut().remove(&(handle as usize));
-        // SAFETY: plain data.
-        let mut param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
-        param.op_attr_mask = sys::UCP_OP_ATTR_FIELD_FLAGS;
-        param.flags = flags;
-        // SAFETY: a live endpoint, closed once (the handle was cleared above).
-        let pointer = unsafe { (self.worker.functions.ucp_ep_close_nbx)(handle, &param) };
-        if !pointer.is_null() && !sys::pointer_is_error(pointer) {
-            self.worker.adopt(pointer, Box::new(()));
-        }
-    }
-}
-
-impl Drop for EndpointShared {
-    fn drop(&mut self) {
-        self.close(sys::UCP_EP_CLOSE_FLAG_FORCE);
-    }
-}
-
 /// Accepts connections on a socket address.
 pub struct Listener {
     shared: Box<ListenerShared>,
 }
 
 struct ListenerShared {
-    worker: Worker,
+    worker: Rc<WorkerInner>,
     handle: Cell<sys::ucp_listener_h>,
     requests: RefCell<VecDeque<sys::ucp_conn_request_h>>,
 }
@@ -465,7 +412,7 @@ unsafe extern "C" fn connection_requested(request: sys::ucp_conn_request_h, argu
     shared.requests.borrow_mut().push_back(request);
 }
 
-pub(crate) fn listen(worker: &Worker, address: SocketAddr) -> Result<Listener, Error> {
+pub(crate) fn listen(worker: &Rc<WorkerInner>, address: SocketAddr) -> Result<Listener, Error> {
     let shared =
         Box::new(ListenerShared { worker: worker.clone(), handle: Cell::new(ptr::null_mut()), requests: RefCell::new(VecDeque::new()) });
     let (storage, length) = sockaddr::to_c(&address);
@@ -479,9 +426,9 @@ pub(crate) fn listen(worker: &Worker, address: SocketAddr) -> Result<Listener, E
         },
     };
     let mut handle: sys::ucp_listener_h = ptr::null_mut();
-    let functions = worker.inner.functions;
+    let functions = worker.functions;
     // SAFETY: valid worker and parameters; the callback argument lives in the returned Listener.
-    check("ucp_listener_create", unsafe { (functions.ucp_listener_create)(worker.inner.handle, &params, &mut handle) })?;
+    check("ucp_listener_create", unsafe { (functions.ucp_listener_create)(worker.handle, &params, &mut handle) })?;
     shared.handle.set(handle);
     Ok(Listener { shared })
 }
@@ -492,7 +439,7 @@ impl Listener {
         // SAFETY: plain data.
         let mut attributes: sys::ucp_listener_attr_t = unsafe { std::mem::zeroed() };
         attributes.field_mask = sys::UCP_LISTENER_ATTR_FIELD_SOCKADDR;
-        let functions = self.shared.worker.inner.functions;
+        let functions = self.shared.worker.functions;
         // SAFETY: valid listener; UCX fills the attributes.
         let status = unsafe { (functions.ucp_listener_query)(self.shared.handle.get(), &mut attributes) };
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
@@ -508,10 +455,10 @@ impl Listener {
     }
 
     /// Turns the oldest connection request into an endpoint (`None`: no request waiting;
-    /// requests arrive during [`Worker::progress`]).
+    /// requests arrive during [`Worker::progress`](crate::Worker::progress)).
     pub fn accept(&self) -> Option<Result<Endpoint, Error>> {
         let request = self.shared.requests.borrow_mut().pop_front()?;
-        let functions = self.shared.worker.inner.functions;
+        let functions = self.shared.worker.functions;
         // SAFETY: plain data.
         let mut attributes: sys::ucp_conn_request_attr_t = unsafe { std::mem::zeroed() };
         attributes.field_mask = sys::UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
@@ -527,7 +474,7 @@ impl Listener {
             sys::UCP_EP_PARAM_FIELD_CONN_REQUEST | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER;
         params.conn_request = request;
         params.err_mode = sys::UCP_ERR_HANDLING_MODE_PEER;
-        params.err_handler = error_handler(&self.shared.worker.inner);
+        params.err_handler = self.shared.worker.error_handler();
         Some(create(&self.shared.worker, &params, peer))
     }
 
@@ -536,7 +483,7 @@ impl Listener {
         let Some(request) = self.shared.requests.borrow_mut().pop_front() else {
             return false;
         };
-        let functions = self.shared.worker.inner.functions;
+        let functions = self.shared.worker.functions;
         // SAFETY: a pending connection request of this listener, consumed once.
         unsafe { (functions.ucp_listener_reject)(self.shared.handle.get(), request) };
         true
@@ -546,7 +493,7 @@ impl Listener {
 impl Drop for Listener {
     fn drop(&mut self) {
         while self.reject() {}
-        let functions = self.shared.worker.inner.functions;
+        let functions = self.shared.worker.functions;
         // SAFETY: a live listener, destroyed once; no callback comes after this returns.
         unsafe { (functions.ucp_listener_destroy)(self.shared.handle.get()) };
     }

@@ -10,6 +10,14 @@
 //!   [`Endpoint`]s made from socket addresses, active messages ([`IncomingMessage`]), memory
 //!   registration with a [`RegistrationCache`], remote keys and `get`/`put`, each non-blocking
 //!   call returning an [`Operation`] that owns its buffers until UCX is done with them.
+//!   Its modules depend one way, each only on those listed before it (and on `sys`, `sockaddr`):
+//!   `context` (the per-process context); `handle` (the state that the API's handles share
+//!   and keep alive: a worker's UCX handle, progress loop, message queue and orphaned
+//!   requests, an endpoint's UCX handle and failure status, and the callbacks UCX makes into
+//!   them); `memory` (registrations, and remote keys unpacked on an endpoint's handle);
+//!   `operation` (a started request and its buffers, progressed on its worker's handle);
+//!   `endpoint` (endpoints and listeners); `worker` (the [`Worker`], which makes listeners and
+//!   endpoints and hands out received messages).
 //! - [`frames`]: a request/response transport carrying ringfs frames (header, body, data), with
 //!   bulk data above a threshold moved by RMA: the client registers its buffer and sends its
 //!   remote key, the server `get`s write data from it and `put`s read data into it.
@@ -29,6 +37,7 @@
 mod context;
 mod endpoint;
 pub mod frames;
+mod handle;
 mod memory;
 mod operation;
 mod sockaddr;

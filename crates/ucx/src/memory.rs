@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::context::Context;
-use crate::endpoint::Endpoint;
+use crate::handle::EndpointShared;
 use crate::sys;
 use crate::{Error, check};
 
@@ -79,7 +79,7 @@ impl MemoryRegion {
         Ok(packed)
     }
 
-    /// The key a peer needs to access this region ([`Endpoint::unpack_key`]).
+    /// The key a peer needs to access this region ([`Endpoint::unpack_key`](crate::Endpoint::unpack_key)).
     pub fn pack_key(&self) -> &[u8] {
         &self.packed_key
     }
@@ -126,12 +126,14 @@ pub struct RemoteKey {
 }
 
 struct RemoteKeyShared {
-    endpoint: Endpoint,
+    endpoint: Rc<EndpointShared>,
     handle: sys::ucp_rkey_h,
 }
 
 impl RemoteKey {
-    pub(crate) fn unpack(endpoint: &Endpoint, endpoint_handle: sys::ucp_ep_h, packed: &[u8]) -> Result<RemoteKey, Error> {
+    /// Unpacks a peer's packed key on `endpoint` (which must be usable).
+    pub(crate) fn unpack(endpoint: &Rc<EndpointShared>, packed: &[u8]) -> Result<RemoteKey, Error> {
+        let endpoint_handle = endpoint.live_handle()?;
         if packed.is_empty() || packed.len() > MAX_PACKED_KEY {
             return Err(Error::Protocol(format!("a packed remote key of {} bytes (1 to {MAX_PACKED_KEY} allowed)", packed.len())));
         }
@@ -139,7 +141,7 @@ impl RemoteKey {
         // malformed key cannot make it read past the bytes the peer sent.
         let mut padded = [0u8; MAX_PACKED_KEY * 2];
         padded[..packed.len()].copy_from_slice(packed);
-        let functions = endpoint.shared.worker.functions;
+        let functions = endpoint.worker.functions;
         let mut handle: sys::ucp_rkey_h = ptr::null_mut();
         // SAFETY: a live endpoint and a readable key buffer; UCX writes the handle.
         check("ucp_ep_rkey_unpack", unsafe { (functions.ucp_ep_rkey_unpack)(endpoint_handle, padded.as_ptr().cast(), &mut handle) })?;
@@ -150,15 +152,15 @@ impl RemoteKey {
         self.shared.handle
     }
 
-    pub(crate) fn belongs_to(&self, endpoint: &Endpoint) -> bool {
-        Rc::ptr_eq(&self.shared.endpoint.shared, &endpoint.shared)
+    pub(crate) fn belongs_to(&self, endpoint: &Rc<EndpointShared>) -> bool {
+        Rc::ptr_eq(&self.shared.endpoint, endpoint)
     }
 }
 
 impl Drop for RemoteKeyShared {
     fn drop(&mut self) {
         // SAFETY: a live key, destroyed once; operations using it hold a clone, so none is in flight.
-        unsafe { (self.endpoint.shared.worker.functions.ucp_rkey_destroy)(self.handle) };
+        unsafe { (self.endpoint.worker.functions.ucp_rkey_destroy)(self.handle) };
     }
 }
 

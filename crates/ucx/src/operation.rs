@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::Error;
+use crate::handle::WorkerInner;
 use crate::memory::{MemoryRegion, RemoteKey};
 use crate::sys;
-use crate::worker::WorkerInner;
 
 /// A buffer whose bytes stay at the same address when the buffer value moves (it owns a heap
 /// allocation), so that UCX may keep using them while an [`Operation`] holds the buffer.
@@ -56,6 +56,32 @@ pub struct Operation<B: 'static = ()> {
 }
 
 impl<B: 'static> Operation<B> {
+    /// Starts a non-blocking operation on `worker`: `start` receives the request parameters
+    /// (with `flags` and the memory handle of `region`, if any) and returns UCX's status
+    /// pointer.
+    pub(crate) fn start(
+        worker: &Rc<WorkerInner>,
+        name: &'static str,
+        region: Option<&MemoryRegion>,
+        flags: u32,
+        buffer: Option<B>,
+        anchors: Anchors,
+        start: impl FnOnce(&mut sys::ucp_request_param_t) -> sys::ucs_status_ptr_t,
+    ) -> Result<Operation<B>, Error> {
+        // SAFETY: plain data; zero means no callback and no optional field.
+        let mut param: sys::ucp_request_param_t = unsafe { std::mem::zeroed() };
+        if flags != 0 {
+            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_FLAGS;
+            param.flags = flags;
+        }
+        if let Some(region) = region {
+            param.op_attr_mask |= sys::UCP_OP_ATTR_FIELD_MEMH;
+            param.memh = region.handle();
+        }
+        let pointer = start(&mut param);
+        Operation::started(worker.clone(), name, pointer, buffer, anchors)
+    }
+
     /// Wraps UCX's answer to a `*_nbx` call.
     pub(crate) fn started(
         worker: Rc<WorkerInner>,
@@ -131,9 +157,8 @@ impl<B: 'static> Operation<B> {
     /// Progresses the worker until the operation completes or `deadline` passes. On a
     /// timeout the operation is dropped: its worker keeps the buffer until UCX is done with it.
     pub fn wait(self, deadline: Instant) -> Result<B, Error> {
-        let worker = crate::Worker { inner: self.worker.clone() };
         let started = Instant::now();
-        let completed = worker.progress_until(deadline, || self.is_complete())?;
+        let completed = self.worker.progress_until(deadline, || self.is_complete())?;
         if !completed {
             let timeout_ms = deadline.saturating_duration_since(started).as_millis() as u64;
             return Err(Error::Timeout { operation: self.name, timeout_ms });
