@@ -107,6 +107,18 @@ struct Pending {
     abandoned: usize,
 }
 
+impl Pending {
+    /// A response nobody waits for arrived: one of a request given up, or (if none was given
+    /// up) one this connection never sent, which a transport delivered to the wrong
+    /// connection — logged, since it is a bug worth seeing.
+    fn forget_response(&mut self, request_id: u64, endpoint: &Endpoint) {
+        if self.abandoned == 0 {
+            log::warn!("{endpoint}: dropping a response to request {request_id}, which this connection is not waiting for");
+        }
+        self.abandoned = self.abandoned.saturating_sub(1);
+    }
+}
+
 /// How a connection's frames travel.
 enum Wire {
     /// A byte stream (TCP, Unix socket, simulated): frames are written and read as bytes.
@@ -115,13 +127,21 @@ enum Wire {
     Ucx(Channel),
 }
 
+/// Request ids of this process, never the same on two connections (1 is every connection's
+/// `Hello`): a response that reached the wrong connection (a transport's fault) matches no
+/// call there and is dropped, instead of answering whichever call had its number.
+static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(2);
+
+fn new_request_id() -> u64 {
+    NEXT_REQUEST_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// A connection to one server.
 pub struct Connection {
     endpoint: Endpoint,
     wire: Wire,
     pending: Mutex<Pending>,
     wakeup: Condvar,
-    next_request_id: AtomicU64,
     timeout: Duration,
     /// Membership epoch sent with requests.
     local_epoch: AtomicU64,
@@ -215,7 +235,6 @@ impl Connection {
             wire,
             pending: Mutex::new(Pending::default()),
             wakeup: Condvar::new(),
-            next_request_id: AtomicU64::new(2),
             timeout: config.timeout,
             local_epoch: AtomicU64::new(0),
             peer_epoch: AtomicU64::new(epoch),
@@ -297,7 +316,7 @@ impl Connection {
     /// Sends a request without waiting. Response data up to `destination.len()` bytes is
     /// written into `destination`; larger data arrives in [`Reply::data`].
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {
-        let request_id = self.next_request_id.fetch_add(1, Ordering::Relaxed);
+        let request_id = new_request_id();
         let lent = {
             let mut pending = self.pending.lock();
             if let Some(broken) = &pending.broken {
@@ -473,7 +492,7 @@ impl Connection {
                 },
                 // Nobody waits for this response any more (timed out): drop its data.
                 _ => {
-                    pending.abandoned = pending.abandoned.saturating_sub(1);
+                    pending.forget_response(header.request_id, &self.endpoint);
                     None
                 }
             }
@@ -524,7 +543,7 @@ impl Connection {
                 *slot = Slot::Done(Ok(Reply { response, data: received.data, data_len: received.data_len }));
             }
             // Nobody waits for this response any more (timed out).
-            _ => pending.abandoned = pending.abandoned.saturating_sub(1),
+            _ => pending.forget_response(received.frame.request_id, &self.endpoint),
         }
         Ok(())
     }
