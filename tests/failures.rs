@@ -203,6 +203,36 @@ fn malformed_and_oversized_frames_close_only_their_connection() {
     assert_eq!(cluster.client().members().members.iter().filter(|member| member.alive).count(), 2);
 }
 
+/// A cluster is ready for clients only once every server knows every other: one that missed
+/// the last join would take keys the newcomer owns for its own. `Client::all_servers_see`
+/// (what `ringfs start` and the tests' clusters wait for) says no while a server cannot
+/// confirm it, and yes once the one that missed the join has caught up.
+#[test]
+fn a_cluster_is_ready_only_when_every_server_knows_every_other() {
+    let mut cluster = TestCluster::start(2);
+    let client = cluster.client();
+    assert!(client.all_servers_see(2));
+    assert!(!client.all_servers_see(3), "only two servers exist");
+    cluster.signal(1, libc::SIGSTOP);
+    cluster.add_server();
+    let mut config = cluster.client_config();
+    config.timeout = Duration::from_millis(500);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        let client = Client::connect(config.clone()).unwrap();
+        if client.members().members.iter().filter(|member| member.alive).count() == 3 {
+            break client;
+        }
+        assert!(Instant::now() < deadline, "the third server never joined");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(!client.all_servers_see(3), "a stopped server cannot say whom it knows");
+    cluster.signal(1, libc::SIGCONT);
+    cluster.wait_for_alive(3);
+    let only_second = Client::connect(ringfs_client::ClientConfig { servers: vec![cluster.address(1).to_string()], ..config }).unwrap();
+    assert!(only_second.all_servers_see(3), "the server that missed the join knows the newcomer now");
+}
+
 /// A client that connected before a server joined routes some keys to the wrong server;
 /// servers forward them, and the client catches up with the member list.
 #[test]

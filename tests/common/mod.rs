@@ -200,8 +200,12 @@ impl TestCluster {
     pub fn wait_for_alive(&self, count: usize) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
+            // Every server must know every other: one whose view lacks the last to join would
+            // place names differently from the clients (seen over UCX under load as a name just
+            // made read as missing).
             if let Ok(client) = Client::connect(self.client_config())
                 && client.members().members.iter().filter(|member| member.alive).count() == count
+                && client.all_servers_see(count)
             {
                 return;
             }

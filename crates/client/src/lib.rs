@@ -473,6 +473,20 @@ impl Client {
         self.inner.cluster.member_list()
     }
 
+    /// True if this client's member list has at least `expected` live servers and every one
+    /// of them has too (a server that joined last may not be in every other server's view
+    /// yet; until it is, those servers place names differently: a client must not start
+    /// before). False while any of them is not there yet or does not answer.
+    pub fn all_servers_see(&self, expected: usize) -> bool {
+        let alive = |list: &MemberList| list.members.iter().filter(|member| member.alive).count() >= expected;
+        let own = self.members();
+        alive(&own)
+            && own.members.iter().filter(|member| member.alive).all(|member| {
+                matches!(self.inner.cluster.call(member, &Request::GetMembers, &[]),
+                    Ok(reply) if matches!(&reply.response, ringfs_proto::Response::Members(list) if alive(list)))
+            })
+    }
+
     /// Counters of every server, in member-list order (EIO if a server does not answer).
     pub fn server_stats(&self) -> Result<Vec<ServerStats>> {
         self.inner

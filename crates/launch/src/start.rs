@@ -110,8 +110,9 @@ fn spawn_remote(config: &LaunchConfig, run_dir: &Path, host: &str, name: &str, p
     Ok(())
 }
 
-/// Polls the cluster until `expected` servers are alive (or a Slurm step launching them
-/// ended).
+/// Polls the cluster until `expected` servers are alive in every server's view (or a Slurm
+/// step launching them ended): a server that does not know the last one yet would place
+/// names differently from the clients.
 fn wait_for_members(run_dir: &Path, first_address: &str, secret: &str, expected: usize, deadline: Instant) -> Result<()> {
     let mut last_error = String::from("no answer yet");
     while Instant::now() < deadline {
@@ -121,10 +122,14 @@ fn wait_for_members(run_dir: &Path, first_address: &str, secret: &str, expected:
         match Client::connect(ClientConfig::new(vec![first_address.to_string()], secret.as_bytes().to_vec())) {
             Ok(client) => {
                 let alive = client.members().members.iter().filter(|member| member.alive).count();
-                if alive >= expected {
+                if alive >= expected && client.all_servers_see(expected) {
                     return Ok(());
                 }
-                last_error = format!("{alive} of {expected} servers joined");
+                last_error = if alive >= expected {
+                    format!("all {expected} servers joined, not all of them know each other yet")
+                } else {
+                    format!("{alive} of {expected} servers joined")
+                };
             }
             Err(error) => last_error = error.to_string(),
         }
