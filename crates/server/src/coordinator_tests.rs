@@ -271,6 +271,42 @@ fn a_stat_waits_at_most_the_touch_wait_for_a_server_holding_back_touches() {
 }
 
 #[test]
+fn a_stat_during_the_periodic_send_of_held_back_touches_shows_them() {
+    // A server holding back a directory's touches sends them every 250 ms; a stat at the
+    // directory's inode server while that send is on its way collects them from the holder,
+    // which must count the touch it is sending (it no longer holds it back): CI saw the
+    // directory show a time older than its newest name.
+    let cluster = TestCluster::new(3);
+    let dir = (0..100).map(|n| format!("/t{n}")).find(|dir| cluster.owner_of(dir) == "s0").expect("a directory on s0");
+    let dir_file = create(&cluster, &dir, DIR_MODE);
+    create(&cluster, &cluster.path_on(&format!("{dir}/x"), "s1"), FILE_MODE);
+    let mut unlink = Unlink { path: cluster.path_on(&format!("{dir}/x"), "s1"), time_ns: 0 };
+    // Held back at s1: a change with a time later than any before.
+    let latest = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64 + 3_600_000_000_000;
+    unlink.time_ns = latest;
+    cluster.call(Request::Unlink(unlink)).expect("unlink");
+    let release = raised();
+    cluster.net.add(Filter::new("TouchDir", Action::Hold { release: release.clone() }).from("s1").to("s0"));
+    let holder = cluster.servers[cluster.index_of("s1")].dispatcher.dir_times.clone();
+    let sender = std::thread::spawn(move || holder.flush_held_back());
+    // Until the periodic send has taken the touch and is held on its way.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cluster.net.caught("TouchDir") == 0 {
+        assert!(Instant::now() < deadline, "the held-back touch was never sent");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let stat = cluster.call(Request::Stat(FileOnly { file: dir_file }));
+    release.store(false, Ordering::SeqCst);
+    sender.join().unwrap();
+    match stat {
+        Ok(Response::Attr(attr)) => {
+            assert!(attr.mtime_ns >= latest, "the stat shows {} before the held-back touch {latest}", attr.mtime_ns)
+        }
+        other => panic!("stat: {other:?}"),
+    }
+}
+
+#[test]
 fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     // Cache mode: before a chunk is flushed, its server asks the inode's server where the
     // file lives in the backend (`FlushPrepare`); a chunk whose question got no answer must

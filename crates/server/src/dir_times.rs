@@ -19,7 +19,10 @@
 //!    server it lent them to (`CollectTouches`), applies them, and ends the loans
 //!    ([`DirTimes::settle_dir_times`]). The next change starts again at step 1.
 //! 4. Held-back touches are also sent every [`DEFERRAL_FLUSH`], so a directory nobody looks
-//!    at (or whose inode server restarted and forgot its loans) is at most that late.
+//!    at (or whose inode server restarted and forgot its loans) is at most that late. Until
+//!    such a send is delivered, a collection still counts its touches (they may reach the
+//!    inode after the collection's answer: CI once saw a `stat` older than the directory's
+//!    newest name).
 //!
 //! The request that sent a touch waits for it after its handler has returned, with every
 //! lock given back ([`DirTimes::await_touches`]); touches noted meanwhile by other
@@ -136,6 +139,9 @@ struct Deferred {
     /// Held-back touches of directories whose path changed meaning (renamed or removed),
     /// sent by file id with the next flush.
     loose: Vec<(FileId, i64)>,
+    /// Held-back touches taken by the periodic send and not delivered yet: a collection
+    /// meanwhile must still count them (the send may reach the inode after its answer).
+    sending: Vec<(FileId, i64)>,
     /// Raised by every collection: a loan asked for before it may have been ended by it.
     collections: u64,
 }
@@ -229,6 +235,11 @@ impl TouchState {
             latest = latest.max(*time_ns);
             false
         });
+        for (sending, time_ns) in &deferred.sending {
+            if *sending == file {
+                latest = latest.max(*time_ns);
+            }
+        }
         latest
     }
 
@@ -261,7 +272,19 @@ impl TouchState {
             }
             crate::sched::since(deferral.last_change) < IDLE_DEFERRAL
         });
+        deferred.sending.extend(touches.iter().map(|(file, time_ns, _)| (*file, *time_ns)));
         touches
+    }
+
+    /// The held-back touches taken by [`TouchState::take_held_back`] have been delivered
+    /// (or given up on).
+    fn sent_held_back(&self, touches: &[(FileId, i64)]) {
+        let mut deferred = self.deferred();
+        for touch in touches {
+            if let Some(position) = deferred.sending.iter().position(|sending| sending == touch) {
+                deferred.sending.swap_remove(position);
+            }
+        }
     }
 
     /// At the inode's server: the times of directory `file` are lent to server `to`.
@@ -440,10 +463,10 @@ impl DirTimes {
     }
 
     /// Sends the held-back touches to the directories' inode servers.
-    fn flush_held_back(&self) {
-        let targets: Vec<(Member, DirTouch)> = self
-            .state
-            .take_held_back()
+    pub(crate) fn flush_held_back(&self) {
+        let taken = self.state.take_held_back();
+        let sent: Vec<(FileId, i64)> = taken.iter().map(|(file, time_ns, _)| (*file, *time_ns)).collect();
+        let targets: Vec<(Member, DirTouch)> = taken
             .into_iter()
             .map(|(file, time_ns, lent_on)| {
                 let defer_for = if lent_on { self.node.name.clone() } else { String::new() };
@@ -461,6 +484,7 @@ impl DirTimes {
                 report_touch(&touch, errno);
             }
         }
+        self.state.sent_held_back(&sent);
     }
 
     /// `TouchDir`: by path at the directory's name server (sent on to its inode), or by file

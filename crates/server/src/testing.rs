@@ -185,6 +185,16 @@ impl Net {
     }
 
     /// The messages delivered so far of type `message`.
+    /// How many messages of type `message` the installed filters caught so far.
+    pub fn caught(&self, message: &str) -> usize {
+        self.filters
+            .lock()
+            .iter()
+            .filter(|installed| installed.filter.message == message)
+            .map(|installed| installed.matched.load(Ordering::SeqCst))
+            .sum()
+    }
+
     pub fn delivered(&self, message: &str) -> Vec<Delivery> {
         self.deliveries.lock().iter().filter(|delivery| delivery.message == message).cloned().collect()
     }
