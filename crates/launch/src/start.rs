@@ -121,10 +121,10 @@ fn wait_for_members(run_dir: &Path, first_address: &str, secret: &str, expected:
         }
         match Client::connect(ClientConfig::new(vec![first_address.to_string()], secret.as_bytes().to_vec())) {
             Ok(client) => {
-                let alive = client.members().members.iter().filter(|member| member.alive).count();
-                if alive >= expected && client.all_servers_see(expected) {
+                if client.all_servers_see(expected) {
                     return Ok(());
                 }
+                let alive = client.members().members.iter().filter(|member| member.alive).count();
                 last_error = if alive >= expected {
                     format!("all {expected} servers joined, not all of them know each other yet")
                 } else {

@@ -184,7 +184,6 @@ impl Net {
         self.filters.lock().clear();
     }
 
-    /// The messages delivered so far of type `message`.
     /// How many messages of type `message` the installed filters caught so far.
     pub fn caught(&self, message: &str) -> usize {
         self.filters
@@ -195,6 +194,7 @@ impl Net {
             .sum()
     }
 
+    /// The messages delivered so far of type `message`.
     pub fn delivered(&self, message: &str) -> Vec<Delivery> {
         self.deliveries.lock().iter().filter(|delivery| delivery.message == message).cloned().collect()
     }

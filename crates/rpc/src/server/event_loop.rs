@@ -227,11 +227,7 @@ impl<S: Service> EventLoop<S> {
         if raw == TIMER_TOKEN {
             self.housekeep();
         } else if raw >= FIRST_LISTENER_TOKEN {
-            let index = (raw - FIRST_LISTENER_TOKEN) as usize;
-            if self.listeners.get(index).is_some_and(|listener| listener.carries_connections()) {
-                self.shared.carriers.count_wakeup();
-            }
-            self.accept_from(index);
+            self.accept_from((raw - FIRST_LISTENER_TOKEN) as usize);
         } else if let Some(token) = Token::from_event(raw)
             && let Some(peer) = self.registry.take(token)
         {
@@ -343,6 +339,9 @@ impl<S: Service> EventLoop<S> {
     /// pause; arms the listener again afterwards.
     fn accept_from(self: &Arc<Self>, index: usize) {
         let Some(listener) = self.listeners.get(index) else { return };
+        if listener.carries_connections() {
+            self.shared.carriers.count_wakeup();
+        }
         for _ in 0..ACCEPT_BATCH {
             if self.shared.is_stopping() {
                 return;
