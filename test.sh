@@ -50,6 +50,8 @@ if [ "${RINGFS_REQUIRE_UCX:-}" = 1 ]; then
     scripts/ucx-tests.sh
 fi
 echo "== Python package (crates/python, built with maturin) and its pytest suite"
+# PyTorch and its CUDA libraries take about 6 GB: say how much room there is, should it run out.
+df -h . | tail -n 1 | awk '{print "note: " $4 " free on " $6 " before the Python packages"}'
 # The debug builds made above: the extension reuses their artifacts, the tests run target/debug/ringfs.
 RINGFS_PYTHON_PROFILE=debug scripts/python-test.sh
 echo "== all tests passed"

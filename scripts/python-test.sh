@@ -21,8 +21,9 @@ if [ "${RINGFS_PYTHON_FULL:-1}" != 0 ]; then
         packages+=(torch)
     fi
 fi
-# Only what is missing is fetched: a second run costs no download.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check "${packages[@]}"
+# Only what is missing is fetched: a second run costs no download. No copy of the wheels goes to
+# pip's cache: PyTorch's come to about 3 GB, and the venv keeps what was installed anyway.
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir "${packages[@]}"
 release_flag=()
 [ "$profile" = release ] && release_flag=(--release)
 rm -f target/wheels/ringfs-*.whl
