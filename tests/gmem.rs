@@ -59,7 +59,11 @@ fn assert_all_succeeded(outputs: &[Output], what: &str) {
 fn rank_main() {
     let Ok(scenario) = std::env::var("RINGFS_GMEM_TEST") else { return };
     report_segmentation_faults();
+    log_warnings_to_stderr();
     let world = World::init().expect("the world forms");
+    if scenario == "leaving" {
+        return leaving(world);
+    }
     match scenario.as_str() {
         "exchange" => exchange(&world),
         "wave" => wave(&world),
@@ -74,6 +78,27 @@ fn rank_main() {
         "dead-holder" => dead_holder(&world),
         "dead-requester" => dead_requester(&world),
         other => panic!("unknown scenario {other}"),
+    }
+}
+
+/// A rank's warnings and errors (why a call failed with EIO, say) go to its stderr, which a
+/// failing test prints; `RINGFS_GMEM_TEST_LOG=debug` shows more (every failed request).
+fn log_warnings_to_stderr() {
+    struct Stderr;
+    impl log::Log for Stderr {
+        fn enabled(&self, metadata: &log::Metadata) -> bool {
+            metadata.level() <= log::max_level()
+        }
+        fn log(&self, record: &log::Record) {
+            if self.enabled(record.metadata()) {
+                eprintln!("rank {:?}: {} {}: {}", std::env::var("RINGFS_GMEM_RANK"), record.level(), record.target(), record.args());
+            }
+        }
+        fn flush(&self) {}
+    }
+    if log::set_logger(&Stderr).is_ok() {
+        let debug = std::env::var("RINGFS_GMEM_TEST_LOG").is_ok_and(|level| level == "debug");
+        log::set_max_level(if debug { log::LevelFilter::Debug } else { log::LevelFilter::Warn });
     }
 }
 
@@ -129,6 +154,39 @@ fn report_segmentation_faults() {
         action.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut action.sa_mask);
         libc::sigaction(libc::SIGSEGV, &action, std::ptr::null_mut());
+    }
+}
+
+/// The application drops its world while background work is under way (non-blocking gets
+/// whose handles it dropped, on slow links): the drop waits for that work, and once it
+/// returns no thread of the world is left. (Before, a job still running held the world and
+/// tore it down on a worker thread while the rank went on to exit; a worker inside UCX then
+/// corrupted the heap during `exit`, rarely: CI's SIGSEGV of a rank after `1 passed`.)
+fn leaving(world: World) {
+    let array = world.alloc(1 << 20, Distribution::Block, 64 << 10).unwrap();
+    for piece in 0..4 {
+        drop(array.get_nb(piece * 65536, 65536));
+    }
+    drop(array);
+    drop(world);
+    // Joined threads may still be listed for a moment while the kernel ends them; the gets
+    // take a second each (the cluster's links are that slow), so a worker still running one
+    // would be listed all along.
+    let world_threads = || -> Vec<String> {
+        let names = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .map(|name| name.trim().to_string());
+        names.filter(|name| ["ringfs-gmem", "ringfs-rpc", "ringfs-relay"].iter().any(|prefix| name.starts_with(prefix))).collect()
+    };
+    let dropped = Instant::now();
+    while !world_threads().is_empty() && dropped.elapsed() < Duration::from_millis(300) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let left = world_threads();
+    assert!(left.is_empty(), "threads of the world still running after it was dropped: {left:?}");
+    if ringfs_rpc::ucx::is_available() {
+        assert_eq!(ringfs_rpc::ucx::live_workers(), 0, "a UCX worker outlived the world");
     }
 }
 
@@ -645,6 +703,14 @@ fn gmem_cluster(servers: usize, extra: &[&str]) -> TestCluster {
     let mut extra_args: Vec<String> = extra.iter().map(|arg| arg.to_string()).collect();
     extra_args.extend(["--gmem-dram".into(), "64M".into()]);
     TestCluster::with_options(ClusterOptions { extra_args, ..ClusterOptions::new(servers) })
+}
+
+#[test]
+fn a_world_dropped_during_background_work_leaves_no_thread_behind() {
+    // Every request to a home takes a second more: the gets are still under way at the drop.
+    let cluster = gmem_cluster(1, &["--gmem-net-mbps", "1000", "--gmem-net-latency-us", "1000000"]);
+    assert_all_succeeded(&run_ranks(&cluster, "leaving", 1, &cached("256K", false)), "leaving, cached");
+    assert_all_succeeded(&run_ranks(&cluster, "leaving", 1, &[]), "leaving, uncached");
 }
 
 #[test]

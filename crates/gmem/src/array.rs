@@ -57,6 +57,12 @@ impl GlobalArray {
         GlobalArray { world, layout: Arc::new(layout), freed: Arc::new(AtomicBool::new(false)) }
     }
 
+    /// The array for a job on the worker threads (which must not hold the application's
+    /// side of the world open: see `World`).
+    fn for_background(&self) -> GlobalArray {
+        GlobalArray { world: self.world.for_background(), layout: self.layout.clone(), freed: self.freed.clone() }
+    }
+
     /// The array's id (the same on every rank).
     pub fn id(&self) -> u64 {
         self.layout.array
@@ -138,7 +144,7 @@ impl GlobalArray {
     fn fetch_ahead(&self, blocks: Vec<u64>) {
         let inner = &self.world.inner;
         for ahead in blocks {
-            let array = self.clone();
+            let array = self.for_background();
             inner.pool.spawn(move || {
                 if let Some(cache) = array.cache() {
                     let inner = &array.world.inner;
@@ -206,7 +212,14 @@ impl GlobalArray {
                         Ok(())
                     }
                     _ if reply.data_len == len as usize && reply.data.is_empty() => Ok(()),
-                    _ => Err(Errno::EIO),
+                    other => {
+                        log::warn!(
+                            "global memory: a read of {len} bytes was answered {other:?} with {} bytes ({} not in place)",
+                            reply.data_len,
+                            reply.data.len()
+                        );
+                        Err(Errno::EIO)
+                    }
                 });
                 if outcome.is_ok() {
                     outcome = checked;
@@ -284,7 +297,7 @@ impl GlobalArray {
     /// Starts a get of `len` bytes at `offset`; the handle gives them.
     pub fn get_nb(&self, offset: u64, len: usize) -> GetHandle {
         let (handle, sender) = GetHandle::new();
-        let array = self.clone();
+        let array = self.for_background();
         self.world.inner.pool.spawn(move || {
             let mut bytes = vec![0u8; len];
             let _ = sender.send(array.get(offset, &mut bytes).map(|()| bytes));
@@ -295,7 +308,7 @@ impl GlobalArray {
     /// Starts a put of `bytes` at `offset`; the handle gives the buffer back when complete.
     pub fn put_nb(&self, offset: u64, bytes: Vec<u8>) -> PutHandle {
         let (handle, sender) = PutHandle::new();
-        let array = self.clone();
+        let array = self.for_background();
         self.world.inner.pool.spawn(move || {
             let _ = sender.send(array.put(offset, &bytes).map(|()| bytes));
         });
@@ -306,7 +319,7 @@ impl GlobalArray {
     pub fn put_nbi(&self, offset: u64, bytes: Vec<u8>) {
         let implicit = self.world.inner.implicit.clone();
         implicit.begin();
-        let array = self.clone();
+        let array = self.for_background();
         self.world.inner.pool.spawn(move || implicit.end(array.put(offset, &bytes)));
     }
 
@@ -318,7 +331,7 @@ impl GlobalArray {
     pub unsafe fn get_nbi_raw(&self, offset: u64, into: *mut u8, len: usize) {
         let implicit = self.world.inner.implicit.clone();
         implicit.begin();
-        let (array, memory) = (self.clone(), CallerMemory(into, len));
+        let (array, memory) = (self.for_background(), CallerMemory(into, len));
         self.world.inner.pool.spawn(move || {
             let memory = memory;
             // SAFETY: the caller's contract above.
@@ -335,7 +348,7 @@ impl GlobalArray {
     pub unsafe fn put_nbi_raw(&self, offset: u64, from: *const u8, len: usize) {
         let implicit = self.world.inner.implicit.clone();
         implicit.begin();
-        let (array, memory) = (self.clone(), CallerMemory(from as *mut u8, len));
+        let (array, memory) = (self.for_background(), CallerMemory(from as *mut u8, len));
         self.world.inner.pool.spawn(move || {
             let memory = memory;
             // SAFETY: the caller's contract above.

@@ -253,6 +253,9 @@ struct Shared {
     counters: Counters,
     /// The last request number used (`CoGet::request`).
     requests: AtomicU64,
+    /// Threads passing copies on to other ranks now (see [`Shared::fill`]).
+    relaying: Mutex<usize>,
+    relays_ended: Condvar,
 }
 
 /// Sends a request to the server of that name; its answer.
@@ -276,9 +279,27 @@ pub(crate) struct BlockCache {
     pub config: CacheConfig,
 }
 
+/// How long a cache being dropped waits for the copies it is passing on to other ranks.
+const RELAY_WAIT: Duration = Duration::from_secs(10);
+
 impl Drop for BlockCache {
+    /// Stops the endpoint and waits for its threads, then for the relays under way: a rank
+    /// that exits must leave no thread of its cache inside UCX (or anywhere) while `exit`
+    /// runs the libraries' destructors.
     fn drop(&mut self) {
-        self.server.shutdown();
+        if !self.server.shutdown_and_wait(ringfs_rpc::SHUTDOWN_WAIT) {
+            log::warn!("global memory: the cache's endpoint still had threads running after it stopped");
+        }
+        let deadline = Instant::now() + RELAY_WAIT;
+        let mut relaying = self.shared.relaying.lock();
+        while *relaying > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                log::warn!("global memory: {} relays of copies still running as the cache goes", *relaying);
+                break;
+            }
+            self.shared.relays_ended.wait_for(&mut relaying, left);
+        }
     }
 }
 
@@ -315,6 +336,8 @@ impl BlockCache {
             peer_config,
             counters: Counters::default(),
             requests: AtomicU64::new(0),
+            relaying: Mutex::new(0),
+            relays_ended: Condvar::new(),
         });
         let server = RpcServer::start(Arc::new(EndpointService(shared.clone())), vec![listener], Duration::ZERO).map_err(|error| {
             log::error!("global memory: the cache's endpoint did not start: {error}");
@@ -725,15 +748,27 @@ impl Shared {
             }
         }
         if !fill.relay.is_empty() {
-            let (shared, bytes) = (shared.clone(), data.to_vec());
-            let spawned = std::thread::Builder::new()
-                .name("ringfs-relay".into())
-                .spawn(move || shared.relay(fill.array, fill.block, fill.relay, &bytes));
+            let (relayer, bytes) = (shared.clone(), data.to_vec());
+            *shared.relaying.lock() += 1;
+            let spawned = std::thread::Builder::new().name("ringfs-relay".into()).spawn(move || {
+                relayer.relay(fill.array, fill.block, fill.relay, &bytes);
+                relayer.relay_ended();
+            });
             if let Err(error) = spawned {
                 log::error!("global memory: cannot start a thread to relay a block: {error}");
+                shared.relay_ended();
             }
         }
         Ok(Response::Done)
+    }
+
+    /// Counts a relay thread out (see [`BlockCache`]'s drop).
+    fn relay_ended(&self) {
+        let mut relaying = self.relaying.lock();
+        *relaying -= 1;
+        if *relaying == 0 {
+            self.relays_ended.notify_all();
+        }
     }
 
     /// Passes a block's copy on to the ranks of `list` in the binomial tree of

@@ -17,10 +17,11 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 /// wakes the workers.
 type Queue = Arc<(Mutex<(VecDeque<Job>, bool)>, Condvar)>;
 
-/// Worker threads taking jobs in order; they end when the pool is dropped.
+/// Worker threads taking jobs in order; they end at [`Pool::finish`] (or when the pool is
+/// dropped), once every job queued before has run.
 pub(crate) struct Pool {
     queue: Queue,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
 }
 
 impl Pool {
@@ -52,24 +53,40 @@ impl Pool {
                     .expect("a worker thread starts")
             })
             .collect();
-        Pool { queue, workers }
+        Pool { queue, workers: Mutex::new(workers) }
     }
 
+    /// Runs `job` on a worker thread (on this one once the pool is finished).
     pub fn spawn(&self, job: impl FnOnce() + Send + 'static) {
         let (jobs, ready) = &*self.queue;
-        jobs.lock().0.push_back(Box::new(job));
+        let mut queued = jobs.lock();
+        if queued.1 {
+            drop(queued);
+            job();
+            return;
+        }
+        queued.0.push_back(Box::new(job));
         ready.notify_one();
+    }
+
+    /// Runs the jobs queued, then ends the workers and waits for them.
+    pub fn finish(&self) {
+        let (jobs, ready) = &*self.queue;
+        jobs.lock().1 = true;
+        ready.notify_all();
+        let current = std::thread::current().id();
+        for worker in std::mem::take(&mut *self.workers.lock()) {
+            // (A worker never waits for itself, should the pool be dropped by one of its jobs.)
+            if worker.thread().id() != current {
+                let _ = worker.join();
+            }
+        }
     }
 }
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        let (jobs, ready) = &*self.queue;
-        jobs.lock().1 = true;
-        ready.notify_all();
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
-        }
+        self.finish();
     }
 }
 

@@ -3,8 +3,8 @@
 
 use ringfs_sync::Mutex;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use ringfs_client::Client;
 use ringfs_proto::gmem::{CacheMode, GmemBarrier};
@@ -19,10 +19,31 @@ use crate::ranks::{RankIdentity, identity_from_env};
 /// Worker threads for non-blocking operations.
 const WORKERS: usize = 4;
 
-/// A rank's view of its job. Cheap to clone; thread-safe.
+/// A rank's view of its job. Cheap to clone; thread-safe. When the application drops its
+/// last handle (of the world or of an array), that thread waits for the rank's background
+/// work (non-blocking operations, reads ahead) to finish, then the world is torn down there:
+/// writes back its cache, stops its cache's server and waits for that server's threads.
 #[derive(Clone)]
 pub struct World {
+    /// In the application's handles, not in those of background jobs. (Declared first: it
+    /// is dropped before `inner`, which it needs.)
+    _finisher: Option<Arc<Finisher>>,
     pub(crate) inner: Arc<WorldInner>,
+}
+
+/// Finishes the world's background work when the application's last handle goes. Before,
+/// a job still running then held the world, so the world was torn down by a worker thread
+/// while the application's thread went on — a rank returned from its work and exited, and a
+/// worker still inside UCX while `exit` ran the libraries' destructors corrupted the heap
+/// (`malloc_consolidate(): invalid chunk size`, SIGSEGV in `free`), rarely.
+struct Finisher(Weak<WorldInner>);
+
+impl Drop for Finisher {
+    fn drop(&mut self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.pool.finish();
+        }
+    }
 }
 
 pub(crate) struct WorldInner {
@@ -71,19 +92,24 @@ impl World {
             let address = members.members.iter().find(|member| member.name == coordinator).map(|member| member.tcp_address.clone());
             Some(BlockCache::start(cache, identity.rank, client.connection_config(), &address.unwrap_or_default())?)
         };
-        Ok(World {
-            inner: Arc::new(WorldInner {
-                client,
-                identity,
-                coordinator,
-                allocations: AtomicU64::new(0),
-                barriers: AtomicU64::new(0),
-                pool: Pool::new(WORKERS),
-                implicit: Arc::default(),
-                connections: Mutex::new(HashMap::new()),
-                cache,
-            }),
-        })
+        let inner = Arc::new(WorldInner {
+            client,
+            identity,
+            coordinator,
+            allocations: AtomicU64::new(0),
+            barriers: AtomicU64::new(0),
+            pool: Pool::new(WORKERS),
+            implicit: Arc::default(),
+            connections: Mutex::new(HashMap::new()),
+            cache,
+        });
+        Ok(World { _finisher: Some(Arc::new(Finisher(Arc::downgrade(&inner)))), inner })
+    }
+
+    /// A handle for a background job: it does not keep the application's side open (see
+    /// [`Finisher`]).
+    pub(crate) fn for_background(&self) -> World {
+        World { _finisher: None, inner: self.inner.clone() }
     }
 
     pub fn rank(&self) -> u32 {

@@ -37,6 +37,7 @@ mod handshake;
 mod occupancy;
 mod registry;
 mod requests;
+mod threads;
 mod unpollable;
 
 use std::io;
@@ -52,6 +53,7 @@ use crate::log_limit::RateLimitedLog;
 use crate::transport::{Listener, PeerIdentity};
 use carrier::CarrierWatch;
 use event_loop::EventLoop;
+use threads::ThreadGroup;
 
 /// How often a thread waiting in the middle of a frame looks at the stall limit, and how
 /// often a connection thread of an unpollable link notices a shutdown.
@@ -62,6 +64,8 @@ const CONNECTION_STACK_BYTES: usize = 512 * 1024;
 /// Largest first frame (header and body, no data) a connection may send: a `Hello` with a
 /// secret of a few hundred bytes fits many times over.
 pub const MAX_HELLO_FRAME: usize = 4096;
+/// How long dropping an [`RpcServer`] waits for its threads to end.
+pub const SHUTDOWN_WAIT: Duration = Duration::from_secs(5);
 /// Refused connections of one kind are logged at most this often.
 pub const REFUSAL_LOG_INTERVAL: Duration = Duration::from_secs(10);
 /// How far a connection's poll budget may grow above the configured one while a client's
@@ -143,6 +147,8 @@ struct Shared<S> {
     /// Threads polling connections whose listener carries their traffic (UCX).
     carriers: CarrierWatch,
     refusals: RefusalLogs,
+    /// Every thread serving this server, counted until it has ended.
+    threads: Arc<ThreadGroup>,
 }
 
 impl<S: Service> Shared<S> {
@@ -189,6 +195,9 @@ pub struct RpcCounters {
     pub handshakes: usize,
     /// Threads of the event loop (links without a descriptor have a thread each besides).
     pub threads: usize,
+    /// Every thread of the server still running: the event loop's, its watchers', those of
+    /// links without a descriptor (0 once a stopped server's threads have all ended).
+    pub running_threads: usize,
     /// Times a listener that carries its connections' traffic (UCX) woke a thread: its new
     /// connections, and messages no thread polling a connection took first.
     pub carrier_wakeups: u64,
@@ -197,6 +206,7 @@ pub struct RpcCounters {
 /// What [`RpcServer`] needs from its running parts, whatever the service type.
 trait Running: Send + Sync {
     fn stop(&self);
+    fn wait_ended(&self, limit: Duration) -> bool;
     fn counters(&self) -> RpcCounters;
 }
 
@@ -217,17 +227,23 @@ impl<S: Service> Running for RunningServer<S> {
         }
     }
 
+    fn wait_ended(&self, limit: Duration) -> bool {
+        self.shared.threads.wait_ended(limit)
+    }
+
     fn counters(&self) -> RpcCounters {
         RpcCounters {
             connections: self.shared.connections.load(Ordering::Relaxed),
             handshakes: self.shared.handshakes.load(Ordering::Relaxed),
             threads: self.event_loop.as_ref().map_or(0, |event_loop| event_loop.threads()),
+            running_threads: self.shared.threads.running(),
             carrier_wakeups: self.shared.carriers.wakeups(),
         }
     }
 }
 
-/// A running server: its event loop (and a thread per unpollable listener or link).
+/// A running server: its event loop (and a thread per unpollable listener or link). Dropping
+/// it stops it and waits (at most [`SHUTDOWN_WAIT`]) until its threads have ended.
 pub struct RpcServer {
     running: Box<dyn Running>,
 }
@@ -260,6 +276,7 @@ impl RpcServer {
                 handshake: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),
                 over_limit: RateLimitedLog::new(REFUSAL_LOG_INTERVAL),
             },
+            threads: Arc::new(ThreadGroup::default()),
         });
         let listeners: Vec<Arc<Listener>> = listeners.into_iter().map(Arc::new).collect();
         let (pollable, unpollable): (Vec<_>, Vec<_>) = listeners.iter().cloned().partition(|listener| listener.poll_fd().is_some());
@@ -276,9 +293,26 @@ impl RpcServer {
         self.running.stop();
     }
 
+    /// [`RpcServer::shutdown`], then waits until every thread of the server has ended (a
+    /// connection in the middle of a request ends when it is answered), for at most `limit`;
+    /// true if they all did. Then nothing of the server runs any more: a process may exit,
+    /// or destroy what the server used (a UCX worker), without a thread of it still inside.
+    pub fn shutdown_and_wait(&self, limit: Duration) -> bool {
+        self.running.stop();
+        self.running.wait_ended(limit)
+    }
+
     /// Connections and threads right now.
     pub fn counters(&self) -> RpcCounters {
         self.running.counters()
+    }
+}
+
+impl Drop for RpcServer {
+    fn drop(&mut self) {
+        if !self.shutdown_and_wait(SHUTDOWN_WAIT) {
+            log::warn!("a server's threads were still running {SHUTDOWN_WAIT:?} after it was stopped");
+        }
     }
 }
 

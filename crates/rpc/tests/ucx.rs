@@ -280,6 +280,28 @@ fn a_slow_handler_does_not_hold_up_other_connections() {
     server.shutdown();
 }
 
+/// A process that has dropped its connections and servers has no UCX worker left, so nothing
+/// of ringfs is inside UCX when `exit` runs the libraries' destructors. (A global-memory rank
+/// whose cache's server still polled its worker then died, rarely, of a corrupted heap in
+/// `free` called from those destructors; the client's worker outlived every connection.)
+fn no_ucx_worker_is_left_once_connections_and_servers_are_dropped() {
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 0, "the scenarios before left a worker alive");
+    let (server, endpoint, _) = start_server();
+    let connections: Vec<Connection> = (0..3).map(|_| Connection::open(&endpoint, &config(SECRET, 5000)).unwrap()).collect();
+    for connection in &connections {
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    }
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 2, "the client's worker and the server's");
+    drop(connections);
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 1, "the client's worker went with its last connection");
+    drop(server);
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 0, "the server's threads ended and its worker with them");
+    // The next connection makes the client's worker again.
+    let (_server, endpoint, _) = start_server();
+    let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+}
+
 /// Every scenario, in this process (run by the variants below with their environment).
 #[test]
 #[ignore = "run by the variants, each in a child process with its UCX environment"]
@@ -287,7 +309,7 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 14] = [
+    let scenarios: [(&str, fn()); 15] = [
         ("a_slow_handler_does_not_hold_up_other_connections", a_slow_handler_does_not_hold_up_other_connections),
         ("a_polled_connection_does_not_wake_the_listener", a_polled_connection_does_not_wake_the_listener),
         ("connections_closed_and_reopened_at_once_each_work", connections_closed_and_reopened_at_once_each_work),
@@ -302,6 +324,8 @@ fn scenarios() {
         ("garbage_from_a_raw_ucx_peer_closes_only_its_connection", garbage_from_a_raw_ucx_peer_closes_only_its_connection),
         ("an_idle_server_and_client_do_not_spin", an_idle_server_and_client_do_not_spin),
         ("a_request_given_up_after_lending_memory_breaks_the_connection", a_request_given_up_after_lending_memory_breaks_the_connection),
+        // Last: it also checks that every scenario before left no worker.
+        ("no_ucx_worker_is_left_once_connections_and_servers_are_dropped", no_ucx_worker_is_left_once_connections_and_servers_are_dropped),
     ];
     for (name, scenario) in scenarios {
         println!("SCENARIO {name}");

@@ -142,10 +142,11 @@ impl<S: Service> EventLoop<S> {
             }
         }));
         let watched = event_loop.clone();
-        thread::Builder::new().name("ringfs-rpc-watch".into()).spawn(move || watched.occupancy.watch(|| watched.grow()))?;
+        let threads = &event_loop.shared.threads;
+        threads.spawn("ringfs-rpc-watch", None, move || watched.occupancy.watch(|| watched.grow()))?;
         if event_loop.listeners.iter().any(|listener| listener.carries_connections()) {
             let watched = event_loop.clone();
-            thread::Builder::new().name("ringfs-rpc-carrier".into()).spawn(move || watched.shared.carriers.watchdog())?;
+            threads.spawn("ringfs-rpc-carrier", None, move || watched.shared.carriers.watchdog())?;
         }
         Ok(event_loop)
     }
@@ -169,13 +170,12 @@ impl<S: Service> EventLoop<S> {
     /// Starts one more thread; the caller has counted it.
     fn spawn_thread(self: &Arc<Self>) -> io::Result<()> {
         let event_loop = self.clone();
-        let spawned =
-            thread::Builder::new().name("ringfs-rpc".into()).stack_size(CONNECTION_STACK_BYTES).spawn(move || event_loop.run_thread());
+        let spawned = self.shared.threads.spawn("ringfs-rpc", Some(CONNECTION_STACK_BYTES), move || event_loop.run_thread());
         if let Err(error) = &spawned {
             self.threads.fetch_sub(1, Ordering::SeqCst);
             self.shared.refusals.over_limit.log(log::Level::Error, format_args!("cannot start a server thread: {error}"));
         }
-        spawned.map(drop)
+        spawned
     }
 
     /// Adds a thread unless the pool is at its cap or a thread just added has not begun to

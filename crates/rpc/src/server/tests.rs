@@ -185,6 +185,25 @@ fn shutdown_closes_idle_connections_and_ends_the_threads() {
 }
 
 #[test]
+fn a_stopped_server_is_waited_for_until_its_last_thread_has_ended() {
+    let (service, server, endpoint) = start(ServerLimits::default());
+    assert!(server.counters().running_threads >= 2, "the event loop's threads and its watcher");
+    let blocked = Connection::open(&endpoint, &config()).unwrap();
+    let call = blocked.start(&Request::Stats, &[], None);
+    wait_for("the handler to block", || service.blocked.load(Ordering::SeqCst) == 1);
+    assert!(!server.shutdown_and_wait(Duration::from_millis(200)), "a handler is still inside");
+    assert!(server.counters().running_threads >= 1);
+    service.open_gate();
+    assert!(server.shutdown_and_wait(Duration::from_secs(20)));
+    assert_eq!(server.counters().running_threads, 0);
+    drop(call);
+    // Nothing of the server holds the service any more (only the server itself).
+    let holders = Arc::strong_count(&service);
+    drop(server);
+    assert_eq!(Arc::strong_count(&service), holders - 1);
+}
+
+#[test]
 fn links_without_a_descriptor_are_served_by_threads_of_their_own() {
     let service = Arc::new(TestService::default());
     let name = format!("rpc-server-test-{}", std::process::id());
@@ -193,5 +212,5 @@ fn links_without_a_descriptor_are_served_by_threads_of_their_own() {
     let connection = Connection::open(&Endpoint::Sim(name), &config()).unwrap();
     assert_eq!(connection.call(&Request::GetMembers, &[]).unwrap().response, Response::Written(1));
     assert_eq!(server.counters().connections, 1);
-    server.shutdown();
+    assert!(server.shutdown_and_wait(Duration::from_secs(20)), "the accepting thread and the link's thread end");
 }

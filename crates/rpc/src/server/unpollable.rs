@@ -16,7 +16,8 @@ const UNPOLLABLE_CHECK: Duration = Duration::from_millis(2);
 
 /// Accepts on `listener` (which cannot be polled) in a thread of its own.
 pub fn serve_listener<S: Service>(shared: Arc<Shared<S>>, listener: Arc<Listener>) -> std::io::Result<()> {
-    thread::Builder::new().name("ringfs-accept".into()).spawn(move || {
+    let threads = shared.threads.clone();
+    threads.spawn("ringfs-accept", None, move || {
         while !shared.is_stopping() {
             match listener.accept() {
                 Ok(link) => serve_link(shared.clone(), link),
@@ -27,8 +28,7 @@ pub fn serve_listener<S: Service>(shared: Arc<Shared<S>>, listener: Arc<Listener
                 }
             }
         }
-    })?;
-    Ok(())
+    })
 }
 
 /// Serves `link` in a thread of its own: handshake, then requests until it ends.
@@ -40,10 +40,7 @@ pub fn serve_link<S: Service>(shared: Arc<Shared<S>>, link: Link) {
     }
     shared.count_handshake();
     let thread_shared = shared.clone();
-    let spawned = thread::Builder::new()
-        .name("ringfs-conn".into())
-        .stack_size(CONNECTION_STACK_BYTES)
-        .spawn(move || serve_in_thread(&thread_shared, link));
+    let spawned = shared.threads.spawn("ringfs-conn", Some(CONNECTION_STACK_BYTES), move || serve_in_thread(&thread_shared, link));
     if let Err(error) = spawned {
         shared.uncount_handshake();
         shared.refusals.over_limit.log(log::Level::Error, format_args!("cannot start a connection thread: {error}"));

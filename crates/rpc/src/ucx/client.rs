@@ -11,7 +11,7 @@
 use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::io;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ringfs_proto::FrameHeader;
@@ -84,20 +84,27 @@ pub(crate) struct ClientSide {
     rma: bool,
 }
 
-/// The process's client engine (again in a forked child).
+/// The process's client engine, shared by its connections and destroyed with the last of them
+/// (the next connection makes a new one): a process done with ringfs leaves no UCX worker
+/// for the libraries' destructors at `exit` to find in use. Made again in a forked child.
 fn client_engine() -> Result<Arc<Engine>, ringfs_ucx::Error> {
-    static ENGINE: Mutex<Option<(u32, Arc<Engine>)>> = Mutex::new(None);
+    static ENGINE: Mutex<Option<(u32, Weak<Engine>)>> = Mutex::new(None);
     let mut slot = ENGINE.lock();
     let pid = std::process::id();
     if let Some((owner, engine)) = &*slot
         && *owner == pid
+        && let Some(engine) = engine.upgrade()
     {
-        return Ok(engine.clone());
+        return Ok(engine);
     }
     let engine = Engine::new(Settings::from_env())?;
     engine.lock().worker.accept_messages(RESPONSE)?;
-    if let Some((_, inherited)) = slot.replace((pid, engine.clone())) {
-        // The parent's worker: never touched again in this process.
+    if let Some((owner, inherited)) = slot.replace((pid, Arc::downgrade(&engine)))
+        && owner != pid
+        && let Some(inherited) = inherited.upgrade()
+    {
+        // The parent's worker, still held by connections this child inherited: never
+        // destroyed here (UCX state does not survive `fork`), whatever they do.
         std::mem::forget(inherited);
     }
     Ok(engine)

@@ -18,6 +18,7 @@ use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_ucx::{Context, ContextConfig, Endpoint, HeldPayload, IncomingMessage, Operation, RegistrationCache, Worker};
@@ -390,11 +391,25 @@ impl<P: Protocol> State<P> {
     }
 }
 
+/// Engines (and so UCX workers) alive in this process: see [`super::live_workers`].
+static LIVE_ENGINES: AtomicUsize = AtomicUsize::new(0);
+
+/// UCX workers of this process's connections and servers alive now.
+pub(crate) fn live_engines() -> usize {
+    LIVE_ENGINES.load(Ordering::SeqCst)
+}
+
 /// A worker and what is made from it, shared by threads (see the module's documentation).
 pub(crate) struct Engine<P: Protocol> {
     state: Mutex<State<P>>,
     /// The worker's event descriptor: readable when it has something to progress.
     worker_fd: RawFd,
+}
+
+impl<P: Protocol> Drop for Engine<P> {
+    fn drop(&mut self) {
+        LIVE_ENGINES.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl<P: Protocol> Engine<P> {
@@ -415,6 +430,7 @@ impl<P: Protocol> Engine<P> {
             spare: Vec::new(),
             settings,
         };
+        LIVE_ENGINES.fetch_add(1, Ordering::SeqCst);
         Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd }))
     }
 

@@ -70,6 +70,14 @@ impl Settings {
     }
 }
 
+/// UCX workers alive in this process for ringfs (one per process for its client connections
+/// while it has any, one per server listening on UCX while it runs). 0 once every connection
+/// and server is dropped: nothing of ringfs is then inside UCX when the process exits and the
+/// libraries' destructors run (which once corrupted the heap of a rank still polling).
+pub fn live_workers() -> usize {
+    engine::live_engines()
+}
+
 /// True if UCX (`libucp.so.0`) can be used in this process.
 pub fn is_available() -> bool {
     ringfs_ucx::is_available()
