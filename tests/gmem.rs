@@ -177,7 +177,9 @@ fn leaving(world: World) {
             .unwrap()
             .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
             .map(|name| name.trim().to_string());
-        names.filter(|name| ["ringfs-gmem", "ringfs-rpc", "ringfs-relay"].iter().any(|prefix| name.starts_with(prefix))).collect()
+        names
+            .filter(|name| ["ringfs-gmem", "ringfs-rpc", "ringfs-relay", "ringfs-closes"].iter().any(|prefix| name.starts_with(prefix)))
+            .collect()
     };
     let dropped = Instant::now();
     while !world_threads().is_empty() && dropped.elapsed() < Duration::from_millis(300) {

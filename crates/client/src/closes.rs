@@ -38,6 +38,8 @@ struct Pending {
 pub(crate) struct CloseQueue {
     pending: Mutex<Pending>,
     wake: Condvar,
+    /// The sender thread, joined by [`CloseQueue::end`].
+    sender: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl CloseQueue {
@@ -79,9 +81,12 @@ impl CloseQueue {
                 }
             }
         });
-        if let Err(error) = spawned {
-            log::warn!("no thread for batched closes ({error}): closes go out as they come");
-            self.lock().ended = true;
+        match spawned {
+            Ok(sender) => *self.sender.lock() = Some(sender),
+            Err(error) => {
+                log::warn!("no thread for batched closes ({error}): closes go out as they come");
+                self.lock().ended = true;
+            }
         }
     }
 
@@ -111,10 +116,18 @@ impl CloseQueue {
         send(cluster, client, files);
     }
 
-    /// Ends the sender thread.
+    /// Ends the sender thread and waits for it: a client being dropped is then torn down
+    /// in the thread dropping it, never in the sender (which may hold the cluster for a
+    /// moment) while that thread goes on, perhaps to exit the process.
     pub fn end(&self) {
         self.lock().ended = true;
         self.wake.notify_one();
+        let sender = self.sender.lock().take();
+        if let Some(sender) = sender
+            && sender.thread().id() != std::thread::current().id()
+        {
+            let _ = sender.join();
+        }
     }
 }
 
