@@ -121,7 +121,10 @@ impl Outbound for Peers {
     }
 
     fn call_rank(&self, endpoint: &str, request: &Request, data: &[u8]) -> Result<Reply, Errno> {
-        self.rank_connection(endpoint)?.call(request, data).map_err(|error| error.errno())
+        self.rank_connection(endpoint)?.call(request, data).map_err(|error| {
+            log::warn!("a request to the rank cache at {endpoint} failed: {error}");
+            error.errno()
+        })
     }
 
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
@@ -145,7 +148,10 @@ impl Peers {
             return Ok(connection.clone());
         }
         let parsed = ringfs_rpc::Endpoint::parse(endpoint).map_err(|_| Errno::EINVAL)?;
-        let connection = Arc::new(Connection::open(&parsed, &self.config).map_err(|error| error.errno())?);
+        let connection = Arc::new(Connection::open(&parsed, &self.config).map_err(|error| {
+            log::warn!("cannot connect to the rank cache at {endpoint}: {error}");
+            error.errno()
+        })?);
         ranks.insert(endpoint.to_string(), connection.clone());
         Ok(connection)
     }

@@ -503,7 +503,11 @@ impl<S: Service> EventLoop<S> {
         for token in expired {
             // A busy one is being advanced by its thread, which checks the deadline itself.
             if let Some(peer) = self.registry.take_if(token, |peer| matches!(peer, Peer::Handshake(_))) {
-                self.log_refusal(Some("handshake not complete before its deadline".into()));
+                let received = match &*peer {
+                    Peer::Handshake(handshake) => handshake.received(),
+                    Peer::Served(_) => 0,
+                };
+                self.log_refusal(Some(format!("handshake not complete before its deadline ({received} bytes of its first frame came)")));
                 self.close(token, *peer);
             }
         }

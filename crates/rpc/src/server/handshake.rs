@@ -28,6 +28,12 @@ pub enum HandshakeProgress {
 }
 
 impl PendingHandshake {
+    /// Bytes of the first frame received so far (for the log of a handshake that timed out:
+    /// none means the `Hello` never reached this side).
+    pub fn received(&self) -> usize {
+        self.frame.len()
+    }
+
     pub fn new(link: Link, deadline: Instant) -> PendingHandshake {
         PendingHandshake { link, frame: Vec::new(), frame_len: None, deadline }
     }
