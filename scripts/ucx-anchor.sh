@@ -2,7 +2,8 @@
 # ringfs over UCX against its physical anchor, ucx_perftest, on the same UCX transports, and
 # against ringfs over TCP, in one run (issue 28, item 4; docs/PERFORMANCE.md "ringfs over UCX
 # against ucx_perftest"). Each round measures, alternating:
-#   - ucx_perftest tag_lat (8 B, p50, one way) and tag_bw (1 MiB, overall MB/s), for
+#   - ucx_perftest tag_lat (8 B, p50, one way) and tag_bw (1 MiB, overall MB/s; and with one
+#     send in flight at a time, -O 1, as one ringfs client thread writes), for
 #     UCX_TLS=tcp and for shared memory (posix,sysv,cma,tcp: ringfs needs tcp beside shared
 #     memory to connect by socket address; perftest is given the same list);
 #   - `ringfs bench rpc` against a one-server cluster started with --transport tcp, and with
@@ -26,10 +27,11 @@ shm=posix,sysv,cma,tcp
 results=$(mktemp)
 trap 'rm -f "$results"' EXIT
 
-# ucx_perftest TLS TEST SIZE ITERATIONS FIELD: one number of perftest's final line (its
-# numbers: iterations, p50 µs, average µs, overall µs, average MB/s, overall MB/s, …).
+# ucx_perftest TLS TEST SIZE ITERATIONS FIELD [OPTION...]: one number of perftest's final line
+# (its numbers: iterations, p50 µs, average µs, overall µs, average MB/s, overall MB/s, …).
 perftest() {
   local tls=$1 test=$2 msg=$3 iterations=$4 field=$5 port server output tries
+  shift 5
   port=$((20000 + RANDOM % 20000))
   UCX_TLS=$tls ucx_perftest -p "$port" > /dev/null 2>&1 &
   server=$!
@@ -39,7 +41,7 @@ perftest() {
   done
   for tries in 1 2 3 4 5; do
     output=$(UCX_TLS=$tls timeout 120 ucx_perftest 127.0.0.1 -p "$port" -t "$test" -s "$msg" -n "$iterations" \
-      -w $((iterations / 10)) 2>&1) && break
+      -w $((iterations / 10)) "$@" 2>&1) && break
     sleep 0.2
   done
   kill "$server" 2> /dev/null
@@ -80,8 +82,11 @@ for round in $(seq "$rounds"); do
     if [ -n "$tls" ]; then
       latency=$(perftest "$tls" tag_lat 8 20000 1)
       bandwidth=$(perftest "$tls" tag_bw 1048576 2000 5)
+      # The same with one send in flight at a time, as one ringfs client thread's pwrite.
+      one_at_a_time=$(perftest "$tls" tag_bw 1048576 2000 5 -O 1)
       echo "$variant perftest_lat_us $latency" >> "$results"
       echo "$variant perftest_bw_mb_s $bandwidth" >> "$results"
+      echo "$variant perftest_bw1_mb_s $one_at_a_time" >> "$results"
     fi
     # The builds in a different order each round, so that none always runs first.
     set -- $builds
@@ -116,18 +121,22 @@ labels = [build.split("=", 1)[0] for build in sys.argv[3].split()]
 variants = sys.argv[2].split()
 print()
 print("| variant | build | perftest round trip (2 × tag_lat p50) | ringfs Ping round trip | difference "
-      "| perftest tag_bw 1 MiB | ringfs write 1 MiB | ratio | ringfs read 1 MiB | ratio |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+      "| perftest tag_bw 1 MiB | … one send at a time (-O 1) | ringfs write 1 MiB | ratio | ratio to -O 1 "
+      "| ringfs read 1 MiB | ratio |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for variant in variants:
     anchor = "perftest_lat_us" in rows.get(variant, {})
     anchor_trip, anchor_bw = 2 * med(variant, "perftest_lat_us"), med(variant, "perftest_bw_mb_s")
+    anchor_bw1 = med(variant, "perftest_bw1_mb_s")
     for label in labels:
         trip, write, read = med(variant, "round_trip_us:" + label), med(variant, "write_mb_s:" + label), med(variant, "read_mb_s:" + label)
         cells = [f"{variant} ({lanes.get(variant, '?')})", label or "–",
                  f"{anchor_trip:.2f} µs" if anchor else "–", f"{trip:.2f} µs",
                  f"{trip - anchor_trip:+.2f} µs" if anchor else "–",
                  f"{anchor_bw:.0f} MB/s" if anchor else "–",
+                 f"{anchor_bw1:.0f} MB/s" if anchor else "–",
                  f"{write:.0f} MB/s", f"{write / anchor_bw:.2f}×" if anchor else "–",
+                 f"{write / anchor_bw1:.2f}×" if anchor else "–",
                  f"{read:.0f} MB/s", f"{read / anchor_bw:.2f}×" if anchor else "–"]
         print("| " + " | ".join(cells) + " |")
 if "tcp" in rows:

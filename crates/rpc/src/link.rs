@@ -27,6 +27,13 @@ pub trait ReadHalf: Read + Send {
     fn carried_by_listener(&self) -> bool {
         false
     }
+
+    /// For a link [`carried_by_listener`](ReadHalf::carried_by_listener): true while its
+    /// listener holds new connections that a thread reading this link moved in and nobody
+    /// accepted yet (the listener must be watched again for them).
+    fn listener_has_waiting(&self) -> bool {
+        false
+    }
 }
 
 /// The sending half of a link.

@@ -100,6 +100,13 @@ impl CarrierWatch {
         !self.owed.swap(false, Ordering::SeqCst)
     }
 
+    /// Watches the listener again now if its watch is owed (a polling thread took in a new
+    /// connection: under a connection that never goes quiet the watch would otherwise wait
+    /// for that connection to pause — seconds, on a busy machine).
+    pub fn watch_now(&self) {
+        self.pay();
+    }
+
     /// Pays the debt, if one is owed.
     fn pay(&self) {
         if self.owed.swap(false, Ordering::SeqCst)

@@ -126,6 +126,11 @@ impl<S: Service> Shared<S> {
             };
             let carrier_poll = (connection.carried && when_idle == WhenIdle::PollThenReturn).then(|| self.carriers.poll());
             let next = scratch.frames.next_header(connection.reader.as_mut(), when_idle);
+            if connection.carried && connection.reader.listener_has_waiting() {
+                // This thread's polls took in a new connection, which only the listener's
+                // watcher accepts: watch the listener now rather than when this one pauses.
+                self.carriers.watch_now();
+            }
             drop(carrier_poll);
             drop(poll_slot);
             let header = match next {

@@ -18,7 +18,7 @@ use ringfs_sync::{Mutex, MutexGuard};
 use std::collections::{HashMap, VecDeque};
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_ucx::{Context, ContextConfig, Endpoint, HeldPayload, IncomingMessage, Operation, RegistrationCache, Worker};
@@ -263,6 +263,9 @@ pub(crate) struct State<P: Protocol> {
     /// Buffers of requests' and responses' data, reused so that their registrations are too.
     pub(crate) spare: Vec<Vec<u8>>,
     pub(crate) settings: Settings,
+    /// The listener holds connection requests that nobody accepted yet (progressed by a
+    /// thread that does not accept: see [`Engine::connections_waiting`]).
+    pub(crate) accepts_waiting: Arc<AtomicBool>,
 }
 
 // SAFETY: the worker and every UCX object made from it (endpoints, listener, operations,
@@ -333,6 +336,10 @@ impl<P: Protocol> State<P> {
             self.worker.release(payload);
         }
         let mut events = self.worker.progress();
+        if self.listener.as_ref().is_some_and(|listener| listener.pending() > 0) && !self.accepts_waiting.swap(true, Ordering::SeqCst) {
+            // Whoever watches the descriptor must accept them (a poller does not).
+            let _ = self.worker.signal();
+        }
         while let Some(message) = self.worker.next_message() {
             events += 1;
             let Some(&key) = self.link_of_endpoint.get(&message.endpoint_key()) else { continue };
@@ -404,6 +411,8 @@ pub(crate) struct Engine<P: Protocol> {
     state: Mutex<State<P>>,
     /// The worker's event descriptor: readable when it has something to progress.
     worker_fd: RawFd,
+    /// [`State::accepts_waiting`], readable without the lock.
+    accepts_waiting: Arc<AtomicBool>,
 }
 
 impl<P: Protocol> Drop for Engine<P> {
@@ -417,6 +426,7 @@ impl<P: Protocol> Engine<P> {
     pub(crate) fn new(settings: Settings) -> Result<Arc<Engine<P>>, ringfs_ucx::Error> {
         let worker = Worker::new_serialized(&context()?)?;
         let worker_fd = worker.event_fd();
+        let accepts_waiting = Arc::new(AtomicBool::new(false));
         let state = State {
             worker,
             links: HashMap::new(),
@@ -429,9 +439,10 @@ impl<P: Protocol> Engine<P> {
             releases: Arc::new(Mutex::new(Vec::new())),
             spare: Vec::new(),
             settings,
+            accepts_waiting: accepts_waiting.clone(),
         };
         LIVE_ENGINES.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd }))
+        Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd, accepts_waiting }))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<P>> {
@@ -447,6 +458,12 @@ impl<P: Protocol> Engine<P> {
 
     pub(crate) fn worker_fd(&self) -> RawFd {
         self.worker_fd
+    }
+
+    /// True while the listener holds connection requests not accepted yet: a thread polling
+    /// a connection of this worker moved them in, and only the listener's watcher accepts.
+    pub(crate) fn connections_waiting(&self) -> bool {
+        self.accepts_waiting.load(Ordering::Relaxed)
     }
 
     /// Progresses until `inbox` has news or `deadline` passes: spinning for `spin` after

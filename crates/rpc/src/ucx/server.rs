@@ -423,6 +423,7 @@ impl UcxListener {
                 return Ok(link);
             }
             if state.worker.arm().map_err(io_error)? {
+                state.accepts_waiting.store(false, std::sync::atomic::Ordering::SeqCst);
                 state.keep_progressing();
                 return Err(io::ErrorKind::WouldBlock.into());
             }
@@ -555,6 +556,10 @@ impl ReadHalf for ServerReader {
 
     fn carried_by_listener(&self) -> bool {
         true
+    }
+
+    fn listener_has_waiting(&self) -> bool {
+        self.engine.connections_waiting()
     }
 }
 
