@@ -12,7 +12,10 @@
 //! - by the last serving thread to stop (its connection went quiet or ended), or
 //! - by the watchdog, once a whole [`CARRIER_TICK`] passed with nobody polling (every serving
 //!   thread is inside a handler, perhaps one that waits on another server: someone must move
-//!   the worker on for the other connections meanwhile).
+//!   the worker on for the other connections meanwhile), or
+//! - at once by a polling thread whose progress took in a new connection, which only the
+//!   listener's watcher accepts ([`CarrierWatch::watch_now`]; before, a connection opened
+//!   beside one that never went quiet waited for it to pause: seconds on a busy machine).
 //!
 //! The watch is left to the serving threads only while one of them polls; so a message for
 //! another connection waits at most about a tick, once, when the thread that polled enters a
