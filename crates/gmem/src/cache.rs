@@ -42,7 +42,7 @@ use ringfs_proto::gmem::{ArrayLayout, CacheMode, CoFill, CoForward, CoGet, CoGra
 use ringfs_proto::{Errno, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
 use ringfs_rpc::transport::{Listener, PeerIdentity};
-use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service};
+use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, RpcServer, Service, ThreadGroup};
 
 use crate::Result;
 use crate::layout::home_index;
@@ -253,9 +253,8 @@ struct Shared {
     counters: Counters,
     /// The last request number used (`CoGet::request`).
     requests: AtomicU64,
-    /// Threads passing copies on to other ranks now (see [`Shared::fill`]).
-    relaying: Mutex<usize>,
-    relays_ended: Condvar,
+    /// Threads passing copies on to other ranks (see [`Shared::fill`]).
+    relays: Arc<ThreadGroup>,
 }
 
 /// Sends a request to the server of that name; its answer.
@@ -290,15 +289,8 @@ impl Drop for BlockCache {
         if !self.server.shutdown_and_wait(ringfs_rpc::SHUTDOWN_WAIT) {
             log::warn!("global memory: the cache's endpoint still had threads running after it stopped");
         }
-        let deadline = Instant::now() + RELAY_WAIT;
-        let mut relaying = self.shared.relaying.lock();
-        while *relaying > 0 {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                log::warn!("global memory: {} relays of copies still running as the cache goes", *relaying);
-                break;
-            }
-            self.shared.relays_ended.wait_for(&mut relaying, left);
+        if !self.shared.relays.wait_ended(RELAY_WAIT) {
+            log::warn!("global memory: {} relays of copies still running as the cache goes", self.shared.relays.running());
         }
     }
 }
@@ -336,8 +328,7 @@ impl BlockCache {
             peer_config,
             counters: Counters::default(),
             requests: AtomicU64::new(0),
-            relaying: Mutex::new(0),
-            relays_ended: Condvar::new(),
+            relays: Arc::new(ThreadGroup::default()),
         });
         let server = RpcServer::start(Arc::new(EndpointService(shared.clone())), vec![listener], Duration::ZERO).map_err(|error| {
             log::error!("global memory: the cache's endpoint did not start: {error}");
@@ -749,26 +740,12 @@ impl Shared {
         }
         if !fill.relay.is_empty() {
             let (relayer, bytes) = (shared.clone(), data.to_vec());
-            *shared.relaying.lock() += 1;
-            let spawned = std::thread::Builder::new().name("ringfs-relay".into()).spawn(move || {
-                relayer.relay(fill.array, fill.block, fill.relay, &bytes);
-                relayer.relay_ended();
-            });
+            let spawned = shared.relays.spawn("ringfs-relay", None, move || relayer.relay(fill.array, fill.block, fill.relay, &bytes));
             if let Err(error) = spawned {
                 log::error!("global memory: cannot start a thread to relay a block: {error}");
-                shared.relay_ended();
             }
         }
         Ok(Response::Done)
-    }
-
-    /// Counts a relay thread out (see [`BlockCache`]'s drop).
-    fn relay_ended(&self) {
-        let mut relaying = self.relaying.lock();
-        *relaying -= 1;
-        if *relaying == 0 {
-            self.relays_ended.notify_all();
-        }
     }
 
     /// Passes a block's copy on to the ranks of `list` in the binomial tree of

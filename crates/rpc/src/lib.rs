@@ -36,7 +36,7 @@ pub mod ucx;
 
 pub use connection::{Connection, ConnectionConfig, DEFAULT_POLL, PendingCall, Reply, SharedConnection, wall_clock_ns};
 pub use server::{
-    MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RESERVED_DESCRIPTORS, RpcCounters, RpcServer, SHUTDOWN_WAIT, ServerLimits, Service,
+    MAX_HELLO_FRAME, REFUSAL_LOG_INTERVAL, RESERVED_DESCRIPTORS, RpcCounters, RpcServer, SHUTDOWN_WAIT, ServerLimits, Service, ThreadGroup,
     open_file_limit, raise_open_file_limit,
 };
 pub use transport::{Endpoint, Link, Listener, PeerIdentity};

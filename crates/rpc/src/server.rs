@@ -37,7 +37,7 @@ mod handshake;
 mod occupancy;
 mod registry;
 mod requests;
-mod threads;
+pub(crate) mod threads;
 mod unpollable;
 
 use std::io;
@@ -53,7 +53,7 @@ use crate::log_limit::RateLimitedLog;
 use crate::transport::{Listener, PeerIdentity};
 use carrier::CarrierWatch;
 use event_loop::EventLoop;
-use threads::ThreadGroup;
+pub use threads::ThreadGroup;
 
 /// How often a thread waiting in the middle of a frame looks at the stall limit, and how
 /// often a connection thread of an unpollable link notices a shutdown.

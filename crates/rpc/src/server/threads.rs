@@ -18,7 +18,7 @@ use ringfs_sync::{Condvar, Mutex};
 
 /// Counts a server's running threads, and keeps their handles to join them.
 #[derive(Default)]
-pub(crate) struct ThreadGroup {
+pub struct ThreadGroup {
     running: Mutex<usize>,
     ended: Condvar,
     /// Handles of threads not joined yet (those that ended are pruned as others start).
@@ -41,7 +41,7 @@ impl Drop for Running {
 impl ThreadGroup {
     /// Starts a thread named `name` (with `stack` bytes of stack, if given) running `body`,
     /// counted until `body` has returned and everything it captured is dropped.
-    pub(crate) fn spawn(self: &Arc<Self>, name: &str, stack: Option<usize>, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
+    pub fn spawn(self: &Arc<Self>, name: &str, stack: Option<usize>, body: impl FnOnce() + Send + 'static) -> io::Result<()> {
         *self.running.lock() += 1;
         let running = Running(self.clone());
         let mut builder = thread::Builder::new().name(name.into());
@@ -61,13 +61,13 @@ impl ThreadGroup {
     }
 
     /// Threads running now.
-    pub(crate) fn running(&self) -> usize {
+    pub fn running(&self) -> usize {
         *self.running.lock()
     }
 
     /// Waits until no thread of the group runs, for at most `limit`, then joins them; true
     /// if none runs. (A thread of the group calling this does not wait for itself.)
-    pub(crate) fn wait_ended(&self, limit: Duration) -> bool {
+    pub fn wait_ended(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         let current = thread::current().id();
         let me = usize::from(self.handles.lock().iter().any(|handle| handle.thread().id() == current));
