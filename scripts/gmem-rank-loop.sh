@@ -5,6 +5,8 @@
 # servers' logs) under OUT. Bounded: at most ROUNDS iterations and SECONDS_LIMIT seconds.
 #   SCENARIO=nonblocking RANKS=3 CACHE=256K COOP=0 TRANSPORT=ucx UCX_TLS=posix,sysv,cma,tcp
 #   HOGS=2 ROUNDS=2000 SECONDS_LIMIT=280 OUT=/tmp/gmem-rank-loop scripts/gmem-rank-loop.sh
+# STALL_SECONDS=N: a round still running after N seconds has the threads of every rank and
+# server written down by gdb (stacks.PID, kept with the round if it fails).
 # Needs the debug build and the gmem test binary (cargo test --test gmem --no-run).
 set -u
 cd "$(dirname "$0")/.."
@@ -43,6 +45,20 @@ while [ "$round" -lt "$rounds" ] && [ $((SECONDS - started)) -lt "$limit" ]; do
             timeout 60 "$ranks_binary" --exact rank_main --ignored --nocapture --test-threads 1 >"$work/out.$rank" 2>&1 &
         pids+=($!)
     done
+    # A round still running after STALL_SECONDS: every rank's and server's threads are
+    # written down (gdb) while they wait, kept with the round if it fails.
+    rm -f "$work"/stacks.*
+    round_started=$SECONDS
+    while [ -n "${STALL_SECONDS:-}" ] && kill -0 "${pids[@]}" 2>/dev/null; do
+        if [ $((SECONDS - round_started)) -ge "$STALL_SECONDS" ]; then
+            # (The ranks run under `timeout`: their processes are its children.)
+            for pid in $(pgrep -P "$(echo "${pids[@]}" | tr ' ' ,)") $(awk '{ print $NF }' "$work"/run/*.pid 2>/dev/null); do
+                timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" >"$work/stacks.$pid" 2>&1
+            done
+            break
+        fi
+        sleep 0.5
+    done
     bad=0
     for rank in $(seq 0 $((ranks - 1))); do
         wait "${pids[$rank]}" || bad=1
@@ -51,7 +67,7 @@ while [ "$round" -lt "$rounds" ] && [ $((SECONDS - started)) -lt "$limit" ]; do
         failed=$((failed + 1))
         kept="$out/round-$round"
         mkdir -p "$kept"
-        cp "$work"/out.* "$work"/run/*.log "$kept"/ 2>/dev/null
+        cp "$work"/out.* "$work"/stacks.* "$work"/run/*.log "$kept"/ 2>/dev/null
         echo "round $round failed: $kept"
         grep -h "panicked\|malloc\|SIGSEGV\|WARN\|ERROR" "$kept"/out.* | head -n 5
     fi

@@ -3,7 +3,9 @@
 # against ringfs over TCP, in one run (issue 28, item 4; docs/PERFORMANCE.md "ringfs over UCX
 # against ucx_perftest"). Each round measures, alternating:
 #   - ucx_perftest tag_lat (8 B, p50, one way) and tag_bw (1 MiB, overall MB/s; and with one
-#     send in flight at a time, -O 1, as one ringfs client thread writes), for
+#     send in flight at a time, -O 1, as one ringfs client thread writes), and ucp_am_bw with
+#     one send in flight and endpoints with peer error handling (-O 1 -e: active messages on
+#     endpoints configured as ringfs's must be, which changes the transports UCX picks), for
 #     UCX_TLS=tcp and for shared memory (posix,sysv,cma,tcp: ringfs needs tcp beside shared
 #     memory to connect by socket address; perftest is given the same list);
 #   - `ringfs bench rpc` against a one-server cluster started with --transport tcp, and with
@@ -87,6 +89,9 @@ for round in $(seq "$rounds"); do
       echo "$variant perftest_lat_us $latency" >> "$results"
       echo "$variant perftest_bw_mb_s $bandwidth" >> "$results"
       echo "$variant perftest_bw1_mb_s $one_at_a_time" >> "$results"
+      # Active messages, one at a time, on endpoints with error handling, as ringfs's.
+      like_ringfs=$(perftest "$tls" ucp_am_bw 1048576 2000 5 -O 1 -e)
+      echo "$variant perftest_am_bw1e_mb_s $like_ringfs" >> "$results"
     fi
     # The builds in a different order each round, so that none always runs first.
     set -- $builds
@@ -100,7 +105,7 @@ for round in $(seq "$rounds"); do
         esac
       done < <(ringfs_rpc "$variant" "${build#*=}")
     done
-    echo "== round $round $variant:" $(grep "^$variant " "$results" | grep -v transport | tail -n $((2 + 3 * $(wc -w <<< "$builds"))) | cut -d' ' -f2-)
+    echo "== round $round $variant:" $(grep "^$variant " "$results" | grep -v transport | tail -n $((3 + 3 * $(wc -w <<< "$builds"))) | cut -d' ' -f2-)
   done
 done
 
@@ -121,13 +126,14 @@ labels = [build.split("=", 1)[0] for build in sys.argv[3].split()]
 variants = sys.argv[2].split()
 print()
 print("| variant | build | perftest round trip (2 × tag_lat p50) | ringfs Ping round trip | difference "
-      "| perftest tag_bw 1 MiB | … one send at a time (-O 1) | ringfs write 1 MiB | ratio | ratio to -O 1 "
-      "| ringfs read 1 MiB | ratio |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+      "| perftest tag_bw 1 MiB | … one send at a time (-O 1) | ucp_am_bw -O 1 -e | ringfs write 1 MiB | ratio | ratio to -O 1 | ratio to am -e "
+      "| ringfs read 1 MiB | ratio | ratio to am -e |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for variant in variants:
     anchor = "perftest_lat_us" in rows.get(variant, {})
     anchor_trip, anchor_bw = 2 * med(variant, "perftest_lat_us"), med(variant, "perftest_bw_mb_s")
     anchor_bw1 = med(variant, "perftest_bw1_mb_s")
+    anchor_am = med(variant, "perftest_am_bw1e_mb_s")
     for label in labels:
         trip, write, read = med(variant, "round_trip_us:" + label), med(variant, "write_mb_s:" + label), med(variant, "read_mb_s:" + label)
         cells = [f"{variant} ({lanes.get(variant, '?')})", label or "–",
@@ -135,9 +141,12 @@ for variant in variants:
                  f"{trip - anchor_trip:+.2f} µs" if anchor else "–",
                  f"{anchor_bw:.0f} MB/s" if anchor else "–",
                  f"{anchor_bw1:.0f} MB/s" if anchor else "–",
+                 f"{anchor_am:.0f} MB/s" if anchor else "–",
                  f"{write:.0f} MB/s", f"{write / anchor_bw:.2f}×" if anchor else "–",
                  f"{write / anchor_bw1:.2f}×" if anchor else "–",
-                 f"{read:.0f} MB/s", f"{read / anchor_bw:.2f}×" if anchor else "–"]
+                 f"{write / anchor_am:.2f}×" if anchor else "–",
+                 f"{read:.0f} MB/s", f"{read / anchor_bw:.2f}×" if anchor else "–",
+                 f"{read / anchor_am:.2f}×" if anchor else "–"]
         print("| " + " | ".join(cells) + " |")
 if "tcp" in rows:
     print()

@@ -204,9 +204,8 @@ impl Connection {
 
     fn open_ucx(endpoint: &Endpoint, address: &str, config: &ConnectionConfig) -> Result<Connection, RpcError> {
         let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
-        let channel = Channel::connect(address, config.poll).map_err(|error| connect_error(error.to_string()))?;
         let deadline = Instant::now() + config.timeout;
-        channel.wait_connected(deadline).map_err(|error| connect_error(error.to_string()))?;
+        let channel = wire_up_ucx(address, config.poll, deadline).map_err(|error| connect_error(error.to_string()))?;
         let (header, body) = hello_frame(config, false);
         channel.send(header, &body, &[], None, deadline).map_err(|error| connect_error(error.to_string()))?;
         let reply = loop {
@@ -289,8 +288,11 @@ impl Connection {
         self.peer_epoch.load(Ordering::Relaxed)
     }
 
+    /// True once the connection failed: a request on it failed, or (over UCX) the engine
+    /// closed it because its endpoint failed — an idle connection to a peer that went away
+    /// is not handed out again for a request that would only fail.
     pub fn is_broken(&self) -> bool {
-        self.pending.lock().broken.is_some()
+        self.pending.lock().broken.is_some() || matches!(&self.wire, Wire::Ucx(channel) if channel.is_closed())
     }
 
     /// True when the connection works and the server owes it no response: a new request on
@@ -546,6 +548,29 @@ impl Connection {
             _ => pending.forget_response(received.frame.request_id, &self.endpoint),
         }
         Ok(())
+    }
+}
+
+/// How long the first try at wiring a UCX endpoint up may take before a new endpoint is
+/// tried; each later try may take twice as long as the one before.
+const UCX_WIRE_UP_FIRST_TRY: Duration = Duration::from_secs(1);
+
+/// A UCX connection to `address` wired up by `deadline`. Under heavy load UCX 1.13 now and
+/// then leaves an endpoint's wire-up stalled for good — the server accepted it, but not a
+/// byte follows (docs/TESTING.md, "A UCX wire-up that stalled"): an endpoint not wired up
+/// within its try is closed and a new one tried, as TCP sends its SYN again.
+fn wire_up_ucx(address: &str, spin: Duration, deadline: Instant) -> std::io::Result<Channel> {
+    let mut try_for = UCX_WIRE_UP_FIRST_TRY;
+    loop {
+        let channel = Channel::connect(address, spin)?;
+        let try_deadline = deadline.min(Instant::now() + try_for);
+        match channel.wait_connected(try_deadline) {
+            Err(error) if error.kind() == std::io::ErrorKind::TimedOut && Instant::now() < deadline => {
+                log::info!("UCX did not wire up a connection to {address} in {try_for:?}; trying a new endpoint");
+                try_for *= 2;
+            }
+            outcome => return outcome.map(|()| channel),
+        }
     }
 }
 

@@ -183,6 +183,29 @@ fn a_stopped_server_fails_requests_in_bounded_time() {
     assert!(started.elapsed() < Duration::from_secs(3), "a refused connection fails in bounded time");
 }
 
+/// An idle connection whose server went away is known to be broken once the process's
+/// worker has seen the endpoint fail (here: while another connection is used), before a
+/// request is sent on it: pools (a home's connections to rank caches, the client's table)
+/// then open a new connection instead of failing a request on the old one. Found in a
+/// global-memory loop where a new rank's cache listened on the port of one that had ended.
+fn an_idle_connection_to_a_stopped_server_is_known_broken_before_use() {
+    let (server, endpoint, _) = start_server();
+    let (other, other_endpoint, _) = start_server();
+    let idle = Connection::open(&endpoint, &config(SECRET, 2000)).unwrap();
+    let busy = Connection::open(&other_endpoint, &config(SECRET, 2000)).unwrap();
+    assert_eq!(idle.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    assert!(!idle.is_broken());
+    server.shutdown();
+    drop(server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !idle.is_broken() && Instant::now() < deadline {
+        assert_eq!(busy.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(idle.is_broken(), "the idle connection to the stopped server is still offered as working");
+    drop(other);
+}
+
 /// A raw UCX peer that speaks the transport but breaks the protocol: garbage before the
 /// handshake, a request header that does not decode, RMA before the handshake. Each closes
 /// only its own connection.
@@ -346,7 +369,7 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 16] = [
+    let scenarios: [(&str, fn()); 17] = [
         ("a_slow_handler_does_not_hold_up_other_connections", a_slow_handler_does_not_hold_up_other_connections),
         (
             "a_connection_opened_while_another_is_polled_without_pause_is_served_at_once",
@@ -362,6 +385,10 @@ fn scenarios() {
         ("a_wrong_secret_is_refused_and_others_go_on", a_wrong_secret_is_refused_and_others_go_on),
         ("a_slow_answer_times_out", a_slow_answer_times_out),
         ("a_stopped_server_fails_requests_in_bounded_time", a_stopped_server_fails_requests_in_bounded_time),
+        (
+            "an_idle_connection_to_a_stopped_server_is_known_broken_before_use",
+            an_idle_connection_to_a_stopped_server_is_known_broken_before_use,
+        ),
         ("garbage_from_a_raw_ucx_peer_closes_only_its_connection", garbage_from_a_raw_ucx_peer_closes_only_its_connection),
         ("an_idle_server_and_client_do_not_spin", an_idle_server_and_client_do_not_spin),
         ("a_request_given_up_after_lending_memory_breaks_the_connection", a_request_given_up_after_lending_memory_breaks_the_connection),

@@ -284,6 +284,13 @@ impl Channel {
         })
     }
 
+    /// Whether the engine has closed the connection (its endpoint failed, or it broke the
+    /// protocol): known without sending, as soon as any thread of the process progressed
+    /// the worker after the failure.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.inbox.with(|queue| queue.closed.is_some())
+    }
+
     /// Forgets request `request_id` (given up: timed out or dropped): its response will not
     /// touch the destination it lent. True if it had lent memory to the server, which closed
     /// the connection (nothing else can keep a late RMA access away from that memory).
