@@ -51,6 +51,9 @@ while [ "$round" -lt "$rounds" ] && [ $((SECONDS - started)) -lt "$limit" ]; do
     round_started=$SECONDS
     while [ -n "${STALL_SECONDS:-}" ] && kill -0 "${pids[@]}" 2>/dev/null; do
         if [ $((SECONDS - round_started)) -ge "$STALL_SECONDS" ]; then
+            # Sockets first (gdb stops what it reads): bytes waiting in a server's receive
+            # queue while its threads wait in epoll_wait would be a lost wake-up.
+            ss -xnpa >"$work/stacks.sockets" 2>&1
             # (The ranks run under `timeout`: their processes are its children.)
             for pid in $(pgrep -P "$(echo "${pids[@]}" | tr ' ' ,)") $(awk '{ print $NF }' "$work"/run/*.pid 2>/dev/null); do
                 timeout 60 gdb -p "$pid" -batch -ex "thread apply all bt" >"$work/stacks.$pid" 2>&1
