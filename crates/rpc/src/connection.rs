@@ -205,7 +205,7 @@ impl Connection {
     fn open_ucx(endpoint: &Endpoint, address: &str, config: &ConnectionConfig) -> Result<Connection, RpcError> {
         let connect_error = |reason: String| RpcError::Connect { endpoint: endpoint.to_string(), reason };
         let deadline = Instant::now() + config.timeout;
-        let channel = wire_up_ucx(address, config.poll, config.timeout).map_err(|error| connect_error(error.to_string()))?;
+        let channel = wire_up_ucx(address, config.poll, deadline).map_err(|error| connect_error(error.to_string()))?;
         let (header, body) = hello_frame(config, false);
         channel.send(header, &body, &[], None, deadline).map_err(|error| connect_error(error.to_string()))?;
         let reply = loop {
@@ -555,13 +555,13 @@ impl Connection {
 /// if longer); each later try may take twice as long as the one before.
 const UCX_WIRE_UP_FIRST_TRY: Duration = Duration::from_secs(1);
 
-/// A UCX connection to `address` wired up within `timeout`. Under heavy load UCX 1.13 now and
+/// A UCX connection to `address` wired up by `deadline`. Under heavy load UCX 1.13 now and
 /// then leaves an endpoint's wire-up stalled for good — the server accepted it, but not a
-/// byte follows (docs/TESTING.md, "A UCX wire-up that stalled"): an endpoint not wired up
-/// within its try is closed and a new one tried, as TCP sends its SYN again.
-fn wire_up_ucx(address: &str, spin: Duration, timeout: Duration) -> std::io::Result<Channel> {
-    let deadline = Instant::now() + timeout;
-    let mut try_for = (timeout / 4).max(UCX_WIRE_UP_FIRST_TRY);
+/// byte follows (docs/TESTING.md, "A global-memory home that reused a connection to a rank
+/// that had ended"): an endpoint not wired up within its try is closed and a new one tried,
+/// as TCP sends its SYN again.
+fn wire_up_ucx(address: &str, spin: Duration, deadline: Instant) -> std::io::Result<Channel> {
+    let mut try_for = (deadline.saturating_duration_since(Instant::now()) / 4).max(UCX_WIRE_UP_FIRST_TRY);
     loop {
         let channel = Channel::connect(address, spin)?;
         let try_deadline = deadline.min(Instant::now() + try_for);
