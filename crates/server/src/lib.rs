@@ -24,6 +24,7 @@ mod changes;
 mod coordinator_tests;
 mod data;
 mod deadline;
+mod detector;
 mod dir_times;
 mod directory_rename;
 mod dispatch;
@@ -52,7 +53,6 @@ pub mod testing;
 pub use flusher::{FlushConfig, FlushPolicy};
 pub use membership::Membership;
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -292,7 +292,7 @@ impl Server {
             let node = node.clone();
             let interval = config.heartbeat_interval;
             let failure_timeout = config.failure_timeout;
-            move || detect_failures(&node, interval, failure_timeout)
+            move || detector::FailureDetector::new(interval, failure_timeout).run(&node)
         });
         spawn_named("ringfs-revive", {
             let node = node.clone();
@@ -490,27 +490,6 @@ fn join_discovered(node: &Node, discover: &Discover, timeout: Duration) {
             log::info!("joined server {name} at {address}");
             node.membership_mut().merge(&list, &node.name);
             node.spread_members();
-        }
-    }
-}
-
-/// Pings the ring successor every `interval`; declares it dead after `failure_timeout`
-/// without an answer.
-fn detect_failures(node: &Node, interval: Duration, failure_timeout: Duration) {
-    let mut last_answer: HashMap<String, Instant> = HashMap::new();
-    while !node.shutdown.wait(interval) {
-        let Some(successor) = node.membership().successor_of(&node.name).cloned() else { continue };
-        let answered = node.ping(&successor, failure_timeout.min(interval.max(Duration::from_millis(100)) * 2));
-        let now = Instant::now();
-        let last = last_answer.entry(successor.name.clone()).or_insert(now);
-        if answered {
-            *last = now;
-        } else if now.duration_since(*last) >= failure_timeout {
-            log::warn!("server {} stopped answering; declaring it dead", successor.name);
-            if node.membership_mut().declare_dead(&successor.name) {
-                node.spread_members();
-            }
-            last_answer.remove(&successor.name);
         }
     }
 }

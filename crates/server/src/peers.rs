@@ -128,8 +128,12 @@ impl Outbound for Peers {
     }
 
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
         match self.connection_within(member, Some(timeout)) {
-            Ok(connection) => connection.call_within(&Request::Ping, timeout).is_ok(),
+            Ok(connection) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                !left.is_zero() && connection.call_within(&Request::Ping, left).is_ok()
+            }
             Err(error) => {
                 log::debug!("cannot reach server {}: {error}", member.name);
                 false

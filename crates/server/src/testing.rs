@@ -42,7 +42,8 @@ pub enum Direction {
 pub enum Action {
     /// Lost: a request is never delivered; an answer is never received. The caller sees EIO.
     Drop,
-    /// Delivered (or received) this much later; the caller waits for it.
+    /// Delivered (or received) this much later; the caller waits for it until its deadline,
+    /// then gets EIO (a delayed request is then not delivered).
     Delay(Duration),
     /// Delivered twice: the second copy when `release` is lowered (a copy held up in the
     /// network, arriving later).
@@ -248,22 +249,19 @@ impl Net {
         let to = call.to.name.as_str();
         match self.action(&message, from, to, Direction::Request) {
             Some(Action::Drop) => return Err(Errno::EIO),
-            Some(Action::Delay(delay)) => std::thread::sleep(delay),
+            Some(Action::Delay(delay)) if !sleep_within(delay, until) => return Err(Errno::EIO),
             Some(Action::Hold { release }) if !wait_lowered(&release, until) => return Err(Errno::EIO),
             Some(Action::Late { release }) => {
                 self.deliver_when_released(release, from, to, call.request, call.data);
                 return Err(Errno::EIO);
             }
             Some(Action::Duplicate { release }) => self.deliver_when_released(release, from, to, call.request, call.data),
-            Some(Action::Hold { .. }) | None => {}
+            Some(Action::Delay(_) | Action::Hold { .. }) | None => {}
         }
         let answer = self.deliver(from, to, call.request, call.data);
         match self.action(&message, from, to, Direction::Answer) {
             Some(Action::Drop | Action::Late { .. }) => Err(Errno::EIO),
-            Some(Action::Delay(delay)) => {
-                std::thread::sleep(delay);
-                answer
-            }
+            Some(Action::Delay(delay)) if !sleep_within(delay, until) => Err(Errno::EIO),
             Some(Action::Hold { release } | Action::Duplicate { release }) => {
                 if wait_lowered(&release, until) {
                     answer
@@ -271,9 +269,16 @@ impl Net {
                     Err(Errno::EIO)
                 }
             }
-            None => answer,
+            Some(Action::Delay(_)) | None => answer,
         }
     }
+}
+
+/// Sleeps for `delay`, or until `until` if that comes first (false: the caller gave up).
+fn sleep_within(delay: Duration, until: Option<Instant>) -> bool {
+    let patience = until.map_or(delay, |until| until.saturating_duration_since(crate::sched::now()));
+    std::thread::sleep(delay.min(patience));
+    delay <= patience
 }
 
 /// Waits until `flag` is lowered (true), or `until` passes (false).
