@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -418,6 +418,18 @@ pub struct BackendName {
     pub name: String,
 }
 wire_struct!(BackendName { file, name });
+
+/// Server to server, failure detection's indirect probe (as in SWIM): a server whose own
+/// pings to member `name` go unanswered asks others to ping it before it declares it dead,
+/// so that a slow or broken path between two servers alone does not make one of them dead
+/// for everybody. Answered `Done` if `name` answered within `timeout_ms`, ETIMEDOUT if not
+/// (ENOENT: no such member).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProbeFor {
+    pub name: String,
+    pub timeout_ms: u32,
+}
+wire_struct!(ProbeFor { name, timeout_ms });
 
 /// Where a file's data goes in the backend (the answer to `FlushPrepare`): the path, and
 /// which backend file the inode made or found there (`dev`, `ino`; both 0: not known). A
@@ -1035,6 +1047,9 @@ wire_enum! {
         /// What other clients changed here since a position of this server's change log
         /// (answered with `ChangeList`).
         85 => Changes(ChangesSince),
+        /// Server to server: ping a member for the asker (failure detection; `Done` if it
+        /// answered in time).
+        86 => ProbeFor(ProbeFor),
     }
 }
 
@@ -1094,6 +1109,7 @@ impl Request {
                 | Request::CollectTouches(_)
                 | Request::GmemDefine(_)
                 | Request::GmemDrop(_)
+                | Request::ProbeFor(_)
         )
     }
 
@@ -1192,7 +1208,8 @@ impl Request {
             | Request::CoForward(_)
             | Request::CoInvalidate(_)
             | Request::CoFill(_)
-            | Request::Changes(_) => Route::Here,
+            | Request::Changes(_)
+            | Request::ProbeFor(_) => Route::Here,
         }
     }
 

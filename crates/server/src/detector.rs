@@ -18,13 +18,27 @@
 //!   the time it was not looking — in the spirit of Lifeguard's local health awareness
 //!   (Dadgar et al., 2018), which slows a member's verdicts while it is itself unwell.
 //!
+//! - **Others are asked before a verdict** (SWIM's indirect probe, Das et al., 2002): with
+//!   one watcher per server, a slow or broken path between two servers alone would make the
+//!   watched one dead for everybody. Before declaring its successor dead, the detector asks
+//!   up to [`INDIRECT_PROBES`] other servers to ping it (`ProbeFor`); if one of them hears
+//!   it, it stays alive. That costs a hung server's detection one short ping deadline more.
+//!
 //! A killed server refuses the connection at once; the detector then pings again every
 //! interval until the failure timeout has passed.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use ringfs_proto::{Errno, Member, ProbeFor, Request, Response};
+
 use crate::node::Node;
+
+/// Other servers asked to ping a silent successor before it is declared dead.
+pub const INDIRECT_PROBES: usize = 2;
+/// The longest a server pings a member for another server's `ProbeFor` (the asker says how
+/// long; this bounds what a malformed request can make a handler wait).
+const LONGEST_PROBE: Duration = Duration::from_secs(10);
 
 /// Lateness of the detector's own wake-ups that is taken as ordinary scheduling delay (not
 /// discounted).
@@ -75,6 +89,11 @@ impl FailureDetector {
         self.excuse(late);
         let silent_since = self.silent_since[&successor.name];
         if silent_since.elapsed() >= self.failure_timeout {
+            if self.others_hear(node, &successor) {
+                log::warn!("server {} does not answer this server but answers others; not declared dead", successor.name);
+                self.silent_since.insert(successor.name, Instant::now());
+                return true;
+            }
             log::warn!("server {} stopped answering; declaring it dead", successor.name);
             if node.membership_mut().declare_dead(&successor.name) {
                 node.spread_members();
@@ -82,6 +101,37 @@ impl FailureDetector {
             self.silent_since.remove(&successor.name);
         }
         true
+    }
+
+    /// Whether one of up to [`INDIRECT_PROBES`] other servers (the suspect's next ones on
+    /// the ring) hears `suspect` within a short ping deadline.
+    fn others_hear(&self, node: &Node, suspect: &Member) -> bool {
+        let probe = Request::ProbeFor(ProbeFor {
+            name: suspect.name.clone(),
+            timeout_ms: u32::try_from(self.ping_deadline.as_millis()).unwrap_or(u32::MAX),
+        });
+        let helpers: Vec<(Member, Request)> = {
+            let membership = node.membership();
+            let mut helpers = Vec::new();
+            let mut at = suspect.name.clone();
+            for _ in 0..membership.list().members.len() {
+                let Some(next) = membership.successor_of(&at) else { break };
+                if next.name == suspect.name || helpers.len() == INDIRECT_PROBES {
+                    break;
+                }
+                at = next.name.clone();
+                if next.name != node.name {
+                    helpers.push((next.clone(), probe.clone()));
+                }
+            }
+            helpers
+        };
+        if helpers.is_empty() {
+            return false;
+        }
+        // The helpers wait `ping_deadline` for the suspect; the answer needs a moment more.
+        let until = Instant::now() + self.ping_deadline * 3 / 2;
+        node.ask_each(&helpers, Some(until)).iter().any(|answer| matches!(answer, Ok(Response::Done)))
     }
 
     /// The detector ran `late` later than it asked to: that time is nobody's silence.
@@ -94,6 +144,17 @@ impl FailureDetector {
             *since += late;
         }
     }
+}
+
+/// Answers another server's `ProbeFor`: pings the member it names, for as long as it asks
+/// (at most [`LONGEST_PROBE`]).
+pub fn answer_probe(node: &Node, probe: &ProbeFor) -> Result<Response, Errno> {
+    let member = node.membership().list().members.iter().find(|member| member.name == probe.name).cloned().ok_or(Errno::ENOENT)?;
+    if node.is_self(&member) {
+        return Ok(Response::Done);
+    }
+    let timeout = Duration::from_millis(u64::from(probe.timeout_ms)).min(LONGEST_PROBE);
+    if node.ping(&member, timeout) { Ok(Response::Done) } else { Err(Errno::ETIMEDOUT) }
 }
 
 #[cfg(test)]
@@ -166,6 +227,18 @@ mod tests {
             "{successor} was blamed for the detector's own sleep"
         );
         assert_eq!(rounds_until_dead(&cluster, &mut detector, &successor, 3, std::thread::sleep), None);
+    }
+
+    #[test]
+    fn a_successor_only_this_server_cannot_reach_is_not_declared_dead() {
+        // s0's pings to its successor are lost (a broken path between the two); the third
+        // server reaches it. Without asking the third, s0 declared it dead in its 9th round.
+        let (cluster, mut detector, successor) = watching();
+        cluster.net.add(Filter::new("Ping", Action::Drop).from("s0").to(&successor));
+        let died = rounds_until_dead(&cluster, &mut detector, &successor, 20, std::thread::sleep);
+        assert_eq!(died, None, "{successor} answers the other server but was declared dead");
+        assert!(cluster.net.delivered("ProbeFor").iter().all(|delivery| delivery.from == "s0" && delivery.to != successor));
+        assert!(!cluster.net.delivered("ProbeFor").is_empty(), "s0 never asked another server");
     }
 
     #[test]

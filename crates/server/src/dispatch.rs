@@ -142,6 +142,7 @@ impl Dispatcher {
             // Membership and the server itself.
             Request::Hello(_) | Request::AsUser(_) => Err(Errno::EPROTO),
             Request::Ping => Ok(Response::Done),
+            Request::ProbeFor(probe) => crate::detector::answer_probe(&self.node, &probe),
             Request::GetMembers => Ok(Response::Members(self.node.membership().list().clone())),
             Request::Join(member) => self.join(member),
             Request::PushMembers(list) => self.push_members(&list),

@@ -192,6 +192,7 @@ pub fn requests() -> Vec<Request> {
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
         Request::Changes(ChangesSince { epoch: 5, after: 17, client: 9 }),
+        Request::ProbeFor(ProbeFor { name: "server-3".into(), timeout_ms: 2000 }),
     ]
 }
 
