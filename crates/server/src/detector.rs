@@ -254,6 +254,25 @@ mod tests {
     }
 
     #[test]
+    fn neighbours_that_stop_together_are_both_declared_dead_by_the_one_before_them() {
+        // s0's successor and the successor's successor both stop answering everybody: once
+        // the first is dead, s0 watches the second (its watcher is gone).
+        let cluster = TestCluster::new(4);
+        let node = &cluster.servers[0].node;
+        let first = node.membership().successor_of("s0").expect("a successor").name.clone();
+        let second = node.membership().successor_of(&first).expect("a successor").name.clone();
+        for name in [&first, &second] {
+            cluster.net.add(Filter::new("Ping", Action::Drop).to(name));
+        }
+        let mut detector = FailureDetector::new(INTERVAL, FAILURE_TIMEOUT);
+        let first_died = rounds_until_dead(&cluster, &mut detector, &first, 40, std::thread::sleep);
+        assert!(first_died.is_some(), "{first} never declared dead");
+        assert_eq!(node.membership().successor_of("s0").map(|member| member.name.clone()), Some(second.clone()));
+        let second_died = rounds_until_dead(&cluster, &mut detector, &second, 40, std::thread::sleep);
+        assert!(second_died.is_some(), "{second} never declared dead after {first}");
+    }
+
+    #[test]
     fn a_successor_that_never_answers_is_declared_dead_by_one_long_ping() {
         // As a stopped server: the ping waits out the whole failure timeout.
         let (cluster, mut detector, successor) = watching();
