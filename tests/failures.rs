@@ -335,6 +335,30 @@ fn hostile_unauthenticated_connections_use_bounded_resources() {
 
 /// A server that was paused (SIGSTOP) long enough to be declared dead comes back by itself
 /// once it runs again: the others hear from it, and clients see it alive within seconds.
+/// A job's end (scancel, its time limit) signals every server at once. Each stopping
+/// server tells the others it leaves — servers that are stopping too and answer nobody. Over
+/// UCX such a server does not close its links the way TCP does, and every goodbye waited out
+/// the 10-s request deadline: the cluster took 10 s to stop (0.1 s over TCP), time a job's
+/// end does not have (Slurm's KillWait). The goodbye is best effort and waits at most a
+/// second.
+#[test]
+fn servers_signalled_all_at_once_stop_within_seconds() {
+    let cluster = TestCluster::start(3);
+    let pids: Vec<u32> = (0..3).map(|index| cluster.pid(index)).collect();
+    let signalled = Instant::now();
+    for index in 0..3 {
+        cluster.signal(index, libc::SIGTERM);
+    }
+    let deadline = signalled + Duration::from_secs(20);
+    // (The harness still holds the children: a stopped server is a zombie until reaped.)
+    while pids.iter().any(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| !stat.contains(") Z "))) {
+        assert!(Instant::now() < deadline, "servers still running 20 s after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = signalled.elapsed();
+    assert!(took < Duration::from_secs(4), "the servers took {took:?} to stop after SIGTERM");
+}
+
 #[test]
 fn a_paused_server_declared_dead_rejoins_by_itself() {
     let cluster = TestCluster::start(3);

@@ -361,11 +361,18 @@ impl Server {
             membership.declare_dead(&node.name);
             membership.list().clone()
         };
-        // Best effort: tell the others now rather than letting their detectors find out.
-        let results = node.broadcast_to_others(&Request::PushMembers(list));
+        // Best effort: tell the others now rather than letting their detectors find out, but
+        // not for long — when a job ends, every server stops at once and none answers.
+        let results = node.broadcast_to_others(&Request::PushMembers(list), Some(Instant::now() + GOODBYE_PATIENCE));
         log::info!("server {} stopped ({} peers told)", node.name, results.iter().filter(|ok| **ok).count());
     }
 }
+
+/// How long a stopping server waits for the others to take note that it leaves (its
+/// goodbye). Over TCP a server that stops too refuses at once; over UCX it is silent until
+/// its process ends, and the goodbyes of servers stopped together waited out the request
+/// deadline (10 s) before.
+const GOODBYE_PATIENCE: Duration = Duration::from_secs(1);
 
 fn spawn_named(name: &str, body: impl FnOnce() + Send + 'static) {
     if let Err(error) = thread::Builder::new().name(name.into()).spawn(body) {
@@ -420,7 +427,7 @@ fn gossip_loop(node: &Node, requests: mpsc::Receiver<()>) {
             return;
         }
         let list = node.membership().list().clone();
-        node.broadcast_to_others(&Request::PushMembers(list));
+        node.broadcast_to_others(&Request::PushMembers(list), None);
     }
 }
 

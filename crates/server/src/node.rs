@@ -220,11 +220,12 @@ impl Node {
         self.ask_each(&targets, None)
     }
 
-    /// Sends `request` to every other alive member; returns which ones answered.
-    pub fn broadcast_to_others(&self, request: &Request) -> Vec<bool> {
+    /// Sends `request` to every other alive member, waiting for the answers until `until` at
+    /// the latest (`None`: the request deadline); returns which ones answered.
+    pub fn broadcast_to_others(&self, request: &Request, until: Option<Instant>) -> Vec<bool> {
         let others: Vec<Member> = self.membership().alive_members().filter(|member| !self.is_self(member)).cloned().collect();
         let calls: Vec<OutboundCall<'_>> = others.iter().map(|member| OutboundCall { to: member, request, data: &[] }).collect();
-        self.outbound.call_each(&calls, None, &mut || {}).into_iter().map(|answer| answer.is_ok()).collect()
+        self.outbound.call_each(&calls, until, &mut || {}).into_iter().map(|answer| answer.is_ok()).collect()
     }
 
     /// Sends `request` to the cache of the global-memory rank at `endpoint` (see
