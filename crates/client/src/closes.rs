@@ -123,10 +123,8 @@ impl CloseQueue {
         self.lock().ended = true;
         self.wake.notify_one();
         let sender = self.sender.lock().take();
-        if let Some(sender) = sender
-            && sender.thread().id() != std::thread::current().id()
-        {
-            let _ = sender.join();
+        if let Some(sender) = sender {
+            let _ = ringfs_sync::join_unless_current(sender);
         }
     }
 }

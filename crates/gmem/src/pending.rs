@@ -74,12 +74,9 @@ impl Pool {
         let (jobs, ready) = &*self.queue;
         jobs.lock().1 = true;
         ready.notify_all();
-        let current = std::thread::current().id();
         for worker in std::mem::take(&mut *self.workers.lock()) {
             // (A worker never waits for itself, should the pool be dropped by one of its jobs.)
-            if worker.thread().id() != current {
-                let _ = worker.join();
-            }
+            let _ = ringfs_sync::join_unless_current(worker);
         }
     }
 }

@@ -179,6 +179,13 @@ impl Condvar {
     }
 }
 
+/// Joins `thread` unless it is the calling thread: a pool or client dropped by one of its own
+/// threads (a job that drops the last handle) must not wait for itself, which would never
+/// return. `None` when it was the calling thread.
+pub fn join_unless_current<T>(thread: std::thread::JoinHandle<T>) -> Option<std::thread::Result<T>> {
+    (thread.thread().id() != std::thread::current().id()).then(|| thread.join())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -312,5 +319,21 @@ mod tests {
         fn _exit(code: i32) -> !;
         fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
         fn kill(pid: i32, signal: i32) -> i32;
+    }
+
+    #[test]
+    fn a_thread_never_joins_itself() {
+        let other = std::thread::spawn(|| 7);
+        assert_eq!(super::join_unless_current(other).map(|result| result.ok()), Some(Some(7)));
+        // A thread handed its own handle (as a pool's worker that drops the pool) returns at
+        // once instead of waiting for itself.
+        let (handle_send, handle_receive) = std::sync::mpsc::channel::<std::thread::JoinHandle<()>>();
+        let (result_send, result_receive) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let own = handle_receive.recv().expect("its own handle");
+            let _ = result_send.send(super::join_unless_current(own).is_none());
+        });
+        handle_send.send(thread).expect("the thread waits for its handle");
+        assert_eq!(result_receive.recv_timeout(std::time::Duration::from_secs(10)), Ok(true));
     }
 }
