@@ -228,13 +228,7 @@ impl<S: Service> Running for RunningServer<S> {
     }
 
     fn wait_ended(&self, limit: Duration) -> bool {
-        let ended = self.shared.threads.wait_ended(limit);
-        // The threads ended every connection on their way out; over UCX, nobody would
-        // progress those closes any more.
-        for listener in &self.listeners {
-            listener.finish_closing();
-        }
-        ended
+        self.shared.threads.wait_ended(limit)
     }
 
     fn counters(&self) -> RpcCounters {
@@ -302,9 +296,7 @@ impl RpcServer {
     /// [`RpcServer::shutdown`], then waits until every thread of the server has ended (a
     /// connection in the middle of a request ends when it is answered), for at most `limit`;
     /// true if they all did. Then nothing of the server runs any more: a process may exit,
-    /// or destroy what the server used (a UCX worker), without a thread of it still inside;
-    /// and its clients see their connections closed (over UCX too: requests fail at once
-    /// instead of waiting out their deadline).
+    /// or destroy what the server used (a UCX worker), without a thread of it still inside.
     pub fn shutdown_and_wait(&self, limit: Duration) -> bool {
         self.running.stop();
         self.running.wait_ended(limit)

@@ -364,15 +364,6 @@ impl Listener {
         // SAFETY: shutting down a listening socket we own; accept() then returns EINVAL.
         unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
     }
-
-    /// After the server ended its connections: makes sure their peers see them closed now.
-    /// A socket is closed for its peer when it is shut down; a UCX endpoint only once the
-    /// worker has progressed its close, which nobody does once the server stopped.
-    pub fn finish_closing(&self) {
-        if let Listener::Ucx(listener) = self {
-            listener.finish_closing();
-        }
-    }
 }
 
 impl Drop for Listener {

@@ -355,11 +355,7 @@ impl Server {
         if node.store.backend().is_some() {
             self.state.flusher.flush_everything();
         }
-        // Its connections closed before the goodbye: requests the others send meanwhile fail
-        // at once instead of waiting for an answer that will not come.
-        if !self.rpc.shutdown_and_wait(GOODBYE_PATIENCE) {
-            log::warn!("a request was still being answered {GOODBYE_PATIENCE:?} after the server began to stop");
-        }
+        self.rpc.shutdown();
         let list = {
             let mut membership = node.membership_mut();
             membership.declare_dead(&node.name);

@@ -31,8 +31,6 @@ use crate::server::epoll::EventFd;
 const CACHED_REGISTRATIONS: usize = 64;
 /// How long an endpoint being closed may take to send what was queued on it.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
-/// How long [`State::finish_closing`] goes on progressing after the last event.
-const CLOSE_QUIET: Duration = Duration::from_millis(10);
 
 /// The process's UCX context, made on first use (again in a forked child: UCX state does not
 /// survive `fork`).
@@ -385,34 +383,6 @@ impl<P: Protocol> State<P> {
         match flush {
             Some(flush) => self.closing.push(Closing { endpoint: link.endpoint, flush: Some(flush), until: Instant::now() + CLOSE_GRACE }),
             None => link.endpoint.close(),
-        }
-    }
-
-    /// Progresses the worker until every connection being closed is closed for its peer too
-    /// (at most [`CLOSE_GRACE`]): for a server that stops, after which nobody progresses the
-    /// worker. A closed endpoint only ends for the peer once a progress has flushed it and
-    /// completed its close; until then the peer's requests waited out their deadline, where
-    /// a stopped TCP server's fail at once.
-    pub(crate) fn finish_closing(&mut self) {
-        let until = Instant::now() + CLOSE_GRACE;
-        while !self.closing.is_empty() && Instant::now() < until {
-            if self.progress() == 0 {
-                std::thread::yield_now();
-            }
-        }
-        // Flushes not done within the grace are given up: those endpoints close at once.
-        for closing in self.closing.drain(..) {
-            closing.endpoint.close();
-        }
-        // The closes themselves complete in later progress: the requests the worker adopted,
-        // then the transport's own teardown (over `tcp` a few events within ~2 ms here).
-        let mut quiet_since = Instant::now();
-        while Instant::now() < until && (self.worker.orphan_count() > 0 || quiet_since.elapsed() < CLOSE_QUIET) {
-            if self.progress() > 0 {
-                quiet_since = Instant::now();
-            } else {
-                std::thread::yield_now();
-            }
         }
     }
 

@@ -454,13 +454,6 @@ impl UcxListener {
         self.engine.lock().listener = None;
     }
 
-    /// Completes the closing of the connections the server ended (see
-    /// `State::finish_closing`): a stopped server's peers then see their connections fail at
-    /// once, as a stopped TCP server's do, instead of waiting out their deadline.
-    pub fn finish_closing(&self) {
-        self.engine.lock().finish_closing();
-    }
-
     fn admit(&self, state: &mut State, endpoint: Endpoint) -> io::Result<Link> {
         let inbox = match Inbox::new(Watch::EventLoop) {
             Ok(inbox) => inbox,
