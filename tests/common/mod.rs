@@ -104,19 +104,6 @@ pub struct TestCluster {
     servers: Vec<ServerProcess>,
 }
 
-fn wait_for_file(path: &Path, timeout: Duration) -> String {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(path)
-            && !text.is_empty()
-        {
-            return text;
-        }
-        assert!(Instant::now() < deadline, "server did not write {}", path.display());
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 impl TestCluster {
     pub fn start(servers: usize) -> TestCluster {
         TestCluster::with_options(ClusterOptions::new(servers))
@@ -191,9 +178,31 @@ impl TestCluster {
             // (std drops the supplementary groups when root sets the uid.)
             command.uid(UNPRIVILEGED).gid(UNPRIVILEGED);
         }
-        let child = command.spawn().expect("start ringfs server");
-        let address = wait_for_file(&address_file, Duration::from_secs(20));
-        (child, address)
+        let mut child = command.spawn().expect("start ringfs server");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(address) = std::fs::read_to_string(&address_file)
+                && !address.is_empty()
+            {
+                return (child, address);
+            }
+            let exited = child.try_wait().ok().flatten();
+            if exited.is_some() || Instant::now() >= deadline {
+                // Not left behind, and its log says why (a rare slow start over UCX's tcp
+                // was not diagnosable without it).
+                let _ = child.kill();
+                let _ = child.wait();
+                let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                panic!(
+                    "server {name} did not write {} ({}); the last lines of its log:\n{}",
+                    address_file.display(),
+                    exited.map_or("still running after 20 s".to_string(), |status| format!("it exited: {status}")),
+                    lines[lines.len().saturating_sub(60)..].join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// Waits until a fresh client sees `count` alive servers.
