@@ -32,25 +32,78 @@ fn rank_command(cluster: &TestCluster, job: &str, scenario: &str, rank: u32, ran
     command
 }
 
-/// Starts `ranks` rank processes running `scenario` against `cluster`; their outputs.
+/// How long the ranks of one run may take before they are killed.
+const RANKS_LIMIT: Duration = Duration::from_secs(600);
+
+/// Starts `ranks` rank processes running `scenario` against `cluster`; their outputs. As an
+/// MPI launcher does, a rank that fails ends the run: the others are killed, since they would
+/// wait for it at their next collective forever (a soak hung 20 minutes that way, the failed
+/// rank's output unseen). Nor does any run last longer than [`RANKS_LIMIT`].
 fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, &str)]) -> Vec<Output> {
     let job = format!("{:x}", ringfs_rpc::memory::random_u64());
-    let children: Vec<_> =
-        (0..ranks).map(|rank| rank_command(cluster, &job, scenario, rank, ranks).envs(extra.iter().copied()).spawn().unwrap()).collect();
-    children.into_iter().map(|child| child.wait_with_output().unwrap()).collect()
+    let (done, finished) = std::sync::mpsc::channel();
+    let mut pids = Vec::new();
+    for rank in 0..ranks {
+        let child = rank_command(cluster, &job, scenario, rank, ranks).envs(extra.iter().copied()).spawn().unwrap();
+        pids.push(child.id());
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let _ = done.send((rank as usize, child.wait_with_output().unwrap()));
+        });
+    }
+    let kill_all = |pids: &[u32]| {
+        for pid in pids {
+            // SAFETY: signalling rank processes this test started and has not seen end.
+            unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
+        }
+    };
+    let deadline = Instant::now() + RANKS_LIMIT;
+    let mut outputs: Vec<Option<Output>> = (0..ranks).map(|_| None).collect();
+    let mut killed = false;
+    while outputs.iter().any(Option::is_none) {
+        let running: Vec<u32> = pids.iter().zip(&outputs).filter(|(_, output)| output.is_none()).map(|(pid, _)| *pid).collect();
+        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10))) {
+            Ok((rank, output)) => {
+                let failed = !output.status.success();
+                outputs[rank] = Some(output);
+                if failed && !killed {
+                    killed = true;
+                    kill_all(&running.into_iter().filter(|pid| *pid != pids[rank]).collect::<Vec<_>>());
+                }
+            }
+            Err(_) if !killed => {
+                killed = true;
+                kill_all(&running);
+            }
+            Err(error) => panic!("rank processes not reaped after being killed: {error}"),
+        }
+    }
+    outputs.into_iter().map(Option::unwrap).collect()
 }
 
+/// Asserts every rank passed its scenario; a failure shows every rank that failed, the
+/// first to fail among them (the others were killed because of it: signal 9).
 fn assert_all_succeeded(outputs: &[Output], what: &str) {
-    for (rank, output) in outputs.iter().enumerate() {
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        assert!(
-            output.status.success(),
-            "{what}: rank {rank} failed ({}):\n{stdout}\n{}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr)
-        );
-        assert!(stdout.contains("1 passed"), "{what}: rank {rank} did not run its scenario:\n{stdout}");
-    }
+    let failed: Vec<String> = outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, output)| !output.status.success() || !String::from_utf8_lossy(&output.stdout).contains("1 passed"))
+        .map(|(rank, output)| {
+            format!(
+                "rank {rank} ({}):\n{}\n{}",
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{what}: {} of {} ranks failed or did not run their scenario:\n{}",
+        failed.len(),
+        outputs.len(),
+        failed.join("\n")
+    );
 }
 
 /// What a rank runs (only when started by a parent test).
