@@ -194,11 +194,20 @@ impl TestCluster {
                 let _ = child.wait();
                 let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
                 let lines: Vec<&str> = log.lines().collect();
+                let others: Vec<String> = (0..self.servers.len())
+                    .map(|index| {
+                        let log = self.log(index);
+                        let lines: Vec<&str> = log.lines().collect();
+                        format!("--- {} (last 30 lines)\n{}", self.servers[index].name, lines[lines.len().saturating_sub(30)..].join("\n"))
+                    })
+                    .collect();
                 panic!(
-                    "server {name} did not write {} ({}); the last lines of its log:\n{}",
+                    "server {name} did not write {} ({}); the first and last lines of its log:\n{}\n...\n{}\n{}",
                     address_file.display(),
                     exited.map_or("still running after 20 s".to_string(), |status| format!("it exited: {status}")),
-                    lines[lines.len().saturating_sub(60)..].join("\n")
+                    lines[..lines.len().min(20)].join("\n"),
+                    lines[lines.len().saturating_sub(20).max(lines.len().min(20))..].join("\n"),
+                    others.join("\n")
                 );
             }
             std::thread::sleep(Duration::from_millis(10));

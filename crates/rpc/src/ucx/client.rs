@@ -189,7 +189,11 @@ impl Channel {
         // (`flush` is only touched, and dropped, with the lock held: it is declared after it.)
         loop {
             state.progress();
-            let Some(link) = state.links.get(&self.key) else { return Err(broken("the connection was closed")) };
+            let Some(link) = state.links.get(&self.key) else {
+                // Closed during the progress (its endpoint failed): say why.
+                let reason = self.inbox.with(|queue| queue.closed.clone());
+                return Err(broken(reason.as_deref().unwrap_or("the connection was closed")));
+            };
             if let Some(failure) = link.endpoint.failure() {
                 return Err(io_error(failure));
             }
