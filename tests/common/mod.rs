@@ -198,7 +198,7 @@ impl TestCluster {
                     .map(|index| {
                         let log = self.log(index);
                         let lines: Vec<&str> = log.lines().collect();
-                        format!("--- {} (last 30 lines)\n{}", self.servers[index].name, lines[lines.len().saturating_sub(30)..].join("\n"))
+                        format!("--- {} (last 80 lines)\n{}", self.servers[index].name, lines[lines.len().saturating_sub(80)..].join("\n"))
                     })
                     .collect();
                 panic!(
