@@ -333,8 +333,6 @@ fn hostile_unauthenticated_connections_use_bounded_resources() {
     assert!(refusals <= 6, "{refusals} log lines about refused connections:\n{log}");
 }
 
-/// A server that was paused (SIGSTOP) long enough to be declared dead comes back by itself
-/// once it runs again: the others hear from it, and clients see it alive within seconds.
 /// A job's end (scancel, its time limit) signals every server at once. Each stopping
 /// server tells the others it leaves — servers that are stopping too and answer nobody. Over
 /// UCX such a server does not close its links the way TCP does, and every goodbye waited out
@@ -359,6 +357,8 @@ fn servers_signalled_all_at_once_stop_within_seconds() {
     assert!(took < Duration::from_secs(4), "the servers took {took:?} to stop after SIGTERM");
 }
 
+/// A server that was paused (SIGSTOP) long enough to be declared dead comes back by itself
+/// once it runs again: the others hear from it, and clients see it alive within seconds.
 #[test]
 fn a_paused_server_declared_dead_rejoins_by_itself() {
     let cluster = TestCluster::start(3);

@@ -34,6 +34,8 @@ fn rank_command(cluster: &TestCluster, job: &str, scenario: &str, rank: u32, ran
 
 /// How long the ranks of one run may take before they are killed.
 const RANKS_LIMIT: Duration = Duration::from_secs(600);
+/// How long killed ranks may take to be reaped.
+const REAP_GRACE: Duration = Duration::from_secs(30);
 
 /// Starts `ranks` rank processes running `scenario` against `cluster`; their outputs. As an
 /// MPI launcher does, a rank that fails ends the run: the others are killed, since they would
@@ -57,12 +59,12 @@ fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, 
             unsafe { libc::kill(*pid as libc::pid_t, libc::SIGKILL) };
         }
     };
-    let deadline = Instant::now() + RANKS_LIMIT;
+    let mut deadline = Instant::now() + RANKS_LIMIT;
     let mut outputs: Vec<Option<Output>> = (0..ranks).map(|_| None).collect();
     let mut killed = false;
     while outputs.iter().any(Option::is_none) {
         let running: Vec<u32> = pids.iter().zip(&outputs).filter(|(_, output)| output.is_none()).map(|(pid, _)| *pid).collect();
-        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(10))) {
+        match finished.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
             Ok((rank, output)) => {
                 let failed = !output.status.success();
                 outputs[rank] = Some(output);
@@ -74,6 +76,7 @@ fn run_ranks(cluster: &TestCluster, scenario: &str, ranks: u32, extra: &[(&str, 
             Err(_) if !killed => {
                 killed = true;
                 kill_all(&running);
+                deadline = Instant::now() + REAP_GRACE;
             }
             Err(error) => panic!("rank processes not reaped after being killed: {error}"),
         }

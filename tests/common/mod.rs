@@ -104,6 +104,16 @@ pub struct TestCluster {
     servers: Vec<ServerProcess>,
 }
 
+/// The first `first` and the last `last` lines of `text` (`...` between them when some are
+/// left out).
+fn excerpt(text: &str, first: usize, last: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    if lines.len() <= first + last {
+        return lines.join("\n");
+    }
+    [&lines[..first], &["..."][..], &lines[lines.len() - last..]].concat().join("\n")
+}
+
 impl TestCluster {
     pub fn start(servers: usize) -> TestCluster {
         TestCluster::with_options(ClusterOptions::new(servers))
@@ -193,20 +203,12 @@ impl TestCluster {
                 let _ = child.kill();
                 let _ = child.wait();
                 let log = std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-                let lines: Vec<&str> = log.lines().collect();
-                let others: Vec<String> = (0..self.servers.len())
-                    .map(|index| {
-                        let log = self.log(index);
-                        let lines: Vec<&str> = log.lines().collect();
-                        format!("--- {} (last 80 lines)\n{}", self.servers[index].name, lines[lines.len().saturating_sub(80)..].join("\n"))
-                    })
-                    .collect();
+                let others: Vec<String> = (0..self.servers.len()).map(|index| self.log_tail(index, 80)).collect();
                 panic!(
-                    "server {name} did not write {} ({}); the first and last lines of its log:\n{}\n...\n{}\n{}",
+                    "server {name} did not write {} ({}); the first and last lines of its log:\n{}\n{}",
                     address_file.display(),
                     exited.map_or("still running after 20 s".to_string(), |status| format!("it exited: {status}")),
-                    lines[..lines.len().min(20)].join("\n"),
-                    lines[lines.len().saturating_sub(20).max(lines.len().min(20))..].join("\n"),
+                    excerpt(&log, 20, 20),
                     others.join("\n")
                 );
             }
@@ -327,6 +329,11 @@ impl TestCluster {
         self.servers.len() - 1
     }
 
+    /// The last `count` lines of server `index`'s log, headed by its name (failure messages).
+    fn log_tail(&self, index: usize, count: usize) -> String {
+        format!("--- {} (last {count} lines)\n{}", self.servers[index].name, excerpt(&self.log(index), 0, count))
+    }
+
     /// The server log, for failure messages.
     pub fn log(&self, index: usize) -> String {
         std::fs::read_to_string(self.dir.join(format!("{}.log", self.servers[index].name))).unwrap_or_default()
@@ -347,9 +354,7 @@ impl Drop for TestCluster {
         if std::thread::panicking() && std::env::var_os("RINGFS_TEST_LOGS").is_some() {
             // A failed test's server logs, for whoever replays it (they go with the directory).
             for server in 0..self.servers.len() {
-                let log = self.log(server);
-                let lines: Vec<&str> = log.lines().collect();
-                eprintln!("--- {} (last 40 lines)\n{}", self.servers[server].name, lines[lines.len().saturating_sub(40)..].join("\n"));
+                eprintln!("{}", self.log_tail(server, 40));
             }
         }
         let _ = std::fs::remove_dir_all(&self.dir);

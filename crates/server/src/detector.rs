@@ -17,7 +17,6 @@
 //!   detector's own running time, and a starved detector does not blame its successor for
 //!   the time it was not looking — in the spirit of Lifeguard's local health awareness
 //!   (Dadgar et al., 2018), which slows a member's verdicts while it is itself unwell.
-//!
 //! - **Others are asked before a verdict** (SWIM's indirect probe, Das et al., 2002): with
 //!   one watcher per server, a slow or broken path between two servers alone would make the
 //!   watched one dead for everybody. Before declaring its successor dead, the detector asks
