@@ -45,6 +45,33 @@ fn connections_closed_and_reopened_at_once_each_work() {
     server.shutdown();
 }
 
+/// Threads opening and closing connections as fast as they can to a server in their own
+/// process (a server's calls to another server beside the connections it accepts; a
+/// global-memory rank's client beside its cache): with a UCX worker for the client side and
+/// one for the server, UCX 1.13 aborted such a process within seconds (`async.c:643`, see
+/// `ringfs_rpc::ucx`); with one worker per process, it goes on.
+fn connections_churned_beside_a_server_in_the_same_process() {
+    let (server, endpoint, _) = start_server();
+    let until = Instant::now() + Duration::from_secs(5);
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let endpoint = endpoint.clone();
+            std::thread::spawn(move || {
+                let mut opened = 0;
+                while Instant::now() < until && opened < 2_000 {
+                    let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+                    assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+                    opened += 1;
+                }
+                opened
+            })
+        })
+        .collect();
+    let opened: usize = threads.into_iter().map(|thread| thread.join().unwrap()).sum();
+    assert!(opened >= 30, "only {opened} connections in 5 s");
+    server.shutdown();
+}
+
 fn pipelined_requests_each_get_their_answer() {
     let (_server, endpoint, _) = start_server();
     let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
@@ -351,12 +378,12 @@ fn no_ucx_worker_is_left_once_connections_and_servers_are_dropped() {
     for connection in &connections {
         assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
     }
-    assert_eq!(ringfs_rpc::ucx::live_workers(), 2, "the client's worker and the server's");
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 1, "one worker for the process's client connections and its server");
     drop(connections);
-    assert_eq!(ringfs_rpc::ucx::live_workers(), 1, "the client's worker went with its last connection");
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 1, "the server keeps the worker");
     drop(server);
-    assert_eq!(ringfs_rpc::ucx::live_workers(), 0, "the server's threads ended and its worker with them");
-    // The next connection makes the client's worker again.
+    assert_eq!(ringfs_rpc::ucx::live_workers(), 0, "the worker went with the server's threads, after the last connection");
+    // The next connection makes the worker again.
     let (_server, endpoint, _) = start_server();
     let connection = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
     assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
@@ -369,7 +396,8 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 17] = [
+    let scenarios: [(&str, fn()); 18] = [
+        ("connections_churned_beside_a_server_in_the_same_process", connections_churned_beside_a_server_in_the_same_process),
         ("a_slow_handler_does_not_hold_up_other_connections", a_slow_handler_does_not_hold_up_other_connections),
         (
             "a_connection_opened_while_another_is_polled_without_pause_is_served_at_once",

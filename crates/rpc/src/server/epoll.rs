@@ -44,6 +44,12 @@ impl Epoll {
         self.control(libc::EPOLL_CTL_MOD, fd, token, events)
     }
 
+    /// Readable while one of the watched descriptors is ready: an epoll set can be watched
+    /// by another.
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Stops watching `fd`.
     pub fn remove(&self, fd: RawFd) {
         // Fails only if `fd` is not watched, which changes nothing.

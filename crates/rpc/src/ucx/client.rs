@@ -1,5 +1,5 @@
 //! The client side of UCX connections: a [`Channel`] per connection sends request frames and
-//! receives the responses the process's client engine routed to its inbox.
+//! receives the responses the process's engine routed to its inbox.
 //!
 //! Response data goes where the caller asked, as on TCP: into the buffer lent with the
 //! request if it fits, else into the reply. The engine copies it there while routing (under
@@ -8,19 +8,19 @@
 //! RMA is lent until the response: a request given up before it (timed out, dropped) closes
 //! the connection, so that no late `get` or `put` can touch a buffer its owner reuses.
 
-use ringfs_sync::{Mutex, MutexGuard};
+use ringfs_sync::MutexGuard;
 use std::collections::HashMap;
 use std::io;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::FrameHeader;
 use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
-use ringfs_ucx::frames::{BulkTransfer, REQUEST, RESPONSE};
+use ringfs_ucx::frames::{BulkTransfer, REQUEST};
 use ringfs_ucx::{IncomingMessage, MemoryRegion};
 
-use super::engine::{self, Inbox, Link, Protocol, Watch};
-use super::{Settings, describe_lanes, io_error, resolve};
+use super::engine::{Inbox, Link, Watch};
+use super::{Engine, Side, State, describe_lanes, io_error, process_engine, resolve};
 
 /// A response as the engine routed it.
 pub(crate) struct Received {
@@ -47,34 +47,6 @@ struct Lending {
     _regions: Vec<Arc<MemoryRegion>>,
 }
 
-/// The client's half of the protocol: responses routed to their connection's inbox.
-pub(crate) struct ClientProtocol;
-
-type Engine = engine::Engine<ClientProtocol>;
-type State = engine::State<ClientProtocol>;
-
-impl Protocol for ClientProtocol {
-    type Side = ClientSide;
-    /// A client has no transfers of its own: the server moves the data.
-    type Transfer = std::convert::Infallible;
-
-    fn route(state: &mut State, key: usize, message: IncomingMessage) {
-        state.route_response(key, message);
-    }
-
-    fn advance_transfers(_: &mut State) -> usize {
-        0
-    }
-
-    fn close_side(side: &ClientSide, reason: &str) {
-        side.inbox.close(reason);
-    }
-
-    fn transfer_connection(transfer: &std::convert::Infallible) -> Option<usize> {
-        match *transfer {}
-    }
-}
-
 /// A client connection as the engine sees it.
 pub(crate) struct ClientSide {
     pub(crate) inbox: Arc<Inbox<Received>>,
@@ -84,36 +56,10 @@ pub(crate) struct ClientSide {
     rma: bool,
 }
 
-/// The process's client engine, shared by its connections and destroyed with the last of them
-/// (the next connection makes a new one): a process done with ringfs leaves no UCX worker
-/// for the libraries' destructors at `exit` to find in use. Made again in a forked child.
-fn client_engine() -> Result<Arc<Engine>, ringfs_ucx::Error> {
-    static ENGINE: Mutex<Option<(u32, Weak<Engine>)>> = Mutex::new(None);
-    let mut slot = ENGINE.lock();
-    let pid = std::process::id();
-    if let Some((owner, engine)) = &*slot
-        && *owner == pid
-        && let Some(engine) = engine.upgrade()
-    {
-        return Ok(engine);
-    }
-    let engine = Engine::new(Settings::from_env())?;
-    engine.lock().worker.accept_messages(RESPONSE)?;
-    if let Some((owner, inherited)) = slot.replace((pid, Arc::downgrade(&engine)))
-        && owner != pid
-        && let Some(inherited) = inherited.upgrade()
-    {
-        // The parent's worker, still held by connections this child inherited: never
-        // destroyed here (UCX state does not survive `fork`), whatever they do.
-        std::mem::forget(inherited);
-    }
-    Ok(engine)
-}
-
 impl State {
     /// Hands a response to its connection's inbox (its data into the lent destination if it
     /// fits); a malformed one ends the connection.
-    fn route_response(&mut self, key: usize, message: IncomingMessage) {
+    pub(crate) fn route_response(&mut self, key: usize, message: IncomingMessage) {
         if let Err(reason) = self.deliver_response(key, &message) {
             self.close_link(key, &reason, false);
         }
@@ -122,7 +68,7 @@ impl State {
     fn deliver_response(&mut self, key: usize, message: &IncomingMessage) -> Result<(), String> {
         let header = ResponseHeader::decode(message.header(), message.len()).map_err(|error| format!("a malformed response: {error}"))?;
         let payload = message.data().ok_or("a response sent by rendezvous (eager was asked for)")?;
-        let Some(Link { side: client, .. }) = self.links.get_mut(&key) else { return Ok(()) };
+        let Some(Link { side: Side::Client(client), .. }) = self.links.get_mut(&key) else { return Ok(()) };
         let lending = client.lent.remove(&header.frame.request_id);
         let (body, data) = payload.split_at(header.frame.body_len as usize);
         let data_len = header.frame.data_len as usize;
@@ -164,13 +110,13 @@ impl Channel {
     /// Starts connecting to the UCX listener at `address` (`host:port`); a failure shows when
     /// the first response is awaited.
     pub(crate) fn connect(address: &str, spin: Duration) -> io::Result<Channel> {
-        let engine = client_engine().map_err(io_error)?;
+        let engine = process_engine().map_err(io_error)?;
         let socket = resolve(address)?;
         let inbox = Inbox::new(Watch::Sleepers)?;
         let key = {
             let mut state = engine.lock();
             let endpoint = state.worker.connect(socket).map_err(io_error)?;
-            let side = ClientSide { inbox: inbox.clone(), lent: HashMap::new(), rma: false };
+            let side = Side::Client(ClientSide { inbox: inbox.clone(), lent: HashMap::new(), rma: false });
             state.add_link(endpoint, side)
         };
         Ok(Channel { engine, key, inbox, spin })
@@ -212,7 +158,7 @@ impl Channel {
     pub(crate) fn handshake_done(&self) {
         let mut state = self.engine.lock();
         let bulk = state.settings.bulk;
-        if let Some(Link { endpoint, side: client }) = state.links.get_mut(&self.key) {
+        if let Some(Link { endpoint, side: Side::Client(client) }) = state.links.get_mut(&self.key) {
             client.rma = match bulk {
                 BulkTransfer::Rma => true,
                 BulkTransfer::Inline => false,
@@ -236,7 +182,7 @@ impl Channel {
         let mut state = self.engine.lock();
         let threshold = state.settings.rma_threshold;
         let wants_rma = match state.links.get(&self.key) {
-            Some(Link { side: client, .. }) => client.rma && frame.request_id != 0,
+            Some(Link { side: Side::Client(client), .. }) => client.rma && frame.request_id != 0,
             _ => return Err(broken("the connection was closed")),
         };
         let cache = wants_rma.then(|| state.cache());
@@ -261,7 +207,7 @@ impl Channel {
         let mut header_bytes = Vec::with_capacity(64);
         header.encode(&mut header_bytes);
         let inline = &data[..header.inline_data()];
-        let Some(Link { endpoint, side: client }) = state.links.get_mut(&self.key) else {
+        let Some(Link { endpoint, side: Side::Client(client) }) = state.links.get_mut(&self.key) else {
             return Err(broken("the connection was closed"));
         };
         if frame.request_id != 0 && (destination.is_some() || !regions.is_empty()) {
@@ -300,7 +246,7 @@ impl Channel {
     /// the connection (nothing else can keep a late RMA access away from that memory).
     pub(crate) fn forget(&self, request_id: u64) -> bool {
         let mut state = self.engine.lock();
-        let Some(Link { side: client, .. }) = state.links.get_mut(&self.key) else { return false };
+        let Some(Link { side: Side::Client(client), .. }) = state.links.get_mut(&self.key) else { return false };
         let exposed = client.lent.remove(&request_id).is_some_and(|lending| lending.exposed);
         if exposed {
             state.close_link(self.key, "a request that lent memory to the server was given up", false);

@@ -1,9 +1,10 @@
-//! A UCX worker shared by the threads of a process, one thread at a time, and the inboxes
-//! that hand what it received to the connection it is for.
+//! The UCX worker of a process, shared by its threads one at a time, and the inboxes that hand
+//! what it received to the connection it is for.
 //!
 //! UCX workers are cheapest used from one thread, while ringfs threads share connections (a
-//! client) or serve any connection (a server's event loop). So a process has few workers,
-//! each inside an [`Engine`]'s lock together with every UCX object made from it — endpoints,
+//! client) or serve any connection (a server's event loop). A process has one worker, for its
+//! client connections and its servers alike (see [`super`] for why not one each), inside an
+//! [`Engine`]'s lock together with every UCX object made from it — endpoints, listeners,
 //! operations, received messages — none of which ever leaves the lock. Whoever needs the
 //! worker takes the lock, progresses it, and *routes* what arrived: each message goes, as
 //! plain bytes, to the [`Inbox`] of its connection, which makes the connection's event
@@ -254,7 +255,9 @@ pub(crate) struct State<P: Protocol> {
     /// The id of the link of each endpoint key (what messages and failures name).
     link_of_endpoint: HashMap<usize, usize>,
     next_link: usize,
-    pub(crate) listener: Option<ringfs_ucx::Listener>,
+    /// The listeners of the process's servers, by an id never reused.
+    pub(crate) listeners: HashMap<usize, Listening>,
+    next_listener: usize,
     pub(crate) in_flight: Vec<P::Transfer>,
     closing: Vec<Closing>,
     cache: Option<Arc<RegistrationCache>>,
@@ -263,9 +266,53 @@ pub(crate) struct State<P: Protocol> {
     /// Buffers of requests' and responses' data, reused so that their registrations are too.
     pub(crate) spare: Vec<Vec<u8>>,
     pub(crate) settings: Settings,
-    /// The listener holds connection requests that nobody accepted yet (progressed by a
-    /// thread that does not accept: see [`Engine::connections_waiting`]).
-    pub(crate) accepts_waiting: Arc<AtomicBool>,
+}
+
+/// A listener of the worker and the notice its server's event loop watches.
+pub(crate) struct Listening {
+    pub(crate) listener: ringfs_ucx::Listener,
+    pub(crate) notice: Arc<Notice>,
+}
+
+/// What a server's event loop watches besides the worker's descriptor: readable while
+/// connection requests wait for its listener or its transfers need progress. Only that event
+/// loop drains it — unlike the worker's descriptor, which any thread of the process that
+/// sleeps on the worker (a client thread awaiting a reply) drains when it arms the worker,
+/// so that a signal there may reach the wrong sleeper.
+pub(crate) struct Notice {
+    wakeup: EventFd,
+    /// The listener holds connection requests that its event loop has not accepted yet
+    /// (moved in by whoever progressed the worker).
+    waiting: AtomicBool,
+}
+
+impl Notice {
+    pub(crate) fn new() -> std::io::Result<Arc<Notice>> {
+        Ok(Arc::new(Notice { wakeup: EventFd::new()?, waiting: AtomicBool::new(false) }))
+    }
+
+    pub(crate) fn signal(&self) {
+        self.wakeup.signal();
+    }
+
+    /// Quiet until the next signal.
+    pub(crate) fn drain(&self) {
+        self.wakeup.drain();
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.wakeup.raw_fd()
+    }
+
+    /// True while connection requests wait to be accepted.
+    pub(crate) fn connections_waiting(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The event loop found none left waiting.
+    pub(crate) fn none_waiting(&self) {
+        self.waiting.store(false, Ordering::SeqCst);
+    }
 }
 
 // SAFETY: the worker and every UCX object made from it (endpoints, listener, operations,
@@ -336,9 +383,11 @@ impl<P: Protocol> State<P> {
             self.worker.release(payload);
         }
         let mut events = self.worker.progress();
-        if self.listener.as_ref().is_some_and(|listener| listener.pending() > 0) && !self.accepts_waiting.swap(true, Ordering::SeqCst) {
-            // Whoever watches the descriptor must accept them (a poller does not).
-            let _ = self.worker.signal();
+        for listening in self.listeners.values() {
+            if listening.listener.pending() > 0 && !listening.notice.waiting.swap(true, Ordering::SeqCst) {
+                // Only the listener's event loop accepts them.
+                listening.notice.signal();
+            }
         }
         while let Some(message) = self.worker.next_message() {
             events += 1;
@@ -360,6 +409,14 @@ impl<P: Protocol> State<P> {
             self.reap_closing();
         }
         events
+    }
+
+    /// Adds a listener; its id (the key of [`State::listeners`]).
+    pub(crate) fn add_listener(&mut self, listener: ringfs_ucx::Listener, notice: Arc<Notice>) -> usize {
+        let id = self.next_listener;
+        self.next_listener += 1;
+        self.listeners.insert(id, Listening { listener, notice });
+        id
     }
 
     /// Adds a connection; its id (the key of [`State::links`]).
@@ -411,8 +468,6 @@ pub(crate) struct Engine<P: Protocol> {
     state: Mutex<State<P>>,
     /// The worker's event descriptor: readable when it has something to progress.
     worker_fd: RawFd,
-    /// [`State::accepts_waiting`], readable without the lock.
-    accepts_waiting: Arc<AtomicBool>,
 }
 
 impl<P: Protocol> Drop for Engine<P> {
@@ -426,23 +481,22 @@ impl<P: Protocol> Engine<P> {
     pub(crate) fn new(settings: Settings) -> Result<Arc<Engine<P>>, ringfs_ucx::Error> {
         let worker = Worker::new_serialized(&context()?)?;
         let worker_fd = worker.event_fd();
-        let accepts_waiting = Arc::new(AtomicBool::new(false));
         let state = State {
             worker,
             links: HashMap::new(),
             link_of_endpoint: HashMap::new(),
             next_link: 1,
-            listener: None,
+            listeners: HashMap::new(),
+            next_listener: 1,
             in_flight: Vec::new(),
             closing: Vec::new(),
             cache: None,
             releases: Arc::new(Mutex::new(Vec::new())),
             spare: Vec::new(),
             settings,
-            accepts_waiting: accepts_waiting.clone(),
         };
         LIVE_ENGINES.fetch_add(1, Ordering::SeqCst);
-        Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd, accepts_waiting }))
+        Ok(Arc::new(Engine { state: Mutex::new(state), worker_fd }))
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State<P>> {
@@ -458,12 +512,6 @@ impl<P: Protocol> Engine<P> {
 
     pub(crate) fn worker_fd(&self) -> RawFd {
         self.worker_fd
-    }
-
-    /// True while the listener holds connection requests not accepted yet: a thread polling
-    /// a connection of this worker moved them in, and only the listener's watcher accepts.
-    pub(crate) fn connections_waiting(&self) -> bool {
-        self.accepts_waiting.load(Ordering::Relaxed)
     }
 
     /// Progresses until `inbox` has news or `deadline` passes: spinning for `spin` after

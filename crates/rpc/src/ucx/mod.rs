@@ -9,8 +9,16 @@
 //! client lends its buffers — write data the server `get`s, a read destination the server
 //! `put`s into — until the response comes; elsewhere data travels inside the messages.
 //!
-//! A process has one UCX worker for its client connections ([`client`]) and one per RPC
-//! server listening on UCX ([`server`]). Threads share a worker one at a time ([`engine`]):
+//! A process has one UCX worker, for its client connections ([`client`]) and for the RPC
+//! servers it runs on UCX ([`server`]) alike: a server's calls to other servers, a
+//! global-memory rank's cache beside its client. One worker each would be simpler, but UCX
+//! 1.13 (Debian's) aborts a process with two workers that open and close connections at the
+//! same time (`async.c:643 Assertion 'handler->async == async' failed`, fixed in UCX 1.17,
+//! openucx/ucx#9942; shown by `crates/ucx/tests/async_contexts.rs`): it queues a socket's
+//! events that came while a worker was busy, keeps them when the socket closes, and hands
+//! them later to whatever handler the reused descriptor number then belongs to — another
+//! worker's. One cluster start in about 300 lost a server to it.
+//! Threads share the worker one at a time ([`engine`]):
 //! whoever waits — a client thread for its reply, a server thread polling its connection, the
 //! server's event loop woken by the worker's event descriptor — progresses it and hands each
 //! message to the *inbox* of its connection, whose event descriptor wakes the connection's
@@ -33,6 +41,84 @@ use std::time::Duration;
 
 pub use ringfs_ucx::frames::BulkTransfer;
 pub use server::UcxListener;
+
+use ringfs_sync::Mutex;
+use ringfs_ucx::IncomingMessage;
+use ringfs_ucx::frames::{REQUEST, RESPONSE};
+use std::sync::{Arc, Weak};
+
+/// What the process's engine keeps for a connection: the client's half (a connection this
+/// process opened) or the server's (one a listener of this process accepted).
+pub(crate) enum Side {
+    Client(client::ClientSide),
+    Server(server::ServerSide),
+}
+
+/// The protocol of the process's worker: responses on the connections it opened
+/// ([`client`]), requests on those it accepted ([`server`]).
+pub(crate) struct Node;
+
+pub(crate) type Engine = engine::Engine<Node>;
+pub(crate) type State = engine::State<Node>;
+
+impl engine::Protocol for Node {
+    type Side = Side;
+    /// Only servers move data themselves (a client lends its memory).
+    type Transfer = server::Transfer;
+
+    fn route(state: &mut State, key: usize, message: IncomingMessage) {
+        match state.links.get(&key).map(|link| &link.side) {
+            Some(Side::Client(_)) => state.route_response(key, message),
+            Some(Side::Server(_)) => state.route_request(key, message),
+            None => {}
+        }
+    }
+
+    fn advance_transfers(state: &mut State) -> usize {
+        state.advance_transfers()
+    }
+
+    fn close_side(side: &Side, reason: &str) {
+        match side {
+            Side::Client(client) => client.inbox.close(reason),
+            Side::Server(server) => server.inbox.close(reason),
+        }
+    }
+
+    fn transfer_connection(transfer: &server::Transfer) -> Option<usize> {
+        transfer.connection()
+    }
+}
+
+/// The process's engine, shared by its connections and servers and destroyed with the last of
+/// them (the next one makes a new one): a process done with ringfs leaves no UCX worker for
+/// the libraries' destructors at `exit` to find in use. Made again in a forked child.
+pub(crate) fn process_engine() -> Result<Arc<Engine>, ringfs_ucx::Error> {
+    static ENGINE: Mutex<Option<(u32, Weak<Engine>)>> = Mutex::new(None);
+    let mut slot = ENGINE.lock();
+    let pid = std::process::id();
+    if let Some((owner, engine)) = &*slot
+        && *owner == pid
+        && let Some(engine) = engine.upgrade()
+    {
+        return Ok(engine);
+    }
+    let engine = Engine::new(Settings::from_env())?;
+    {
+        let state = engine.lock();
+        state.worker.accept_messages(RESPONSE)?;
+        state.worker.accept_messages(REQUEST)?;
+    }
+    if let Some((owner, inherited)) = slot.replace((pid, Arc::downgrade(&engine)))
+        && owner != pid
+        && let Some(inherited) = inherited.upgrade()
+    {
+        // The parent's worker, still held by connections this child inherited: never
+        // destroyed here (UCX state does not survive `fork`), whatever they do.
+        std::mem::forget(inherited);
+    }
+    Ok(engine)
+}
 
 /// The environment variable that forces how clients move large data over UCX: `auto` (the
 /// default: RMA where the lanes do it natively), `rma` (always, also where UCX emulates it,
@@ -70,9 +156,8 @@ impl Settings {
     }
 }
 
-/// UCX workers alive in this process for ringfs (one per process for its client connections
-/// while it has any, one per server listening on UCX while it runs). 0 once every connection
-/// and server is dropped: nothing of ringfs is then inside UCX when the process exits and the
+/// UCX workers alive in this process for ringfs: one while it has a UCX connection or server,
+/// 0 once every connection and server is dropped: nothing of ringfs is then inside UCX when the process exits and the
 /// libraries' destructors run (which once corrupted the heap of a rank still polling).
 pub fn live_workers() -> usize {
     engine::live_engines()

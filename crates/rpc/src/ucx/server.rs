@@ -18,13 +18,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{FrameHeader, HEADER_LEN, Response};
+use ringfs_ucx::frames::RESPONSE;
 use ringfs_ucx::frames::wire::{Descriptor, RequestHeader, ResponseHeader};
-use ringfs_ucx::frames::{REQUEST, RESPONSE};
 use ringfs_ucx::{Endpoint, IncomingMessage, Operation, RemoteKey, StableBuffer};
 
-use super::engine::{self, Held, Inbox, Link as EngineLink, Protocol, Watch};
-use super::{Settings, io_error, resolve};
+use super::engine::{Held, Inbox, Link as EngineLink, Notice, Watch};
+use super::{Engine, Settings, Side, State, io_error, process_engine, resolve};
 use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
+use crate::server::epoll::{Epoll, READABLE};
 
 /// Remote keys kept per connection (a client lends few distinct buffers at a time).
 const KEYS_PER_CONNECTION: usize = 8;
@@ -58,38 +59,6 @@ impl Segment {
     }
 }
 
-/// The server's half of the protocol: requests routed to their connection's inbox once
-/// their data has been fetched, responses' data placed in the clients' memory.
-pub(crate) struct ServerProtocol;
-
-type Engine = engine::Engine<ServerProtocol>;
-type State = engine::State<ServerProtocol>;
-
-impl Protocol for ServerProtocol {
-    type Side = ServerSide;
-    type Transfer = Transfer;
-
-    fn route(state: &mut State, key: usize, message: IncomingMessage) {
-        state.route_request(key, message);
-    }
-
-    fn advance_transfers(state: &mut State) -> usize {
-        state.advance_transfers()
-    }
-
-    fn close_side(side: &ServerSide, reason: &str) {
-        side.inbox.close(reason);
-    }
-
-    fn transfer_connection(transfer: &Transfer) -> Option<usize> {
-        match transfer {
-            Transfer::Sent(_) => None,
-            Transfer::Fetch(fetch) => Some(fetch.connection),
-            Transfer::Place(place) => Some(place.connection),
-        }
-    }
-}
-
 /// An operation of the server's that owns buffers and has not completed, and what to do when
 /// it has.
 pub(crate) enum Transfer {
@@ -99,6 +68,17 @@ pub(crate) enum Transfer {
     Fetch(Fetch),
     /// Placing a response's data in the client's buffer.
     Place(Place),
+}
+
+impl Transfer {
+    /// The connection it works for (none for a send that only holds buffers).
+    pub(crate) fn connection(&self) -> Option<usize> {
+        match self {
+            Transfer::Sent(_) => None,
+            Transfer::Fetch(fetch) => Some(fetch.connection),
+            Transfer::Place(place) => Some(place.connection),
+        }
+    }
 }
 
 /// A connection accepted by a [`UcxListener`], as the engine sees it.
@@ -179,7 +159,7 @@ impl State {
         let payload = message.data().ok_or("a request sent by rendezvous (ringfs clients send eagerly)")?;
         let fetching = header.source.as_ref().map(|source| (self.buffer(source.length as usize), self.cache(), payload.to_vec()));
         let inline = if fetching.is_none() { Some(self.inline_segments(&header.frame, message)) } else { None };
-        let Some(EngineLink { endpoint, side: server }) = self.links.get_mut(&key) else { return Ok(()) };
+        let Some(EngineLink { endpoint, side: Side::Server(server) }) = self.links.get_mut(&key) else { return Ok(()) };
         if (header.source.is_some() || header.destination.is_some()) && !server.authenticated {
             return Err("RMA before the handshake".into());
         }
@@ -231,12 +211,17 @@ impl State {
         (Segment::owned(bytes), None)
     }
 
-    /// Keeps the worker's descriptor readable while operations are in flight: a large send
+    /// Keeps the servers' event loops awake while operations are in flight: a large send
     /// over shared memory moves on only when its sender progresses, and nothing would wake
-    /// the event loop for that.
+    /// them for that.
     fn keep_progressing(&self) {
         if !self.in_flight.is_empty() {
-            let _ = self.worker.signal();
+            for listening in self.listeners.values() {
+                listening.notice.signal();
+            }
+            if self.listeners.is_empty() {
+                let _ = self.worker.signal();
+            }
         }
     }
 
@@ -304,7 +289,7 @@ impl State {
     }
 
     fn deliver_fetched(&mut self, fetch: Fetch, data: Vec<u8>) {
-        let Some(EngineLink { side: server, .. }) = self.links.get(&fetch.connection) else { return };
+        let Some(EngineLink { side: Side::Server(server), .. }) = self.links.get(&fetch.connection) else { return };
         let mut bytes = Vec::with_capacity(HEADER_LEN + fetch.body.len());
         bytes.extend_from_slice(&fetch.frame.encode());
         bytes.extend_from_slice(&fetch.body);
@@ -322,7 +307,7 @@ impl State {
         let data_len = header.data_len as usize;
         let threshold = self.settings.rma_threshold;
         let cache = (data_len >= threshold).then(|| self.cache());
-        let Some(EngineLink { endpoint, side: server }) = self.links.get_mut(&key) else {
+        let Some(EngineLink { endpoint, side: Side::Server(server) }) = self.links.get_mut(&key) else {
             return Err(io::Error::new(io::ErrorKind::BrokenPipe, "the connection was closed"));
         };
         if !server.answered {
@@ -380,23 +365,30 @@ impl State {
 /// A UCX listener served by an RPC server's event loop (see the module's documentation).
 pub struct UcxListener {
     engine: Arc<Engine>,
+    /// Its key in the engine's listeners.
+    id: usize,
+    notice: Arc<Notice>,
+    /// Readable when the worker's descriptor or the notice is: what the event loop watches.
+    watched: Epoll,
     address: SocketAddr,
 }
 
 impl UcxListener {
-    /// Listens on `address` (`host:port`; port 0 picks a free one) with a worker of its own.
+    /// Listens on `address` (`host:port`; port 0 picks a free one) on the process's worker.
     pub fn bind(address: &str) -> io::Result<UcxListener> {
         let socket = resolve(address)?;
-        let engine = Engine::new(Settings::from_env()).map_err(io_error)?;
-        let address = {
+        let engine = process_engine().map_err(io_error)?;
+        let notice = Notice::new()?;
+        let watched = Epoll::new()?;
+        watched.add(engine.worker_fd(), 0, READABLE)?;
+        watched.add(notice.raw_fd(), 1, READABLE)?;
+        let (id, address) = {
             let mut state = engine.lock();
-            state.worker.accept_messages(REQUEST).map_err(io_error)?;
             let listener = state.worker.listen(socket).map_err(io_error)?;
             let bound = listener.address();
-            state.listener = Some(listener);
-            bound
+            (state.add_listener(listener, notice.clone()), bound)
         };
-        Ok(UcxListener { engine, address })
+        Ok(UcxListener { engine, id, notice, watched, address })
     }
 
     /// The address clients connect to (with the real port if 0 was asked for).
@@ -404,26 +396,29 @@ impl UcxListener {
         self.address
     }
 
-    /// Readable when the worker has something to progress: new connections, messages.
+    /// Readable when the worker has something to progress (messages, new connections) or
+    /// connections wait to be accepted.
     pub fn poll_fd(&self) -> RawFd {
-        self.engine.worker_fd()
+        self.watched.raw_fd()
     }
 
     /// Progresses the worker (routing messages to the connections' inboxes) and takes the
-    /// next new connection; `WouldBlock` (with the worker armed, so its descriptor fires on
-    /// the next event) when none waits.
+    /// next new connection; `WouldBlock` (with the worker armed, so that the descriptor
+    /// fires on the next event) when none waits.
     pub fn accept(&self) -> io::Result<Link> {
         let mut state = self.engine.lock();
         state.progress();
         loop {
-            if let Some(accepted) = state.listener.as_ref().and_then(ringfs_ucx::Listener::accept) {
+            if let Some(accepted) = state.listeners.get(&self.id).and_then(|listening| listening.listener.accept()) {
                 let link = self.admit(&mut state, accepted.map_err(io_error)?)?;
                 // More may be waiting: keep the descriptor readable for the next call.
-                let _ = state.worker.signal();
+                self.notice.signal();
                 return Ok(link);
             }
             if state.worker.arm().map_err(io_error)? {
-                state.accepts_waiting.store(false, std::sync::atomic::Ordering::SeqCst);
+                // (Under the engine's lock, as every signal of the notice.)
+                self.notice.drain();
+                self.notice.none_waiting();
                 state.keep_progressing();
                 return Err(io::ErrorKind::WouldBlock.into());
             }
@@ -432,12 +427,13 @@ impl UcxListener {
     }
 
     /// Routes what arrived for the connections but accepts none (the server is not accepting
-    /// now), then arms the worker.
+    /// now), then arms the worker. Connections that wait stay unnoticed until [`Self::wake`].
     pub fn progress(&self) {
         let mut state = self.engine.lock();
         loop {
             state.progress();
             if state.worker.arm().unwrap_or(true) {
+                self.notice.drain();
                 state.keep_progressing();
                 return;
             }
@@ -446,12 +442,13 @@ impl UcxListener {
 
     /// Makes the descriptor readable, so that connections waiting are accepted.
     pub fn wake(&self) {
-        let _ = self.engine.lock().worker.signal();
+        let _state = self.engine.lock();
+        self.notice.signal();
     }
 
     /// Stops listening: new connections are refused (established ones go on).
     pub fn shutdown(&self) {
-        self.engine.lock().listener = None;
+        self.engine.lock().listeners.remove(&self.id);
     }
 
     fn admit(&self, state: &mut State, endpoint: Endpoint) -> io::Result<Link> {
@@ -462,18 +459,31 @@ impl UcxListener {
                 return Err(error);
             }
         };
-        let side =
-            ServerSide { inbox: inbox.clone(), destinations: HashMap::new(), keys: Vec::new(), answered: false, authenticated: false };
+        let side = Side::Server(ServerSide {
+            inbox: inbox.clone(),
+            destinations: HashMap::new(),
+            keys: Vec::new(),
+            answered: false,
+            authenticated: false,
+        });
         let key = state.add_link(endpoint, side);
-        let reader = ServerReader { engine: self.engine.clone(), inbox, read_timeout: None };
+        let reader = ServerReader { engine: self.engine.clone(), notice: self.notice.clone(), inbox, read_timeout: None };
         let writer = ServerWriter { engine: self.engine.clone(), key, frame: Vec::new() };
         Ok(Link { reader: Box::new(reader), writer: Box::new(writer), peer: PeerIdentity { pid: None } })
+    }
+}
+
+impl Drop for UcxListener {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
 /// Reads the frames routed to a connection's inbox.
 struct ServerReader {
     engine: Arc<Engine>,
+    /// Its listener's.
+    notice: Arc<Notice>,
     inbox: Arc<Inbox<Segment>>,
     read_timeout: Option<Duration>,
 }
@@ -559,7 +569,7 @@ impl ReadHalf for ServerReader {
     }
 
     fn listener_has_waiting(&self) -> bool {
-        self.engine.connections_waiting()
+        self.notice.connections_waiting()
     }
 }
 
