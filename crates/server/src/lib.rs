@@ -25,6 +25,8 @@ mod coordinator_tests;
 mod data;
 mod deadline;
 mod detector;
+#[cfg(test)]
+mod detector_tests;
 mod dir_times;
 mod directory_rename;
 mod dispatch;
