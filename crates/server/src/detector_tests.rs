@@ -125,10 +125,7 @@ fn a_successor_that_never_answers_is_declared_dead_by_one_long_ping() {
     let never = Arc::new(AtomicBool::new(true));
     cluster.net.add(Filter::new("Ping", Action::Hold { release: never.clone() }).to(&successor).on_answer());
     let died = rounds_until_dead(&cluster, &mut detector, &successor, 3, std::thread::sleep);
-    assert!(
-        matches!(died, Some(1 | 2)),
-        "a ping should wait out the failure timeout and its silence end it (dead after {died:?} rounds)"
-    );
+    assert!(matches!(died, Some(1 | 2)), "a ping should wait out the failure timeout and its silence end it (dead after {died:?} rounds)");
     never.store(false, Ordering::SeqCst);
 }
 
