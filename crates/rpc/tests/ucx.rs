@@ -389,6 +389,67 @@ fn no_ucx_worker_is_left_once_connections_and_servers_are_dropped() {
     assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
 }
 
+/// A send that UCX cannot finish — a large request to a peer that stopped reading (SIGSTOP)
+/// — holds up nothing else of the process: its other connections and its own server go on
+/// while it waits out its deadline. (The process's one UCX worker is shared by all of them,
+/// and the send once waited holding it.)
+fn a_send_stalled_on_a_stopped_peer_holds_up_nothing_else() {
+    let (server, endpoint, _) = start_server();
+    let local = Connection::open(&endpoint, &config(SECRET, 5000)).unwrap();
+    let mut peer = Command::new(std::env::current_exe().unwrap())
+        .args(["peer_echo_server", "--exact", "--ignored", "--nocapture", "--test-threads=1"])
+        .env("RINGFS_UCX_PEER_ECHO", "1")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the peer process");
+    let peer_endpoint = {
+        let mut lines = BufReader::new(peer.stdout.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("the peer printed its endpoint").unwrap();
+            if let Some((_, address)) = line.split_once("PEER ") {
+                break Endpoint::parse(address.trim()).unwrap();
+            }
+        }
+    };
+    let remote = Connection::open(&peer_endpoint, &config(SECRET, 3000)).unwrap();
+    assert_eq!(remote.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+    // SAFETY: a process this test started and has not reaped.
+    unsafe { libc::kill(peer.id() as libc::pid_t, libc::SIGSTOP) };
+    let stalled = std::thread::spawn(move || {
+        let started = Instant::now();
+        let result = remote.call(&write_request(), &vec![7u8; 48 << 20]);
+        (result.is_err(), started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let mut slowest = Duration::ZERO;
+    for _ in 0..20 {
+        let started = Instant::now();
+        assert_eq!(local.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+        slowest = slowest.max(started.elapsed());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (failed, waited) = stalled.join().unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(peer.id() as libc::pid_t, libc::SIGKILL) };
+    let _ = peer.wait();
+    assert!(failed && waited < Duration::from_secs(10), "the write to the stopped peer: failed {failed} after {waited:?}");
+    assert!(slowest < Duration::from_millis(500), "a ping to this process's own server took {slowest:?} beside the stalled send");
+    server.shutdown();
+}
+
+/// The peer of [`a_send_stalled_on_a_stopped_peer_holds_up_nothing_else`]: an echo server in
+/// a process of its own, printing its endpoint, until it is killed (at most a minute).
+#[test]
+#[ignore = "started by a scenario"]
+fn peer_echo_server() {
+    if std::env::var_os("RINGFS_UCX_PEER_ECHO").is_none() {
+        return;
+    }
+    let (_server, endpoint, _) = start_server();
+    println!("PEER {endpoint}");
+    std::thread::sleep(Duration::from_secs(60));
+}
+
 /// Every scenario, in this process (run by the variants below with their environment).
 #[test]
 #[ignore = "run by the variants, each in a child process with its UCX environment"]
@@ -396,7 +457,8 @@ fn scenarios() {
     if std::env::var_os("RINGFS_UCX_VARIANT").is_none() {
         return;
     }
-    let scenarios: [(&str, fn()); 18] = [
+    let scenarios: [(&str, fn()); 19] = [
+        ("a_send_stalled_on_a_stopped_peer_holds_up_nothing_else", a_send_stalled_on_a_stopped_peer_holds_up_nothing_else),
         ("connections_churned_beside_a_server_in_the_same_process", connections_churned_beside_a_server_in_the_same_process),
         ("a_slow_handler_does_not_hold_up_other_connections", a_slow_handler_does_not_hold_up_other_connections),
         (

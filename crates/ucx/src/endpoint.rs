@@ -178,9 +178,42 @@ impl Endpoint {
     pub fn send_parts_and_wait(&self, id: u16, header: &[u8], parts: &[&[u8]], eager: bool, deadline: Instant) -> Result<(), Error> {
         // SAFETY: the buffers are borrowed until finish_borrowed returns, which is after UCX
         // completed the operation.
-        let (pointer, anchors) = unsafe { self.start_send(id, header, parts, eager) }?;
-        let operation = Operation::<()>::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, None, anchors)?;
+        let operation = unsafe { self.send_parts_borrowed(id, header, parts, eager) }?;
         self.finish_borrowed(operation, deadline)
+    }
+
+    /// Starts sending like [`Endpoint::send_parts`] from borrowed buffers and returns at once:
+    /// the caller waits for the operation itself (progressing the worker, or letting others
+    /// do it), and gives it up only through [`Endpoint::give_up_borrowed`].
+    ///
+    /// # Safety
+    /// `header` and `parts` must stay valid and unchanged until the operation has completed
+    /// (its result is known); dropping the operation earlier does not release them.
+    pub unsafe fn send_parts_borrowed(&self, id: u16, header: &[u8], parts: &[&[u8]], eager: bool) -> Result<Operation<()>, Error> {
+        // SAFETY: the caller keeps the buffers until the operation completes.
+        let (pointer, anchors) = unsafe { self.start_send(id, header, parts, eager) }?;
+        Operation::<()>::started(self.shared.worker.clone(), "ucp_am_send_nbx", pointer, None, anchors)
+    }
+
+    /// Gives up an operation on borrowed buffers: closes the endpoint and progresses the worker
+    /// until UCX has let go of them (which the force close makes it do at once; a process
+    /// whose UCX still holds them after a grace period is aborted, since they can be neither
+    /// given back nor kept). The operation's result, an error.
+    pub fn give_up_borrowed(&self, operation: &Operation<()>) -> Error {
+        let failure = self.failure();
+        self.close();
+        let grace = Instant::now() + CLOSE_GRACE;
+        let result = loop {
+            if let Some(result) = operation.result() {
+                break result;
+            }
+            self.shared.worker.progress();
+            if Instant::now() > grace {
+                log::error!("a UCX operation on a borrowed buffer did not complete after its endpoint was closed; aborting");
+                std::process::abort();
+            }
+        };
+        failure.or(result.err()).unwrap_or_else(|| Error::Invalid("the operation was given up".into()))
     }
 
     /// Starts `ucp_am_send_nbx` of `header` and the concatenation of `parts`.
@@ -340,20 +373,13 @@ impl Endpoint {
         if let Some(result) = operation.result() {
             return result;
         }
-        let failure = self.failure();
-        self.close();
-        let grace = Instant::now() + CLOSE_GRACE;
-        while operation.result().is_none() {
-            worker.progress();
-            if Instant::now() > grace {
-                log::error!("a UCX operation on a borrowed buffer did not complete after its endpoint was closed; aborting");
-                std::process::abort();
-            }
-        }
-        Err(failure.unwrap_or(Error::Timeout {
-            operation: "UCX operation",
-            timeout_ms: deadline.saturating_duration_since(started).as_millis() as u64,
-        }))
+        let timed_out = self.failure().is_none();
+        let error = self.give_up_borrowed(&operation);
+        Err(if timed_out {
+            Error::Timeout { operation: "UCX operation", timeout_ms: deadline.saturating_duration_since(started).as_millis() as u64 }
+        } else {
+            error
+        })
     }
 }
 

@@ -92,6 +92,10 @@ impl State {
 
 /// How often a connection being wired up is progressed.
 const CONNECT_POLL: Duration = Duration::from_micros(50);
+/// A send UCX has not finished is progressed this many times at once (a large message over
+/// a live connection finishes within them), then every [`SEND_POLL`].
+const SEND_SPINS: u32 = 1000;
+const SEND_POLL: Duration = Duration::from_micros(100);
 
 /// One UCX connection of this process to a server.
 pub(crate) struct Channel {
@@ -215,12 +219,49 @@ impl Channel {
             client.lent.insert(frame.request_id, lending);
         }
         let endpoint = endpoint.clone();
-        let sent = endpoint.send_parts_and_wait(REQUEST, &header_bytes, &[body, inline], true, deadline);
-        if let Err(error) = sent {
-            state.close_link(self.key, &format!("sending failed: {error}"), false);
-            return Err(io_error(error));
+        // SAFETY: the buffers outlive `sending`: this function returns only once UCX has
+        // completed it, or let go of them when it was given up.
+        let sending = unsafe { endpoint.send_parts_borrowed(REQUEST, &header_bytes, &[body, inline], true) };
+        // (`endpoint` and `sending` are only touched, and dropped, with the lock held.)
+        let error = match sending {
+            Ok(sending) => match Self::finish_sending(&mut state, &endpoint, &sending, deadline) {
+                Ok(()) => return Ok(()),
+                Err(error) => error,
+            },
+            Err(error) => error,
+        };
+        state.close_link(self.key, &format!("sending failed: {error}"), false);
+        Err(io_error(error))
+    }
+
+    /// Waits until UCX has sent `sending` (usually at once: small messages are copied out),
+    /// letting the process's other threads use the worker meanwhile — a large message to a
+    /// peer that stopped reading waits for it, and must not hold up the other connections
+    /// and servers of the process, which share the worker. Gives it up at `deadline`.
+    fn finish_sending(
+        state: &mut MutexGuard<'_, State>,
+        endpoint: &ringfs_ucx::Endpoint,
+        sending: &ringfs_ucx::Operation<()>,
+        deadline: Instant,
+    ) -> Result<(), ringfs_ucx::Error> {
+        let started = Instant::now();
+        let mut rounds = 0u32;
+        loop {
+            if let Some(result) = sending.result() {
+                return result;
+            }
+            if endpoint.failure().is_some() {
+                return Err(endpoint.give_up_borrowed(sending));
+            }
+            if Instant::now() >= deadline {
+                endpoint.give_up_borrowed(sending);
+                let timeout_ms = deadline.saturating_duration_since(started).as_millis() as u64;
+                return Err(ringfs_ucx::Error::Timeout { operation: "sending a request", timeout_ms });
+            }
+            rounds += 1;
+            MutexGuard::unlocked(state, || if rounds < SEND_SPINS { std::thread::yield_now() } else { std::thread::sleep(SEND_POLL) });
+            state.progress();
         }
-        Ok(())
     }
 
     /// The next response routed to this connection, waiting at most `wait`; `Err` with the

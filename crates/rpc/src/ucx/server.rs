@@ -27,6 +27,9 @@ use super::{Engine, Settings, Side, State, io_error, process_engine, resolve};
 use crate::link::{Link, PeerIdentity, ReadHalf, WriteHalf};
 use crate::server::epoll::{Epoll, READABLE};
 
+/// Rounds of progress a listener makes while UCX says the worker is busy before it lets go
+/// of the worker and comes back through the event loop ([`UcxListener::stay_busy`]).
+const BUSY_ROUNDS: usize = 64;
 /// Remote keys kept per connection (a client lends few distinct buffers at a time).
 const KEYS_PER_CONNECTION: usize = 8;
 /// Read destinations a connection may lend at once (a client pipelines a few hundred
@@ -408,7 +411,7 @@ impl UcxListener {
     pub fn accept(&self) -> io::Result<Link> {
         let mut state = self.engine.lock();
         state.progress();
-        loop {
+        for _ in 0..BUSY_ROUNDS {
             if let Some(accepted) = state.listeners.get(&self.id).and_then(|listening| listening.listener.accept()) {
                 let link = self.admit(&mut state, accepted.map_err(io_error)?)?;
                 // More may be waiting: keep the descriptor readable for the next call.
@@ -424,13 +427,22 @@ impl UcxListener {
             }
             state.progress();
         }
+        self.stay_busy()
+    }
+
+    /// The worker stays busy — an operation that cannot move on, such as a client thread's
+    /// send to a peer that stopped reading, keeps UCX from arming it: the event loop comes
+    /// back through its descriptor, and the process's other threads get the worker meanwhile.
+    fn stay_busy<T>(&self) -> io::Result<T> {
+        self.notice.signal();
+        Err(io::ErrorKind::WouldBlock.into())
     }
 
     /// Routes what arrived for the connections but accepts none (the server is not accepting
     /// now), then arms the worker. Connections that wait stay unnoticed until [`Self::wake`].
     pub fn progress(&self) {
         let mut state = self.engine.lock();
-        loop {
+        for _ in 0..BUSY_ROUNDS {
             state.progress();
             if state.worker.arm().unwrap_or(true) {
                 self.notice.drain();
@@ -438,6 +450,7 @@ impl UcxListener {
                 return;
             }
         }
+        let _: io::Result<()> = self.stay_busy();
     }
 
     /// Makes the descriptor readable, so that connections waiting are accepted.
