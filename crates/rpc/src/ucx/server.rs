@@ -427,15 +427,15 @@ impl UcxListener {
             }
             state.progress();
         }
-        self.stay_busy()
+        self.stay_busy();
+        Err(io::ErrorKind::WouldBlock.into())
     }
 
     /// The worker stays busy — an operation that cannot move on, such as a client thread's
     /// send to a peer that stopped reading, keeps UCX from arming it: the event loop comes
     /// back through its descriptor, and the process's other threads get the worker meanwhile.
-    fn stay_busy<T>(&self) -> io::Result<T> {
+    fn stay_busy(&self) {
         self.notice.signal();
-        Err(io::ErrorKind::WouldBlock.into())
     }
 
     /// Routes what arrived for the connections but accepts none (the server is not accepting
@@ -450,7 +450,7 @@ impl UcxListener {
                 return;
             }
         }
-        let _: io::Result<()> = self.stay_busy();
+        self.stay_busy();
     }
 
     /// Makes the descriptor readable, so that connections waiting are accepted.
