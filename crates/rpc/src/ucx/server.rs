@@ -1,6 +1,7 @@
 //! The server side of UCX connections: a [`UcxListener`] the event loop watches like a socket
-//! listener (its descriptor is the worker's event descriptor), and the connections it accepts
-//! as [`Link`]s whose halves read the frames routed to their inbox and send responses.
+//! listener (its descriptor watches the worker's event descriptor and the listener's notice),
+//! and the connections it accepts as [`Link`]s whose halves read the frames routed to their
+//! inbox and send responses.
 //!
 //! A request's frame reaches its connection's inbox whole: inline data with it, data the
 //! client lent fetched by `get` first — only from a client whose handshake succeeded (no RMA
