@@ -21,6 +21,18 @@ fn start_server() -> (RpcServer, Endpoint, Arc<common::Echo>) {
     common::start_server(Endpoint::parse("ucx://127.0.0.1:0").unwrap())
 }
 
+/// The longest of `pings` pings on `connection`, `pause` apart (each must be answered).
+fn slowest_ping(connection: &Connection, pings: usize, pause: Duration) -> Duration {
+    let mut slowest = Duration::ZERO;
+    for _ in 0..pings {
+        let started = Instant::now();
+        assert_eq!(connection.call(&Request::Ping, &[]).unwrap().response, Response::Done);
+        slowest = slowest.max(started.elapsed());
+        std::thread::sleep(pause);
+    }
+    slowest
+}
+
 fn requests_are_answered_and_the_lanes_reported() {
     let (server, endpoint, _) = start_server();
     assert!(endpoint.to_string().starts_with("ucx://127.0.0.1:"), "{endpoint}");
@@ -319,12 +331,7 @@ fn a_slow_handler_does_not_hold_up_other_connections() {
     }
     let slow = busy.start(&stat(400), &[], None).unwrap();
     std::thread::sleep(Duration::from_millis(10));
-    let mut slowest = Duration::ZERO;
-    for _ in 0..20 {
-        let started = Instant::now();
-        assert_eq!(other.call(&Request::Ping, &[]).unwrap().response, Response::Done);
-        slowest = slowest.max(started.elapsed());
-    }
+    let slowest = slowest_ping(&other, 20, Duration::ZERO);
     assert!(slowest < Duration::from_millis(150), "a request waited {slowest:?} behind another connection's slow handler");
     assert_eq!(slow.wait().unwrap().response, Response::Count(400));
     server.shutdown();
@@ -421,13 +428,7 @@ fn a_send_stalled_on_a_stopped_peer_holds_up_nothing_else() {
         (result.is_err(), started.elapsed())
     });
     std::thread::sleep(Duration::from_millis(300));
-    let mut slowest = Duration::ZERO;
-    for _ in 0..20 {
-        let started = Instant::now();
-        assert_eq!(local.call(&Request::Ping, &[]).unwrap().response, Response::Done);
-        slowest = slowest.max(started.elapsed());
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let slowest = slowest_ping(&local, 20, Duration::from_millis(10));
     let (failed, waited) = stalled.join().unwrap();
     // SAFETY: as above.
     unsafe { libc::kill(peer.id() as libc::pid_t, libc::SIGKILL) };

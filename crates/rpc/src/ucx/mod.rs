@@ -157,8 +157,9 @@ impl Settings {
 }
 
 /// UCX workers alive in this process for ringfs: one while it has a UCX connection or server,
-/// 0 once every connection and server is dropped: nothing of ringfs is then inside UCX when the process exits and the
-/// libraries' destructors run (which once corrupted the heap of a rank still polling).
+/// 0 once every connection and server is dropped: nothing of ringfs is then inside UCX when
+/// the process exits and the libraries' destructors run (which once corrupted the heap of a
+/// rank still polling).
 pub fn live_workers() -> usize {
     engine::live_engines()
 }
