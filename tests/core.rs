@@ -524,3 +524,52 @@ fn a_directorys_link_count_is_two_plus_its_subdirectories_through_mkdir_rmdir_an
     client.rename("/p", "/q/p").unwrap();
     assert_eq!((links("/"), links("/q")), (root_before + 1, 4));
 }
+
+/// `ringfs status` says how each server reaches the others: over UCX the lanes UCX chose for
+/// the server-to-server connections (how a cluster's RDMA set-up is checked), over TCP and
+/// Unix sockets nothing.
+#[test]
+fn servers_report_the_transports_they_reach_each_other_by() {
+    let cluster = TestCluster::start(3);
+    let client = cluster.client();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        // Removing a directory asks every other server (`PrepareRmdir`) from the directory's
+        // server; thirty of them leave each of three servers some to ask from.
+        for index in 0..30 {
+            client.mkdir(&format!("/reach-{index}"), 0o755).unwrap();
+            client.rmdir(&format!("/reach-{index}")).unwrap();
+        }
+        let status = client.server_status();
+        assert_eq!(status.len(), 3);
+        let reported: Vec<(String, Vec<ringfs_proto::PeerTransport>)> =
+            status.into_iter().map(|(member, stats)| (member.name, stats.unwrap().peer_transports)).collect();
+        if !common::over_ucx() {
+            for (server, peers) in &reported {
+                assert!(peers.is_empty(), "{server} reports UCX transports over TCP: {peers:?}");
+            }
+            return;
+        }
+        let complete = reported.iter().all(|(server, peers)| {
+            let others: BTreeSet<&str> = peers.iter().map(|peer| peer.server.as_str()).collect();
+            others.len() == 2 && !others.contains(server.as_str())
+        });
+        if complete {
+            for (server, peers) in &reported {
+                for peer in peers {
+                    assert!(
+                        !peer.transports.is_empty() && peer.transports != "no lanes yet",
+                        "{server} to {}: {:?}",
+                        peer.server,
+                        peer.transports
+                    );
+                    if std::env::var("UCX_TLS").as_deref() == Ok("tcp") {
+                        assert!(peer.transports.contains("tcp/"), "{server} to {}: {}", peer.server, peer.transports);
+                    }
+                }
+            }
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "not every server reports the other two after 20 s: {reported:?}");
+    }
+}

@@ -195,6 +195,9 @@ pub fn status(client: &Client) {
                 if let Some(lanes) = client.ucx_lanes(&member.name) {
                     println!("  UCX transports: {lanes}");
                 }
+                for peer in &stats.peer_transports {
+                    println!("  UCX transports to {}: {}", peer.server, peer.transports);
+                }
                 if let Some(cache) = &stats.cache {
                     println!("{}", crate::cache_command::status_line(cache));
                 }

@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 12;
+pub const PROTOCOL_VERSION: u16 = 13;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -1345,8 +1345,33 @@ pub struct ServerStats {
     pub cache: Option<Box<CacheStats>>,
     /// Present when the server holds global-memory blocks.
     pub gmem: Option<GmemStats>,
+    /// How this server reaches the other servers where its transport can say (UCX: the
+    /// lanes UCX chose); empty over TCP and Unix sockets.
+    pub peer_transports: Vec<PeerTransport>,
 }
-wire_struct!(ServerStats { name, entries, chunks, bytes, capacity_bytes, requests, forwarded, open_unlinked, cache, gmem });
+wire_struct!(ServerStats {
+    name,
+    entries,
+    chunks,
+    bytes,
+    capacity_bytes,
+    requests,
+    forwarded,
+    open_unlinked,
+    cache,
+    gmem,
+    peer_transports
+});
+
+/// The transports of a server's connection to another server, as its transport describes
+/// them (UCX: `tcp/ib0 (am, rma)`, `rc_mlx5/mlx5_0:1 (am, rma)`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct PeerTransport {
+    /// The other server's name.
+    pub server: String,
+    pub transports: String,
+}
+wire_struct!(PeerTransport { server, transports });
 
 /// A server's global memory: blocks in DRAM, blocks spilled, SSD traffic since it started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -296,6 +296,7 @@ impl Dispatcher {
                     ssd_write_bytes: memory.ssd_write_bytes,
                 })
             },
+            peer_transports: self.node.peer_transports(),
         }
     }
 

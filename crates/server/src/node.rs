@@ -241,6 +241,11 @@ impl Node {
         self.outbound.call(OutboundCall { to: member, request: &request, data: &[] }).map(drop)
     }
 
+    /// How this server's connections to the others are carried (see [`Outbound::transports`]).
+    pub fn peer_transports(&self) -> Vec<ringfs_proto::PeerTransport> {
+        self.outbound.transports()
+    }
+
     /// Whether `member` (alive or not in our view) answers a ping within `timeout`.
     pub fn ping(&self, member: &Member, timeout: Duration) -> bool {
         self.outbound.ping(member, timeout)

@@ -12,7 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{Errno, Member, Request};
+use ringfs_proto::{Errno, Member, PeerTransport, Request};
 use ringfs_rpc::Reply;
 
 /// One request to another server: to whom, what, and its data section.
@@ -45,6 +45,12 @@ pub trait Outbound: Send + Sync {
     /// Whether `member` answers a ping within `timeout` (failure detection: a short deadline
     /// of its own, whatever the request deadline is).
     fn ping(&self, member: &Member, timeout: Duration) -> bool;
+
+    /// How the connections to the other servers are carried, where the transport can say
+    /// (UCX's lanes, `ringfs status`); empty otherwise.
+    fn transports(&self) -> Vec<PeerTransport> {
+        Vec::new()
+    }
 }
 
 /// Runs an idempotent step again while it fails with EIO (its answer may have been lost, or

@@ -18,7 +18,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{Errno, Member, Request, Response};
+use ringfs_proto::{Errno, Member, PeerTransport, Request, Response};
 use ringfs_rpc::{Connection, ConnectionConfig, Reply, RpcError};
 
 use crate::outbound::{Outbound, OutboundCall};
@@ -33,6 +33,8 @@ pub struct Peers {
     /// Connections to the caches of global-memory ranks, by endpoint (shared by concurrent
     /// calls: a rank's cache answers each at once, without waiting for others).
     ranks: Mutex<HashMap<String, Arc<Connection>>>,
+    /// The transports UCX chose for the last connection opened to each server (by name).
+    transports: Mutex<HashMap<String, String>>,
 }
 
 /// A connection lent to one caller; it returns to the pool when dropped (unless broken).
@@ -46,7 +48,7 @@ pub struct PeerConnection<'a> {
 
 impl Peers {
     pub fn new(config: ConnectionConfig) -> Peers {
-        Peers { config, idle: Mutex::new(HashMap::new()), ranks: Mutex::new(HashMap::new()) }
+        Peers { config, idle: Mutex::new(HashMap::new()), ranks: Mutex::new(HashMap::new()), transports: Mutex::new(HashMap::new()) }
     }
 
     /// A working connection to `member` (Unix socket when it is on this host) for the
@@ -68,14 +70,21 @@ impl Peers {
             // broken ones were dropped above, the rest fail their call and are dropped then.
             pool.pop()
         };
-        let (connection, keep) = match (reused, open_timeout) {
-            (Some(connection), _) => (connection, true),
-            (None, None) => (Connection::open_member(member, &self.config)?, true),
-            (None, Some(timeout)) => {
+        if let Some(connection) = reused {
+            return Ok(PeerConnection { peers: self, member: member.name.clone(), connection: Some(connection), keep: true });
+        }
+        let (connection, keep) = match open_timeout {
+            None => (Connection::open_member(member, &self.config)?, true),
+            Some(timeout) => {
                 let config = ConnectionConfig { timeout: timeout.min(self.config.timeout), ..self.config.clone() };
                 (Connection::open_member(member, &config)?, false)
             }
         };
+        // Known once the handshake is answered; asked once per connection opened (UCX
+        // describes an endpoint by printing it).
+        if let Some(lanes) = connection.ucx_lanes() {
+            self.transports.lock().insert(member.name.clone(), lanes);
+        }
         Ok(PeerConnection { peers: self, member: member.name.clone(), connection: Some(connection), keep })
     }
 }
@@ -125,6 +134,17 @@ impl Outbound for Peers {
             log::warn!("a request to the rank cache at {endpoint} failed: {error}");
             error.errno()
         })
+    }
+
+    fn transports(&self) -> Vec<PeerTransport> {
+        let mut transports: Vec<PeerTransport> = self
+            .transports
+            .lock()
+            .iter()
+            .map(|(server, transports)| PeerTransport { server: server.clone(), transports: transports.clone() })
+            .collect();
+        transports.sort_by(|a, b| a.server.cmp(&b.server));
+        transports
     }
 
     fn ping(&self, member: &Member, timeout: Duration) -> bool {

@@ -235,6 +235,7 @@ pub fn responses() -> Vec<Response> {
         Response::Stats(ServerStats {
             name: "g".into(),
             gmem: Some(GmemStats { dram_bytes: 1, spilled_bytes: 2, ssd_read_bytes: 3, ssd_write_bytes: 4 }),
+            peer_transports: vec![PeerTransport { server: "h".into(), transports: "tcp/lo (am, rma)".into() }],
             ..ServerStats::default()
         }),
         Response::Stats(ServerStats {
