@@ -358,6 +358,9 @@ impl Server {
             self.state.flusher.flush_everything();
         }
         self.rpc.shutdown();
+        // The threads that still hold the global memory may outlive this call: its spill
+        // files are removed now, not when (if ever) it is dropped.
+        self.state.gmem.memory.remove_spill_files();
         let list = {
             let mut membership = node.membership_mut();
             membership.declare_dead(&node.name);

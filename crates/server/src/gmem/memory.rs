@@ -32,7 +32,7 @@ use std::fs::File;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use ringfs_proto::Errno;
 use ringfs_rpc::throttle::{self, DeviceModel, Throttle};
@@ -121,6 +121,8 @@ pub struct GlobalMemory {
     /// Woken when a block stops moving.
     moved: Condvar,
     spill_files: Mutex<HashMap<u64, Arc<SpillFile>>>,
+    /// Whether this memory made its spill directory (it then removes it when dropped).
+    made_spill_dir: AtomicBool,
     ssd: Option<Throttle>,
     ssd_read_bytes: AtomicU64,
     ssd_write_bytes: AtomicU64,
@@ -225,6 +227,7 @@ impl GlobalMemory {
             table: Mutex::new(Table::default()),
             moved: Condvar::new(),
             spill_files: Mutex::new(HashMap::new()),
+            made_spill_dir: AtomicBool::new(false),
             ssd,
             ssd_read_bytes: AtomicU64::new(0),
             ssd_write_bytes: AtomicU64::new(0),
@@ -532,17 +535,39 @@ impl GlobalMemory {
         }
     }
 
+    /// Removes every spill file, and the spill directory where this memory made it (the
+    /// default is under `/tmp`): arrays do not outlive their server. Called when the server
+    /// stops and when the memory is dropped; an access still under way keeps reading and
+    /// writing its file's open descriptor.
+    pub fn remove_spill_files(&self) {
+        for file in self.spill_files.lock().values() {
+            let _ = std::fs::remove_file(&file.path);
+        }
+        if self.made_spill_dir.load(Ordering::Relaxed) {
+            let _ = std::fs::remove_dir(&self.config.spill_dir);
+        }
+    }
+
     /// The spill file of `array`, made on first use.
     fn spill_file(&self, array: u64) -> Result<Arc<SpillFile>, Errno> {
         let mut files = self.spill_files.lock();
         if let Some(file) = files.get(&array) {
             return Ok(file.clone());
         }
-        std::fs::create_dir_all(&self.config.spill_dir).map_err(Errno::from)?;
+        if !self.config.spill_dir.is_dir() {
+            std::fs::create_dir_all(&self.config.spill_dir).map_err(Errno::from)?;
+            self.made_spill_dir.store(true, Ordering::Relaxed);
+        }
         let path = self.config.spill_dir.join(format!("array-{array:016x}"));
         let file = Arc::new(SpillFile::open(path)?);
         files.insert(array, file.clone());
         Ok(file)
+    }
+}
+
+impl Drop for GlobalMemory {
+    fn drop(&mut self) {
+        self.remove_spill_files();
     }
 }
 
@@ -661,6 +686,30 @@ mod tests {
         let mut bytes = vec![0xEE; len];
         memory.access(1, block, Access::Read { offset, into: &mut bytes }).unwrap();
         bytes
+    }
+
+    #[test]
+    fn a_dropped_memory_leaves_no_spill_file_and_removes_only_a_directory_it_made() {
+        let memory = memory(1, "dropped");
+        let spill_dir = memory.config.spill_dir.clone();
+        memory.define(1, 4096, HomeReads::Repeated).unwrap();
+        for block in 0..3u64 {
+            memory.access(1, block, Access::Write { offset: 0, from: &[1; 4096] }).unwrap();
+        }
+        assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 1, "one spill file");
+        drop(memory);
+        assert!(!spill_dir.exists(), "the directory the memory made is gone");
+
+        // A directory that was there (a node's SSD, `--gmem-spill`) stays, emptied.
+        std::fs::create_dir_all(&spill_dir).unwrap();
+        let memory = GlobalMemory::new(GlobalMemoryConfig { dram_bytes: 4096, spill_dir: spill_dir.clone(), ssd: None });
+        memory.define(1, 4096, HomeReads::Repeated).unwrap();
+        for block in 0..3u64 {
+            memory.access(1, block, Access::Write { offset: 0, from: &[1; 4096] }).unwrap();
+        }
+        drop(memory);
+        assert_eq!(std::fs::read_dir(&spill_dir).unwrap().count(), 0, "no spill file left");
+        std::fs::remove_dir(&spill_dir).unwrap();
     }
 
     #[test]
