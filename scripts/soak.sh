@@ -20,6 +20,8 @@
 # slow heals that are not wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The tools the tests run (rsync, fio, …), as ./test.sh installs them.
+source scripts/setup.sh
 minutes=${1:-60}
 end=$(( $(date +%s) + minutes * 60 ))
 log_dir=$(mktemp -d /tmp/ringfs-soak-XXXXXX)
