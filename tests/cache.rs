@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -1262,11 +1262,45 @@ fn check_backend_links(backend: &Backend, names: &BTreeMap<String, usize>, conte
     want_dirs.sort();
     assert_eq!(backend_dirs, want_dirs, "{when}: the backend's directories");
     assert_eq!(files.keys().collect::<Vec<_>>(), names.keys().collect::<Vec<_>>(), "{when}: the backend's file names");
+    // Every wrong name at once, with the backend file it is and which version it holds: one
+    // name alone does not say whether a file's bytes or its link went wrong.
+    let wrong: Vec<String> = files
+        .iter()
+        .filter(|(path, (bytes, _))| *bytes != contents[names[*path]])
+        .map(|(path, (bytes, inode))| {
+            let file = names[path];
+            let version = contents.iter().position(|other| other == bytes).map_or("no file's".to_string(), |other| format!("file {other}'s"));
+            let want = &contents[file];
+            let differ: Vec<usize> = (0..bytes.len().min(want.len())).filter(|at| bytes[*at] != want[*at]).collect();
+            let zeros = differ.iter().filter(|at| bytes[**at] == 0).count();
+            format!(
+                "{path} (file {file}, backend inode {}): {} bytes, {version} bytes, expected {}; {} bytes differ, from {:?} to {:?}, {zeros} of them zeros in the backend",
+                inode.1,
+                bytes.len(),
+                want.len(),
+                differ.len(),
+                differ.first(),
+                differ.last()
+            )
+        })
+        .collect();
+    if !wrong.is_empty() {
+        let names_of = |file: usize| -> Vec<String> {
+            files
+                .iter()
+                .filter(|(path, _)| names[*path] == file)
+                .map(|(path, (bytes, inode))| format!("{path} (inode {}, {} bytes)", inode.1, bytes.len()))
+                .collect()
+        };
+        let files_hit: BTreeSet<usize> =
+            files.keys().filter(|path| files[*path].0 != contents[names[*path]]).map(|path| names[path]).collect();
+        let all: Vec<String> = files_hit.iter().map(|file| format!("file {file}: {}", names_of(*file).join(", "))).collect();
+        panic!("{when}: wrong bytes in the backend:\n{}\nthe names of those files:\n{}", wrong.join("\n"), all.join("\n"));
+    }
     let mut inode_of_file: BTreeMap<usize, (u64, u64)> = BTreeMap::new();
     let mut file_of_inode: BTreeMap<(u64, u64), usize> = BTreeMap::new();
-    for (path, (bytes, inode)) in &files {
+    for (path, (_, inode)) in &files {
         let file = names[path];
-        assert_same(&format!("{when}: {path} in the backend"), bytes, &contents[file]);
         let first = *inode_of_file.entry(file).or_insert(*inode);
         assert_eq!(first, *inode, "{when}: {path} is a hard link of the file's other names in the backend");
         let owner = *file_of_inode.entry(*inode).or_insert(file);

@@ -357,6 +357,10 @@ impl Drop for TestCluster {
                 eprintln!("{}", self.log_tail(server, 40));
             }
         }
+        if std::thread::panicking() && std::env::var_os("RINGFS_TEST_KEEP").is_some() {
+            eprintln!("the failed test's cluster directory (server logs) is kept: {}", self.dir.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -70,8 +70,9 @@ pub(crate) struct CacheState {
     /// Chunk 0: where the file lives in the backend (see above).
     pub backend_path: Option<String>,
     /// Bumped when the file's place in the backend changes (a file rename's `rebind` and
-    /// `redirty`): a flush under way, which learnt the old place, must not mark the chunk
-    /// clean. (Not kept across a restart: no flush survives one.)
+    /// `redirty`) and when the chunk is cut ([`CacheState::note_cut`]): a flush under way,
+    /// which learnt the place before, must not write nor mark the chunk clean. (Not kept
+    /// across a restart: no flush survives one.)
     pub moves: u64,
     /// Chunk 0: the file's other names in the cached tree (hard links), which the backend
     /// gets as hard links to the file at `backend_path` (see `cache::links`).
@@ -95,6 +96,15 @@ pub(crate) struct BackendLink {
 const MAX_BACKEND_RECORD: usize = u16::MAX as usize;
 
 impl CacheState {
+    /// The chunk was cut (a truncate, at the inode or at the last chunk kept). A flush under
+    /// way that asked the inode where the file lives before the cut was recorded there must
+    /// not write: its bytes, written after the cut, would land before the cut reaches the
+    /// backend, and the cut would then take off what was written after it (soak seed 94679:
+    /// a file rewritten with `O_TRUNC` had 0 bytes in the backend after a sync).
+    pub fn note_cut(&mut self) {
+        self.moves += 1;
+    }
+
     /// Whether the entry has a change that must reach the backend before its data: a
     /// pending operation, or a name the backend does not have yet.
     pub fn has_pending_change(&self) -> bool {

@@ -295,6 +295,7 @@ impl ChunkStore {
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
+        chunk.cache.note_cut();
         self.touched(&mut chunk);
         self.persist(&mut chunk)?;
         Ok(chunk.attr)
@@ -329,6 +330,7 @@ impl ChunkStore {
         chunk.attr.ctime_ns = time_ns;
         // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
         chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
+        chunk.cache.note_cut();
         self.touched(&mut chunk);
         self.persist(&mut chunk)?;
         Ok(before_attr)

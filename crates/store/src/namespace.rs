@@ -202,6 +202,7 @@ impl ChunkStore {
             chunk.attr.backend_len = 0;
             // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
             chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
+            chunk.cache.note_cut();
             self.touched(&mut chunk);
             self.persist(&mut chunk)?;
         }

@@ -492,3 +492,41 @@ fn a_file_renamed_over_a_new_file_is_not_replaced_by_that_files_late_creation() 
     // Nothing was pending at "/n" any more: a second rename over it gives nothing up.
     assert_eq!(store.yield_backend_name(renamed_file, "/n").unwrap(), (false, false));
 }
+
+#[test]
+fn a_flush_that_learnt_a_place_before_a_cut_leaves_the_chunk_dirty() {
+    let setup = Setup::new("cut-under-flush");
+    let store = setup.store();
+    let mut expected = pattern(2 * CHUNK as usize, 7);
+    let file = new_file(&store, "/f", &expected);
+    flush_all(&store);
+    let backend = store.backend_file(file).unwrap();
+    let second = ChunkKey::new(file, ChunkIndex(1));
+    store.write(second, 0, &mut &pattern(10, 8)[..], template(0), 6, backend.as_ref()).unwrap();
+    expected[CHUNK as usize..CHUNK as usize + 10].copy_from_slice(&pattern(10, 8));
+    // Chunk 1's flush asks the inode where the file lives; right then the file is cut
+    // inside chunk 1 (the inode's length, chunk 1's, then the cut recorded for the
+    // backend) and written past the cut again.
+    let cut = CHUNK as u64 + 100;
+    let again = pattern(1900, 9);
+    let changed = std::cell::Cell::new(false);
+    let prepare = |asked: FileId| {
+        let place = store.prepare(asked).map_err(|error| error.errno());
+        if !changed.replace(true) {
+            store.truncate_head(file, CHUNK as u64, cut, 7).unwrap();
+            store.set_chunk_len(second, 100, template(0), 7, backend.as_ref()).unwrap();
+            store.cut_backend_file(file, cut).unwrap();
+            store.write(second, 100, &mut &again[..], template(0), 8, backend.as_ref()).unwrap();
+        }
+        place
+    };
+    let outcome = store.flush(&WorkItem::Chunk(second), &prepare, FlushPace::Complete).unwrap();
+    // Written now, its bytes past the cut would be cut off when the cut reaches the backend.
+    assert_eq!(outcome, FlushOutcome::Flushed { bytes: 0, clean: false }, "nothing written before the cut, the chunk stays dirty");
+    flush_all(&store);
+    expected.truncate(cut as usize);
+    expected.extend_from_slice(&again);
+    let written = fs::read(setup.backend().join("f")).unwrap();
+    assert_eq!(written.len(), expected.len(), "the bytes written after the cut are in the backend");
+    assert!(written == expected);
+}
