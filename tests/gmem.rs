@@ -797,7 +797,7 @@ fn an_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
         TestCluster::with_options(ClusterOptions { extra_args: vec!["--gmem-dram".into(), "2M".into()], ..ClusterOptions::new(2) });
     // Where each server spills by default (it made the directory: nothing else says where).
     let spill_dirs: Vec<_> =
-        (0..2).map(|index| std::env::temp_dir().join(format!("ringfs-gmem-{}-{}", cluster.name(index), cluster.pid(index)))).collect();
+        (0..2).map(|index| cluster.server_tmp().join(format!("ringfs-gmem-{}-{}", cluster.name(index), cluster.pid(index)))).collect();
     let bytes = (16u64 << 20).to_string();
     assert_all_succeeded(&run_ranks(&cluster, "spill", 2, &[("RINGFS_GMEM_TEST_BYTES", &bytes)]), "spill");
     let stats = cluster.client().server_stats().unwrap();
@@ -811,7 +811,8 @@ fn an_array_four_times_the_servers_dram_spills_and_reads_back_exact() {
     assert!(spilled >= 10 << 20, "most of the array went to the SSD ({spilled} bytes)");
     assert!(read_back >= 10 << 20, "and came back from it ({read_back} bytes)");
     assert!(spill_dirs.iter().all(|dir| dir.is_dir()), "the servers spilled into {spill_dirs:?}");
-    // A stopped server leaves nothing in /tmp (a node's /tmp outlives the job).
+    // A stopped server leaves nothing in its temporary directory (a node's /tmp outlives
+    // the job).
     for (index, dir) in spill_dirs.iter().enumerate() {
         cluster.stop(index);
         assert!(!dir.exists(), "server {index} left {} behind", dir.display());

@@ -173,7 +173,11 @@ impl TestCluster {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
-            .env("RINGFS_LOG", std::env::var("RINGFS_TEST_SERVER_LOG").unwrap_or_else(|_| "info".into()));
+            .env("RINGFS_LOG", std::env::var("RINGFS_TEST_SERVER_LOG").unwrap_or_else(|_| "info".into()))
+            // What a server puts in its temporary directory (the global memory's spill files)
+            // goes with the cluster's directory: the harness kills servers, which then
+            // remove nothing themselves.
+            .env("TMPDIR", self.server_tmp());
         if self.options.dir_store {
             command.args(["--store", &format!("dir:{}", self.dir.join(format!("{name}.store")).display())]);
         }
@@ -214,6 +218,16 @@ impl TestCluster {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// The servers' temporary directory (`TMPDIR`), inside the cluster's directory.
+    pub fn server_tmp(&self) -> PathBuf {
+        let tmp = self.dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        if self.options.unprivileged {
+            give_to_unprivileged(&tmp);
+        }
+        tmp
     }
 
     /// Waits until a fresh client sees `count` alive servers.
