@@ -13,7 +13,7 @@
 //! [`Peers`] is the production [`Outbound`]: every request to another server leaves through it.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,8 +33,9 @@ pub struct Peers {
     /// Connections to the caches of global-memory ranks, by endpoint (shared by concurrent
     /// calls: a rank's cache answers each at once, without waiting for others).
     ranks: Mutex<HashMap<String, Arc<Connection>>>,
-    /// The transports UCX chose for the last connection opened to each server (by name).
-    transports: Mutex<HashMap<String, String>>,
+    /// The transports UCX chose for the last connection opened to each server (by name, in
+    /// order: `ringfs status` lists them so).
+    transports: Mutex<BTreeMap<String, String>>,
 }
 
 /// A connection lent to one caller; it returns to the pool when dropped (unless broken).
@@ -48,7 +49,7 @@ pub struct PeerConnection<'a> {
 
 impl Peers {
     pub fn new(config: ConnectionConfig) -> Peers {
-        Peers { config, idle: Mutex::new(HashMap::new()), ranks: Mutex::new(HashMap::new()), transports: Mutex::new(HashMap::new()) }
+        Peers { config, idle: Mutex::new(HashMap::new()), ranks: Mutex::new(HashMap::new()), transports: Mutex::new(BTreeMap::new()) }
     }
 
     /// A working connection to `member` (Unix socket when it is on this host) for the
@@ -137,14 +138,8 @@ impl Outbound for Peers {
     }
 
     fn transports(&self) -> Vec<PeerTransport> {
-        let mut transports: Vec<PeerTransport> = self
-            .transports
-            .lock()
-            .iter()
-            .map(|(server, transports)| PeerTransport { server: server.clone(), transports: transports.clone() })
-            .collect();
-        transports.sort_by(|a, b| a.server.cmp(&b.server));
-        transports
+        let transports = self.transports.lock();
+        transports.iter().map(|(server, transports)| PeerTransport { server: server.clone(), transports: transports.clone() }).collect()
     }
 
     fn ping(&self, member: &Member, timeout: Duration) -> bool {
