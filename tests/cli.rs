@@ -347,3 +347,90 @@ fn stop_with_a_dead_server_and_no_backend_stops_the_others_and_names_the_dead_on
     }
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// Context switches of every thread of process `pid` so far.
+fn context_switches(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .flatten()
+        .map(|task| std::fs::read_to_string(task.path().join("status")).unwrap_or_default())
+        .flat_map(|status| {
+            status
+                .lines()
+                .filter(|line| line.starts_with("voluntary_ctxt_switches") || line.starts_with("nonvoluntary_ctxt_switches"))
+                .filter_map(|line| line.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .collect::<Vec<_>>()
+        })
+        .sum()
+}
+
+/// Watches `dir` for files opened in it (inotify), until dropped.
+struct OpenWatch(std::os::fd::OwnedFd);
+
+impl OpenWatch {
+    fn new(dir: &std::path::Path) -> OpenWatch {
+        use std::os::fd::FromRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        // SAFETY: plain system calls; the descriptor is owned from here on.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(fd >= 0, "inotify_init1: {}", std::io::Error::last_os_error());
+        let watch = OpenWatch(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
+        let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid descriptor and a NUL-terminated path.
+        let added = unsafe { libc::inotify_add_watch(fd, path.as_ptr(), libc::IN_OPEN) };
+        assert!(added >= 0, "inotify_add_watch: {}", std::io::Error::last_os_error());
+        watch
+    }
+
+    /// The names opened since the last call ("." for the directory itself).
+    fn opened(&self) -> Vec<String> {
+        use std::os::fd::AsRawFd;
+        let mut names = Vec::new();
+        let mut buffer = vec![0u8; 64 * 1024];
+        loop {
+            // SAFETY: reads into a buffer of the given length.
+            let read = unsafe { libc::read(self.0.as_raw_fd(), buffer.as_mut_ptr().cast(), buffer.len()) };
+            if read <= 0 {
+                return names;
+            }
+            let mut at = 0;
+            while at + 16 <= read as usize {
+                let len = u32::from_ne_bytes(buffer[at + 12..at + 16].try_into().unwrap()) as usize;
+                let name = &buffer[at + 16..at + 16 + len];
+                let name = String::from_utf8_lossy(name).trim_end_matches('\0').to_string();
+                names.push(if name.is_empty() { ".".into() } else { name });
+                at += 16 + len;
+            }
+        }
+    }
+}
+
+/// An idle cluster stays quiet: its servers' threads wake a few times a second at most (the
+/// daemons on a job's compute nodes must not add noise beside the job: the directory-times
+/// thread woke every 5 ms, ~200 times a second per server), and they do not read the run
+/// directory again while it does not change (a hostfile cluster's run directory is in
+/// `$HOME`, often a shared file system: every server read every address file every
+/// heartbeat, N² opens a second).
+#[test]
+fn an_idle_cluster_neither_wakes_often_nor_reads_its_run_directory() {
+    let scratch = scratch_dir("idle");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let pids: Vec<u32> = ["server-0", "server-1", "server-2"].iter().map(|name| recorded_pid(&run_dir, name)).collect();
+    // Past the start's own traffic (and the directory's recent-change window).
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let watch = OpenWatch::new(&run_dir);
+    let before: Vec<u64> = pids.iter().map(|pid| context_switches(*pid)).collect();
+    let window = std::time::Duration::from_secs(3);
+    std::thread::sleep(window);
+    let after: Vec<u64> = pids.iter().map(|pid| context_switches(*pid)).collect();
+    let opened = watch.opened();
+    assert!(opened.is_empty(), "idle servers opened {opened:?} in the run directory");
+    for (index, (before, after)) in before.iter().zip(&after).enumerate() {
+        let per_second = (after - before) as f64 / window.as_secs_f64();
+        // Heartbeats, the detector and the revive loop: a handful a second.
+        assert!(per_second < 40.0, "idle server-{index} switched context {per_second:.0} times a second");
+    }
+    drop(started);
+    let _ = std::fs::remove_dir_all(scratch);
+}

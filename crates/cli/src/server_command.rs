@@ -332,9 +332,11 @@ pub fn run(mut args: ServerArgs) -> Result<()> {
     config.poll = Duration::from_micros(args.poll_us);
     config.open_grace = Duration::from_millis(args.open_grace_ms);
     config.reclaim_interval = Duration::from_millis(args.reclaim_interval_ms.max(10));
-    if let Some(run_dir) = args.run_dir.clone() {
-        let own = args.name.clone();
-        config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move || recorded_peers(&run_dir, &own))));
+    if let Some(run_dir) = &args.run_dir {
+        let watch = ringfs_client::run_dir::RunDirWatch::new(run_dir);
+        config.discover = Some(ringfs_server::Discover(std::sync::Arc::new(move |wanted: &dyn Fn(&str) -> bool| {
+            watch.servers(wanted).into_iter().map(|server| (server.name, server.address)).collect()
+        })));
     }
     // Each client connection holds a descriptor: take all the hard limit allows (the
     // connection limit follows it, docs/ARCHITECTURE.md "Unauthenticated peers").

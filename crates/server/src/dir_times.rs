@@ -67,6 +67,10 @@ const UNAWAITED_DELAY: Duration = Duration::from_millis(5);
 /// Held-back touches are sent at least this often.
 const DEFERRAL_FLUSH: Duration = Duration::from_millis(250);
 
+/// Longest the touch thread sleeps while this server has no touch to send and holds none
+/// back (it is woken when one is noted; this bounds how long it outlives a stop).
+const IDLE_WAKE: Duration = Duration::from_secs(1);
+
 /// A directory with no change of names here for this long is no longer held back (the next
 /// change sends its touch again).
 const IDLE_DEFERRAL: Duration = Duration::from_secs(5);
@@ -89,6 +93,11 @@ struct TouchState {
     lent: Mutex<HashMap<FileId, Vec<String>>>,
     /// Whether `lent` may have entries (so that answers need no lock when it has none).
     any_lent: AtomicBool,
+    /// Set when the touch thread has new work (a touch to send, a directory held back), so
+    /// that an idle server's thread sleeps instead of looking every few milliseconds.
+    work: Mutex<bool>,
+    /// Wakes the touch thread when `work` is set.
+    work_noted: Condvar,
 }
 
 /// A directory's pending touch: the latest time, and how many subdirectories it gained.
@@ -192,10 +201,34 @@ impl TouchState {
             }
             None => {
                 batches.pending.insert(dir.to_string(), (time_ns, subdirectories));
-                batches.pending_since.get_or_insert_with(Instant::now);
+                if batches.pending_since.is_none() {
+                    batches.pending_since = Some(Instant::now());
+                    self.wake();
+                }
             }
         }
         batches.gathering
+    }
+
+    /// Tells the touch thread it has work.
+    fn wake(&self) {
+        *self.work.lock() = true;
+        self.work_noted.notify_one();
+    }
+
+    /// Sleeps the touch thread until it has work or `timeout` has passed.
+    fn wait_for_work(&self, timeout: Duration) {
+        let mut work = self.work.lock();
+        if !*work {
+            self.work_noted.wait_for(&mut work, timeout);
+        }
+        *work = false;
+    }
+
+    /// Whether this server holds touches back (or may soon: directories lent to it).
+    fn holds_back(&self) -> bool {
+        let deferred = self.deferred();
+        !deferred.by_path.is_empty() || !deferred.loose.is_empty()
     }
 
     /// Batch `batch` has been sent.
@@ -212,6 +245,9 @@ impl TouchState {
         let mut deferred = self.deferred();
         if deferred.collections == collections {
             deferred.by_path.entry(dir.to_string()).or_insert(Deferral { file, pending_ns: 0, last_change: crate::sched::now() });
+            drop(deferred);
+            // From now on the touch thread sends held-back touches every DEFERRAL_FLUSH.
+            self.wake();
         }
     }
 
@@ -442,10 +478,18 @@ impl DirTimes {
 
     /// Sends touches noted outside a request (nobody awaits them), and every
     /// [`DEFERRAL_FLUSH`] the held-back ones, until the server stops.
+    /// It sleeps while there is nothing to send: an idle server's threads do not wake every
+    /// few milliseconds on a compute node (only every [`IDLE_WAKE`]).
     pub fn dir_times_loop(&self) {
         let mut last_flush = crate::sched::now();
         while !self.node.shutdown.is_requested() {
-            std::thread::sleep(UNAWAITED_DELAY);
+            if self.state.batches().pending_since.is_some() {
+                std::thread::sleep(UNAWAITED_DELAY);
+            } else if self.state.holds_back() {
+                self.state.wait_for_work(DEFERRAL_FLUSH.saturating_sub(crate::sched::since(last_flush)));
+            } else {
+                self.state.wait_for_work(IDLE_WAKE);
+            }
             let turn = {
                 let mut batches = self.state.batches();
                 let stale = batches.pending_since.is_some_and(|since| crate::sched::since(since) >= UNAWAITED_DELAY);

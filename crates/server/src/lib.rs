@@ -112,16 +112,20 @@ pub struct ServerConfig {
     /// Global memory: how much DRAM it may use before spilling, where it spills, the
     /// emulated SSD and network (see `gmem`).
     pub gmem: gmem::GmemConfig,
-    /// Where the other servers are, as (name, TCP address) pairs, read anew at each call —
-    /// `ringfs server --run-dir` reads the run directory. With it, a server whose `join`
+    /// Where the other servers are, as (name, TCP address) pairs of the servers whose names
+    /// the argument accepts, looked up at each call — `ringfs server --run-dir` looks in the
+    /// run directory (`ringfs_client::run_dir::RunDirWatch`). With it, a server whose `join`
     /// servers do not answer starts alone, and keeps joining the servers it discovers that
-    /// its member list lacks or knows under another address (they were restarted).
+    /// its member list lacks or believes dead (a restarted server joins the others itself).
     pub discover: Option<Discover>,
 }
 
 /// See [`ServerConfig::discover`].
 #[derive(Clone)]
-pub struct Discover(pub Arc<dyn Fn() -> Vec<(String, String)> + Send + Sync>);
+pub struct Discover(pub Arc<DiscoverFn>);
+
+/// Given which server names are wanted, their (name, TCP address) pairs.
+pub type DiscoverFn = dyn Fn(&dyn Fn(&str) -> bool) -> Vec<(String, String)> + Send + Sync;
 
 impl std::fmt::Debug for Discover {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -479,10 +483,11 @@ fn revive_members(
     }
 }
 
-/// Joins the discovered servers our member list lacks or has out of date (see
+/// Joins the discovered servers our member list lacks or believes dead (see
 /// [`ServerConfig::discover`]).
 fn join_discovered(node: &Node, discover: &Discover, timeout: Duration) {
-    for (name, address) in (discover.0)() {
+    let wanted = |name: &str| name != node.name && node.membership().member(name).is_none_or(|known| !known.alive);
+    for (name, address) in (discover.0)(&wanted) {
         let stale = match node.membership().member(&name) {
             _ if name == node.name => false,
             Some(known) => !known.alive || known.tcp_address != address,
