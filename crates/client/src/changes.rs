@@ -4,6 +4,7 @@
 //! keeps its place in each.
 
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 use ringfs_proto::{ChangesSince, Errno, FileId, Request, Response};
 
@@ -13,6 +14,44 @@ use crate::{Client, Result};
 #[derive(Debug, Default)]
 pub struct ChangeWatch {
     positions: HashMap<String, (u64, u64)>,
+    /// When each server is asked next, if the watch is paced ([`ChangeWatch::pace`]).
+    pacing: Option<Pacing>,
+}
+
+/// How often a paced watch asks each server.
+#[derive(Debug)]
+struct Pacing {
+    /// The interval of a server whose last answer had news.
+    busy: Duration,
+    /// The longest interval of a server with nothing new.
+    quiet: Duration,
+    /// By server: its interval now, and when it is asked next.
+    next: HashMap<String, (Duration, Instant)>,
+}
+
+impl ChangeWatch {
+    /// From now on [`Client::changes`] asks a server only when it is due: `busy` after an
+    /// answer with news, and after each answer without, twice as long as before, up to
+    /// `quiet`. Every mount asks every server, so an idle job of N nodes with a mount on
+    /// each costs every server N requests per `quiet`, not per `busy`.
+    pub fn pace(&mut self, busy: Duration, quiet: Duration) {
+        self.pacing = Some(Pacing { busy, quiet: quiet.max(busy), next: HashMap::new() });
+    }
+
+    /// Whether `server` is to be asked at `now`.
+    fn due(&self, server: &str, now: Instant) -> bool {
+        self.pacing.as_ref().is_none_or(|pacing| pacing.next.get(server).is_none_or(|(_, next)| now >= *next))
+    }
+
+    /// `server` was asked at `now`; `news`: its answer had some.
+    fn asked(&mut self, server: &str, news: bool, now: Instant) {
+        let Some(pacing) = &mut self.pacing else { return };
+        let interval = match pacing.next.get(server) {
+            Some((interval, _)) if !news => (*interval * 2).min(pacing.quiet),
+            _ => pacing.busy,
+        };
+        pacing.next.insert(server.to_string(), (interval, now + interval));
+    }
 }
 
 /// What other clients changed since the last look.
@@ -28,11 +67,14 @@ pub struct Changes {
 }
 
 impl Client {
-    /// Asks every live server what clients other than this one changed since `watch`'s last
-    /// look, and moves `watch` on. Fails (moving nothing) if a server does not answer.
+    /// Asks every live server (of a paced watch: every one due) what clients other than this
+    /// one changed since `watch`'s last look, and moves `watch` on. Fails (moving nothing) if
+    /// a server does not answer.
     pub fn changes(&self, watch: &mut ChangeWatch) -> Result<Changes> {
         let cluster = &self.inner.cluster;
-        let members: Vec<_> = cluster.member_list().members.into_iter().filter(|member| member.alive).collect();
+        let now = Instant::now();
+        let members: Vec<_> =
+            cluster.member_list().members.into_iter().filter(|member| member.alive && watch.due(&member.name, now)).collect();
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
         let calls: Vec<_> = members
             .iter()
@@ -52,10 +94,37 @@ impl Client {
         let mut changes = Changes { complete: true, ..Changes::default() };
         for (member, list) in members.iter().zip(lists) {
             watch.positions.insert(member.name.clone(), (list.epoch, list.last));
+            watch.asked(&member.name, !list.complete || !list.files.is_empty() || !list.names.is_empty(), now);
             changes.complete &= list.complete;
             changes.files.extend(list.files);
             changes.names.extend(list.names);
         }
         Ok(changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_watch_asks_a_quiet_server_less_and_less_often_and_a_busy_one_at_once_again() {
+        let mut watch = ChangeWatch::default();
+        let start = Instant::now();
+        assert!(watch.due("a", start), "an unpaced watch asks every server every time");
+        watch.pace(Duration::from_millis(100), Duration::from_secs(1));
+        assert!(watch.due("a", start), "a server never asked is due");
+        let mut now = start;
+        let mut intervals = Vec::new();
+        for news in [false, false, false, false, false, false, true, false] {
+            watch.asked("a", news, now);
+            let (interval, next) = watch.pacing.as_ref().unwrap().next["a"];
+            assert!(!watch.due("a", next - Duration::from_millis(1)) && watch.due("a", next));
+            intervals.push(interval.as_millis());
+            now = next;
+        }
+        // (The first answer sets the busy interval; each quiet one doubles it up to 1 s.)
+        assert_eq!(intervals, [100, 200, 400, 800, 1000, 1000, 100, 200]);
+        assert!(watch.due("b", now), "servers are paced one by one");
     }
 }

@@ -6,7 +6,8 @@
 //! created or removed, until then. So a thread of the mount asks every server, a few times a
 //! second, what clients other than this mount changed ([`ringfs_client::Client::changes`]),
 //! and tells the kernel to drop its copies of those files and names (`notify_inval_inode`,
-//! `notify_inval_entry`); a change elsewhere shows here within about one interval. When a
+//! `notify_inval_entry`); a change elsewhere shows here within about one interval, or within
+//! about [`QUIET_INTERVAL`] when it comes from a server that had nothing new for a while. When a
 //! server cannot tell (it restarted, or more changed than it keeps), the kernel drops
 //! everything the mount gave it.
 //!
@@ -62,8 +63,13 @@ pub fn start_position(client: &Client) -> ChangeWatch {
     position
 }
 
-/// Starts the thread that asks the servers every `interval` what others changed since
-/// `position`.
+/// The longest a server with nothing new goes unasked (it is asked every `interval` again
+/// once it has news): an idle job's mounts cost its servers little, and a change elsewhere
+/// after a quiet while still shows within about this long.
+const QUIET_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Starts the thread that asks the servers every `interval` (servers with nothing new less
+/// often, down to [`QUIET_INTERVAL`]) what others changed since `position`.
 pub fn spawn(
     watch: Arc<Watch>,
     client: Client,
@@ -75,6 +81,7 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("ringfs-watch".into())
         .spawn(move || {
+            position.pace(interval, QUIET_INTERVAL);
             while !watch.stop.load(Ordering::Acquire) {
                 match client.changes(&mut position) {
                     Ok(changes) => drop_changed(&watch, &inodes, &notifier, changes),
