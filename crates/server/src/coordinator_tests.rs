@@ -337,3 +337,26 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     assert_eq!(flushed.len(), (1 << 16) + 12);
     assert_eq!(&flushed[1 << 16..], b"second chunk");
 }
+
+/// Member lists: a push lost on its way is mended by the lists' exchanges (each heartbeat a
+/// server exchanges its list with another in turn, and hears in the answer what the other
+/// knows better). Servers no longer push on what they learn from a push — at a job's start
+/// that made each join cost every server a push from every other — so these exchanges are
+/// what reaches a server a lost push missed.
+#[test]
+fn a_lost_push_of_the_member_list_is_mended_by_the_exchanges() {
+    let cluster = TestCluster::new(4);
+    let (s0, s2) = (&cluster.servers[0].node, &cluster.servers[2].node);
+    cluster.net.add(Filter::new("PushMembers", Action::Drop).from("s0").to("s2"));
+    assert!(s0.membership_mut().declare_dead("s3"));
+    s0.push_members_to_all();
+    let alive_at = |server: usize| cluster.servers[server].node.membership().member("s3").is_some_and(|member| member.alive);
+    assert!(!alive_at(1), "s1 heard the push");
+    assert!(alive_at(2), "the push to s2 was lost");
+    assert_eq!(cluster.net.caught("PushMembers"), 1);
+    let mut turn = 0;
+    for _ in 0..3 {
+        crate::exchange_members(s2, &mut turn, Duration::from_secs(5));
+    }
+    assert!(!alive_at(2), "s2's exchanges told it (from s0's or s1's answer)");
+}

@@ -247,10 +247,17 @@ impl Dispatcher {
         Ok(Response::Members(self.node.membership().list().clone()))
     }
 
-    /// `PushMembers`: another server's member list, merged into ours.
+    /// `PushMembers`: another server's member list, merged into ours. What we learn is not
+    /// passed on (whoever made the change tells everybody, and the servers' exchanges each
+    /// heartbeat mend what a lost message left out); a refutation of our own death is ours
+    /// to tell. A sender that lacks something we know gets our list in the answer.
     fn push_members(&self, list: &ringfs_proto::MemberList) -> Result<Response, Errno> {
-        if self.node.membership_mut().merge(list, &self.node.name) {
+        let merged = self.node.membership_mut().merge(list, &self.node.name);
+        if merged.refuted {
             self.node.spread_members();
+        }
+        if merged.sender_behind {
+            return Ok(Response::Members(self.node.membership().list().clone()));
         }
         Ok(Response::Done)
     }

@@ -267,7 +267,6 @@ impl Server {
             }
             Err(error) => return Err(error),
         };
-        let joined_others = joined.is_some();
         if let Some(list) = joined {
             if list.placement != membership.list().placement {
                 return Err(ServerError::Config(format!(
@@ -276,6 +275,8 @@ impl Server {
                     membership.list().placement
                 )));
             }
+            // The server it joined tells everybody else (not this one: at a job's start that
+            // would cost every server a push from every other).
             membership.merge(&list, &config.name);
         }
 
@@ -315,9 +316,6 @@ impl Server {
                 let flusher = state.flusher.clone();
                 move || flusher.flush_loop()
             });
-        }
-        if joined_others {
-            node.spread_members();
         }
         log::info!("server {} serving at {tcp_address}", config.name);
         Ok(Server { state, rpc, tcp_address })
@@ -428,15 +426,43 @@ fn join_cluster(
     }
 }
 
-/// Pushes the member list to everyone whenever something asks for it.
+/// Pushes the member list to everyone whenever this server changed it itself (it admitted a
+/// joining server, declared one dead, refuted its own death), at most once per
+/// [`GOSSIP_GAP`]: the joins of a job's start go out in a few pushes, not one each.
 fn gossip_loop(node: &Node, requests: mpsc::Receiver<()>) {
     while requests.recv().is_ok() {
         while requests.try_recv().is_ok() {}
         if node.shutdown.is_requested() {
             return;
         }
-        let list = node.membership().list().clone();
-        node.broadcast_to_others(&Request::PushMembers(list), None);
+        node.push_members_to_all();
+        if node.shutdown.wait(GOSSIP_GAP) {
+            return;
+        }
+    }
+}
+
+/// The shortest time between two pushes of a server's member list to everyone.
+const GOSSIP_GAP: Duration = Duration::from_millis(20);
+
+/// One exchange of member lists with another server, each heartbeat, with each in turn
+/// (`turn` counts them; the next server after this one in ring order first): what a lost
+/// push left out is mended within a few heartbeats, as epidemics spread — each exchange
+/// tells the other what we know and, in its answer, us what it knows.
+pub(crate) fn exchange_members(node: &Node, turn: &mut usize, timeout: Duration) {
+    let peer = {
+        let membership = node.membership();
+        let ring: Vec<&Member> = membership.ring_order().collect();
+        let Some(own) = ring.iter().position(|member| member.name == node.name) else { return };
+        let others: Vec<&Member> = (1..ring.len()).map(|step| ring[(own + step) % ring.len()]).filter(|member| member.alive).collect();
+        if others.is_empty() {
+            return;
+        }
+        *turn = turn.wrapping_add(1);
+        others[*turn % others.len()].clone()
+    };
+    if let Err(errno) = node.push_members_to(&peer, Some(Instant::now() + timeout)) {
+        log::debug!("no exchange of member lists with {}: {errno}", peer.name);
     }
 }
 
@@ -456,6 +482,7 @@ fn revive_members(
     open_grace: Duration,
     mut reclaimer: reclaim::Reclaimer,
 ) {
+    let mut exchange_turn = 0;
     while !node.shutdown.wait(interval) {
         let dead: Vec<Member> =
             node.membership().list().members.iter().filter(|member| !member.alive && member.name != node.name).cloned().collect();
@@ -467,13 +494,14 @@ fn revive_members(
                 continue;
             }
             log::info!("server {} answers again; telling it that it was declared dead", member.name);
-            if let Err(errno) = node.push_members_to(&member) {
+            if let Err(errno) = node.push_members_to(&member, None) {
                 log::info!("server {} answered a ping but not the member list: {errno}", member.name);
             }
         }
         if let Some(discover) = discover {
             join_discovered(node, discover, interval.max(Duration::from_millis(100)));
         }
+        exchange_members(node, &mut exchange_turn, interval.max(Duration::from_millis(100)));
         // Files opened by clients that are gone (crashed, or cut off for too long).
         dispatcher.files.expire_opens(open_grace);
         // Chunks of files that no longer exist.

@@ -1,15 +1,20 @@
 //! The member list: which servers form the file system, and which of them are alive.
 //!
 //! Every server holds its own view, a [`MemberList`] with an epoch. Views spread by gossip:
-//! a server that learns something new raises its epoch and pushes its view to the others,
-//! and a server that receives a view merges it. Merging takes, for each member, the entry with
-//! the higher *incarnation*, so views converge whatever order pushes arrive in.
+//! a server that changes its view itself (admits a joining server, declares one dead,
+//! refutes its own death) raises its epoch and pushes its view to the others, a server that
+//! receives a view merges it (and answers with its own if the sender lacked something), and
+//! every heartbeat each server exchanges views with one other in turn, which mends what a
+//! lost push left out. Merging takes, for each member, the entry with the higher
+//! *incarnation*, so views converge whatever order pushes arrive in.
 //!
 //! A member that stops answering is declared dead (its incarnation raised, `alive` false)
 //! but keeps its place in the ring: placement never changes because a server died, so data
 //! on the other servers stays reachable, and a restarted server (same name, higher
 //! incarnation) serves its `dir` store again. A live server that hears it was declared dead
 //! refutes it by raising its own incarnation.
+
+use std::collections::HashMap;
 
 use ringfs_placement::{HashFunction, MemberRing, Scheme};
 use ringfs_proto::{ChunkIndex, Member, MemberList};
@@ -64,6 +69,11 @@ impl Membership {
         self.ring.first_in_ring()
     }
 
+    /// The members in ring order.
+    pub fn ring_order(&self) -> impl Iterator<Item = &Member> {
+        self.ring.in_ring_order()
+    }
+
     pub fn alive_members(&self) -> impl Iterator<Item = &Member> {
         self.list().members.iter().filter(|member| member.alive)
     }
@@ -100,42 +110,61 @@ impl Membership {
         true
     }
 
-    /// Merges another view into this one (`own_name` is this server). Returns true when the
-    /// sender or others lack something this view knows, so this view should be pushed.
-    pub fn merge(&mut self, incoming: &MemberList, own_name: &str) -> bool {
+    /// Merges another view into this one (`own_name` is this server), and says what that
+    /// changed.
+    pub fn merge(&mut self, incoming: &MemberList, own_name: &str) -> Merged {
         if incoming.placement != self.list().placement {
             log::error!("ignoring a member list with placement {} (ours is {})", incoming.placement, self.list().placement);
-            return false;
+            return Merged::default();
         }
         let mut list = self.list().clone();
-        let mut changed = false;
+        let mut merged = Merged::default();
+        let ours_at: HashMap<String, usize> = list.members.iter().enumerate().map(|(at, member)| (member.name.clone(), at)).collect();
         for theirs in &incoming.members {
-            match list.members.iter_mut().find(|ours| ours.name == theirs.name) {
+            match ours_at.get(&theirs.name).map(|at| &mut list.members[*at]) {
                 None => {
                     list.members.push(theirs.clone());
-                    changed = true;
+                    merged.learned = true;
                 }
                 Some(ours) if ours.name == own_name => {
                     if !theirs.alive && theirs.incarnation >= ours.incarnation {
                         // Refute a false report of our death.
                         ours.incarnation = theirs.incarnation.saturating_add(1);
-                        changed = true;
+                        merged.refuted = true;
                     }
                 }
                 Some(ours) if theirs.incarnation > ours.incarnation => {
                     *ours = theirs.clone();
-                    changed = true;
+                    merged.learned = true;
                 }
                 Some(_) => {}
             }
         }
-        let sender_is_behind = list.members.iter().any(|ours| {
-            incoming.members.iter().find(|theirs| theirs.name == ours.name).is_none_or(|theirs| theirs.incarnation < ours.incarnation)
-        });
-        let pushed = changed || sender_is_behind;
-        list.epoch = if pushed { list.epoch.max(incoming.epoch).saturating_add(1) } else { list.epoch.max(incoming.epoch) };
+        let theirs: HashMap<&str, u64> = incoming.members.iter().map(|member| (member.name.as_str(), member.incarnation)).collect();
+        merged.sender_behind =
+            list.members.iter().any(|ours| theirs.get(ours.name.as_str()).is_none_or(|incarnation| *incarnation < ours.incarnation));
+        list.epoch = if merged.changed() { list.epoch.max(incoming.epoch).saturating_add(1) } else { list.epoch.max(incoming.epoch) };
         self.set(list);
-        pushed
+        merged
+    }
+}
+
+/// What merging another server's member list did (see [`Membership::merge`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// This view learnt of a member, or of a newer state of one.
+    pub learned: bool,
+    /// The other view reported this server dead, and this view refutes it (a newer
+    /// incarnation of this server, which the others must hear).
+    pub refuted: bool,
+    /// The other view lacks something this one knows (it should be told).
+    pub sender_behind: bool,
+}
+
+impl Merged {
+    /// Whether the two views differed.
+    pub fn changed(&self) -> bool {
+        self.learned || self.refuted || self.sender_behind
     }
 }
 
@@ -171,7 +200,7 @@ mod tests {
         assert!(b.admit(member("d", 1)));
         // Pushes cross; each side pushes again while the other lacks something.
         let mut rounds = 0;
-        while a.merge(&b.list().clone(), "a") | b.merge(&a.list().clone(), "b") {
+        while a.merge(&b.list().clone(), "a").changed() | b.merge(&a.list().clone(), "b").changed() {
             rounds += 1;
             assert!(rounds < 5, "gossip must converge");
         }
@@ -205,7 +234,7 @@ mod tests {
             placement: view.list().placement.clone(),
             members: vec![Member { alive: false, incarnation: 6, ..member("a", 5) }],
         };
-        assert!(view.merge(&rumour, "a"));
+        assert!(view.merge(&rumour, "a").refuted);
         let own = view.member("a").unwrap();
         assert!(own.alive && own.incarnation == 7);
         assert!(view.epoch() > 9);

@@ -235,10 +235,34 @@ impl Node {
     }
 
     /// Tells `member` our member list, also when we believe it dead (it answered a ping
-    /// again: it reads there that it was declared dead and refutes it).
-    pub fn push_members_to(&self, member: &Member) -> Result<(), Errno> {
+    /// again: it reads there that it was declared dead and refutes it), and takes what it
+    /// answers (its list, when ours lacked something). Waits until `until` at most.
+    pub fn push_members_to(&self, member: &Member, until: Option<Instant>) -> Result<(), Errno> {
         let request = Request::PushMembers(self.membership().list().clone());
-        self.outbound.call(OutboundCall { to: member, request: &request, data: &[] }).map(drop)
+        let call = OutboundCall { to: member, request: &request, data: &[] };
+        let reply = self.outbound.call_each(&[call], until, &mut || {}).pop().unwrap_or(Err(Errno::EIO))?;
+        self.take_members_answer(reply.response);
+        Ok(())
+    }
+
+    /// Pushes our member list to every other live server (the gossip), taking their answers.
+    pub fn push_members_to_all(&self) {
+        let list = self.membership().list().clone();
+        let others: Vec<Member> = self.membership().alive_members().filter(|member| !self.is_self(member)).cloned().collect();
+        let request = Request::PushMembers(list);
+        let calls: Vec<OutboundCall<'_>> = others.iter().map(|member| OutboundCall { to: member, request: &request, data: &[] }).collect();
+        for reply in self.outbound.call_each(&calls, None, &mut || {}).into_iter().flatten() {
+            self.take_members_answer(reply.response);
+        }
+    }
+
+    /// Merges the member list a server answered a push with (it knew more than we did).
+    fn take_members_answer(&self, response: Response) {
+        if let Response::Members(list) = response
+            && self.membership_mut().merge(&list, &self.name).refuted
+        {
+            self.spread_members();
+        }
     }
 
     /// How this server's connections to the others are carried (see [`Outbound::transports`]).
