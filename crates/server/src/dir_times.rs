@@ -32,8 +32,9 @@
 //! timing out); such a touch arrives when it can, or is dropped and logged — an operation
 //! that succeeded does not fail for a time stamp. Touches only move times forward and never
 //! undo a later explicit `utimensat` (`ChunkStore::touch_dir`), so their order does not
-//! matter. The root directory, held by every server, is touched everywhere at once and
-//! never held back.
+//! matter. The root directory, held by every server, is never held back: its touches go to
+//! the two servers clients ask about it ([`DirTimes::root_keepers`]), and to all when they
+//! change its subdirectory count.
 //!
 //! A held-back touch names its directory by path here, so a directory rename or rmdir (the
 //! `Freeze` and `PrepareRmdir` every server sees) turns the held-back touches at or below
@@ -444,10 +445,8 @@ impl DirTimes {
         let mut targets: Vec<(Member, DirTouch)> = Vec::new();
         for (dir, (time_ns, subdirectories)) in touches {
             if dir == "/" {
-                // Every server holds the root directory (and counts its subdirectories).
                 let touch = DirTouch { path: String::new(), file: FileId::ROOT, time_ns, defer_for: String::new(), subdirectories };
-                let members = self.node.membership().list().members.clone();
-                targets.extend(members.into_iter().map(|member| (member, touch.clone())));
+                targets.extend(self.root_keepers(subdirectories != 0).into_iter().map(|member| (member, touch.clone())));
             } else {
                 let touch =
                     DirTouch { path: dir.clone(), file: FileId::default(), time_ns, defer_for: self.node.name.clone(), subdirectories };
@@ -465,6 +464,21 @@ impl DirTimes {
                 Err(errno) => report_touch(&touch, errno),
             }
         }
+    }
+
+    /// The servers a touch of the root directory goes to. Every server holds the root, and
+    /// answers for it when asked; clients ask the owner of its path (lookups) and the owner
+    /// of its inode (`Stat` by id) while those answer, so its times go to those two — not
+    /// to every server, which made a create in `/` cost a message to each. A change of its
+    /// subdirectories goes to every server: whichever answers must count them (`find`
+    /// relies on the link count), and mkdirs in `/` are few. (Another server, asked while
+    /// those two cannot be, shows older times.)
+    fn root_keepers(&self, counting: bool) -> Vec<Member> {
+        if counting {
+            return self.node.membership().list().members.clone();
+        }
+        let (by_path, by_id) = (self.node.owner_of_path("/"), self.node.owner_of_chunk(ChunkKey::inode(FileId::ROOT)));
+        if by_path.name == by_id.name { vec![by_path] } else { vec![by_path, by_id] }
     }
 
     /// Sends each touch to its server (all at once; those for this server are applied
