@@ -429,7 +429,7 @@ fn an_idle_cluster_neither_wakes_often_nor_reads_its_run_directory() {
     for (index, (before, after)) in before.iter().zip(&after).enumerate() {
         let per_second = (after - before) as f64 / window.as_secs_f64();
         // Heartbeats, the detector and the revive loop: a handful a second.
-        assert!(per_second < 40.0, "idle server-{index} switched context {per_second:.0} times a second");
+        assert!(per_second < 60.0, "idle server-{index} switched context {per_second:.0} times a second");
     }
     drop(started);
     let _ = std::fs::remove_dir_all(scratch);
