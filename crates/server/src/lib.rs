@@ -458,8 +458,9 @@ pub(crate) fn exchange_members(node: &Node, turn: &mut usize, timeout: Duration)
         if others.is_empty() {
             return;
         }
+        let peer = others[*turn % others.len()].clone();
         *turn = turn.wrapping_add(1);
-        others[*turn % others.len()].clone()
+        peer
     };
     if let Err(errno) = node.push_members_to(&peer, Some(Instant::now() + timeout)) {
         log::debug!("no exchange of member lists with {}: {errno}", peer.name);
@@ -471,9 +472,10 @@ pub(crate) fn exchange_members(node: &Node, turn: &mut usize, timeout: Duration)
 /// in which it reads that it was declared dead; it refutes that by raising its incarnation and
 /// gossips its return, so every server and then every client sees it alive again.
 ///
-/// With `discover`, servers it names that our list lacks, believes dead, or knows under
-/// another address (restarted elsewhere) are joined through their current address. The opens
-/// of clients gone for longer than `open_grace` end here too, and orphan chunks are reclaimed.
+/// With `discover`, servers it names that our list lacks or believes dead are joined through
+/// their current address. Each round also exchanges member lists with one other server
+/// ([`exchange_members`]); the opens of clients gone for longer than `open_grace` end here
+/// too, and orphan chunks are reclaimed.
 fn revive_members(
     node: &Node,
     dispatcher: &Dispatcher,
