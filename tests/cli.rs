@@ -461,3 +461,24 @@ fn starting_sixteen_servers_costs_requests_in_proportion() {
     drop(started);
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// A client process with the run directory in its environment (every process of a job has
+/// it) reads nothing there while the servers it was given answer: on a hostfile cluster the
+/// directory is in `$HOME`, often a shared file system, and every process read every
+/// server's address file at its start. When none answers, it still finds them there
+/// (`servers_restarted_by_hand_on_new_ports_are_found_through_the_run_directory`).
+#[test]
+fn clients_read_the_run_directory_only_when_the_given_servers_do_not_answer() {
+    let scratch = scratch_dir("client-run-dir");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let local = scratch.join("input");
+    std::fs::write(&local, b"bytes").unwrap();
+    let watch = OpenWatch::new(&run_dir);
+    succeed(&started.0, &["put", local.to_str().unwrap(), "/file"]);
+    assert_eq!(succeed(&started.0, &["cat", "/file"]), "bytes");
+    let opened = watch.opened();
+    assert!(opened.is_empty(), "clients opened {opened:?} in the run directory");
+    drop(started);
+    let _ = std::fs::remove_dir_all(scratch);
+}

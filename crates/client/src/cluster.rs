@@ -80,7 +80,13 @@ impl Cluster {
     ) -> Result<Cluster, ConnectError> {
         let mut failures = Vec::new();
         let first = (config.client_id as usize).checked_rem(seeds.len()).unwrap_or(0);
-        for seed in seeds.iter().cycle().skip(first).take(seeds.len()) {
+        let spread = seeds.iter().cycle().skip(first).take(seeds.len()).cloned();
+        // None of the given addresses answers: the run directory's (servers restarted on
+        // other ports), read only then.
+        let recorded =
+            || run_dir.as_deref().map(crate::run_dir::addresses).unwrap_or_default().into_iter().filter(|address| !seeds.contains(address));
+        for seed in spread.chain(std::iter::once_with(recorded).flatten()) {
+            let seed = &seed;
             let endpoint = Endpoint::parse(seed).map_err(ConnectError::Config)?;
             let list = Connection::open(&endpoint, &config).map_err(|error| match error {
                 ringfs_rpc::RpcError::Refused { errno, .. } => ConnectError::Refused(errno),

@@ -126,11 +126,12 @@ impl ClientConfig {
     /// `RINGFS_LOCAL`, `RINGFS_POLL_US` and `RINGFS_IDLE_CLOSE_S` from the environment to
     /// this configuration.
     pub fn with_environment(mut self) -> std::result::Result<ClientConfig, ConnectError> {
-        if let Some(dir) = std::env::var_os(env::RUN_DIR).filter(|dir| !dir.is_empty()) {
-            self = self.with_run_dir(std::path::PathBuf::from(dir));
-        }
         if let Ok(secret) = std::env::var(env::SECRET) {
             self.secret = secret.into_bytes();
+        }
+        // (After the secret: the run directory's is read only if none is set.)
+        if let Some(dir) = std::env::var_os(env::RUN_DIR).filter(|dir| !dir.is_empty()) {
+            self = self.with_run_dir(std::path::PathBuf::from(dir));
         }
         if let Ok(text) = std::env::var(env::TIMEOUT_MS) {
             let millis: u64 = text.parse().map_err(|_| ConnectError::Config(format!("{}={text:?} is not a number", env::TIMEOUT_MS)))?;
@@ -156,13 +157,16 @@ impl ClientConfig {
 }
 
 impl ClientConfig {
-    /// Uses the cluster's run directory: its recorded server addresses are tried first (they
-    /// follow restarts), its secret is used unless one is set, and it is read again when no
-    /// known server answers.
+    /// Uses the cluster's run directory: its secret unless one is set, and its recorded
+    /// server addresses (they follow restarts) — at once if no address is given, otherwise
+    /// only when none of the given ones answers. (Every process of a job has the directory
+    /// in its environment; on a hostfile cluster it is in `$HOME`, often a shared file
+    /// system, where each process reading every server's address file at its start made a
+    /// storm of opens.)
     pub fn with_run_dir(mut self, dir: std::path::PathBuf) -> ClientConfig {
-        let mut servers = run_dir::addresses(&dir);
-        servers.extend(self.servers.iter().filter(|server| !servers.contains(server)).cloned().collect::<Vec<_>>());
-        self.servers = servers;
+        if self.servers.is_empty() {
+            self.servers = run_dir::addresses(&dir);
+        }
         if self.secret.is_empty()
             && let Ok(secret) = std::fs::read_to_string(dir.join("secret"))
         {

@@ -138,6 +138,9 @@ fn wait_for_members(run_dir: &Path, first_address: &str, secret: &str, expected:
     Err(LaunchError::Startup(format!("the servers did not come up within {STARTUP_TIMEOUT:?}: {last_error}")))
 }
 
+/// The most server addresses `RINGFS_SERVER` names (see [`Cluster::environment`]).
+pub const EXPORTED_SERVERS: usize = 64;
+
 /// A started cluster: what clients need to use it.
 #[derive(Clone, Debug)]
 pub struct Cluster {
@@ -154,10 +157,15 @@ impl Cluster {
         self.environment().iter().map(|(name, value)| format!("export {name}={value}\n")).collect()
     }
 
-    /// The client variables, as (name, value) pairs.
+    /// The client variables, as (name, value) pairs. `RINGFS_SERVER` names at most
+    /// [`EXPORTED_SERVERS`] servers, spread over the cluster: a client needs one that
+    /// answers (it learns the others from its member list), and every process of the job
+    /// carries the variable — one over 128 KiB (~6,000 addresses) makes every `exec` fail.
     pub fn environment(&self) -> Vec<(&'static str, String)> {
+        let step = self.servers.len().div_ceil(EXPORTED_SERVERS).max(1);
+        let exported: Vec<&str> = self.servers.iter().step_by(step).map(String::as_str).collect();
         vec![
-            (env::SERVER, self.servers.join(",")),
+            (env::SERVER, exported.join(",")),
             (env::SECRET, self.secret.clone()),
             (env::RUN_DIR, self.run_dir.display().to_string()),
             (env::CHUNK_SIZE, self.chunk_size.to_string()),
@@ -329,4 +337,33 @@ fn launch_all(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_exported_server_list_is_bounded_and_spread_over_the_cluster() {
+        let cluster = |count: usize| Cluster {
+            run_dir: PathBuf::from("/tmp/x"),
+            servers: (0..count).map(|index| format!("node{index}:7717")).collect(),
+            secret: "s".into(),
+            chunk_size: 1 << 20,
+        };
+        let exported = |count: usize| {
+            let environment = cluster(count).environment();
+            environment
+                .iter()
+                .find(|(name, _)| *name == env::SERVER)
+                .map(|(_, value)| value.split(',').map(String::from).collect::<Vec<_>>())
+                .unwrap()
+        };
+        assert_eq!(exported(3), ["node0:7717", "node1:7717", "node2:7717"]);
+        assert_eq!(exported(64).len(), 64);
+        let large = exported(10_000);
+        assert!(large.len() <= EXPORTED_SERVERS && large.len() >= EXPORTED_SERVERS / 2, "{}", large.len());
+        assert_eq!(large[0], "node0:7717");
+        assert!(large.last().unwrap().as_str() >= "node9", "spread to the end: {large:?}");
+    }
 }
