@@ -371,7 +371,7 @@ impl Server {
         // Best effort: tell the others now rather than letting their detectors find out, but
         // not for long — when a job ends, every server stops at once and none answers.
         let results = node.broadcast_to_others(&Request::PushMembers(list), Some(Instant::now() + GOODBYE_PATIENCE));
-        log::info!("server {} stopped ({} peers told)", node.name, results.iter().filter(|ok| **ok).count());
+        log::info!("server {} stopped ({} peers told)", node.name, results.iter().filter(|answer| answer.is_ok()).count());
     }
 }
 

@@ -119,10 +119,14 @@ impl Membership {
         }
         let mut list = self.list().clone();
         let mut merged = Merged::default();
-        let ours_at: HashMap<String, usize> = list.members.iter().enumerate().map(|(at, member)| (member.name.clone(), at)).collect();
+        // Where each name is in `list` (names added below too: a name twice in `incoming`
+        // is taken once).
+        let mut ours_at: HashMap<&str, usize> =
+            self.list().members.iter().enumerate().map(|(at, member)| (member.name.as_str(), at)).collect();
         for theirs in &incoming.members {
-            match ours_at.get(&theirs.name).map(|at| &mut list.members[*at]) {
+            match ours_at.get(theirs.name.as_str()).map(|at| &mut list.members[*at]) {
                 None => {
+                    ours_at.insert(&theirs.name, list.members.len());
                     list.members.push(theirs.clone());
                     merged.learned = true;
                 }
@@ -238,6 +242,14 @@ mod tests {
         let own = view.member("a").unwrap();
         assert!(own.alive && own.incarnation == 7);
         assert!(view.epoch() > 9);
+    }
+
+    #[test]
+    fn a_list_naming_a_server_twice_adds_it_once() {
+        let mut view = Membership::new(member("a", 1), HashFunction::Koyama, Scheme::Modular);
+        let twice = MemberList { epoch: 2, placement: view.list().placement.clone(), members: vec![member("b", 1), member("b", 2)] };
+        assert!(view.merge(&twice, "a").learned);
+        assert_eq!(names(&view), ["a", "b"]);
     }
 
     #[test]

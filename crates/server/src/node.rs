@@ -221,11 +221,11 @@ impl Node {
     }
 
     /// Sends `request` to every other alive member, waiting for the answers until `until` at
-    /// the latest (`None`: the request deadline); returns which ones answered.
-    pub fn broadcast_to_others(&self, request: &Request, until: Option<Instant>) -> Vec<bool> {
+    /// the latest (`None`: the request deadline); returns their answers.
+    pub fn broadcast_to_others(&self, request: &Request, until: Option<Instant>) -> Vec<Result<Reply, Errno>> {
         let others: Vec<Member> = self.membership().alive_members().filter(|member| !self.is_self(member)).cloned().collect();
         let calls: Vec<OutboundCall<'_>> = others.iter().map(|member| OutboundCall { to: member, request, data: &[] }).collect();
-        self.outbound.call_each(&calls, until, &mut || {}).into_iter().map(|answer| answer.is_ok()).collect()
+        self.outbound.call_each(&calls, until, &mut || {})
     }
 
     /// Sends `request` to the cache of the global-memory rank at `endpoint` (see
@@ -239,19 +239,15 @@ impl Node {
     /// answers (its list, when ours lacked something). Waits until `until` at most.
     pub fn push_members_to(&self, member: &Member, until: Option<Instant>) -> Result<(), Errno> {
         let request = Request::PushMembers(self.membership().list().clone());
-        let call = OutboundCall { to: member, request: &request, data: &[] };
-        let reply = self.outbound.call_each(&[call], until, &mut || {}).pop().unwrap_or(Err(Errno::EIO))?;
+        let reply = self.outbound.call_until(OutboundCall { to: member, request: &request, data: &[] }, until)?;
         self.take_members_answer(reply.response);
         Ok(())
     }
 
     /// Pushes our member list to every other live server (the gossip), taking their answers.
     pub fn push_members_to_all(&self) {
-        let list = self.membership().list().clone();
-        let others: Vec<Member> = self.membership().alive_members().filter(|member| !self.is_self(member)).cloned().collect();
-        let request = Request::PushMembers(list);
-        let calls: Vec<OutboundCall<'_>> = others.iter().map(|member| OutboundCall { to: member, request: &request, data: &[] }).collect();
-        for reply in self.outbound.call_each(&calls, None, &mut || {}).into_iter().flatten() {
+        let request = Request::PushMembers(self.membership().list().clone());
+        for reply in self.broadcast_to_others(&request, None).into_iter().flatten() {
             self.take_members_answer(reply.response);
         }
     }

@@ -34,7 +34,13 @@ pub trait Outbound: Send + Sync {
 
     /// Sends one call and waits for its answer (see [`Outbound::call_each`]).
     fn call(&self, call: OutboundCall<'_>) -> Result<Reply, Errno> {
-        self.call_each(&[call], None, &mut || {}).pop().unwrap_or(Err(Errno::EIO))
+        self.call_until(call, None)
+    }
+
+    /// Sends one call and waits for its answer until `until` at the latest (see
+    /// [`Outbound::call_each`]).
+    fn call_until(&self, call: OutboundCall<'_>, until: Option<Instant>) -> Result<Reply, Errno> {
+        self.call_each(&[call], until, &mut || {}).pop().unwrap_or(Err(Errno::EIO))
     }
 
     /// Sends `request` to the cache of a global-memory rank at `endpoint` (a home's
