@@ -851,7 +851,11 @@ fn a_killed_home_gives_eio_not_a_hang() {
         std::thread::sleep(Duration::from_millis(20));
     }
     cluster.kill(2);
-    std::fs::write(&killed, cluster.name(2)).unwrap();
+    // The rank reads the name as soon as the file exists: write it aside and rename it into
+    // place, so the rank never reads it empty (it once did, and blamed every dead block).
+    let aside = cluster.dir.join("gmem-killed.partial");
+    std::fs::write(&aside, cluster.name(2)).unwrap();
+    std::fs::rename(&aside, &killed).unwrap();
     let output = child.wait_with_output().unwrap();
     assert_all_succeeded(&[output], "a dead home");
 }
