@@ -617,3 +617,135 @@ fn creates_in_the_root_directory_cost_no_more_than_elsewhere() {
     client.mkdir("/sub", 0o755).unwrap();
     assert_eq!(client.stat("/").unwrap().nlink, 4, "2 + /d and /sub");
 }
+
+/// A client whose files are cut in chunks of `chunk_size` bytes.
+fn client_with_chunks(cluster: &TestCluster, chunk_size: u32) -> Client {
+    let mut config: ClientConfig = cluster.client_config();
+    config.chunk_size = chunk_size;
+    Client::connect(config).unwrap()
+}
+
+/// The chunks every server holds, together.
+fn chunks_held(client: &Client) -> u64 {
+    client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum()
+}
+
+/// The requests the servers answered while `step` ran 20 times (the least of 3 tries: the
+/// servers' heartbeats count too).
+fn requests_for_twenty(client: &Client, mut step: impl FnMut(usize)) -> u64 {
+    (0..3)
+        .map(|round| {
+            let before = requests_answered(client);
+            for index in 0..20 {
+                step(round * 20 + index);
+            }
+            requests_answered(client) - before
+        })
+        .min()
+        .unwrap()
+}
+
+/// A file's size, its fsync and the removal of its chunks are asked of the servers that own
+/// its chunks (up to the bound its inode carries), not of every server: with 8 servers the
+/// `stat` of a file of two chunks cost 9 requests (every server's `LastChunk`), its fsync
+/// 8 and its removal 8 `RemoveChunks`; a 500-node job paid 500 for each.
+#[test]
+fn a_small_files_size_fsync_and_removal_ask_only_the_servers_of_its_chunks() {
+    let cluster = TestCluster::start(8);
+    let client = client_with_chunks(&cluster, 4096);
+    let fd = open_rw(&client, "/two");
+    client.pwrite(fd, &[7u8; 4096 + 10], 0).unwrap();
+    let stat = requests_for_twenty(&client, |_| assert_eq!(client.stat("/two").unwrap().size, 4106));
+    assert!(stat <= 20 * 2 + 15, "20 stats of a file of 2 chunks cost {stat} requests (2 each: its inode and chunk 1)");
+    let fsync = requests_for_twenty(&client, |_| client.fsync(fd).unwrap());
+    assert!(fsync <= 20 * 3 + 15, "20 fsyncs cost {fsync} requests (at most 3 each: chunk 0, chunk 1, the name)");
+    client.close(fd).unwrap();
+
+    // Removing a file of two chunks costs one request more than removing a file of one.
+    let write_files = |prefix: &str, len: usize| {
+        for index in 0..60 {
+            let fd = open_rw(&client, &format!("/{prefix}{index}"));
+            client.pwrite(fd, &vec![1u8; len], 0).unwrap();
+            client.close(fd).unwrap();
+        }
+    };
+    write_files("one", 100);
+    write_files("two", 4096 + 100);
+    let one = requests_for_twenty(&client, |index| client.unlink(&format!("/one{index}")).unwrap());
+    let two = requests_for_twenty(&client, |index| client.unlink(&format!("/two{index}")).unwrap());
+    assert!(two <= one + 20 * 2 + 15, "20 removals of 2-chunk files cost {two} requests, of 1-chunk files {one}");
+}
+
+/// Sizes, bytes and removals stay exact while the bounds on files' chunks rise: two clients
+/// of a cluster of 8 servers (4 KiB chunks) write near and far, truncate, and remove and
+/// make again three files they both hold open, against a model; after each step the client
+/// that did not act checks the size, and now and then every byte. At the end, with the files
+/// removed, no server holds a chunk of them.
+#[test]
+fn sizes_stay_exact_as_files_grow_shrink_and_go_on_many_servers() {
+    const CHUNK: u64 = 4096;
+    let cluster = TestCluster::start(8);
+    let clients = [client_with_chunks(&cluster, CHUNK as u32), client_with_chunks(&cluster, CHUNK as u32)];
+    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(44);
+    let mut random = Random::new(seed);
+    let before = chunks_held(&clients[0]);
+    let paths = ["/a", "/b", "/c"];
+    let mut models: Vec<Vec<u8>> = vec![Vec::new(); paths.len()];
+    let open_both = |path: &str| [open_rw(&clients[0], path), open_rw(&clients[1], path)];
+    let mut fds: Vec<[ringfs_client::Fd; 2]> = paths.iter().map(|path| open_both(path)).collect();
+    for step in 0..400 {
+        let (file, actor) = (random.below(paths.len() as u64) as usize, random.below(2) as usize);
+        let (client, fd, model) = (&clients[actor], fds[file][actor], &mut models[file]);
+        let what = match random.below(100) {
+            0..=59 => {
+                let offset = match random.below(10) {
+                    0..=5 => random.below(12 * CHUNK),
+                    6..=8 => (model.len() as u64).saturating_sub(CHUNK) + random.below(2 * CHUNK),
+                    _ => random.below(300 * CHUNK),
+                };
+                let mut bytes = vec![0u8; 1 + random.below(3 * CHUNK) as usize];
+                random.fill(&mut bytes);
+                assert_eq!(client.pwrite(fd, &bytes, offset).unwrap(), bytes.len());
+                let end = offset as usize + bytes.len();
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[offset as usize..end].copy_from_slice(&bytes);
+                format!("write {} at {offset}", bytes.len())
+            }
+            60..=84 => {
+                let size = random.below(model.len() as u64 * 3 / 2 + CHUNK);
+                client.ftruncate(fd, size).unwrap();
+                model.resize(size as usize, 0);
+                format!("truncate to {size}")
+            }
+            _ => {
+                for (owner, fd) in clients.iter().zip(fds[file]) {
+                    owner.close(fd).unwrap();
+                }
+                client.unlink(paths[file]).unwrap();
+                fds[file] = open_both(paths[file]);
+                models[file].clear();
+                "remove and make again".to_string()
+            }
+        };
+        let other = &clients[1 - actor];
+        let size = other.stat(paths[file]).unwrap().size;
+        assert_eq!(size, models[file].len() as u64, "seed {seed}, step {step}: {} after {what}", paths[file]);
+        if step % 10 == 0 {
+            assert!(read_whole(other, paths[file]) == models[file], "seed {seed}, step {step}: the bytes of {} after {what}", paths[file]);
+        }
+    }
+    for (file, path) in paths.iter().enumerate() {
+        for (client, fd) in clients.iter().zip(fds[file]) {
+            client.close(fd).unwrap();
+        }
+        clients[0].unlink(path).unwrap();
+    }
+    // Closes reach the inode's server within milliseconds; the file's chunks go then.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while chunks_held(&clients[0]) != before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(chunks_held(&clients[0]), before, "seed {seed}: chunks of removed files left on a server");
+}

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ringfs_placement::MemberRing;
-use ringfs_proto::{ChunkKey, Errno, FileId, LeaseId, Member, MemberList, Request, Response};
+use ringfs_proto::{ChunkIndex, ChunkKey, Errno, FileId, LeaseId, Member, MemberList, Request, Response};
 use ringfs_rpc::{Connection, ConnectionConfig, Endpoint, PendingCall, Reply};
 
 use crate::ConnectError;
@@ -350,6 +350,17 @@ impl Cluster {
     /// Sends `request` to every server at once; fails if any server fails.
     pub fn broadcast(&self, request: &Request) -> Result<Vec<Response>, Errno> {
         let members = self.view().list().members.clone();
+        self.call_each(&members, request)
+    }
+
+    /// The servers that own chunks `first..=last` of `file`, each once.
+    pub fn owners_of_chunks(&self, file: FileId, first: ChunkIndex, last: ChunkIndex) -> Vec<Member> {
+        self.view().owners_of_chunks(file.anchor, first, last).into_iter().cloned().collect()
+    }
+
+    /// Sends `request` to each of `members` at once and waits for every answer (the first
+    /// failure, once all answered or failed).
+    pub fn call_each(&self, members: &[Member], request: &Request) -> Result<Vec<Response>, Errno> {
         let connections = members.iter().map(|member| self.connection(member)).collect::<Result<Vec<_>, _>>()?;
         let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
         let mut responses = Vec::with_capacity(calls.len());

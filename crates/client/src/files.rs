@@ -10,12 +10,12 @@
 use ringfs_sync::Mutex;
 use std::io::SeekFrom;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use ringfs_proto::access::{MAY_READ, MAY_WRITE};
 use ringfs_proto::{
-    Attr, ChunkIndex, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, OpenFile as OpenRequest, Opened, Read,
-    RemoteBytes, Request, Response, Write, WriteSource,
+    Attr, ChunkIndex, ChunkKey, ChunkTemplate, Errno, FileId, FileKind, FileOnly, Lookup, MarkExtended, OpenFile as OpenRequest, Opened,
+    Read, RemoteBytes, Request, Response, Write, WriteSource,
 };
 use ringfs_rpc::{Connection, Reply};
 
@@ -39,11 +39,31 @@ pub(crate) struct OpenFile {
     pub(crate) writable: bool,
     append: bool,
     position: Mutex<u64>,
-    /// Chunk 0 is known to carry the "extended" mark (set before the first write past it).
-    extended: AtomicBool,
+    /// The bound on the file's chunks its inode is known to carry (`Attr::last_chunk`: it
+    /// only rises, so a write below it need not raise it again).
+    last_chunk: AtomicU64,
     /// The open is registered at the file's inode server (its close ends it there); not for
     /// a descriptor opened beside another ([`Client::open_beside`]).
     registered: bool,
+}
+
+impl OpenFile {
+    /// The bound on the file's chunks its inode is known to carry.
+    fn known_last_chunk(&self) -> ChunkIndex {
+        ChunkIndex(self.last_chunk.load(Ordering::Relaxed))
+    }
+
+    /// The inode carries at least `bound` (the known bound only rises).
+    fn learn_last_chunk(&self, bound: ChunkIndex) {
+        self.last_chunk.fetch_max(bound.0, Ordering::Relaxed);
+    }
+}
+
+/// The bound a write reaching chunk `last` asks the inode for: the power of two at or above
+/// it, so that a file written from start to end raises it once per doubling (a log of its
+/// chunk count), and its size is asked of at most twice the servers its chunks need.
+fn bound_covering(last: ChunkIndex) -> ChunkIndex {
+    ChunkIndex(last.0.checked_next_power_of_two().unwrap_or(u64::MAX))
 }
 
 /// The fd table. Fds are small integers, reused after close (the FUSE mount keeps one open
@@ -211,7 +231,7 @@ impl Client {
             writable: flags.contains(OpenFlags::WRITE),
             append: flags.contains(OpenFlags::APPEND),
             position: Mutex::new(0),
-            extended: AtomicBool::new(held.extended.load(Ordering::Relaxed)),
+            last_chunk: AtomicU64::new(held.known_last_chunk().0),
             registered: false,
         });
         if flags.contains(OpenFlags::TRUNCATE)
@@ -266,7 +286,7 @@ impl Client {
             writable: flags.contains(OpenFlags::WRITE),
             append: flags.contains(OpenFlags::APPEND),
             position: Mutex::new(0),
-            extended: AtomicBool::new(attr.is_extended()),
+            last_chunk: AtomicU64::new(attr.last_chunk.0),
             path,
             registered: !attr.file_id.is_root(),
         })
@@ -334,17 +354,33 @@ impl Client {
     /// `mem` store has nothing durable: it returns at once; see docs/CONSISTENCY.md).
     pub fn fsync(&self, fd: Fd) -> Result<()> {
         let file = self.file(fd)?;
+        self.fsync_named(&file, &file.path)
+    }
+
+    /// [`Client::fsync`] of a descriptor opened by id whose name the caller knows (the FUSE
+    /// mount: the path it last saw the file at), so that the server of that name syncs
+    /// rather than every server.
+    pub fn fsync_at(&self, fd: Fd, path: &str) -> Result<()> {
+        let file = self.file(fd)?;
+        self.fsync_named(&file, if file.path.is_empty() { path } else { &file.path })
+    }
+
+    fn fsync_named(&self, file: &OpenFile, path: &str) -> Result<()> {
         let request = Request::Fsync(FileOnly { file: file.file });
-        // Opened by id (FUSE), the name's server is not known: every server syncs.
-        if file.path.is_empty() || file.extended.load(Ordering::Relaxed) || self.stat_file(file.file)?.is_extended() {
-            return self.inner.cluster.broadcast(&request).map(drop);
+        let cluster = &self.inner.cluster;
+        // Without a name, the name's server is not known: every server syncs.
+        if path.is_empty() {
+            return cluster.broadcast(&request).map(drop);
         }
-        self.inner.cluster.call_home(file.file, &request)?;
-        if !file.path.is_empty() {
-            // The name's server: its journal holds the name.
-            self.inner.cluster.call_path_owner(&file.path, &request)?;
+        // The servers of the file's chunks (the inode's first) and of its name, whose
+        // journal holds the name.
+        let last_chunk = file.known_last_chunk().max(self.stat_file(file.file)?.last_chunk);
+        let mut servers = cluster.owners_of_chunks(file.file, ChunkIndex::FIRST, last_chunk);
+        let name_server = cluster.owner_of_path(path);
+        if !servers.iter().any(|server| server.name == name_server.name) {
+            servers.push(name_server);
         }
-        Ok(())
+        cluster.call_each(&servers, &request).map(drop)
     }
 
     /// Makes the names recorded so far durable on every server (and `file`'s chunks): what
@@ -496,17 +532,18 @@ impl Client {
         offset.checked_add(bytes.len() as u64).ok_or(Errno::EFBIG)?;
         let cluster = &self.inner.cluster;
         let pieces: Vec<Piece> = pieces(offset, bytes.len(), file.chunk_size).collect();
-        let mark_extended = pieces.last().is_some_and(|last| !last.index.is_first()) && !file.extended.load(Ordering::Relaxed);
+        // Past the bound the inode carries, the write raises it first (with the pieces).
+        let raise_to = pieces.last().map(|last| last.index).filter(|&last| last > file.known_last_chunk()).map(bound_covering);
         let connections = pieces
             .iter()
             .map(|piece| cluster.connection(&cluster.owner_of_chunk(ChunkKey::new(file.file, piece.index))))
             .collect::<Result<Vec<_>>>()?;
         let head_connection =
-            if mark_extended { Some(cluster.connection(&cluster.owner_of_chunk(ChunkKey::inode(file.file)))?) } else { None };
+            if raise_to.is_some() { Some(cluster.connection(&cluster.owner_of_chunk(ChunkKey::inode(file.file)))?) } else { None };
 
         let time_ns = now_ns();
-        let mark = head_connection.as_ref().map(|connection| {
-            let request = Request::MarkExtended(FileOnly { file: file.file });
+        let mark = head_connection.as_ref().zip(raise_to).map(|(connection, last_chunk)| {
+            let request = Request::MarkExtended(MarkExtended { file: file.file, last_chunk });
             (connection, connection.start(&request, &[], None))
         });
         let calls: Vec<_> = pieces
@@ -532,8 +569,9 @@ impl Client {
             .collect();
         let mut outcome = Ok(bytes.len());
         if let Some((connection, call)) = mark {
-            match cluster.finish(connection, call) {
-                Ok(_) => file.extended.store(true, Ordering::Relaxed),
+            match cluster.finish(connection, call).map(|reply| reply.response) {
+                Ok(Response::Count(bound)) => file.learn_last_chunk(ChunkIndex(bound)),
+                Ok(_) => outcome = Err(Errno::EPROTO),
                 Err(errno) => outcome = Err(errno),
             }
         }
@@ -552,13 +590,12 @@ impl Client {
         if buffer.is_empty() {
             return Ok(0);
         }
-        if !file.extended.load(Ordering::Relaxed) && offset + buffer.len() as u64 > file.chunk_size {
+        if file.known_last_chunk().is_first() && offset + buffer.len() as u64 > file.chunk_size {
             // As far as we know the file is chunk 0 alone: ask only chunk 0's server (the
             // servers of later chunks may be down, and hold nothing of this file). Its answer
             // tells whether the file grew past chunk 0 since it was opened.
-            match self.read_head_only(file, buffer, offset)? {
-                Some(count) => return Ok(count),
-                None => file.extended.store(true, Ordering::Relaxed),
+            if let Some(count) = self.read_head_only(file, buffer, offset)? {
+                return Ok(count);
             }
         }
         self.read_pieces(file, buffer, offset)
@@ -576,7 +613,8 @@ impl Client {
                 (_, None) => return Err(Errno::EPROTO),
             }
         };
-        // The extended mark is set before any later chunk is written, and never cleared.
+        // The bound is raised before any later chunk is written, and never lowered.
+        file.learn_last_chunk(head.last_chunk);
         Ok((!head.is_extended()).then_some(count))
     }
 
@@ -682,15 +720,18 @@ impl Client {
     }
 
     /// A file's `stat` given its inode's attributes. Size and modification time come from
-    /// chunk 0 alone, unless chunks after it may exist: then every server reports its part of
-    /// the file, and the largest end and the newest time win.
+    /// chunk 0 alone, unless chunks after it may exist: then the servers of chunks 1 to the
+    /// inode's bound report their part of the file, and the largest end and the newest time
+    /// win.
     pub(crate) fn stat_from_attr(&self, attr: &Attr) -> Result<Stat> {
         // Cache mode: bytes of the file no chunk holds yet are in the backend, up to backend_len.
         let mut stat = Stat::from_attr(attr, attr.len.max(attr.backend_len));
         if !attr.is_regular() || !attr.is_extended() {
             return Ok(stat);
         }
-        let answers = self.inner.cluster.broadcast(&Request::LastChunk(FileOnly { file: attr.file_id }))?;
+        let cluster = &self.inner.cluster;
+        let servers = cluster.owners_of_chunks(attr.file_id, ChunkIndex::FIRST.next(), attr.last_chunk);
+        let answers = cluster.call_each(&servers, &Request::LastChunk(FileOnly { file: attr.file_id }))?;
         let chunk_size = attr.chunk_size as u64;
         for answer in answers {
             let Response::Tail(tail) = answer else { return Err(Errno::EPROTO) };

@@ -766,8 +766,13 @@ impl Filesystem for RingfsFilesystem {
         Self::reply_empty(reply, outcome);
     }
 
-    fn fsync(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        Self::reply_empty(reply, self.client.fsync(fd_of(handle)));
+    fn fsync(&self, _request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        // The name the mount last saw the file at: its server syncs the name's journal.
+        let result = match self.inodes.path(inode.0) {
+            Ok(path) => self.client.fsync_at(fd_of(handle), &path),
+            Err(_) => self.client.fsync(fd_of(handle)),
+        };
+        Self::reply_empty(reply, result);
     }
 
     fn fallocate(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {

@@ -193,6 +193,31 @@ impl Placement {
         }
     }
 
+    /// Ring positions of the servers that own chunks `first..=last` of the file with this
+    /// anchor, each once, in the order of the chunks. Past a few chunks per server every
+    /// server owns some (under consistent hashing, almost surely): then all positions,
+    /// without computing the owner of each chunk of a large file.
+    pub fn owners_of_chunks(&self, anchor: u32, first: ChunkIndex, last: ChunkIndex) -> Vec<usize> {
+        /// Chunks per server past which consistent hashing counts as reaching every server
+        /// (missing one then has a chance of e^-4 per server; asking it anyway is harmless).
+        const CHUNKS_PER_SERVER: u64 = 4;
+        let servers = self.ring.len() as u64;
+        let chunks = first.count_through(last);
+        let every = match self.scheme {
+            Scheme::Modular => chunks >= servers,
+            Scheme::Consistent { .. } => chunks >= servers.saturating_mul(CHUNKS_PER_SERVER),
+        };
+        if every {
+            return (0..self.ring.len()).collect();
+        }
+        let mut seen = vec![false; self.ring.len()];
+        first
+            .through(last)
+            .map(|index| self.owner(anchor, index))
+            .filter(|&position| !std::mem::replace(&mut seen[position], true))
+            .collect()
+    }
+
     /// Ring position of the server called `name`, if it is in the ring.
     pub fn position_of(&self, name: &str) -> Option<usize> {
         self.ring.iter().position(|candidate| candidate == name)
@@ -294,6 +319,30 @@ mod tests {
             let placement = Placement::new(names(servers), HashFunction::Koyama, Scheme::Modular).unwrap();
             let anchor = placement.anchor_of(&path);
             prop_assert_eq!(placement.owner(anchor, ChunkIndex(index + 1)), (placement.owner(anchor, ChunkIndex(index)) + 1) % servers);
+        }
+
+        /// The owners of a range of chunks include the owner of every chunk in it, once each.
+        #[test]
+        fn owners_of_chunks_cover_every_chunk_of_the_range(
+            path in "/[a-z0-9]{1,20}", first in 1u64..50, count in 0u64..80, servers in 1usize..12
+        ) {
+            for scheme in [Scheme::Modular, Scheme::Consistent { virtual_nodes: 3 }] {
+                let placement = Placement::new(names(servers), HashFunction::Murmur3, scheme).unwrap();
+                let anchor = placement.anchor_of(&path);
+                let (first, last) = (ChunkIndex(first), ChunkIndex(first + count));
+                let owners = placement.owners_of_chunks(anchor, first, last);
+                for index in first.through(last) {
+                    prop_assert!(owners.contains(&placement.owner(anchor, index)));
+                }
+                let mut once = owners.clone();
+                once.sort_unstable();
+                once.dedup();
+                prop_assert_eq!(once.len(), owners.len());
+                // A few chunks ask a few servers, not all.
+                if count + 1 < servers as u64 {
+                    prop_assert!(owners.len() <= count as usize + 1);
+                }
+            }
         }
 
         /// Removing one server moves only the keys that it owned.

@@ -56,6 +56,12 @@ impl MemberRing {
         self.at(self.placement.owner(anchor, index))
     }
 
+    /// The members that own chunks `first..=last` of the files with this anchor, each once
+    /// (see [`Placement::owners_of_chunks`]).
+    pub fn owners_of_chunks(&self, anchor: u32, first: ChunkIndex, last: ChunkIndex) -> Vec<&Member> {
+        self.placement.owners_of_chunks(anchor, first, last).into_iter().map(|position| self.at(position)).collect()
+    }
+
     /// The member that owns the entry of `path`.
     pub fn owner_of_path(&self, path: &str) -> &Member {
         self.at(self.placement.owner_of_path(path))

@@ -4,7 +4,7 @@
 //! one that counts for the file (type, mode, owner, link count, times). The size of a file is
 //! not stored; it is derived from the chunks (see `docs/ARCHITECTURE.md`, "file size").
 
-use crate::FileId;
+use crate::{ChunkIndex, FileId};
 
 /// Attributes of one chunk (and, for chunk 0, of the file).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -32,15 +32,18 @@ pub struct Attr {
     /// Chunk 0 of a file in the cached tree: the file's bytes below this offset that no chunk
     /// in ringfs holds are read from the backend file (0: none; see docs/CONSISTENCY.md).
     pub backend_len: u64,
+    /// Chunk 0 of a regular file: no chunk of the file lies past this index (an upper bound:
+    /// writes raise it before they reach further, geometrically; never lowered while the file
+    /// exists). Chunk 0 itself when the file is chunk 0 alone. A file's size and its later
+    /// chunks are asked only of the servers that own chunks 1 to this one.
+    pub last_chunk: ChunkIndex,
 }
 
-/// Bits of [`Attr::flags`].
+/// Bits of [`Attr::flags`] (bit 0, `1`, is free: it marked files with chunks after chunk 0
+/// before [`Attr::last_chunk`] bounded them).
 pub struct EntryFlags;
 
 impl EntryFlags {
-    /// Set on chunk 0 once any chunk after it may exist; without it, chunk 0 alone gives the
-    /// file size. Never cleared while the file exists.
-    pub const EXTENDED: u32 = 1;
     /// The chunk lies under the backend mount path (cache mode): it is flushed to the backend,
     /// and a directory's listing merges the backend directory.
     pub const BACKED: u32 = 2;
@@ -119,15 +122,15 @@ impl FileKind {
 }
 
 /// Size of [`Attr::to_bytes`]: the fixed binary form used on the wire and in chunk files.
-pub const ATTR_BYTES: usize = 84;
+pub const ATTR_BYTES: usize = 92;
 
 impl Attr {
     /// Fixed little-endian form: mode, uid, gid, chunk_size (u32 each), len (u64), file id
     /// (anchor u32, serial u64), nlink (u32), rdev (u64), atime, mtime, ctime (i64
-    /// nanoseconds), flags (u32), backend_len (u64).
+    /// nanoseconds), flags (u32), backend_len (u64), last_chunk (u64).
     pub fn to_bytes(&self) -> [u8; ATTR_BYTES] {
         let mut bytes = [0u8; ATTR_BYTES];
-        let fields: [&[u8]; 14] = [
+        let fields: [&[u8]; 15] = [
             &self.mode.to_le_bytes(),
             &self.uid.to_le_bytes(),
             &self.gid.to_le_bytes(),
@@ -142,6 +145,7 @@ impl Attr {
             &self.ctime_ns.to_le_bytes(),
             &self.flags.to_le_bytes(),
             &self.backend_len.to_le_bytes(),
+            &self.last_chunk.0.to_le_bytes(),
         ];
         let mut offset = 0;
         for field in fields {
@@ -174,6 +178,7 @@ impl Attr {
             ctime_ns: u64_at(64) as i64,
             flags: u32_at(72),
             backend_len: u64_at(76),
+            last_chunk: ChunkIndex(u64_at(84)),
         }
     }
 
@@ -203,8 +208,9 @@ impl Attr {
         self.mode & !S_IFMT
     }
 
+    /// Whether chunks after chunk 0 may exist (then chunk 0 alone does not give the size).
     pub fn is_extended(&self) -> bool {
-        self.has(EntryFlags::EXTENDED)
+        !self.last_chunk.is_first()
     }
 
     /// Whether all bits of `flag` ([`EntryFlags`]) are set.
@@ -254,7 +260,7 @@ mod tests {
             );
         }
         assert_eq!(FileKind::from_mode(0o170000), None);
-        let attr = Attr { mode: 0o100640, flags: EntryFlags::EXTENDED, ..Default::default() };
+        let attr = Attr { mode: 0o100640, last_chunk: ChunkIndex(1), ..Default::default() };
         assert!(attr.is_regular() && attr.is_extended());
         assert_eq!(attr.permissions(), 0o640);
     }
@@ -275,6 +281,7 @@ mod tests {
             ctime_ns: 9,
             flags: 10,
             backend_len: 11,
+            last_chunk: ChunkIndex(12),
         };
         assert_eq!(Attr::from_bytes(&attr.to_bytes()), attr);
     }

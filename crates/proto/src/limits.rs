@@ -40,6 +40,7 @@ impl Request {
                 check_in_chunk(set.chunk, &set.template, 0, set.len)
             }
             Request::Truncate(truncate) if truncate.size > MAX_FILE_SIZE => Err(Errno::EFBIG),
+            Request::MarkExtended(mark) if mark.last_chunk.is_first() => Err(Errno::EINVAL),
             Request::Reserve(reservation) if reservation.release == 0 => check_reservation(reservation),
             Request::SetLock(lock) | Request::TestLock(lock) => check_lock(lock),
             _ => Ok(()),

@@ -790,6 +790,14 @@ pub struct Truncate {
 }
 wire_struct!(Truncate { file, size, time_ns });
 
+/// Chunks of `file` up to `last_chunk` (at least 1) may exist from now on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MarkExtended {
+    pub file: FileId,
+    pub last_chunk: ChunkIndex,
+}
+wire_struct!(MarkExtended { file, last_chunk });
+
 /// Remove this server's chunks of `file` with index >= `from_index` (at least 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoveChunks {
@@ -930,8 +938,9 @@ wire_enum! {
         33 => SetAttr(SetAttr),
         /// File-level truncate. To the inode's server, which coordinates the other chunks.
         34 => Truncate(Truncate),
-        /// Record on chunk 0 that chunks after it may exist.
-        35 => MarkExtended(FileOnly),
+        /// Raise chunk 0's bound on the file's chunks (`Attr::last_chunk`) to at least an
+        /// index, before a write reaches chunks up to it. To the inode's server.
+        35 => MarkExtended(MarkExtended),
         /// Server to server: one more name of a file.
         36 => AddLink(NameCount),
         /// Server to server: one name fewer of a file (it goes when none is left and nobody
@@ -939,10 +948,11 @@ wire_enum! {
         37 => DropLink(NameCount),
         /// Make this server's chunks of a file durable (broadcast; `dir` store).
         38 => Fsync(FileOnly),
-        /// This server's highest chunk index (>= 1) of the file, with that chunk's length
-        /// (broadcast).
+        /// This server's highest chunk index (>= 1) of the file, with that chunk's length (to
+        /// the owners of the chunks the file's `Attr::last_chunk` bounds).
         39 => LastChunk(FileOnly),
-        /// Remove this server's chunks of a file from an index on (broadcast).
+        /// Remove this server's chunks of a file from an index on (to the owners of those
+        /// chunks).
         40 => RemoveChunks(RemoveChunks),
         41 => Write(Write),
         42 => Read(Read),
@@ -1147,11 +1157,10 @@ impl Request {
             Request::ReadBackendDir(request) => Route::Path(&request.path),
             Request::NameLock(lock) => Route::Path(&lock.path),
             Request::Open(open) => file(&open.file),
-            Request::Stat(request)
-            | Request::MarkExtended(request)
-            | Request::FlushPrepare(request)
-            | Request::BackendOf(request)
-            | Request::ListXattrs(request) => file(&request.file),
+            Request::MarkExtended(request) => file(&request.file),
+            Request::Stat(request) | Request::FlushPrepare(request) | Request::BackendOf(request) | Request::ListXattrs(request) => {
+                file(&request.file)
+            }
             Request::GetXattr(request) | Request::RemoveXattr(request) => file(&request.file),
             Request::SetXattr(request) => file(&request.file),
             Request::TouchDir(touch) if touch.path.is_empty() => file(&touch.file),

@@ -324,7 +324,7 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     let data_server = cluster.servers[0].node.owner_of_chunk(second_chunk).name;
     let inode_server = cluster.servers[0].node.home_of(file).name;
     assert_ne!(data_server, inode_server, "chunk 1 lives on the next server");
-    cluster.call(Request::MarkExtended(FileOnly { file })).unwrap();
+    cluster.call(Request::MarkExtended(ringfs_proto::MarkExtended { file, last_chunk: ChunkIndex(1) })).unwrap();
     let write = Write { chunk: second_chunk, offset: 0, source: WriteSource::Inline, template, time_ns: 1 };
     cluster.client_call_with_data(Request::Write(write), b"second chunk", Duration::from_secs(10)).unwrap();
     cluster.net.add(Filter::new("FlushPrepare", Action::Drop).from(&data_server).to(&inode_server).on_answer().times(2));

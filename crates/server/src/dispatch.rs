@@ -181,7 +181,9 @@ impl Dispatcher {
                 Ok(Response::Done)
             }
             Request::Truncate(truncate) => self.data.truncate(&truncate),
-            Request::MarkExtended(request) => store.mark_extended(request.file).map(done).map_err(store_errno),
+            Request::MarkExtended(mark) => {
+                store.mark_extended(mark.file, mark.last_chunk).map(|bound| Response::Count(bound.0)).map_err(store_errno)
+            }
             Request::AddLink(count) => self.files.add_link(&count),
             Request::DropLink(count) => self.files.drop_link_here(count.file, count.time_ns, count.name.as_deref()).map(done),
             Request::Fsync(request) => store.fsync_file(request.file).map(done).map_err(store_errno),

@@ -47,10 +47,8 @@ impl Files {
 
     /// Ends an open registered here; the file goes if that was its last reference.
     pub fn close_registered(&self, file: FileId) {
-        if let Some(deleted) = self.node.store.close_file(file)
-            && deleted.extended
-        {
-            self.remove_chunks_everywhere(file, ChunkIndex::FIRST.next());
+        if let Some(deleted) = self.node.store.close_file(file) {
+            self.remove_later_chunks(file, ChunkIndex::FIRST.next(), deleted.last_chunk);
         }
     }
 
@@ -93,17 +91,18 @@ impl Files {
             self.permissions.spread_dir_attr_change(set.file);
         }
         if set.mtime_ns.is_some() && attr.is_regular() && attr.is_extended() {
-            self.clamp_chunk_times(set.file, attr.mtime_ns)?;
+            self.clamp_chunk_times(set.file, attr.mtime_ns, attr.last_chunk)?;
         }
         Ok(Response::Attr(attr))
     }
 
-    /// An explicit mtime was set on an extended file: its chunks everywhere keep no later
-    /// time (EIO if a server holding chunks could not be told; the inode has the time).
-    fn clamp_chunk_times(&self, file: FileId, mtime_ns: i64) -> Result<(), Errno> {
+    /// An explicit mtime was set on an extended file: its chunks up to `last_chunk` keep no
+    /// later time (EIO if a server holding chunks could not be told; the inode has the time).
+    fn clamp_chunk_times(&self, file: FileId, mtime_ns: i64, last_chunk: ChunkIndex) -> Result<(), Errno> {
         self.node.store.clamp_tail_mtimes(file, mtime_ns).map_err(store_errno)?;
         let request = Request::ClampChunkTimes(ringfs_proto::LinkCount { file, time_ns: mtime_ns });
-        self.node.broadcast(&request).into_iter().find_map(Result::err).map_or(Ok(()), Err)
+        let answers = self.node.ask_owners_of_chunks(file, ChunkIndex::FIRST.next(), last_chunk, &request);
+        answers.into_iter().find_map(Result::err).map_or(Ok(()), Err)
     }
 
     /// `AddLink` at the inode: one name more (cache mode: the backend gets `name` as a link).
@@ -164,13 +163,17 @@ impl Files {
         Ok(Response::Count(needed))
     }
 
-    /// Removes, on every server, the chunks of a file from `from_index` on. Failures (a dead
-    /// server) leave orphan chunks behind, which are invisible: no inode has their file id any
-    /// more.
-    pub fn remove_chunks_everywhere(&self, file: FileId, from_index: ChunkIndex) {
-        for result in self.node.broadcast(&Request::RemoveChunks(RemoveChunks { file, from_index })) {
+    /// Removes the chunks `from_index..=last_chunk` of a file (at their owners; nothing when
+    /// the range is empty). Failures (a dead server) leave orphan chunks behind, which are
+    /// invisible: no inode has their file id any more (`reclaim.rs` removes them later).
+    pub fn remove_later_chunks(&self, file: FileId, from_index: ChunkIndex, last_chunk: ChunkIndex) {
+        if last_chunk < from_index {
+            return;
+        }
+        let request = Request::RemoveChunks(RemoveChunks { file, from_index });
+        for result in self.node.ask_owners_of_chunks(file, from_index, last_chunk, &request) {
             if let Err(errno) = result {
-                log::warn!("could not remove chunks of file {file} on every server: {errno}");
+                log::warn!("could not remove chunks of file {file} on every server that holds some: {errno}");
             }
         }
     }
@@ -194,8 +197,7 @@ impl Files {
             self.redirty_everywhere(file)?;
         }
         match deleted {
-            Some(deleted) if deleted.extended => self.remove_chunks_everywhere(file, ChunkIndex::FIRST.next()),
-            Some(_) => {}
+            Some(deleted) => self.remove_later_chunks(file, ChunkIndex::FIRST.next(), deleted.last_chunk),
             None => {
                 // Cache mode: a file that lost its last name while open leaves the cached
                 // tree on every server, so that its chunks — whose bytes exist only here now —
@@ -260,9 +262,9 @@ impl Files {
             self.node.ask(&self.node.owner_of_chunk(chunk), request).map(drop)
         };
         let cut = cut_last_chunk();
-        if before.is_extended() {
-            self.remove_chunks_everywhere(file, last_index.next());
-        }
+        // Chunks past the bound the inode carried do not exist (a write that raises it after
+        // this point comes after the truncate).
+        self.remove_later_chunks(file, last_index.next(), before.last_chunk);
         self.node.store.cut_backend_file(file, size).map_err(store_errno)?;
         cut?;
         Ok(Response::Attr(self.node.store.stat(file).map_err(store_errno)?))
@@ -315,7 +317,14 @@ impl Files {
     /// Every server marks its chunks of `file` to be flushed again (or, for a file out of the
     /// cached tree, not any more).
     pub(crate) fn redirty_everywhere(&self, file: FileId) -> Result<(), Errno> {
-        for answer in self.node.broadcast(&Request::Redirty(FileOnly { file })) {
+        let request = Request::Redirty(FileOnly { file });
+        // Called at the inode's server: its bound says which servers hold chunks. Without
+        // the inode (it went meanwhile), every server is asked.
+        let answers = match self.node.store.stat(file) {
+            Ok(attr) => self.node.ask_owners_of_chunks(file, ChunkIndex::FIRST, attr.last_chunk, &request),
+            Err(_) => self.node.broadcast(&request),
+        };
+        for answer in answers {
             answer?;
         }
         Ok(())

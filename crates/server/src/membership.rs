@@ -53,6 +53,11 @@ impl Membership {
         self.ring.owner(anchor, index)
     }
 
+    /// The members that own chunks `first..=last` of the files with this anchor, each once.
+    pub fn owners_of_chunks(&self, anchor: u32, first: ChunkIndex, last: ChunkIndex) -> Vec<&Member> {
+        self.ring.owners_of_chunks(anchor, first, last)
+    }
+
     /// The member that owns the entry of `path`.
     pub fn owner_of_path(&self, path: &str) -> &Member {
         self.ring.owner_of_path(path)

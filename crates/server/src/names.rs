@@ -213,9 +213,7 @@ impl Names {
                     self.opens.opened(create.open_for, file);
                 }
                 if outcome.truncated {
-                    if attr.is_extended() {
-                        self.files.remove_chunks_everywhere(file, ChunkIndex::FIRST.next());
-                    }
+                    self.files.remove_later_chunks(file, ChunkIndex::FIRST.next(), attr.last_chunk);
                     self.node.store.cut_backend_file(file, 0).map_err(store_errno)?;
                 }
                 (attr, registered)

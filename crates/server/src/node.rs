@@ -11,7 +11,7 @@ use std::sync::mpsc::Sender;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{ChunkKey, Errno, FileId, Member, Request, Response};
+use ringfs_proto::{ChunkIndex, ChunkKey, Errno, FileId, Member, Request, Response};
 use ringfs_rpc::{ConnectionConfig, Reply};
 use ringfs_store::{ChunkStore, StoreError};
 
@@ -126,6 +126,11 @@ impl Node {
         self.membership().owner(key.file.anchor, key.index).clone()
     }
 
+    /// The servers that own chunks `first..=last` of `file`, each once, by our member list.
+    pub fn owners_of_chunks(&self, file: FileId, first: ChunkIndex, last: ChunkIndex) -> Vec<Member> {
+        self.membership().owners_of_chunks(file.anchor, first, last).into_iter().cloned().collect()
+    }
+
     /// The server of `file`'s inode.
     pub fn home_of(&self, file: FileId) -> Member {
         self.owner_of_chunk(ChunkKey::inode(file))
@@ -210,6 +215,20 @@ impl Node {
                 answer.unwrap_or(Err(Errno::EIO))
             })
             .collect()
+    }
+
+    /// Sends `request` to the owners of chunks `first..=last` of `file` (this server too, if
+    /// it is one), each once; their answers.
+    pub fn ask_owners_of_chunks(
+        &self,
+        file: FileId,
+        first: ChunkIndex,
+        last: ChunkIndex,
+        request: &Request,
+    ) -> Vec<Result<Response, Errno>> {
+        let targets: Vec<(Member, Request)> =
+            self.owners_of_chunks(file, first, last).into_iter().map(|member| (member, request.clone())).collect();
+        self.ask_each(&targets, None)
     }
 
     /// Sends `request` to every server (this one included) and returns each answer, in the

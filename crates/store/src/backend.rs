@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ringfs_proto::path;
-use ringfs_proto::{Attr, EntryFlags, FileId, FileKind};
+use ringfs_proto::{Attr, ChunkIndex, EntryFlags, FileId, FileKind};
 
 /// Times an operation denied for want of write permission tries again while another server
 /// has the permission lent (1 ms apart).
@@ -637,9 +637,6 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
     let (len, backend_len) = match kind {
         FileKind::Regular => {
             flags |= EntryFlags::BACKEND_DATA;
-            if size > chunk {
-                flags |= EntryFlags::EXTENDED;
-            }
             (size.min(chunk), size)
         }
         FileKind::Symlink => {
@@ -666,6 +663,8 @@ fn attr_of(metadata: &fs::Metadata, chunk_size: u32) -> Option<Attr> {
         ctime_ns: nanoseconds(metadata.ctime(), metadata.ctime_nsec()),
         flags,
         backend_len,
+        // A backend file's chunks are those of its size (0 for all but regular files).
+        last_chunk: ChunkIndex::last_of(backend_len, chunk),
     })
 }
 
@@ -704,7 +703,7 @@ mod tests {
         let backend = BackendDir::new(root.clone(), "/").unwrap();
         fs::write(root.join("data"), vec![7u8; 3000]).unwrap();
         let attr = backend.entry_attr("/data", 1024).unwrap().unwrap();
-        assert!(attr.is_regular() && attr.has(EntryFlags::BACKEND_DATA | EntryFlags::EXTENDED | EntryFlags::IN_BACKEND));
+        assert!(attr.is_regular() && attr.is_extended() && attr.has(EntryFlags::BACKEND_DATA | EntryFlags::IN_BACKEND));
         assert_eq!((attr.len, attr.backend_len), (1024, 3000));
         assert_eq!(backend.entry_attr("/data", 1024).unwrap().unwrap().file_id, attr.file_id, "identity is stable");
         assert_eq!(backend.entry_attr("/missing", 1024).unwrap(), None);

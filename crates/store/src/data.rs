@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use ringfs_proto::{Attr, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileKind, SetAttr, TailSummary};
+use ringfs_proto::{Attr, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileKind, MAX_FILE_SIZE, SetAttr, TailSummary};
 
 use crate::body::Body;
 use crate::cache::{BackendFile, Cache};
@@ -29,11 +29,11 @@ pub struct SharedRead {
 }
 
 /// A file that went (no name, no open): the caller removes its chunks on the other servers if
-/// it had any (`extended`).
+/// it may have had any (chunks 1 to `last_chunk`; none when that is chunk 0).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Deleted {
     pub file: FileId,
-    pub extended: bool,
+    pub last_chunk: ChunkIndex,
 }
 
 impl ChunkStore {
@@ -70,7 +70,7 @@ impl ChunkStore {
             chunk.opens = chunk.opens.saturating_sub(1);
             chunk.doom_if_unreferenced()
         };
-        doomed.then(|| Deleted { file, extended: self.delete_file(file) })
+        doomed.then(|| Deleted { file, last_chunk: self.delete_file(file) })
     }
 
     /// One more name of a file (a hard link). ENOENT if the file has no name left; EPERM for
@@ -134,7 +134,7 @@ impl ChunkStore {
             self.persist(&mut chunk)?;
             (chunk.doom_if_unreferenced(), rewrite)
         };
-        Ok((doomed.then(|| Deleted { file, extended: self.delete_file(file) }), rewrite))
+        Ok((doomed.then(|| Deleted { file, last_chunk: self.delete_file(file) }), rewrite))
     }
 
     /// Writes `source` at `offset` inside a chunk and returns the chunk's new logical length.
@@ -301,11 +301,12 @@ impl ChunkStore {
         Ok(chunk.attr)
     }
 
-    /// File-level truncate step on the inode: sets chunk 0's length, and marks the file
-    /// extended if it now reaches past chunk 0. Returns the attributes from before the call.
+    /// File-level truncate step on the inode: sets chunk 0's length, and raises the bound on
+    /// the file's chunks (`Attr::last_chunk`) to the new last chunk. Returns the attributes
+    /// from before the call.
     ///
-    /// The extended mark is never cleared: it means "chunks after chunk 0 may exist", and
-    /// clients cache it per open file, which is only safe while it cannot go away.
+    /// The bound is never lowered: clients cache it per open file (a write below it does not
+    /// raise it again), which is only safe while it cannot shrink.
     ///
     /// `file_len` is the file's new size: in cache mode the backend part of the file shrinks
     /// to it (the caller records the cut of the backend file once the chunks past it are gone,
@@ -322,9 +323,7 @@ impl ChunkStore {
         self.ensure_loaded(&handle, &mut chunk, None)?;
         self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
-        if file_len > len {
-            chunk.attr.flags |= EntryFlags::EXTENDED;
-        }
+        chunk.attr.last_chunk = chunk.attr.last_chunk.max(ChunkIndex::last_of(file_len, u64::from(chunk.attr.chunk_size.max(1))));
         chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
@@ -336,15 +335,22 @@ impl ChunkStore {
         Ok(before_attr)
     }
 
-    /// Records on the inode that the file may have chunks after chunk 0.
-    pub fn mark_extended(&self, file: FileId) -> Result<(), StoreError> {
+    /// Records on the inode that the file may have chunks up to `last_chunk` (the bound only
+    /// rises; it stops at the chunk that holds the largest file's last byte). The bound
+    /// after the call.
+    pub fn mark_extended(&self, file: FileId, last_chunk: ChunkIndex) -> Result<ChunkIndex, StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = handle.lock();
-        if !chunk.attr.is_extended() {
-            chunk.attr.flags |= EntryFlags::EXTENDED;
+        if chunk.attr.kind() != Some(FileKind::Regular) {
+            return Err(Errno::EINVAL.into());
+        }
+        let largest = ChunkIndex::last_of(MAX_FILE_SIZE, u64::from(chunk.attr.chunk_size.max(1)));
+        let last_chunk = last_chunk.min(largest);
+        if chunk.attr.last_chunk < last_chunk {
+            chunk.attr.last_chunk = last_chunk;
             self.persist(&mut chunk)?;
         }
-        Ok(())
+        Ok(chunk.attr.last_chunk)
     }
 
     /// chmod / chown / utimens on a file. `ctime` becomes `time_ns`.

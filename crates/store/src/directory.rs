@@ -45,7 +45,7 @@ use crate::body::{ChunkFile, XATTR_SUFFIX, xattr_location};
 use crate::chunk::{PendingOp, Xattrs};
 
 const MAGIC: &[u8; 4] = b"RFSC";
-const FORMAT_VERSION: u16 = 3;
+const FORMAT_VERSION: u16 = 4;
 const ATTR_OFFSET: usize = 24;
 const PENDING_OFFSET: usize = ATTR_OFFSET + ATTR_BYTES;
 const FIXED_HEADER_BYTES: usize = PENDING_OFFSET + 12;

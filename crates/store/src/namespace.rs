@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    Attr, ChunkKey, Create, DirEntry, DirPage, EntryFlags, EntryRef, Errno, FileId, FileKind, FindFilter, FindResult, InstallMode,
-    MovedEntry,
+    Attr, ChunkIndex, ChunkKey, Create, DirEntry, DirPage, EntryFlags, EntryRef, Errno, FileId, FileKind, FindFilter, FindResult,
+    InstallMode, MovedEntry,
 };
 
 use crate::StoreError;
@@ -113,6 +113,7 @@ impl ChunkStore {
             ctime_ns: entry.time_ns,
             flags: backed,
             backend_len: 0,
+            last_chunk: ChunkIndex::FIRST,
         };
         let mut cache = CacheState::default();
         // The new file is made in the backend when flushed, replacing what is there.

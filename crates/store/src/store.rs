@@ -81,6 +81,7 @@ impl ChunkStore {
                 ctime_ns: now,
                 flags: if cached { EntryFlags::BACKED | EntryFlags::IN_BACKEND } else { 0 },
                 backend_len: 0,
+                last_chunk: ChunkIndex::FIRST,
             };
             let cache = CacheState { backend_path: cached.then(|| "/".to_string()), ..CacheState::default() };
             let handle = self.new_chunk(ChunkKey::inode(FileId::ROOT), attr, cache)?;
@@ -249,14 +250,14 @@ impl ChunkStore {
 
     /// Removes a file's inode and its chunks held here; returns whether chunks of it may
     /// exist on other servers (the inode was marked extended).
-    pub(crate) fn delete_file(&self, file: FileId) -> bool {
+    pub(crate) fn delete_file(&self, file: FileId) -> ChunkIndex {
         let chunks = self.index.files_of(file).files.remove(&file).unwrap_or_default();
         self.space.release_reserved(file, u64::MAX);
-        let extended = chunks.inode.as_ref().is_some_and(|inode| inode.lock().attr.is_extended());
+        let last_chunk = chunks.inode.as_ref().map_or(ChunkIndex::FIRST, |inode| inode.lock().attr.last_chunk);
         for handle in chunks.inode.iter().chain(chunks.tail.values()) {
             self.space.discard(handle);
         }
-        extended
+        last_chunk
     }
 
     // ----- cache hooks ----------------------------------------------------------------------
@@ -414,6 +415,7 @@ impl ChunkStore {
             // the inode, and a chunk of a file with no backend place leaves the tree then.
             flags: if self.cache.is_some() { EntryFlags::BACKED } else { 0 },
             backend_len: 0,
+            last_chunk: ChunkIndex::FIRST,
         };
         if self.cache.is_some() && Cache::backend_holds(key, backend_len, template.chunk_size) {
             attr.flags |= EntryFlags::BACKEND_DATA;

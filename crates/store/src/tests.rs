@@ -118,13 +118,36 @@ fn truncating_open_empties_the_file_and_keeps_the_extension_mark() {
     let store = memory_store();
     store.create(&Create::new("/f", REGULAR, 64), file(1)).unwrap();
     store.write(chunk(1, 0), 0, &mut &[1u8; 64][..], template(64), 1, None).unwrap();
-    store.mark_extended(file(1)).unwrap();
+    store.mark_extended(file(1), ChunkIndex(4)).unwrap();
     let reopen = Create { exclusive: false, truncate: true, ..Create::new("/f", REGULAR, 64) };
     let outcome = store.create(&reopen, file(2)).unwrap();
     assert!(outcome.truncated);
     // The mark stays: open files may have cached it (see `truncate_head`).
     let attr = outcome.attr.unwrap();
-    assert_eq!((attr.len, attr.file_id, attr.is_extended()), (0, file(1), true));
+    assert_eq!((attr.len, attr.file_id, attr.last_chunk), (0, file(1), ChunkIndex(4)));
+}
+
+#[test]
+fn the_bound_on_a_files_chunks_only_rises() {
+    let store = memory_store();
+    store.create(&Create::new("/f", REGULAR, 64), file(1)).unwrap();
+    assert_eq!(store.stat(file(1)).unwrap().last_chunk, ChunkIndex::FIRST, "a new file is chunk 0 alone");
+    assert_eq!(store.mark_extended(file(1), ChunkIndex(8)).unwrap(), ChunkIndex(8));
+    assert_eq!(store.mark_extended(file(1), ChunkIndex(2)).unwrap(), ChunkIndex(8), "a lower bound leaves it");
+    // A truncate past the bound raises it to the new last chunk; a cut leaves it.
+    store.truncate_head(file(1), 64, 64 * 20 + 1, 5).unwrap();
+    assert_eq!(store.stat(file(1)).unwrap().last_chunk, ChunkIndex(20));
+    store.truncate_head(file(1), 10, 10, 6).unwrap();
+    assert_eq!(store.stat(file(1)).unwrap().last_chunk, ChunkIndex(20));
+    // Never past the chunk of the largest file's last byte.
+    let largest = ChunkIndex::last_of(ringfs_proto::MAX_FILE_SIZE, 64);
+    assert_eq!(store.mark_extended(file(1), ChunkIndex(u64::MAX)).unwrap(), largest);
+    // Only regular files have later chunks.
+    create_dir(&store, "/d", 2);
+    assert_eq!(store.mark_extended(file(2), ChunkIndex(1)).unwrap_err().errno(), Errno::EINVAL);
+    // A file that goes says which chunks its other servers may hold.
+    store.unlink("/f", 0, None).unwrap();
+    assert_eq!(store.drop_link(file(1), 7).unwrap(), Some(Deleted { file: file(1), last_chunk: largest }));
 }
 
 #[test]
@@ -279,7 +302,7 @@ fn an_open_file_outlives_its_last_name_until_the_last_close() {
     store.write(chunk(1, 0), 7, &mut &b"!"[..], template(4096), 3, None).unwrap();
     assert_eq!(store.stat(file(1)).unwrap().nlink, 0);
     assert_eq!(store.close_file(file(1)), None);
-    assert_eq!(store.close_file(file(1)), Some(Deleted { file: file(1), extended: false }));
+    assert_eq!(store.close_file(file(1)), Some(Deleted { file: file(1), last_chunk: ChunkIndex::FIRST }));
     assert_eq!(store.stat(file(1)).unwrap_err().errno(), Errno::ESTALE);
     assert_eq!(store.stats().open_unlinked, 0);
 }
@@ -357,7 +380,7 @@ fn find_counts_entries_below_a_root_and_defers_spread_files() {
         store.create(&entry, file(100 + index)).unwrap();
         store.write(chunk(100 + index, 0), 0, &mut &[7u8; 5][..], template(64), time, None).unwrap();
     }
-    store.mark_extended(file(110)).unwrap();
+    store.mark_extended(file(110), ChunkIndex(1)).unwrap();
     create(&store, "/elsewhere", REGULAR, 99);
     let filter = FindFilter { newer_than_ns: Some(20), size: Some(5), name: Some("*0*".into()) };
     let found = store.find("/d", &filter);
@@ -376,7 +399,7 @@ fn directory_store_survives_reopening() {
         store.create(&Create::new("/d/f", REGULAR, 16), file(9)).unwrap();
         store.write(chunk(9, 0), 0, &mut &b"0123456789abcdef"[..], template(16), 1, None).unwrap();
         store.write(chunk(9, 2), 4, &mut &b"xyz"[..], template(16), 2, None).unwrap();
-        store.mark_extended(file(9)).unwrap();
+        store.mark_extended(file(9), ChunkIndex(2)).unwrap();
         store.create(&Create { link_target: Some("/d/f".into()), ..Create::new("/d/l", 0o120777, 16) }, file(3)).unwrap();
         create(&store, "/gone", REGULAR, 4);
         store.unlink("/gone", 0, None).unwrap();
@@ -394,7 +417,7 @@ fn directory_store_survives_reopening() {
     let store = ChunkStore::open(config).unwrap();
     assert_eq!(read_all(&store, chunk(9, 0)), b"0123456789abcdef");
     assert_eq!(read_all(&store, chunk(9, 2)), b"\0\0\0\0xyz");
-    assert!(store.stat(file(9)).unwrap().is_extended());
+    assert_eq!(store.stat(file(9)).unwrap().last_chunk, ChunkIndex(2));
     assert_eq!(store.lookup("/d/renamed", 0, false).unwrap().0.file, file(9));
     assert_eq!(read_all(&store, chunk(3, 0)), b"/d/f");
     let names: Vec<String> = store.read_dir("/d", None, 100).entries.into_iter().map(|e| e.name).collect();

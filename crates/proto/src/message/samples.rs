@@ -24,8 +24,9 @@ fn sample_attr() -> Attr {
         atime_ns: 1,
         mtime_ns: 2,
         ctime_ns: -3,
-        flags: 1,
+        flags: 2,
         backend_len: 1 << 40,
+        last_chunk: ChunkIndex(1 << 20),
     }
 }
 
@@ -165,7 +166,7 @@ pub fn requests() -> Vec<Request> {
         )),
         Request::ForgetDirAttrs(FileOnly { file: file(12) }),
         Request::Truncate(Truncate { file: file(3), size: 1 << 33, time_ns: 1 }),
-        Request::MarkExtended(FileOnly { file: file(1) }),
+        Request::MarkExtended(MarkExtended { file: file(1), last_chunk: ChunkIndex(8) }),
         Request::AddLink(NameCount { file: file(1), time_ns: 2, name: Some("/m/b".into()) }),
         Request::ClampChunkTimes(LinkCount { file: file(1), time_ns: 3 }),
         Request::DropLink(NameCount::new(file(1), 2)),

@@ -126,7 +126,7 @@ fn backend_files_are_read_through_once_per_chunk() {
     fs::write(setup.backend().join("in/data"), &data).unwrap();
     let store = setup.store();
     let head = store.stat(file_of(&store, "/in/data")).unwrap();
-    assert!(head.has(EntryFlags::BACKED | EntryFlags::BACKEND_DATA | EntryFlags::EXTENDED | EntryFlags::IN_BACKEND));
+    assert!(head.is_extended() && head.has(EntryFlags::BACKED | EntryFlags::BACKEND_DATA | EntryFlags::IN_BACKEND));
     assert_eq!(head.backend_len, data.len() as u64);
     assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
     assert_eq!(read_file(&store, "/in/data", data.len() as u64), data);
