@@ -8,6 +8,8 @@
 #     CPU time and context switches (all threads) per server and second, and their requests;
 #   - with 16 servers: the requests of 50 files put into / and 50 into /d (`ringfs put`,
 #     one process each: the difference is what / costs more);
+#   - with 16 servers: the requests of 50 `ringfs stat` and of 20 `ringfs rm` of files of one
+#     chunk and of three (3 MiB: chunks of 1 MiB; the difference is what later chunks cost);
 #   - with 16 servers and a FUSE mount (if /dev/fuse is there): the requests answered over
 #     $IDLE_SECS s with and without the mount, both idle.
 # Every cluster is stopped before the next starts (and on exit).
@@ -39,6 +41,7 @@ cpu_ticks() { for pid in $(server_pids); do awk '{print $14+$15}' "/proc/$pid/st
 switches() { for pid in $(server_pids); do cat /proc/"$pid"/task/*/status; done | awk '/^(non)?voluntary_ctxt_switches/ {s+=$2} END {print s+0}'; }
 
 echo x > "$work/small"
+head -c 3M /dev/zero > "$work/large"
 for binary in "$@"; do
     echo "== $binary"
     largest=0
@@ -63,6 +66,15 @@ for binary in "$@"; do
         before=$(requests)
         for index in $(seq 1 50); do "$binary" put "$work/small" "$dir/f$index"; done
         echo "50 puts into ${dir:-/} with 16 servers: $(( $(requests) - before - 16 )) requests"
+    done
+    for kind in small large; do
+        for index in $(seq 1 20); do "$binary" put "$work/$kind" "/$kind$index"; done
+        before=$(requests)
+        for index in $(seq 1 50); do "$binary" stat "/${kind}1" >/dev/null; done
+        stats=$(( $(requests) - before - 16 ))
+        before=$(requests)
+        for index in $(seq 1 20); do "$binary" rm "/$kind$index"; done
+        echo "16 servers, files of $(stat -c %s "$work/$kind") bytes: 50 stats $stats requests, 20 removals $(( $(requests) - before - 16 )) requests"
     done
     if [ -e /dev/fuse ]; then
         before=$(requests); sleep "$idle"; without=$(( $(requests) - before - 16 ))
