@@ -482,3 +482,33 @@ fn clients_read_the_run_directory_only_when_the_given_servers_do_not_answer() {
     drop(started);
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// `ringfs stop` stops every server, so none tells the others it leaves: at the end of a job
+/// of N servers those goodbyes were N² member lists of N members each, many over connections
+/// opened just for them (and each server waited for the answers). A server stopped alone
+/// (SIGTERM) still tells the others, so that they stop asking it at once.
+#[test]
+fn servers_stopped_together_say_no_goodbyes() {
+    let scratch = scratch_dir("stop-goodbyes");
+    let run_dir = scratch.join("run");
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "6", "--run-dir", run_dir.to_str().unwrap()])));
+    let log = |name: &str| std::fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default();
+    let lone = recorded_pid(&run_dir, "server-5");
+    // SAFETY: a server process this test started (through ringfs start).
+    unsafe { libc::kill(lone as libc::pid_t, libc::SIGTERM) };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !process_gone(lone) {
+        assert!(std::time::Instant::now() < deadline, "server-5 did not stop on SIGTERM");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(log("server-5").contains("(5 peers told)"), "a server stopped alone tells the others:\n{}", log("server-5"));
+    // (The stop names server-5, stopped already, as a problem: the run directory is kept.)
+    let _ = ringfs(&started.0, &["stop", "--keep"]);
+    for index in 0..5 {
+        let name = format!("server-{index}");
+        let text = log(&name);
+        assert!(text.contains("stopped with every other") && !text.contains("peers told"), "{name} said goodbye:\n{text}");
+    }
+    drop(started);
+    let _ = std::fs::remove_dir_all(scratch);
+}

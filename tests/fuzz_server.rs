@@ -60,7 +60,7 @@ fn fuzz(cluster: &TestCluster, index: usize, seed: u64, count: u64, as_server: b
     let mut connection = Connection::open(&endpoint, &config).unwrap();
     let encodings: Vec<Vec<u8>> = samples::requests()
         .into_iter()
-        .filter(|request| !matches!(request, Request::Hello(_) | Request::Shutdown))
+        .filter(|request| !matches!(request, Request::Hello(_) | Request::Shutdown(_)))
         .map(|request| {
             let mut body = Vec::new();
             request.encode(&mut body);
@@ -75,7 +75,7 @@ fn fuzz(cluster: &TestCluster, index: usize, seed: u64, count: u64, as_server: b
         let donor = &encodings[rng.below(encodings.len() as u64) as usize];
         mutate(&mut rng, &mut body, donor);
         let Ok(request) = Request::decode(&body) else { continue };
-        if matches!(request, Request::Hello(_) | Request::Shutdown) {
+        if matches!(request, Request::Hello(_) | Request::Shutdown(_)) {
             continue;
         }
         let mut data = vec![0u8; [0, 0, 1, 100, 4096, 70_000][rng.below(6) as usize]];

@@ -549,7 +549,9 @@ impl Client {
             .members
             .iter()
             .map(|member| {
-                let answer = self.inner.cluster.call(member, &ringfs_proto::Request::Shutdown, &[]).map(drop);
+                // Every server is asked: none need tell the others it leaves.
+                let request = ringfs_proto::Request::Shutdown(ringfs_proto::Shutdown { everyone: true });
+                let answer = self.inner.cluster.call(member, &request, &[]).map(drop);
                 (member.name.clone(), answer)
             })
             .collect()

@@ -790,6 +790,15 @@ pub struct Truncate {
 }
 wire_struct!(Truncate { file, size, time_ns });
 
+/// Stop the server. `everyone`: every server of the cluster is being stopped (`ringfs stop`),
+/// so it tells no other that it leaves — at the end of a job of N servers those goodbyes were
+/// N² messages of N members each, over connections often opened just for them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shutdown {
+    pub everyone: bool,
+}
+wire_struct!(Shutdown { everyone });
+
 /// Chunks of `file` up to `last_chunk` (at least 1) may exist from now on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MarkExtended {
@@ -890,7 +899,7 @@ wire_enum! {
         5 => Ping,
         6 => Stats,
         /// Stop the server (graceful, like SIGTERM).
-        7 => Shutdown,
+        7 => Shutdown(Shutdown),
         /// Create a file, directory, link or special file (its entry and its inode), or open
         /// an existing file (`exclusive` false). To the owner of the path.
         10 => Create(Create),
@@ -1181,7 +1190,7 @@ impl Request {
             | Request::PushMembers(_)
             | Request::Ping
             | Request::Stats
-            | Request::Shutdown
+            | Request::Shutdown(_)
             | Request::ReadDir(_)
             | Request::Find(_)
             | Request::PrepareRmdir(_)

@@ -147,7 +147,7 @@ impl Dispatcher {
             Request::Join(member) => self.join(member),
             Request::PushMembers(list) => self.push_members(&list),
             Request::Stats => Ok(Response::Stats(self.stats())),
-            Request::Shutdown => self.shutdown(),
+            Request::Shutdown(shutdown) => self.shutdown(shutdown),
             // Names.
             Request::Create(create) => self.names.create(create),
             Request::Lookup(lookup) => self.names.lookup(&lookup.path, lookup.open_for),
@@ -264,8 +264,11 @@ impl Dispatcher {
         Ok(Response::Done)
     }
 
-    fn shutdown(&self) -> Result<Response, Errno> {
-        log::info!("shutdown requested by a client");
+    fn shutdown(&self, shutdown: ringfs_proto::Shutdown) -> Result<Response, Errno> {
+        log::info!("shutdown requested by a client{}", if shutdown.everyone { ", of every server" } else { "" });
+        if shutdown.everyone {
+            self.node.shutdown.with_everyone();
+        }
         self.node.shutdown.request();
         Ok(Response::Done)
     }

@@ -94,7 +94,7 @@ pub fn counts_as_io(request: &Request) -> bool {
             | Request::Join(_)
             | Request::PushMembers(_)
             | Request::Stats
-            | Request::Shutdown
+            | Request::Shutdown(_)
             | Request::Sync(_)
             | Request::FlushPrepare(_)
     )

@@ -363,6 +363,11 @@ impl Server {
         // The threads that still hold the global memory may outlive this call: its spill
         // files are removed now, not when (if ever) it is dropped.
         self.state.gmem.memory.remove_spill_files();
+        if node.shutdown.everyone_stops() {
+            // `ringfs stop` stops every server: nobody is left to tell.
+            log::info!("server {} stopped with every other", node.name);
+            return;
+        }
         let list = {
             let mut membership = node.membership_mut();
             membership.declare_dead(&node.name);

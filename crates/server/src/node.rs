@@ -34,9 +34,21 @@ pub fn store_errno(error: StoreError) -> Errno {
 pub struct ShutdownSignal {
     requested: Mutex<bool>,
     changed: Condvar,
+    /// Every server of the cluster is being stopped: this one need not tell the others.
+    everyone: std::sync::atomic::AtomicBool,
 }
 
 impl ShutdownSignal {
+    /// Notes that every server of the cluster is being stopped (before [`Self::request`]).
+    pub fn with_everyone(&self) {
+        self.everyone.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether every server of the cluster is being stopped.
+    pub fn everyone_stops(&self) -> bool {
+        self.everyone.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     pub fn request(&self) {
         *self.requested.lock() = true;
         self.changed.notify_all();

@@ -62,7 +62,7 @@ pub fn requests() -> Vec<Request> {
         Request::PushMembers(MemberList { epoch: 4, placement: "modular/koyama".into(), members: vec![] }),
         Request::Ping,
         Request::Stats,
-        Request::Shutdown,
+        Request::Shutdown(Shutdown { everyone: true }),
         Request::Create(Create { link_target: Some("/y".into()), rdev: 5, open_for: 99, access: 6, ..Create::new("/x", 0o100600, 4096) }),
         Request::Lookup(Lookup { path: "/x".into(), open_for: 99, access: 4 }),
         Request::Unlink(Unlink { path: "/f".into(), time_ns: 4 }),
