@@ -28,6 +28,9 @@ pub const CLEANED_UP: &str = "cleaned up";
 /// The file in a run directory that records the `srun` step.
 const STEP_RECORD: &str = "slurm";
 
+/// The file in the run directory that names the step's nodes, one per line, for `srun`.
+const NODE_LIST: &str = "srun-nodes";
+
 /// The Slurm allocation a cluster runs in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlurmJob {
@@ -157,7 +160,10 @@ fn step_command(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, port: u16
         .arg(format!("--nodes={}", job.nodes.len()))
         .arg(format!("--ntasks={}", job.nodes.len()))
         .arg("--ntasks-per-node=1")
-        .arg(format!("--nodelist={}", job.nodes.join(",")))
+        // A file (srun reads a node list with a '/' in it from the file it names): one
+        // argument naming every node passes Linux's 128-KiB bound on an argument past
+        // ~10,000 nodes, and srun would not start at all.
+        .arg(format!("--nodelist={}", run_dir.join(NODE_LIST).display()))
         .args(["--kill-on-bad-exit=0", "--cpu-bind=none", "--mpi=none", "--input=none", "--export=ALL", "--job-name=ringfs"])
         .arg(&config.executable)
         .arg("node-agent")
@@ -176,6 +182,7 @@ pub(crate) fn start_step(config: &LaunchConfig, job: &SlurmJob, run_dir: &Path, 
     let log_path = run_dir.join("srun.log");
     let log = fs::File::create(&log_path).map_err(io_error(format!("cannot create {}", log_path.display())))?;
     let log_copy = log.try_clone().map_err(io_error("cannot duplicate a file handle"))?;
+    write_private(&run_dir.join(NODE_LIST), &(job.nodes.join("\n") + "\n"))?;
     let mut command = step_command(config, job, run_dir, port);
     command.env(env::SECRET, secret).env_remove("LD_PRELOAD").stdin(Stdio::null()).stdout(log_copy).stderr(log);
     // SAFETY: setsid and sigprocmask are async-signal-safe. The step leaves the terminal's
@@ -249,6 +256,20 @@ pub(crate) fn default_run_dir(job: &SlurmJob, base: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A job of 20,000 nodes: every argument of the step's command stays far below Linux's
+    /// bound on one argument (`MAX_ARG_STRLEN`, 128 KiB); the node list is a file.
+    #[test]
+    fn the_step_command_of_a_large_job_has_short_arguments() {
+        let nodes: Vec<String> = (0..20_000).map(|node| format!("node{node:05}")).collect();
+        let job = SlurmJob { job_id: "7".into(), nodes };
+        let run_dir = Path::new("/home/user/.ringfs/slurm-7-abc");
+        let command = step_command(&LaunchConfig::local(1, "/usr/bin/ringfs".into()), &job, run_dir, 7724);
+        let longest = command.get_args().map(|arg| arg.len()).max().unwrap();
+        assert!(longest < 4096, "an argument of {longest} bytes");
+        let nodelist = command.get_args().find_map(|arg| arg.to_str()?.strip_prefix("--nodelist=")).unwrap();
+        assert_eq!(nodelist, "/home/user/.ringfs/slurm-7-abc/srun-nodes");
+    }
 
     #[test]
     fn the_port_follows_the_job_id() {
