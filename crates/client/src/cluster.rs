@@ -361,17 +361,25 @@ impl Cluster {
     /// Sends `request` to each of `members` at once and waits for every answer (the first
     /// failure, once all answered or failed).
     pub fn call_each(&self, members: &[Member], request: &Request) -> Result<Vec<Response>, Errno> {
-        let connections = members.iter().map(|member| self.connection(member)).collect::<Result<Vec<_>, _>>()?;
-        let calls: Vec<_> = connections.iter().map(|connection| connection.start(request, &[], None)).collect();
-        let mut responses = Vec::with_capacity(calls.len());
-        let mut failure = None;
-        for (connection, call) in connections.iter().zip(calls) {
-            match self.finish(connection, call) {
-                Ok(reply) => responses.push(reply.response),
-                Err(errno) => failure = failure.or(Some(errno)),
-            }
-        }
-        failure.map_or(Ok(responses), Err)
+        self.answer_each(members, request).into_iter().collect()
+    }
+
+    /// Sends `request` to each of `members` it can reach, all at once, and returns each
+    /// member's answer (the error for one it could not reach), in the order of `members`.
+    pub fn answer_each(&self, members: &[Member], request: &Request) -> Vec<Result<Response, Errno>> {
+        let connections: Vec<Result<_, Errno>> = members.iter().map(|member| self.connection(member)).collect();
+        let calls: Vec<_> =
+            connections.iter().map(|connection| connection.as_ref().ok().map(|connection| connection.start(request, &[], None))).collect();
+        connections
+            .iter()
+            .zip(calls)
+            .map(|(connection, call)| match (connection, call) {
+                (Ok(connection), Some(call)) => self.finish(connection, call).map(|reply| reply.response),
+                (Err(errno), _) => Err(*errno),
+                // (A call is started on every connection made.)
+                (Ok(_), None) => Err(Errno::EIO),
+            })
+            .collect()
     }
 
     /// Refetches the member list if `connection`'s server has a newer epoch than ours.

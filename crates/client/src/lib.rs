@@ -544,17 +544,11 @@ impl Client {
     /// Asks every server to shut down; returns each server's name with its answer (EIO for
     /// one known to be dead).
     pub fn shutdown_each(&self) -> Vec<(String, Result<()>)> {
-        let members = self.inner.cluster.member_list();
-        members
-            .members
-            .iter()
-            .map(|member| {
-                // Every server is asked: none need tell the others it leaves.
-                let request = ringfs_proto::Request::Shutdown(ringfs_proto::Shutdown { everyone: true });
-                let answer = self.inner.cluster.call(member, &request, &[]).map(drop);
-                (member.name.clone(), answer)
-            })
-            .collect()
+        let members = self.inner.cluster.member_list().members;
+        // Every server is asked (all at once): none need tell the others it leaves.
+        let request = ringfs_proto::Request::Shutdown(ringfs_proto::Shutdown { everyone: true });
+        let answers = self.inner.cluster.answer_each(&members, &request);
+        members.into_iter().zip(answers).map(|(member, answer)| (member.name, answer.map(drop))).collect()
     }
 }
 
