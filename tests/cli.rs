@@ -49,9 +49,7 @@ impl Drop for Started {
 
 #[test]
 fn start_tools_status_and_stop() {
-    let scratch = scratch_dir("cli");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("cli", 3);
     let environment = &started.0;
     assert_eq!(environment["RINGFS_SERVER"].split(',').count(), 3);
     assert!(environment["RINGFS_SECRET"].len() >= 32);
@@ -230,12 +228,28 @@ fn recorded_pid(run_dir: &std::path::Path, name: &str) -> u32 {
     text.split_whitespace().nth(1).unwrap().parse().unwrap()
 }
 
+/// Starts `servers` local servers with `ringfs start`, their run directory in a fresh
+/// scratch directory named after `tag`: (the scratch directory, the run directory, the
+/// started cluster, stopped when dropped).
+fn start_local(tag: &str, servers: usize) -> (std::path::PathBuf, std::path::PathBuf, Started) {
+    let scratch = scratch_dir(tag);
+    let run_dir = scratch.join("run");
+    let servers = servers.to_string();
+    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", &servers, "--run-dir", run_dir.to_str().unwrap()])));
+    (scratch, run_dir, started)
+}
+
 fn kill_and_wait(pid: u32) {
+    signal_and_wait(pid, libc::SIGKILL);
+}
+
+/// Sends `signal` to server `pid` and waits (10 s at most) until it has exited.
+fn signal_and_wait(pid: u32, signal: i32) {
     // SAFETY: a server process this test started (through ringfs start or by hand).
-    unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+    unsafe { libc::kill(pid as libc::pid_t, signal) };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !process_gone(pid) {
-        assert!(std::time::Instant::now() < deadline, "server {pid} did not die");
+        assert!(std::time::Instant::now() < deadline, "server {pid} did not exit on signal {signal}");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
@@ -308,9 +322,7 @@ fn servers_restarted_by_hand_on_new_ports_are_found_through_the_run_directory() 
 /// directory (the logs) then.
 #[test]
 fn stop_reports_a_server_it_had_to_kill() {
-    let scratch = scratch_dir("stop-kill");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "2", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("stop-kill", 2);
     let mut environment = started.0.clone();
     let stuck = recorded_pid(&run_dir, "server-1");
     // SAFETY: a server process this test started.
@@ -329,9 +341,7 @@ fn stop_reports_a_server_it_had_to_kill() {
 /// the live servers, and its error names the dead server and why (it is not running).
 #[test]
 fn stop_with_a_dead_server_and_no_backend_stops_the_others_and_names_the_dead_one() {
-    let scratch = scratch_dir("stop-dead");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("stop-dead", 3);
     let mut environment = started.0.clone();
     let live = [recorded_pid(&run_dir, "server-0"), recorded_pid(&run_dir, "server-2")];
     let dead = recorded_pid(&run_dir, "server-1");
@@ -413,9 +423,7 @@ impl OpenWatch {
 /// heartbeat, N² opens a second).
 #[test]
 fn an_idle_cluster_neither_wakes_often_nor_reads_its_run_directory() {
-    let scratch = scratch_dir("idle");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("idle", 3);
     let pids: Vec<u32> = ["server-0", "server-1", "server-2"].iter().map(|name| recorded_pid(&run_dir, name)).collect();
     // Past the start's own traffic (and the directory's recent-change window).
     std::thread::sleep(std::time::Duration::from_secs(3));
@@ -452,9 +460,7 @@ fn requests_answered(environment: &HashMap<String, String>) -> (u64, usize) {
 /// 1,000 nodes would not have finished starting.
 #[test]
 fn starting_sixteen_servers_costs_requests_in_proportion() {
-    let scratch = scratch_dir("start-cost");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "16", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, _, started) = start_local("start-cost", 16);
     let (requests, up) = requests_answered(&started.0);
     assert_eq!(up, 16);
     assert!(requests < 400, "starting 16 servers cost {requests} requests");
@@ -469,9 +475,7 @@ fn starting_sixteen_servers_costs_requests_in_proportion() {
 /// (`servers_restarted_by_hand_on_new_ports_are_found_through_the_run_directory`).
 #[test]
 fn clients_read_the_run_directory_only_when_the_given_servers_do_not_answer() {
-    let scratch = scratch_dir("client-run-dir");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "3", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("client-run-dir", 3);
     let local = scratch.join("input");
     std::fs::write(&local, b"bytes").unwrap();
     let watch = OpenWatch::new(&run_dir);
@@ -489,18 +493,9 @@ fn clients_read_the_run_directory_only_when_the_given_servers_do_not_answer() {
 /// (SIGTERM) still tells the others, so that they stop asking it at once.
 #[test]
 fn servers_stopped_together_say_no_goodbyes() {
-    let scratch = scratch_dir("stop-goodbyes");
-    let run_dir = scratch.join("run");
-    let started = Started(exports(&succeed(&HashMap::new(), &["start", "--servers", "6", "--run-dir", run_dir.to_str().unwrap()])));
+    let (scratch, run_dir, started) = start_local("stop-goodbyes", 6);
     let log = |name: &str| std::fs::read_to_string(run_dir.join(format!("{name}.log"))).unwrap_or_default();
-    let lone = recorded_pid(&run_dir, "server-5");
-    // SAFETY: a server process this test started (through ringfs start).
-    unsafe { libc::kill(lone as libc::pid_t, libc::SIGTERM) };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !process_gone(lone) {
-        assert!(std::time::Instant::now() < deadline, "server-5 did not stop on SIGTERM");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    signal_and_wait(recorded_pid(&run_dir, "server-5"), libc::SIGTERM);
     assert!(log("server-5").contains("(5 peers told)"), "a server stopped alone tells the others:\n{}", log("server-5"));
     // (The stop names server-5, stopped already, as a problem: the run directory is kept.)
     let _ = ringfs(&started.0, &["stop", "--keep"]);

@@ -368,16 +368,16 @@ impl Cluster {
     /// member's answer (the error for one it could not reach), in the order of `members`.
     pub fn answer_each(&self, members: &[Member], request: &Request) -> Vec<Result<Response, Errno>> {
         let connections: Vec<Result<_, Errno>> = members.iter().map(|member| self.connection(member)).collect();
-        let calls: Vec<_> =
-            connections.iter().map(|connection| connection.as_ref().ok().map(|connection| connection.start(request, &[], None))).collect();
-        connections
+        // Every call is started before any is awaited.
+        let calls: Vec<_> = connections
             .iter()
-            .zip(calls)
-            .map(|(connection, call)| match (connection, call) {
-                (Ok(connection), Some(call)) => self.finish(connection, call).map(|reply| reply.response),
-                (Err(errno), _) => Err(*errno),
-                // (A call is started on every connection made.)
-                (Ok(_), None) => Err(Errno::EIO),
+            .map(|connection| connection.as_ref().map(|connection| (connection, connection.start(request, &[], None))))
+            .collect();
+        calls
+            .into_iter()
+            .map(|started| {
+                let (connection, call) = started.map_err(|errno| *errno)?;
+                self.finish(connection, call).map(|reply| reply.response)
             })
             .collect()
     }

@@ -7,6 +7,7 @@
 //! coordinator never cares whether a step is local.
 
 use parking_lot::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -35,18 +36,18 @@ pub struct ShutdownSignal {
     requested: Mutex<bool>,
     changed: Condvar,
     /// Every server of the cluster is being stopped: this one need not tell the others.
-    everyone: std::sync::atomic::AtomicBool,
+    everyone: AtomicBool,
 }
 
 impl ShutdownSignal {
     /// Notes that every server of the cluster is being stopped (before [`Self::request`]).
     pub fn with_everyone(&self) {
-        self.everyone.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.everyone.store(true, Ordering::Relaxed);
     }
 
     /// Whether every server of the cluster is being stopped.
     pub fn everyone_stops(&self) -> bool {
-        self.everyone.load(std::sync::atomic::Ordering::Relaxed)
+        self.everyone.load(Ordering::Relaxed)
     }
 
     pub fn request(&self) {
