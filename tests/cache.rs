@@ -440,6 +440,30 @@ fn io_aware_flushing_steps_aside_for_application_io() {
     assert_same("/snapshot23", &backend.read("/snapshot23"), &bytes);
 }
 
+/// A FUSE mount asks every server what changed, every 100 ms while there is news
+/// (`Changes`), and the servers compare member lists every heartbeat: neither is the
+/// application's I/O, and neither may keep an io-aware server from flushing. (A mount's
+/// questions counted as I/O: with a mount on the cluster, a server flushed only if it
+/// happened to see no question for the whole idle interval.)
+#[test]
+fn a_mounts_questions_about_changes_do_not_hold_off_io_aware_flushing() {
+    let backend = Backend::new("watched");
+    let cluster = TestCluster::with_options(caching(&backend, 2, "io-aware", 300));
+    let client = cluster.client();
+    let bytes = random_bytes(&mut Random::new(19), 600_000);
+    write_whole(&client, "/result", &bytes);
+    let watcher = cluster.client();
+    let mut watch = ringfs_client::ChangeWatch::default();
+    let started = Instant::now();
+    // Every server is asked every 50 ms, as by a busy mount (faster than the idle interval).
+    while cache_totals(&client).dirty_chunks > 0 {
+        assert!(started.elapsed() < Duration::from_secs(20), "the servers flush while a mount asks what changed");
+        watcher.changes(&mut watch).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_same("/result", &backend.read("/result"), &bytes);
+}
+
 #[test]
 fn removals_truncations_renames_and_overwrites_reach_the_backend() {
     let backend = Backend::new("names");

@@ -33,6 +33,11 @@ impl MemberRing {
         &self.list
     }
 
+    /// Sets the list's epoch (the members and the ring stay).
+    pub fn set_epoch(&mut self, epoch: u64) {
+        self.list.epoch = epoch;
+    }
+
     /// The list, to change it (a new [`MemberRing`] places the changed list).
     pub fn into_list(self) -> MemberList {
         self.list

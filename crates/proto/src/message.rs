@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 14;
+pub const PROTOCOL_VERSION: u16 = 15;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -161,6 +161,49 @@ pub struct MemberList {
     pub members: Vec<Member>,
 }
 wire_struct!(MemberList { epoch, placement, members });
+
+impl MemberList {
+    /// What gossip compares of two lists, in 64 bits: the placement and each member's name,
+    /// incarnation and liveness (a member's address changes only with a new incarnation),
+    /// whatever their order and the lists' epochs. Lists with equal digests merge into
+    /// each other without a change (but for a collision, one in 2^64).
+    pub fn digest(&self) -> u64 {
+        let members = self.members.iter().fold(0u64, |sum, member| {
+            let alive = [u8::from(member.alive)];
+            let bytes = [member.name.as_bytes(), &member.incarnation.to_le_bytes(), &alive];
+            // A sum of the members' hashes does not depend on their order.
+            sum.wrapping_add(mix(fnv1a(&bytes)))
+        });
+        mix(fnv1a(&[self.placement.as_bytes()]) ^ members)
+    }
+}
+
+/// The heartbeat's question to another server: is your member list the one with this
+/// [`MemberList::digest`]?
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberDigest {
+    pub digest: u64,
+}
+wire_struct!(MemberDigest { digest });
+
+/// FNV-1a over the pieces in order, each followed by a zero byte (so that "ab","c" and
+/// "a","bc" differ).
+fn fnv1a(pieces: &[&[u8]]) -> u64 {
+    let mut hash = 0xcbf2_9ce4_8422_2325u64;
+    for piece in pieces {
+        for byte in piece.iter().chain(&[0]) {
+            hash = (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    hash
+}
+
+/// A finaliser that spreads every input bit over the output (SplitMix64's).
+fn mix(mut value: u64) -> u64 {
+    value = (value ^ (value >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    value = (value ^ (value >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    value ^ (value >> 31)
+}
 
 // ----- names --------------------------------------------------------------------------------------
 
@@ -896,6 +939,9 @@ wire_enum! {
         3 => Join(Member),
         /// Server to server: a newer member list.
         4 => PushMembers(MemberList),
+        /// Server to server, each heartbeat: is your list the one with this digest? `Done` if
+        /// so, `Members` (the receiver's list) if not.
+        8 => MemberDigest(MemberDigest),
         5 => Ping,
         6 => Stats,
         /// Stop the server (graceful, like SIGTERM).
@@ -1102,6 +1148,7 @@ impl Request {
             self,
             Request::Join(_)
                 | Request::PushMembers(_)
+                | Request::MemberDigest(_)
                 | Request::LookupDir(_)
                 | Request::PrepareRmdir(_)
                 | Request::InstallEntry(_)
@@ -1188,6 +1235,7 @@ impl Request {
             | Request::GetMembers
             | Request::Join(_)
             | Request::PushMembers(_)
+            | Request::MemberDigest(_)
             | Request::Ping
             | Request::Stats
             | Request::Shutdown(_)

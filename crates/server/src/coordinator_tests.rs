@@ -360,3 +360,42 @@ fn a_lost_push_of_the_member_list_is_mended_by_the_exchanges() {
     }
     assert!(!alive_at(2), "s2's exchanges told it (from s0's or s1's answer)");
 }
+
+/// The heartbeat's exchange compares digests: servers that agree exchange no list, and one
+/// that lacks something gets the list in the answer — or, if the asker is the one that
+/// knows more, the asker pushes its own.
+#[test]
+fn heartbeat_exchanges_send_lists_only_between_servers_that_differ() {
+    let cluster = TestCluster::new(4);
+    let node = |server: usize| &cluster.servers[server].node;
+    let lists = || cluster.net.delivered("PushMembers").len();
+    let (digests_before, lists_before) = (cluster.net.delivered("MemberDigest").len(), lists());
+    let mut turn = 0;
+    for server in 0..4 {
+        for _ in 0..3 {
+            crate::exchange_members(node(server), &mut turn, Duration::from_secs(5));
+        }
+    }
+    assert_eq!(cluster.net.delivered("MemberDigest").len() - digests_before, 12);
+    assert_eq!(lists(), lists_before, "servers that agree exchange digests only");
+    assert_eq!(node(1).membership().list().digest(), node(3).membership().list().digest());
+
+    // s0 admits a server without telling anyone: its exchange pushes its list to the server
+    // it asks; the other servers' exchanges hear of it in the answers of those who know (or
+    // from a push, when they asked a server that lacked it).
+    let knows = |server: usize| node(server).membership().member("s9").is_some();
+    let newcomer = ringfs_proto::Member { name: "s9".into(), ..node(3).membership().member("s3").unwrap().clone() };
+    assert!(node(0).membership_mut().admit(newcomer));
+    let mut turn = 0;
+    crate::exchange_members(node(0), &mut turn, Duration::from_secs(5));
+    assert_eq!(lists(), lists_before + 1, "the asker knew more: it pushed its list");
+    assert_eq!((1..4).filter(|server| knows(*server)).count(), 1, "the server s0 asked now knows");
+    for server in 1..4 {
+        let mut turn = 0;
+        for _ in 0..3 {
+            crate::exchange_members(node(server), &mut turn, Duration::from_secs(5));
+        }
+    }
+    assert!((1..4).all(knows), "the exchanges spread it");
+    assert!(lists() <= lists_before + 3, "at most one push to each server that lacked it");
+}

@@ -146,6 +146,7 @@ impl Dispatcher {
             Request::GetMembers => Ok(Response::Members(self.node.membership().list().clone())),
             Request::Join(member) => self.join(member),
             Request::PushMembers(list) => self.push_members(&list),
+            Request::MemberDigest(asked) => Ok(self.member_digest(asked)),
             Request::Stats => Ok(Response::Stats(self.stats())),
             Request::Shutdown(shutdown) => self.shutdown(shutdown),
             // Names.
@@ -262,6 +263,13 @@ impl Dispatcher {
             return Ok(Response::Members(self.node.membership().list().clone()));
         }
         Ok(Response::Done)
+    }
+
+    /// `MemberDigest`: `Done` if our list has the asker's digest, else our list (the asker
+    /// merges it, and pushes its own if it knew something we did not).
+    fn member_digest(&self, asked: ringfs_proto::MemberDigest) -> Response {
+        let membership = self.node.membership();
+        if membership.list().digest() == asked.digest { Response::Done } else { Response::Members(membership.list().clone()) }
     }
 
     fn shutdown(&self, shutdown: ringfs_proto::Shutdown) -> Result<Response, Errno> {

@@ -84,7 +84,8 @@ const ORPHAN_AFTER: u32 = 600;
 const WORK_POLL: Duration = Duration::from_millis(20);
 
 /// Whether a request is application I/O (which stops I/O-aware flushing). Membership,
-/// statistics and the servers' own flushing traffic are not.
+/// statistics, a mount's questions about changes and the servers' own flushing traffic are
+/// not.
 pub fn counts_as_io(request: &Request) -> bool {
     !matches!(
         request,
@@ -93,7 +94,9 @@ pub fn counts_as_io(request: &Request) -> bool {
             | Request::GetMembers
             | Request::Join(_)
             | Request::PushMembers(_)
+            | Request::MemberDigest(_)
             | Request::Stats
+            | Request::Changes(_)
             | Request::Shutdown(_)
             | Request::Sync(_)
             | Request::FlushPrepare(_)

@@ -453,7 +453,8 @@ const GOSSIP_GAP: Duration = Duration::from_millis(20);
 /// One exchange of member lists with another server, each heartbeat, with each in turn
 /// (`turn` counts them; the next server after this one in ring order first): what a lost
 /// push left out is mended within a few heartbeats, as epidemics spread — each exchange
-/// tells the other what we know and, in its answer, us what it knows.
+/// tells the other what we know and, in its answer, us what it knows. Lists that agree are
+/// compared by their digests only ([`Node::exchange_members_with`]).
 pub(crate) fn exchange_members(node: &Node, turn: &mut usize, timeout: Duration) {
     let peer = {
         let membership = node.membership();
@@ -467,7 +468,7 @@ pub(crate) fn exchange_members(node: &Node, turn: &mut usize, timeout: Duration)
         *turn = turn.wrapping_add(1);
         peer
     };
-    if let Err(errno) = node.push_members_to(&peer, Some(Instant::now() + timeout)) {
+    if let Err(errno) = node.exchange_members_with(&peer, Some(Instant::now() + timeout)) {
         log::debug!("no exchange of member lists with {}: {errno}", peer.name);
     }
 }

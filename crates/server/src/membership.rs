@@ -153,7 +153,12 @@ impl Membership {
         merged.sender_behind =
             list.members.iter().any(|ours| theirs.get(ours.name.as_str()).is_none_or(|incarnation| *incarnation < ours.incarnation));
         list.epoch = if merged.changed() { list.epoch.max(incoming.epoch).saturating_add(1) } else { list.epoch.max(incoming.epoch) };
-        self.set(list);
+        if merged.learned || merged.refuted {
+            self.set(list);
+        } else {
+            // The same members: the ring stands (placing them anew costs O(members)).
+            self.ring.set_epoch(list.epoch);
+        }
         merged
     }
 }

@@ -276,6 +276,24 @@ impl Node {
         Ok(())
     }
 
+    /// The heartbeat's exchange with `member`: it compares our list's digest with its own
+    /// and answers its list only when they differ; we merge it, and push ours back if it
+    /// lacked something we know. Two servers that agree (nearly always) exchange 16 bytes,
+    /// not two lists of every member. Waits until `until` at most for each answer.
+    pub fn exchange_members_with(&self, member: &Member, until: Option<Instant>) -> Result<(), Errno> {
+        let request = Request::MemberDigest(ringfs_proto::MemberDigest { digest: self.membership().list().digest() });
+        let reply = self.outbound.call_until(OutboundCall { to: member, request: &request, data: &[] }, until)?;
+        let Response::Members(list) = reply.response else { return Ok(()) };
+        let merged = self.membership_mut().merge(&list, &self.name);
+        if merged.refuted {
+            // (The refutation reaches every server, `member` too.)
+            self.spread_members();
+        } else if merged.sender_behind {
+            self.push_members_to(member, until)?;
+        }
+        Ok(())
+    }
+
     /// Pushes our member list to every other live server (the gossip), taking their answers.
     pub fn push_members_to_all(&self) {
         let request = Request::PushMembers(self.membership().list().clone());

@@ -61,3 +61,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_member_lists_digest_tells_what_gossip_compares_and_nothing_else() {
+    let member = |name: &str, incarnation: u64| Member {
+        name: name.into(),
+        tcp_address: format!("{name}:1"),
+        unix_path: String::new(),
+        host_id: 1,
+        pid: 1,
+        alive: true,
+        incarnation,
+    };
+    let list = MemberList { epoch: 3, placement: "modular/koyama".into(), members: vec![member("a", 1), member("b", 2)] };
+    let digest = list.digest();
+    let mut reordered = list.clone();
+    reordered.members.reverse();
+    reordered.epoch = 9;
+    assert_eq!(reordered.digest(), digest, "neither the order nor the epoch counts");
+    let changed = |change: &dyn Fn(&mut MemberList)| {
+        let mut other = list.clone();
+        change(&mut other);
+        other.digest()
+    };
+    assert_ne!(changed(&|l| l.members[1].incarnation = 3), digest, "a newer incarnation");
+    assert_ne!(changed(&|l| l.members[1].alive = false), digest, "a member declared dead");
+    assert_ne!(changed(&|l| l.members.push(member("c", 1))), digest, "a member more");
+    assert_ne!(changed(&|l| l.members[0].name = "b".into()), digest, "a name");
+    assert_ne!(changed(&|l| l.placement = "consistent/koyama".into()), digest, "the placement");
+    // Swapping two members' incarnations is another list.
+    assert_ne!(changed(&|l| (l.members[0].incarnation, l.members[1].incarnation) = (2, 1)), digest);
+}
