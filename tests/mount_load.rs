@@ -608,6 +608,58 @@ fn an_idle_mount_asks_the_servers_about_once_a_second_and_still_sees_changes() {
     assert!(within_two_seconds(|| missing.exists()), "a name created elsewhere after a quiet while");
 }
 
+/// A mount asks each server with news every `--watch-ms`, but no more questions a second
+/// of all servers together than `--watch-budget`: with a mount on each of N nodes, every
+/// server answers at most that many a second, however large N is (without the budget:
+/// 10 N a second while the job works). Here 4 servers and a budget of 4: each is asked
+/// about once a second, although every one of them has news all the time.
+#[test]
+fn a_busy_mount_asks_the_servers_within_its_budget_and_still_sees_changes() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(4);
+    let client = cluster.client();
+    // Two files with a chunk on each server (placement is modular: consecutive chunks on
+    // consecutive servers), written in turn: every server has news all the time (a run of
+    // writes to one file is noted once).
+    let fds: Vec<_> = ["/busy0", "/busy1"]
+        .iter()
+        .map(|path| client.open(path, ringfs_client::OpenFlags::WRITE | ringfs_client::OpenFlags::CREATE, 0o644).unwrap())
+        .collect();
+    let chunk = u64::from(client.stat("/busy0").unwrap().chunk_size);
+    let writes = |count: u64| {
+        for index in 0..count {
+            client.pwrite(fds[(index / 4 % 2) as usize], &[index as u8; 4096], (index % 4) * chunk).unwrap();
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    writes(4);
+    let count = 400;
+    // The writes' own requests, and the servers' heartbeats, before any mount.
+    let before = server_requests(&client);
+    writes(count);
+    let without_mount = server_requests(&client) - before;
+    let mount = cluster.mount(&["--attr-timeout-ms", "60000", "--watch-ms", "100", "--watch-budget", "4"]);
+    let missing = mount.path("missing");
+    assert!(!missing.exists());
+    let before = server_requests(&client);
+    let started = std::time::Instant::now();
+    writes(count);
+    let elapsed = started.elapsed().as_secs_f64();
+    let watch_requests = (server_requests(&client) - before).saturating_sub(without_mount);
+    // Every 100 ms: 40 questions a second; within the budget: 4.
+    assert!(
+        (watch_requests as f64) < 12.0 * elapsed + 8.0,
+        "a busy mount asked the servers {watch_requests} times in {elapsed:.1} s, with a budget of 4 a second"
+    );
+    for fd in fds {
+        client.close(fd).unwrap();
+    }
+    client.close(client.create("/missing", 0o600).unwrap()).unwrap();
+    assert!(within_two_seconds(|| missing.exists()), "a name created elsewhere shows within about a second");
+}
+
 #[test]
 fn without_watching_the_kernel_keeps_what_it_cached_until_it_expires() {
     if !fuse_available() {

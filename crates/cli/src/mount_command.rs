@@ -26,6 +26,11 @@ pub struct MountArgs {
     /// drop that from its caches, in milliseconds (0: never; the caches then only expire).
     #[arg(long, default_value_t = 100)]
     pub watch_ms: u64,
+    /// The most questions a second the mount asks all servers together about changes: with
+    /// more servers than --watch-ms allows at this rate, each is asked less often (a change
+    /// elsewhere then shows within about servers / this many seconds).
+    #[arg(long, default_value_t = 1000)]
+    pub watch_budget: u32,
     /// Threads serving kernel requests.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
@@ -42,6 +47,7 @@ impl MountArgs {
         MountOptions {
             attr_timeout: Duration::from_millis(self.attr_timeout_ms.unwrap_or(if self.watch_ms == 0 { 1000 } else { 60_000 })),
             watch_interval: Duration::from_millis(self.watch_ms),
+            watch_budget: self.watch_budget.max(1),
             direct_io: self.direct_io,
             writeback_cache: self.writeback_cache,
             threads: self.threads,

@@ -25,17 +25,33 @@ struct Pacing {
     busy: Duration,
     /// The longest interval of a server with nothing new.
     quiet: Duration,
+    /// The most questions a second the watch asks all servers together: with more servers
+    /// than `busy` allows at this rate, each is asked less often (see [`ChangeWatch::pace`]).
+    per_second: u32,
     /// By server: its interval now, and when it is asked next.
     next: HashMap<String, (Duration, Instant)>,
+}
+
+impl Pacing {
+    /// The shortest interval with `servers` servers: `busy`, or longer where asking that
+    /// many servers that often would pass `per_second`.
+    fn shortest(&self, servers: usize) -> Duration {
+        self.busy.max(Duration::from_secs_f64(servers as f64 / f64::from(self.per_second.max(1))))
+    }
 }
 
 impl ChangeWatch {
     /// From now on [`Client::changes`] asks a server only when it is due: `busy` after an
     /// answer with news, and after each answer without, twice as long as before, up to
     /// `quiet`. Every mount asks every server, so an idle job of N nodes with a mount on
-    /// each costs every server N requests per `quiet`, not per `busy`.
-    pub fn pace(&mut self, busy: Duration, quiet: Duration) {
-        self.pacing = Some(Pacing { busy, quiet: quiet.max(busy), next: HashMap::new() });
+    /// each costs every server N requests per `quiet`, not per `busy`. And the watch asks
+    /// at most `per_second` questions a second of all servers together: with N servers,
+    /// each is asked at most every N / `per_second` seconds (when that is longer than
+    /// `busy`), so that a job with a mount on each node costs each server at most
+    /// `per_second` questions a second however large it is, and a change elsewhere shows
+    /// within about that interval.
+    pub fn pace(&mut self, busy: Duration, quiet: Duration, per_second: u32) {
+        self.pacing = Some(Pacing { busy, quiet: quiet.max(busy), per_second, next: HashMap::new() });
     }
 
     /// Whether `server` is to be asked at `now`.
@@ -43,12 +59,13 @@ impl ChangeWatch {
         self.pacing.as_ref().is_none_or(|pacing| pacing.next.get(server).is_none_or(|(_, next)| now >= *next))
     }
 
-    /// `server` was asked at `now`; `news`: its answer had some.
-    fn asked(&mut self, server: &str, news: bool, now: Instant) {
+    /// `server`, one of `servers`, was asked at `now`; `news`: its answer had some.
+    fn asked(&mut self, server: &str, servers: usize, news: bool, now: Instant) {
         let Some(pacing) = &mut self.pacing else { return };
+        let shortest = pacing.shortest(servers);
         let interval = match pacing.next.get(server) {
-            Some((interval, _)) if !news => (*interval * 2).min(pacing.quiet),
-            _ => pacing.busy,
+            Some((interval, _)) if !news => (*interval * 2).min(pacing.quiet.max(shortest)).max(shortest),
+            _ => shortest,
         };
         pacing.next.insert(server.to_string(), (interval, now + interval));
     }
@@ -73,8 +90,9 @@ impl Client {
     pub fn changes(&self, watch: &mut ChangeWatch) -> Result<Changes> {
         let cluster = &self.inner.cluster;
         let now = Instant::now();
-        let members: Vec<_> =
-            cluster.member_list().members.into_iter().filter(|member| member.alive && watch.due(&member.name, now)).collect();
+        let alive: Vec<_> = cluster.member_list().members.into_iter().filter(|member| member.alive).collect();
+        let servers = alive.len();
+        let members: Vec<_> = alive.into_iter().filter(|member| watch.due(&member.name, now)).collect();
         let connections = members.iter().map(|member| cluster.connection(member)).collect::<Result<Vec<_>>>()?;
         let calls: Vec<_> = members
             .iter()
@@ -94,7 +112,7 @@ impl Client {
         let mut changes = Changes { complete: true, ..Changes::default() };
         for (member, list) in members.iter().zip(lists) {
             watch.positions.insert(member.name.clone(), (list.epoch, list.last));
-            watch.asked(&member.name, !list.complete || !list.files.is_empty() || !list.names.is_empty(), now);
+            watch.asked(&member.name, servers, !list.complete || !list.files.is_empty() || !list.names.is_empty(), now);
             changes.complete &= list.complete;
             changes.files.extend(list.files);
             changes.names.extend(list.names);
@@ -112,12 +130,12 @@ mod tests {
         let mut watch = ChangeWatch::default();
         let start = Instant::now();
         assert!(watch.due("a", start), "an unpaced watch asks every server every time");
-        watch.pace(Duration::from_millis(100), Duration::from_secs(1));
+        watch.pace(Duration::from_millis(100), Duration::from_secs(1), 1000);
         assert!(watch.due("a", start), "a server never asked is due");
         let mut now = start;
         let mut intervals = Vec::new();
         for news in [false, false, false, false, false, false, true, false] {
-            watch.asked("a", news, now);
+            watch.asked("a", 10, news, now);
             let (interval, next) = watch.pacing.as_ref().unwrap().next["a"];
             assert!(!watch.due("a", next - Duration::from_millis(1)) && watch.due("a", next));
             intervals.push(interval.as_millis());
@@ -126,5 +144,26 @@ mod tests {
         // (The first answer sets the busy interval; each quiet one doubles it up to 1 s.)
         assert_eq!(intervals, [100, 200, 400, 800, 1000, 1000, 100, 200]);
         assert!(watch.due("b", now), "servers are paced one by one");
+    }
+
+    #[test]
+    fn a_paced_watch_of_many_servers_asks_each_less_often_within_its_budget() {
+        let mut watch = ChangeWatch::default();
+        watch.pace(Duration::from_millis(100), Duration::from_secs(1), 1000);
+        let now = Instant::now();
+        let interval = |watch: &ChangeWatch, server: &str| watch.pacing.as_ref().unwrap().next[server].0;
+        // 100 servers at 1,000 questions a second: every 100 ms, as without a budget.
+        watch.asked("a", 100, true, now);
+        assert_eq!(interval(&watch, "a"), Duration::from_millis(100));
+        // 5,000 servers: each every 5 s, busy or quiet, so each is asked 1,000 times a
+        // second by 5,000 such mounts.
+        watch.asked("a", 5000, true, now);
+        assert_eq!(interval(&watch, "a"), Duration::from_secs(5));
+        watch.asked("a", 5000, false, now);
+        assert_eq!(interval(&watch, "a"), Duration::from_secs(5), "the quiet interval is no shorter");
+        // 2,000: busy every 2 s, quiet ones back off no further than that.
+        watch.asked("b", 2000, true, now);
+        watch.asked("b", 2000, false, now);
+        assert_eq!(interval(&watch, "b"), Duration::from_secs(2));
     }
 }

@@ -68,20 +68,32 @@ pub fn start_position(client: &Client) -> ChangeWatch {
 /// after a quiet while still shows within about this long.
 const QUIET_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Starts the thread that asks the servers every `interval` (servers with nothing new less
-/// often, down to [`QUIET_INTERVAL`]) what others changed since `position`.
+/// How often the watch asks.
+#[derive(Clone, Copy, Debug)]
+pub struct Pace {
+    /// A server with news is asked again after this long.
+    pub interval: Duration,
+    /// The most questions a second of all servers together (see
+    /// [`ChangeWatch::pace`]).
+    pub budget: u32,
+}
+
+/// Starts the thread that asks the servers every `pace.interval` (servers with nothing new
+/// less often, down to [`QUIET_INTERVAL`]; each server less often where there are more than
+/// the budget allows) what others changed since `position`.
 pub fn spawn(
     watch: Arc<Watch>,
     client: Client,
     mut position: ChangeWatch,
     inodes: Arc<InodeTable>,
     notifier: Notifier,
-    interval: Duration,
+    pace: Pace,
 ) -> JoinHandle<()> {
+    let interval = pace.interval;
     std::thread::Builder::new()
         .name("ringfs-watch".into())
         .spawn(move || {
-            position.pace(interval, QUIET_INTERVAL);
+            position.pace(interval, QUIET_INTERVAL, pace.budget);
             while !watch.stop.load(Ordering::Acquire) {
                 match client.changes(&mut position) {
                     Ok(changes) => drop_changed(&watch, &inodes, &notifier, changes),
