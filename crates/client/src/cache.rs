@@ -99,7 +99,11 @@ impl Client {
                 .iter()
                 .zip(&connections)
                 .map(|((chunk, backend_len, _), connection)| {
-                    connection.start(&Request::LoadChunk(LoadChunk { chunk: *chunk, backend_len: *backend_len, backend: None }), &[], None)
+                    connection.start(
+                        &Request::LoadChunk(LoadChunk { chunk: *chunk, backend_len: *backend_len, backend: None, keep: false }),
+                        &[],
+                        None,
+                    )
                 })
                 .collect();
             for ((call, connection), (_, _, len)) in calls.into_iter().zip(&connections).zip(window) {

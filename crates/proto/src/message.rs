@@ -894,8 +894,12 @@ pub struct LoadChunk {
     pub backend_len: u64,
     /// As in [`SetChunkLen::backend`] (from a coordinating server; clients send `None`).
     pub backend: Option<BackendFileReply>,
+    /// A rename takes the file's bytes along (cache mode): the chunk is marked dirty once
+    /// loaded (also one that was here whole), so that no eviction drops its bytes before they
+    /// are flushed at the file's new place.
+    pub keep: bool,
 }
-wire_struct!(LoadChunk { chunk, backend_len, backend });
+wire_struct!(LoadChunk { chunk, backend_len, backend, keep });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Release {

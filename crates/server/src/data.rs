@@ -103,7 +103,7 @@ impl Data {
                 Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                 _ => self.backend_for(load.chunk, load.backend_len)?,
             };
-            Ok(Response::Count(self.node.store.load_chunk(load.chunk, backend.as_ref()).map_err(store_errno)?))
+            Ok(Response::Count(self.node.store.load_chunk(load.chunk, backend.as_ref(), load.keep).map_err(store_errno)?))
         })
     }
 

@@ -226,7 +226,7 @@ impl Files {
         };
         // A file with other names may be made anew at one of them (when the name its data
         // goes to leaves): it takes its bytes along as a renamed file does.
-        if (attr.has(EntryFlags::OPEN) || attr.nlink > 1) && attr.has(EntryFlags::BACKED) && attr.backend_len > 0 {
+        if (attr.has(EntryFlags::OPEN) || attr.nlink > 1) && attr.has(EntryFlags::BACKED) && may_have_bytes_only_in_the_backend(&attr) {
             self.load_backend_data(file)?;
         }
         Ok(())
@@ -331,13 +331,18 @@ impl Files {
     }
 
     /// Cache mode: loads every chunk of `file` whose bytes are still in the backend (a renamed
-    /// file takes its data along).
+    /// file takes its data along): the chunks below its `backend_len` (it came from the
+    /// backend), and those flushed and then evicted (their bytes are only in its backend
+    /// file; the store holds their attributes). Each chunk's owner loads what it holds only
+    /// there, and marks every chunk of the file dirty (`keep`): a clean chunk could be
+    /// evicted again before the rename marks it for its new place, its bytes then only in
+    /// the old backend file, which goes with the old name.
     fn load_backend_data(&self, file: FileId) -> Result<(), Errno> {
         let attr = match self.node.ask_home(file, Request::Stat(FileOnly { file }))? {
             Response::Attr(attr) => attr,
             _ => return Err(Errno::EPROTO),
         };
-        if attr.backend_len == 0 || !(attr.is_regular() || attr.is_symlink()) {
+        if !may_have_bytes_only_in_the_backend(&attr) {
             return Ok(());
         }
         let backend = match self.node.ask_home(file, Request::BackendOf(FileOnly { file }))? {
@@ -345,11 +350,33 @@ impl Files {
             _ => return Err(Errno::EPROTO),
         };
         let chunk_size = attr.chunk_size.max(1) as u64;
-        for index in ChunkIndex::FIRST.through(ChunkIndex::last_of(attr.backend_len, chunk_size)) {
-            let chunk = ChunkKey::new(file, index);
-            let request = Request::LoadChunk(LoadChunk { chunk, backend_len: attr.backend_len, backend: backend.clone() });
-            self.node.ask(&self.node.owner_of_chunk(chunk), request)?;
+        let last = ChunkIndex::last_of(attr.backend_len, chunk_size).max(attr.last_chunk);
+        let chunks: Vec<ChunkIndex> = ChunkIndex::FIRST.through(last).collect();
+        // In batches, each chunk's request to its owner at once.
+        for batch in chunks.chunks(LOADS_AT_ONCE) {
+            let targets: Vec<_> = batch
+                .iter()
+                .map(|index| {
+                    let chunk = ChunkKey::new(file, *index);
+                    let request =
+                        Request::LoadChunk(LoadChunk { chunk, backend_len: attr.backend_len, backend: backend.clone(), keep: true });
+                    (self.node.owner_of_chunk(chunk), request)
+                })
+                .collect();
+            for answer in self.node.ask_each(&targets, None) {
+                answer?;
+            }
         }
         Ok(())
     }
+}
+
+/// Chunks loaded from the backend at once for a rename (one request each).
+const LOADS_AT_ONCE: usize = 64;
+
+/// Whether some of a file's bytes may be only in its backend file: it came from the backend
+/// (`backend_len`), or it was flushed there (`IN_BACKEND`) and chunks may have been evicted
+/// since.
+fn may_have_bytes_only_in_the_backend(attr: &ringfs_proto::Attr) -> bool {
+    (attr.is_regular() || attr.is_symlink()) && (attr.backend_len > 0 || attr.has(EntryFlags::IN_BACKEND))
 }

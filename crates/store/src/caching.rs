@@ -108,6 +108,7 @@ impl ChunkStore {
             return Ok(rewrite);
         }
         chunk.cache.moves += 1;
+        log::debug!("file {file} rebound to {path:?} (from {from:?})");
         match path {
             Some(path) if self.cache.as_ref().is_some_and(|cache| cache.backend.covers(path)) => {
                 self.make_anew_at(&mut chunk, path);
@@ -312,8 +313,10 @@ impl ChunkStore {
     }
 
     /// Loads one chunk from the backend (stage-in); `backend` as the inode's server gave it.
+    /// With `keep` (a rename takes the bytes along) the chunk is then marked dirty, also one
+    /// that was here whole: no eviction drops its bytes until they are flushed again.
     /// Returns the bytes loaded (0 if the chunk was here already or holds no backend data).
-    pub fn load_chunk(&self, key: ChunkKey, backend: Option<&BackendFile>) -> Result<u64, StoreError> {
+    pub fn load_chunk(&self, key: ChunkKey, backend: Option<&BackendFile>, keep: bool) -> Result<u64, StoreError> {
         let handle = if key.is_inode() {
             self.inode_checked(key.file)?
         } else {
@@ -323,11 +326,20 @@ impl ChunkStore {
             }
         };
         let mut chunk = handle.lock();
-        if chunk.removed || !chunk.attr.has(EntryFlags::BACKEND_DATA) {
+        if chunk.removed {
             return Ok(0);
         }
-        self.ensure_loaded(&handle, &mut chunk, backend)?;
-        Ok(chunk.attr.len)
+        let loaded = if chunk.attr.has(EntryFlags::BACKEND_DATA) {
+            self.ensure_loaded(&handle, &mut chunk, backend)?;
+            chunk.attr.len
+        } else {
+            0
+        };
+        if keep {
+            self.touched(&mut chunk);
+            self.persist(&mut chunk)?;
+        }
+        Ok(loaded)
     }
 
     /// A write that found the store full even after eviction goes to the backend directly

@@ -189,7 +189,7 @@ pub fn requests() -> Vec<Request> {
         Request::Sync(Sync { ticket: 12 }),
         Request::FlushPrepare(FileOnly { file: file(8) }),
         Request::ReadBackendDir(ReadDir { path: "/d".into(), after: None, limit: 7 }),
-        Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), ChunkIndex(2)), backend_len: 9, backend: None }),
+        Request::LoadChunk(LoadChunk { chunk: ChunkKey::new(file(3), ChunkIndex(2)), backend_len: 9, backend: None, keep: true }),
         Request::BackendOf(FileOnly { file: file(3) }),
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),

@@ -81,6 +81,7 @@ impl Cache {
             return Ok(FlushOutcome::Held);
         }
         self.backend.remove(path).map_err(io_errno)?;
+        log::debug!("removed {path} from the backend");
         names.backend_removals += 1;
         self.backend_changed();
         self.forget_removal(space, &mut dirs, &mut names, path);
@@ -233,6 +234,7 @@ impl Cache {
             (PendingOp::Trim(len), _) => backend.trim(&path, len, chunk.cache.backend_identity),
         };
         applied.map_err(io_errno)?;
+        log::debug!("applied {op:?} at {path}: identity {:?}", chunk.cache.backend_identity);
         self.backend_changed();
         chunk.cache.pending = None;
         chunk.attr.flags |= EntryFlags::IN_BACKEND;
@@ -318,6 +320,13 @@ impl Cache {
         if chunk.cache.moves != moves {
             // The file was renamed since `prepare` said where it lives: this place is stale.
             // The rename queued the chunk again for the new one.
+            log::debug!(
+                "flush of {}/{} to {}: the file moved ({moves} -> {}), not written",
+                key.file,
+                key.index.0,
+                place.path,
+                chunk.cache.moves
+            );
             return Ok(FlushOutcome::Flushed { bytes: 0, clean: false });
         }
         let (version, attr) = (chunk.version, chunk.attr);
@@ -336,6 +345,7 @@ impl Cache {
                     }
                     chunk = handle.lock();
                     if chunk.removed || chunk.version != version {
+                        log::debug!("flush of {}/{} to {}: changed after {written} bytes", key.file, key.index.0, place.path);
                         return Ok(FlushOutcome::Flushed { bytes: written, clean: false });
                     }
                 }
@@ -355,6 +365,13 @@ impl Cache {
             chunk.attr.flags |= EntryFlags::IN_BACKEND;
         }
         space.persist(&mut chunk)?;
+        log::debug!(
+            "flushed {}/{} to {} ({:?}): {written} bytes, data {has_data}, moves {moves}, now clean",
+            key.file,
+            key.index.0,
+            place.path,
+            place.identity()
+        );
         self.note_clean(&handle, &mut chunk, space.chunk_count());
         self.counters.flushed_chunks.fetch_add(1, Ordering::Relaxed);
         self.counters.flushed_bytes.fetch_add(written, Ordering::Relaxed);
@@ -415,6 +432,7 @@ impl Cache {
             Ok(Some(current)) => match self.backend.open_existing(&current.path) {
                 Ok(opened) => own(opened, &current),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    log::debug!("flush of file {file}: {} is gone, and {} too: made anew", place.path, current.path);
                     self.backend.open_for_flush(&current.path, mode).map(Some).map_err(io_errno)
                 }
                 Err(error) => Err(io_errno(error)),

@@ -530,3 +530,25 @@ fn a_flush_that_learnt_a_place_before_a_cut_leaves_the_chunk_dirty() {
     assert_eq!(written.len(), expected.len(), "the bytes written after the cut are in the backend");
     assert!(written == expected);
 }
+
+/// A rename loads a file's chunks with `keep`: they stay (dirty) whatever the store evicts
+/// before the rename marks them for the file's new place, so removing the old backend file
+/// loses nothing.
+#[test]
+fn chunks_kept_for_a_rename_are_not_evicted() {
+    let setup = Setup::new("keep");
+    let store = ChunkStore::open(setup.config(3 * CHUNK as u64 + 4096, false)).unwrap();
+    let data = pattern(2 * CHUNK as usize, 5);
+    let file = new_file(&store, "/f", &data);
+    flush_all(&store);
+    let backend = store.backend_file(file).unwrap();
+    for index in 0..2 {
+        assert_eq!(store.load_chunk(ChunkKey::new(file, ChunkIndex(index)), backend.as_ref(), true).unwrap(), 0, "held whole");
+    }
+    // Reading a larger backend file needs every clean chunk's room.
+    let big = pattern(4 * CHUNK as usize, 6);
+    fs::write(setup.backend().join("big"), &big).unwrap();
+    assert_eq!(read_file(&store, "/big", big.len() as u64), big);
+    fs::remove_file(setup.backend().join("f")).unwrap();
+    assert_eq!(read_file(&store, "/f", data.len() as u64), data, "the kept chunks were not evicted");
+}
