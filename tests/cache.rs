@@ -566,6 +566,31 @@ fn a_renamed_file_whose_flushed_chunks_were_evicted_keeps_its_bytes() {
     assert!(!backend.path("/work").exists(), "the old name is gone from the backend");
 }
 
+/// The same for a file with two names whose first name goes: its data is flushed again to
+/// the name left, and the bytes only in the first name's backend file must come along.
+#[test]
+fn a_linked_file_whose_flushed_chunks_were_evicted_keeps_its_bytes_when_its_first_name_goes() {
+    let backend = Backend::new("evicted-link");
+    let mut random = Random::new(22);
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let first = random_bytes(&mut random, 3 << 20);
+    write_whole(&client, "/first", &first);
+    client.sync().unwrap();
+    let filler = random_bytes(&mut random, 6 << 20);
+    write_whole(&client, "/filler", &filler);
+    client.sync().unwrap();
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    client.link("/first", "/second").unwrap();
+    client.unlink("/first").unwrap();
+    client.sync().unwrap();
+    assert_same("/second in the backend", &backend.read("/second"), &first);
+    assert_same("/second", &read_whole(&client, "/second"), &first);
+    assert!(!backend.path("/first").exists(), "the first name is gone from the backend");
+}
+
 #[test]
 fn stagein_loads_a_backend_tree_ahead_of_use() {
     let backend = Backend::new("stagein");
