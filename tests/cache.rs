@@ -540,25 +540,33 @@ fn a_full_store_evicts_clean_chunks_and_writes_through() {
     assert_same("/output in the backend", &backend.read("/output"), &output);
 }
 
+/// A cluster of two servers of 4 MiB each whose file `path` (3 MiB, returned) was written,
+/// flushed, and then evicted to make room for another: its bytes are only in its backend
+/// file.
+fn a_flushed_file_evicted(backend: &Backend, seed: u64, path: &str) -> (TestCluster, Vec<u8>) {
+    let mut random = Random::new(seed);
+    let mut options = caching(backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let bytes = random_bytes(&mut random, 3 << 20);
+    write_whole(&client, path, &bytes);
+    client.sync().unwrap();
+    // Room for the filler is made by evicting what is clean: the file's chunks.
+    write_whole(&client, "/filler", &random_bytes(&mut random, 6 << 20));
+    client.sync().unwrap();
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    (cluster, bytes)
+}
+
 /// A file written in ringfs, flushed, and then evicted (its bytes only in its backend file)
 /// keeps them when renamed: the renamed file's new backend file is made anew and its old one
 /// removed, so the bytes held only by the old one must be loaded first.
 #[test]
 fn a_renamed_file_whose_flushed_chunks_were_evicted_keeps_its_bytes() {
     let backend = Backend::new("evicted-rename");
-    let mut random = Random::new(21);
-    let mut options = caching(&backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let (cluster, work) = a_flushed_file_evicted(&backend, 21, "/work");
     let client = cluster.client();
-    let work = random_bytes(&mut random, 3 << 20);
-    write_whole(&client, "/work", &work);
-    client.sync().unwrap();
-    // Room for the filler is made by evicting what is clean: /work's chunks.
-    let filler = random_bytes(&mut random, 6 << 20);
-    write_whole(&client, "/filler", &filler);
-    client.sync().unwrap();
-    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
     client.rename("/work", "/result").unwrap();
     client.sync().unwrap();
     assert_same("/result in the backend", &backend.read("/result"), &work);
@@ -571,18 +579,8 @@ fn a_renamed_file_whose_flushed_chunks_were_evicted_keeps_its_bytes() {
 #[test]
 fn a_linked_file_whose_flushed_chunks_were_evicted_keeps_its_bytes_when_its_first_name_goes() {
     let backend = Backend::new("evicted-link");
-    let mut random = Random::new(22);
-    let mut options = caching(&backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let (cluster, first) = a_flushed_file_evicted(&backend, 22, "/first");
     let client = cluster.client();
-    let first = random_bytes(&mut random, 3 << 20);
-    write_whole(&client, "/first", &first);
-    client.sync().unwrap();
-    let filler = random_bytes(&mut random, 6 << 20);
-    write_whole(&client, "/filler", &filler);
-    client.sync().unwrap();
-    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
     client.link("/first", "/second").unwrap();
     client.unlink("/first").unwrap();
     client.sync().unwrap();
