@@ -589,6 +589,32 @@ fn a_linked_file_whose_flushed_chunks_were_evicted_keeps_its_bytes_when_its_firs
     assert!(!backend.path("/first").exists(), "the first name is gone from the backend");
 }
 
+/// A rename that cannot take the file's bytes along (the store is full of dirty data, so
+/// its evicted chunks cannot be loaded back) fails with ENOSPC and changes nothing.
+#[test]
+fn a_rename_with_no_room_to_take_the_bytes_along_fails_with_enospc_and_changes_nothing() {
+    let backend = Backend::new("evicted-full");
+    let mut random = Random::new(23);
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let work = random_bytes(&mut random, 3 << 20);
+    write_whole(&client, "/work", &work);
+    client.sync().unwrap();
+    // Dirty data fills the stores (what does not fit goes through to the backend).
+    let filler = random_bytes(&mut random, 10 << 20);
+    write_whole(&client, "/filler", &filler);
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    assert_eq!(client.rename("/work", "/result"), Err(ringfs_client::Errno::ENOSPC));
+    assert_same("/work", &read_whole(&client, "/work"), &work);
+    assert_eq!(client.stat("/result").unwrap_err(), ringfs_client::Errno::ENOENT);
+    client.sync().unwrap();
+    assert_same("/work in the backend", &backend.read("/work"), &work);
+    assert!(!backend.path("/result").exists());
+    assert_same("/filler in the backend", &backend.read("/filler"), &filler);
+}
+
 #[test]
 fn stagein_loads_a_backend_tree_ahead_of_use() {
     let backend = Backend::new("stagein");
