@@ -179,12 +179,14 @@ impl MemberList {
 }
 
 /// The heartbeat's question to another server: is your member list the one with this
-/// [`MemberList::digest`]?
+/// [`MemberList::digest`]? With the asker's epoch: lists that agree still agree on the
+/// higher epoch (clients take a list only if its epoch is higher than theirs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemberDigest {
+    pub epoch: u64,
     pub digest: u64,
 }
-wire_struct!(MemberDigest { digest });
+wire_struct!(MemberDigest { epoch, digest });
 
 /// FNV-1a over the pieces in order, each followed by a zero byte (so that "ab","c" and
 /// "a","bc" differ).
@@ -943,8 +945,9 @@ wire_enum! {
         3 => Join(Member),
         /// Server to server: a newer member list.
         4 => PushMembers(MemberList),
-        /// Server to server, each heartbeat: is your list the one with this digest? `Done` if
-        /// so, `Members` (the receiver's list) if not.
+        /// Server to server, each heartbeat: is your list the one with this digest? If so
+        /// `Count` (the receiver's epoch, raised to the asker's if lower), `Members` (the
+        /// receiver's list) if not.
         8 => MemberDigest(MemberDigest),
         5 => Ping,
         6 => Stats,

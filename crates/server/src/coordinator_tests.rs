@@ -379,6 +379,15 @@ fn heartbeat_exchanges_send_lists_only_between_servers_that_differ() {
     assert_eq!(cluster.net.delivered("MemberDigest").len() - digests_before, 12);
     assert_eq!(lists(), lists_before, "servers that agree exchange digests only");
     assert_eq!(node(1).membership().list().digest(), node(3).membership().list().digest());
+    // Lists that agree still agree on the higher epoch: a client takes a list only if its
+    // epoch is higher than its own, and would not hear news from a server whose epoch lags.
+    node(0).membership_mut().raise_epoch(100);
+    let mut turn = 0;
+    for _ in 0..3 {
+        crate::exchange_members(node(0), &mut turn, Duration::from_secs(5));
+    }
+    assert_eq!((0..4).map(|server| node(server).membership().epoch()).collect::<Vec<_>>(), [100; 4]);
+    assert_eq!(lists(), lists_before, "without a list");
 
     // s0 admits a server without telling anyone: its exchange pushes its list to the server
     // it asks; the other servers' exchanges hear of it in the answers of those who know (or

@@ -265,11 +265,16 @@ impl Dispatcher {
         Ok(Response::Done)
     }
 
-    /// `MemberDigest`: `Done` if our list has the asker's digest, else our list (the asker
-    /// merges it, and pushes its own if it knew something we did not).
+    /// `MemberDigest`: if our list has the asker's digest, our epoch (raised to the asker's:
+    /// the same lists, the higher epoch), else our list (the asker merges it, and pushes its
+    /// own if it knew something we did not).
     fn member_digest(&self, asked: ringfs_proto::MemberDigest) -> Response {
-        let membership = self.node.membership();
-        if membership.list().digest() == asked.digest { Response::Done } else { Response::Members(membership.list().clone()) }
+        let mut membership = self.node.membership_mut();
+        if membership.list().digest() != asked.digest {
+            return Response::Members(membership.list().clone());
+        }
+        membership.raise_epoch(asked.epoch);
+        Response::Count(membership.epoch())
     }
 
     fn shutdown(&self, shutdown: ringfs_proto::Shutdown) -> Result<Response, Errno> {

@@ -219,6 +219,7 @@ impl Flusher {
         let mut queued: QueuedWork = self.node.store.next_work(up_to)?;
         let prepare = |file: ringfs_proto::FileId| self.files.prepare_at_home(file);
         let outcome = self.node.store.flush(&queued.item, &prepare, pace);
+        log::debug!("flush of {:?} (queued at {}): {outcome:?}", queued.item, queued.since);
         match &outcome {
             Ok(FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped) => return Some((outcome, queued.failures)),
             Ok(FlushOutcome::Interrupted | FlushOutcome::Flushed { clean: false, .. } | FlushOutcome::Held) => {}
@@ -261,6 +262,7 @@ impl Flusher {
         // back in it or done.
         let _serialized = self.flush_lock();
         let remaining = self.node.store.work_left(up_to);
+        log::debug!("sync of the work queued up to {up_to}: {remaining} left");
         if remaining == 0 {
             // Everything is in the backend: make it durable there before saying so.
             self.node.store.make_backend_durable().map_err(|error| {

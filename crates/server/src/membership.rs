@@ -44,6 +44,14 @@ impl Membership {
         self.list().epoch
     }
 
+    /// Raises the view's epoch to `epoch` if it is lower (a server with the same members
+    /// said so): the views that agree agree on the higher epoch.
+    pub fn raise_epoch(&mut self, epoch: u64) {
+        if epoch > self.epoch() {
+            self.ring.set_epoch(epoch);
+        }
+    }
+
     pub fn member(&self, name: &str) -> Option<&Member> {
         self.ring.member(name)
     }

@@ -278,12 +278,24 @@ impl Node {
 
     /// The heartbeat's exchange with `member`: it compares our list's digest with its own
     /// and answers its list only when they differ; we merge it, and push ours back if it
-    /// lacked something we know. Two servers that agree (nearly always) exchange 16 bytes,
-    /// not two lists of every member. Waits until `until` at most for each answer.
+    /// lacked something we know. Two servers that agree (nearly always) exchange their
+    /// epochs and a digest, not a list of every member, and both keep the higher epoch (as a
+    /// merge does): a client takes a list only if its epoch is higher than its own, so a
+    /// server whose epoch lagged would not be heard when it had news. Waits until `until` at most for each answer.
     pub fn exchange_members_with(&self, member: &Member, until: Option<Instant>) -> Result<(), Errno> {
-        let request = Request::MemberDigest(ringfs_proto::MemberDigest { digest: self.membership().list().digest() });
+        let request = {
+            let membership = self.membership();
+            Request::MemberDigest(ringfs_proto::MemberDigest { epoch: membership.epoch(), digest: membership.list().digest() })
+        };
         let reply = self.outbound.call_until(OutboundCall { to: member, request: &request, data: &[] }, until)?;
-        let Response::Members(list) = reply.response else { return Ok(()) };
+        let list = match reply.response {
+            Response::Members(list) => list,
+            Response::Count(epoch) => {
+                self.membership_mut().raise_epoch(epoch);
+                return Ok(());
+            }
+            _ => return Err(Errno::EPROTO),
+        };
         let merged = self.membership_mut().merge(&list, &self.name);
         if merged.refuted {
             // (The refutation reaches every server, `member` too.)

@@ -60,7 +60,7 @@ pub fn requests() -> Vec<Request> {
             incarnation: 2,
         }),
         Request::PushMembers(MemberList { epoch: 4, placement: "modular/koyama".into(), members: vec![] }),
-        Request::MemberDigest(MemberDigest { digest: 0x1234_5678_9abc_def0 }),
+        Request::MemberDigest(MemberDigest { epoch: 7, digest: 0x1234_5678_9abc_def0 }),
         Request::Ping,
         Request::Stats,
         Request::Shutdown(Shutdown { everyone: true }),

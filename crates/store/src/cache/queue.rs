@@ -14,6 +14,7 @@ impl Cache {
         let mut work = self.work.lock();
         work.sequence += 1;
         let since = work.sequence;
+        log::debug!("queued {item:?} at {since}");
         work.order.push_back(QueuedWork { item, since, failures: 0, deferrals: 0 });
     }
 
