@@ -157,17 +157,23 @@ impl ChunkStore {
         if replaced_removal.is_some() {
             self.forget_removal(&mut dirs, &mut names, &entry.path);
         }
+        // The creator's open, counted before anyone else can see the file.
+        if entry.open_for != 0 && kind == FileKind::Regular {
+            handle.lock().opens += 1;
+        }
+        #[cfg(test)]
+        std::thread::sleep(testing::PAUSE_BEFORE_INDEXING.get());
+        self.index.files_of(new_file).files.entry(new_file).or_default().inode = Some(handle.clone());
+        // Queued for its creation in the backend only now that the index has it: a flusher
+        // that took the work before would find no chunk and drop it, and the chunk, marked
+        // as queued, would never be queued again (its data never flushed; found by
+        // `cache.rs: renamed_files_reach_the_backend_whole_while_flushing_immediately`).
         {
             let mut chunk = handle.lock();
             if chunk.cache.pending.is_some() {
                 self.queue_chunk(&mut chunk);
             }
-            // The creator's open, counted before anyone else can see the file.
-            if entry.open_for != 0 && kind == FileKind::Regular {
-                chunk.opens += 1;
-            }
         }
-        self.index.files_of(new_file).files.entry(new_file).or_default().inode = Some(handle);
         names.entries.insert(entry.path.clone(), Entry { target: reference, removing: false });
         dirs.add_child(&entry.path);
         self.index.entry_count.fetch_add(1, Ordering::Relaxed);
@@ -547,5 +553,18 @@ impl ChunkStore {
     /// Whether an entry strictly below `dir` is held here.
     pub fn holds_entries_under(&self, dir: &str) -> bool {
         !self.index.listed_dirs_under(dir).is_empty()
+    }
+}
+
+/// Fault injection for this crate's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::cell::Cell;
+    use std::time::Duration;
+
+    thread_local! {
+        /// How long a create on this thread pauses between making a new file's inode and
+        /// entering it in the index (widens that window for a test).
+        pub static PAUSE_BEFORE_INDEXING: Cell<Duration> = const { Cell::new(Duration::ZERO) };
     }
 }

@@ -552,3 +552,44 @@ fn chunks_kept_for_a_rename_are_not_evicted() {
     fs::remove_file(setup.backend().join("f")).unwrap();
     assert_eq!(read_file(&store, "/f", data.len() as u64), data, "the kept chunks were not evicted");
 }
+
+/// A flusher that takes work the moment it is queued (the `immediate` policy) while files
+/// are created and written: every file reaches the backend. (A new file's inode was queued
+/// before the index knew it: a flusher taking it at once found no chunk and dropped the
+/// work, and the chunk, marked queued, was never queued again — its data never flushed.)
+#[test]
+fn files_created_while_a_flusher_takes_work_at_once_all_reach_the_backend() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let setup = Setup::new("eager");
+    let store = ChunkStore::open(setup.config(0, false)).unwrap();
+    let done = AtomicBool::new(false);
+    let files = 2000;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            let prepare = |file: FileId| store.prepare(file).map_err(|error| error.errno());
+            while !done.load(Ordering::Acquire) {
+                let Some(queued) = store.next_work(u64::MAX) else { continue };
+                match store.flush(&queued.item, &prepare, FlushPace::Complete).unwrap() {
+                    FlushOutcome::Flushed { clean: true, .. } | FlushOutcome::Skipped => {}
+                    _ => store.requeue(queued),
+                }
+            }
+        });
+        // Each create pauses where a flusher could take the new inode's work too early.
+        crate::namespace::testing::PAUSE_BEFORE_INDEXING.set(std::time::Duration::from_micros(200));
+        for index in 0..files {
+            new_file(&store, &format!("/f{index}"), &pattern(index % 3 * 50, index as u8));
+        }
+        done.store(true, Ordering::Release);
+    });
+    flush_all(&store);
+    let missing: Vec<usize> = (0..files)
+        .filter(|index| fs::read(setup.backend().join(format!("f{index}"))).ok() != Some(pattern(index % 3 * 50, *index as u8)))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{} of {files} files did not reach the backend whole: {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+}
