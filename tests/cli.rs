@@ -507,3 +507,38 @@ fn servers_stopped_together_say_no_goodbyes() {
     drop(started);
     let _ = std::fs::remove_dir_all(scratch);
 }
+
+/// A tool whose output is closed before it has written everything (`ringfs ls /d | head`,
+/// `ringfs cat FILE | head -c 10`) stops quietly with status 141, as a Unix tool killed by
+/// SIGPIPE does — not with a panic and its backtrace (`println!` on a closed pipe), nor an
+/// error message.
+#[test]
+fn tools_whose_output_is_closed_early_stop_quietly() {
+    use std::io::Read;
+    let cluster = common::TestCluster::start(2);
+    let client = cluster.client();
+    client.mkdir("/many", 0o755).unwrap();
+    for index in 0..3000 {
+        client.close(client.create(&format!("/many/a-rather-long-name-for-a-listing-{index:05}"), 0o644).unwrap()).unwrap();
+    }
+    let fd = client.create("/big", 0o644).unwrap();
+    client.pwrite(fd, &vec![7u8; 4 << 20], 0).unwrap();
+    client.close(fd).unwrap();
+    for args in [["ls", "/many"], ["cat", "/big"]] {
+        let mut child = Command::new(ringfs_binary())
+            .args(args)
+            .env("RINGFS_SERVER", cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &cluster.secret)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run ringfs");
+        let mut first = [0u8; 100];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        // (The pipe closes here: more than a pipe's 64 KiB is still to come.)
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(141), "ringfs {args:?}: {stderr}");
+        assert!(stderr.is_empty(), "ringfs {args:?} said: {stderr}");
+    }
+}

@@ -164,9 +164,34 @@ fn run(cli: Cli) -> Result<()> {
 
 /// Errors are printed as one line: the error and its causes, outermost first.
 fn report(error: anyhow::Error) -> ExitCode {
+    let broken_pipe =
+        error.chain().any(|cause| cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe));
+    if broken_pipe {
+        // (`ringfs cat FILE | head`: the reader has what it wanted.)
+        return ExitCode::from(BROKEN_PIPE_STATUS);
+    }
     let causes: Vec<String> = error.chain().map(|cause| cause.to_string()).collect();
     eprintln!("ringfs: {}", causes.join(": "));
     ExitCode::FAILURE
+}
+
+/// The exit status of a tool whose output was closed before it finished, as of a Unix tool
+/// killed by SIGPIPE (128 + 13).
+const BROKEN_PIPE_STATUS: u8 = 141;
+
+/// A tool whose standard output is closed early (`ringfs status | head -1`) stops quietly
+/// with [`BROKEN_PIPE_STATUS`], as Unix tools do. Rust ignores SIGPIPE (a server or client
+/// writing to a closed socket gets EPIPE, which it reports), so `println!` panics on a closed
+/// pipe instead: that panic ends the process here without its message and backtrace.
+fn quiet_on_closed_output() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info.payload_as_str().unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            std::process::exit(i32::from(BROKEN_PIPE_STATUS));
+        }
+        default(info);
+    }));
 }
 
 fn main() -> ExitCode {
@@ -177,6 +202,7 @@ fn main() -> ExitCode {
         log::LevelFilter::Warn
     };
     logger::init(default_level);
+    quiet_on_closed_output();
     let outcome = match cli.command {
         Command::Run(args) => run_command::run(args),
         Command::NodeAgent(args) => node_command::agent(args),
