@@ -14,8 +14,13 @@ impl Cache {
         let mut work = self.work.lock();
         work.sequence += 1;
         let since = work.sequence;
-        log::debug!("queued {item:?} at {since}");
+        // (Logged after the queue's lock is given back.)
+        let described = log::log_enabled!(log::Level::Debug).then(|| format!("{item:?}"));
         work.order.push_back(QueuedWork { item, since, failures: 0, deferrals: 0 });
+        drop(work);
+        if let Some(item) = described {
+            log::debug!("queued {item} at {since}");
+        }
     }
 
     /// Queues a chunk (held locked by the caller) for flushing, unless it is queued already.
