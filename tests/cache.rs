@@ -8,7 +8,7 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Barrier};
@@ -499,7 +499,10 @@ fn removals_truncations_renames_and_overwrites_reach_the_backend() {
     client.rmdir("/dir").unwrap();
     let names: Vec<String> = client.readdir("/").unwrap().into_iter().map(|entry| entry.name).collect();
     assert_eq!(names, ["cut", "pipes", "renamed", "replaced"], "removed names are hidden before they reach the backend");
-    assert!(backend.path("/gone").exists() && backend.path("/moved").exists(), "nothing reaches the backend before the sync");
+    assert!(backend.path("/gone").exists(), "a removal reaches the backend when flushed");
+    // A file's rename moves its backend file at once (the same file: no byte copied).
+    assert!(!backend.path("/moved").exists(), "the renamed file left its old name in the backend");
+    assert_same("/renamed in the backend before the sync", &backend.read("/renamed"), &original);
     assert_same("/cut", &read_whole(&client, "/cut"), &original[..300_001]);
     assert_same("/renamed", &read_whole(&client, "/renamed"), &original);
 
@@ -589,10 +592,53 @@ fn a_linked_file_whose_flushed_chunks_were_evicted_keeps_its_bytes_when_its_firs
     assert!(!backend.path("/first").exists(), "the first name is gone from the backend");
 }
 
-/// A rename that cannot take the file's bytes along (the store is full of dirty data, so
-/// its evicted chunks cannot be loaded back) fails with ENOSPC and changes nothing.
+/// A rename within the cached tree moves the file's backend file with the name: the same
+/// backend file (its inode number kept), nothing loaded back and nothing flushed again.
+/// (Before, the file was made anew under the new name and all of its bytes flushed again.)
 #[test]
-fn a_rename_with_no_room_to_take_the_bytes_along_fails_with_enospc_and_changes_nothing() {
+fn a_renamed_file_moves_in_the_backend_without_its_bytes_being_copied() {
+    let backend = Backend::new("moved-rename");
+    let (cluster, work) = a_flushed_file_evicted(&backend, 24, "/work");
+    let client = cluster.client();
+    let backend_file = std::fs::metadata(backend.path("/work")).unwrap().ino();
+    let before = cache_totals(&client);
+    client.mkdir("/done", 0o755).unwrap();
+    client.sync().unwrap();
+    client.rename("/work", "/done/result").unwrap();
+    client.sync().unwrap();
+    let after = cache_totals(&client);
+    assert_eq!(std::fs::metadata(backend.path("/done/result")).unwrap().ino(), backend_file, "the same backend file");
+    assert!(!backend.path("/work").exists(), "the old name is gone from the backend");
+    assert_eq!(after.loaded_chunks, before.loaded_chunks, "nothing was loaded back for the rename");
+    assert!(
+        after.flushed_bytes - before.flushed_bytes < 1 << 20,
+        "nothing of the file was flushed again ({} bytes)",
+        after.flushed_bytes - before.flushed_bytes
+    );
+    assert_same("/done/result in the backend", &backend.read("/done/result"), &work);
+    assert_same("/done/result", &read_whole(&client, "/done/result"), &work);
+}
+
+/// A rename that fails (its new name's directory does not exist) leaves the backend as it
+/// was: the file under its name, no directory made for the new one.
+#[test]
+fn a_failed_rename_changes_nothing_in_the_backend() {
+    let backend = Backend::new("failed-rename");
+    let (cluster, work) = a_flushed_file_evicted(&backend, 27, "/work");
+    let client = cluster.client();
+    assert_eq!(client.rename("/work", "/missing/result"), Err(ringfs_client::Errno::ENOENT));
+    client.sync().unwrap();
+    assert!(!backend.path("/missing").exists(), "no directory was made in the backend");
+    assert_same("/work in the backend", &backend.read("/work"), &work);
+    assert_same("/work", &read_whole(&client, "/work"), &work);
+    assert_eq!(client.stat("/missing").unwrap_err(), ringfs_client::Errno::ENOENT);
+}
+
+/// A file whose bytes do not fit in the stores any more (they are full of dirty data) is
+/// renamed all the same (its backend file moves), and over another file whose backend file
+/// is then gone with the old name.
+#[test]
+fn a_rename_with_no_room_in_the_stores_moves_the_file_in_the_backend() {
     let backend = Backend::new("evicted-full");
     let mut random = Random::new(23);
     let mut options = caching(&backend, 2, "none", 1000);
@@ -601,18 +647,126 @@ fn a_rename_with_no_room_to_take_the_bytes_along_fails_with_enospc_and_changes_n
     let client = cluster.client();
     let work = random_bytes(&mut random, 3 << 20);
     write_whole(&client, "/work", &work);
+    write_whole(&client, "/old-result", b"replaced");
     client.sync().unwrap();
     // Dirty data fills the stores (what does not fit goes through to the backend).
     let filler = random_bytes(&mut random, 10 << 20);
     write_whole(&client, "/filler", &filler);
     assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
-    assert_eq!(client.rename("/work", "/result"), Err(ringfs_client::Errno::ENOSPC));
+    client.rename("/work", "/result").unwrap();
+    client.rename("/result", "/old-result").unwrap();
+    assert_eq!(client.stat("/work").unwrap_err(), ringfs_client::Errno::ENOENT);
+    assert_same("/old-result", &read_whole(&client, "/old-result"), &work);
+    client.sync().unwrap();
+    assert_same("/old-result in the backend", &backend.read("/old-result"), &work);
+    for gone in ["/work", "/result"] {
+        assert!(!backend.path(gone).exists(), "{gone} is gone from the backend");
+    }
+    assert_same("/filler in the backend", &backend.read("/filler"), &filler);
+}
+
+/// Where a file's bytes must be taken along (the name its data went to goes, and its other
+/// name is not in the backend yet), a store with no room for them refuses with ENOSPC and
+/// nothing changes.
+#[test]
+fn an_unlink_that_cannot_take_a_linked_files_bytes_along_fails_with_enospc_and_changes_nothing() {
+    let backend = Backend::new("evicted-full-link");
+    let mut random = Random::new(25);
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let work = random_bytes(&mut random, 3 << 20);
+    write_whole(&client, "/work", &work);
+    client.sync().unwrap();
+    let filler = random_bytes(&mut random, 10 << 20);
+    write_whole(&client, "/filler", &filler);
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    client.link("/work", "/second").unwrap();
+    assert_eq!(client.unlink("/work"), Err(ringfs_client::Errno::ENOSPC));
     assert_same("/work", &read_whole(&client, "/work"), &work);
-    assert_eq!(client.stat("/result").unwrap_err(), ringfs_client::Errno::ENOENT);
+    assert_same("/second", &read_whole(&client, "/second"), &work);
     client.sync().unwrap();
     assert_same("/work in the backend", &backend.read("/work"), &work);
-    assert!(!backend.path("/result").exists());
     assert_same("/filler in the backend", &backend.read("/filler"), &filler);
+}
+
+/// Reads of a file whose bytes are in the backend (the stores hold a third of it) go on
+/// while the file is renamed back and forth: a chunk's server that asked where the file is
+/// just before a rename moved it asks again, and no read fails or returns other bytes.
+#[test]
+fn reads_of_backend_bytes_go_on_while_the_file_is_renamed() {
+    let backend = Backend::new("moving-reads");
+    let mut random = Random::new(26);
+    let mut options = caching(&backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    let cluster = TestCluster::with_options(options);
+    let client = cluster.client();
+    let work = random_bytes(&mut random, 12 << 20);
+    write_whole(&client, "/a", &work);
+    client.sync().unwrap();
+    let fd = client.open("/a", OpenFlags::READ, 0).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let renamer = {
+        let client = cluster.client();
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut renames = 0;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && renames < 400 && Instant::now() < deadline {
+                let (from, to) = if renames % 2 == 0 { ("/a", "/b") } else { ("/b", "/a") };
+                client.rename(from, to).unwrap_or_else(|errno| panic!("rename {from} -> {to}: {errno}"));
+                renames += 1;
+            }
+            renames
+        })
+    };
+    // Lookups of both names meanwhile: one of the new name may find the file in the backend
+    // before ringfs has the name (it is then replaced by the renamed file).
+    let looker = {
+        let client = cluster.client();
+        let stop = stop.clone();
+        let size = work.len() as u64;
+        std::thread::spawn(move || {
+            let mut found = 0;
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < deadline {
+                for name in ["/a", "/b"] {
+                    match client.stat(name) {
+                        Ok(stat) => {
+                            assert_eq!(stat.size, size, "{name} shows the whole file");
+                            found += 1;
+                        }
+                        Err(errno) => assert_eq!(errno, ringfs_client::Errno::ENOENT, "stat {name}"),
+                    }
+                }
+            }
+            found
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut reads = 0;
+    let mut piece = vec![0u8; 256 << 10];
+    while !renamer.is_finished() && Instant::now() < deadline {
+        let offset = (reads * 1_300_000 + 4096) % (work.len() - piece.len());
+        let read =
+            client.pread(fd, &mut piece, offset as u64).unwrap_or_else(|errno| panic!("read at {offset} after {reads} reads: {errno}"));
+        assert_eq!(read, piece.len());
+        assert!(piece == work[offset..offset + piece.len()], "read at {offset} returned other bytes");
+        reads += 1;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let renames = renamer.join().unwrap();
+    let found = looker.join().unwrap();
+    assert!(renames >= 20 && reads >= 20 && found > 0, "{renames} renames beside {reads} reads and {found} lookups");
+    assert!(cache_totals(&client).loaded_chunks > 10, "the reads went to the backend");
+    let (name, gone) = if renames % 2 == 0 { ("/a", "/b") } else { ("/b", "/a") };
+    let names: Vec<String> = client.readdir("/").unwrap().into_iter().map(|entry| entry.name).collect();
+    assert_eq!(names, [&name[1..]], "one name is left");
+    assert_same(name, &read_whole(&client, name), &work);
+    client.sync().unwrap();
+    assert_same(name, &backend.read(name), &work);
+    assert!(!backend.path(gone).exists(), "{gone} is gone from the backend");
 }
 
 #[test]

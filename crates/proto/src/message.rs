@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 15;
+pub const PROTOCOL_VERSION: u16 = 16;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -463,6 +463,19 @@ pub struct BackendName {
     pub name: String,
 }
 wire_struct!(BackendName { file, name });
+
+/// Cache mode, to a file's inode: the file's name `from` becomes `to` (a rename within the
+/// cached tree), and its backend file moves with it (one `rename` in the backend; no byte is
+/// loaded or flushed again). Answered `Count`: 1 if it moved (or had nothing in the backend
+/// yet, and will be made at `to`), 0 if this file cannot move that way (the rename then
+/// takes the file's bytes along and makes it anew at `to`, as `Rebind` does).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendMove {
+    pub file: FileId,
+    pub from: String,
+    pub to: String,
+}
+wire_struct!(BackendMove { file, from, to });
 
 /// Server to server, failure detection's indirect probe (as in SWIM): a server whose own
 /// pings to member `name` go unanswered asks others to ping it before it declares it dead,
@@ -1122,6 +1135,14 @@ wire_enum! {
         /// Server to server: ping a member for the asker (failure detection; `Done` if it
         /// answered in time).
         86 => ProbeFor(ProbeFor),
+        /// Server to server, to a file's inode (cache mode): move the file's backend file
+        /// with a rename of one of its names (answered `Count`: 1 moved, 0 cannot).
+        87 => MoveBackendFile(BackendMove),
+        /// Server to server, to the server of a name (cache mode), before a rename moves a
+        /// backend file there: a removal of the name still to be applied to the backend is
+        /// applied now (`Done`; EBUSY while a directory rename holds the path), so that it
+        /// cannot land after the move and take the moved file away.
+        88 => SettleBackendName(PathOnly),
     }
 }
 
@@ -1174,6 +1195,8 @@ impl Request {
                 | Request::BackendOf(_)
                 | Request::Rebind(_)
                 | Request::YieldBackendName(_)
+                | Request::MoveBackendFile(_)
+                | Request::SettleBackendName(_)
                 | Request::Redirty(_)
                 | Request::ClampChunkTimes(_)
                 | Request::MissingFiles(_)
@@ -1230,6 +1253,8 @@ impl Request {
             Request::TouchDir(touch) => Route::Path(&touch.path),
             Request::Rebind(rebind) => file(&rebind.file),
             Request::YieldBackendName(name) => file(&name.file),
+            Request::MoveBackendFile(moved) => file(&moved.file),
+            Request::SettleBackendName(request) => Route::Path(&request.path),
             Request::SetLock(lock) | Request::TestLock(lock) => file(&lock.file),
             Request::SetAttr(set) => file(&set.file),
             Request::Truncate(truncate) => file(&truncate.file),
@@ -1305,6 +1330,8 @@ impl Request {
             Request::TouchDir(touch) if !touch.path.is_empty() => vec![&touch.path],
             Request::Rebind(rebind) => rebind.path.iter().chain(&rebind.from).map(String::as_str).collect(),
             Request::YieldBackendName(name) => vec![&name.name],
+            Request::MoveBackendFile(moved) => vec![&moved.from, &moved.to],
+            Request::SettleBackendName(request) => vec![&request.path],
             Request::AddLink(count) | Request::DropLink(count) => count.name.iter().map(String::as_str).collect(),
             Request::Freeze(subtree) | Request::MoveSubtree(subtree) | Request::Thaw(subtree) => vec![&subtree.from, &subtree.to],
             Request::PutEntries(put) => put.entries.iter().map(|entry| entry.path.as_str()).collect(),

@@ -58,14 +58,14 @@ impl Data {
         if past_request_deadline() {
             return Err(Errno::ETIMEDOUT);
         }
-        self.across_backend_moves(|_| self.write(session, write, data))
+        self.across_backend_moves(write.chunk.file, |_| self.write(session, write, data))
     }
 
     /// `Read` (releasing the leases it names first).
     pub fn read_request(&self, session: &mut Session, read: &Read, reply_data: &mut Vec<u8>) -> Result<Response, Errno> {
         session.release(&read.release);
         let kept = reply_data.len();
-        self.across_backend_moves(|_| {
+        self.across_backend_moves(read.chunk.file, |_| {
             reply_data.truncate(kept);
             self.read(session, read, reply_data)
         })
@@ -77,12 +77,12 @@ impl Data {
         if past_request_deadline() {
             return Err(Errno::ETIMEDOUT);
         }
-        self.across_backend_moves(|_| self.files.truncate(truncate.file, truncate.size, truncate.time_ns))
+        self.across_backend_moves(truncate.file, |_| self.files.truncate(truncate.file, truncate.size, truncate.time_ns))
     }
 
     /// `SetChunkLen`: the last chunk of a truncated file is cut (or grown) here.
     pub fn set_chunk_len(&self, session: &Session, set: &SetChunkLen) -> Result<Response, Errno> {
-        self.across_backend_moves(|attempt| {
+        self.across_backend_moves(set.chunk.file, |attempt| {
             check_template(&set.template)?;
             if set.len > MAX_CHUNK_SIZE as u64 {
                 return Err(Errno::EINVAL);
@@ -98,7 +98,7 @@ impl Data {
 
     /// `LoadChunk` (cache mode): the chunk's bytes still in the backend are read into it.
     pub fn load_chunk(&self, session: &Session, load: &LoadChunk) -> Result<Response, Errno> {
-        self.across_backend_moves(|attempt| {
+        self.across_backend_moves(load.chunk.file, |attempt| {
             let backend = match &load.backend {
                 Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                 _ => self.backend_for(load.chunk, load.backend_len)?,
@@ -130,19 +130,36 @@ impl Data {
         }
     }
 
-    /// Runs a data operation that may read or write the backend (`op` gets the attempt
-    /// number). A directory rename in the cached tree moves backend files under running
-    /// operations: one that found its backend file missing (ENOENT) or held (EBUSY) while a
-    /// rename held backend paths here, or took or released them since it began, is tried
-    /// again once no hold is left, asking the file's backend path anew. Bounded by the
-    /// holds' lease.
-    fn across_backend_moves<T>(&self, mut op: impl FnMut(u32) -> Result<T, Errno>) -> Result<T, Errno> {
+    /// Runs a data operation of `file` that may read or write the backend (`op` gets the
+    /// attempt number). A directory rename in the cached tree moves backend files under
+    /// running operations: one that found its backend file missing (ENOENT) or held (EBUSY)
+    /// while a rename held backend paths here, or took or released them since it began, is
+    /// tried again once no hold is left, asking the file's backend path anew. Bounded by the
+    /// holds' lease. A file rename moves the file's backend file at its inode's server,
+    /// which this server does not see: an operation that found its backend file missing is
+    /// tried again, asking the inode's server anew where the file is, as long as the file
+    /// has a place there ([`FILE_MOVE_RETRIES`] times at most: a backend file removed behind
+    /// ringfs's back is reported as missing after some 50 ms).
+    fn across_backend_moves<T>(&self, file: FileId, mut op: impl FnMut(u32) -> Result<T, Errno>) -> Result<T, Errno> {
         // (Nothing but one atomic load on the way of a request that succeeds.)
         let mut deadline = None;
         let mut attempt = 0;
+        let mut retried_for_file_moves = 0;
         loop {
             let seen = self.node.store.backend_moves();
             match op(attempt) {
+                Err(Errno::ENOENT)
+                    if retried_for_file_moves < FILE_MOVE_RETRIES
+                        && self.node.store.backend().is_some()
+                        && self.has_backend_place(file) =>
+                {
+                    if retried_for_file_moves >= 3 {
+                        // Renamed again and again: give the renames a moment.
+                        crate::sched::pause(std::time::Duration::from_millis(1));
+                    }
+                    retried_for_file_moves += 1;
+                    attempt += 1;
+                }
                 Err(errno @ (Errno::ENOENT | Errno::EBUSY)) => {
                     let deadline = *deadline.get_or_insert_with(|| crate::sched::now() + LEASE);
                     let moved = self.node.store.backend_held() || self.node.store.backend_moves() != seen;
@@ -157,6 +174,24 @@ impl Data {
                 other => return other,
             }
         }
+    }
+
+    /// Cache mode, after an operation of `file` found its backend file missing: whether it
+    /// may have looked in the wrong place, that is whether the file still has a place in the
+    /// backend (its inode's server is asked). Whether the file is there at this instant says
+    /// nothing: a file renamed again and again moves on between the answer and a look at the
+    /// backend, and back (the same name, another moment).
+    fn has_backend_place(&self, file: FileId) -> bool {
+        let home = self.node.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
+        let place = match self.node.is_self(&home) {
+            true => self.node.store.backend_file(file).ok().flatten().map(|backend| backend.path),
+            false => match self.node.ask(&home, Request::BackendOf(ringfs_proto::FileOnly { file })) {
+                Ok(Response::BackendFile(reply)) => reply.map(|reply| reply.path),
+                _ => None,
+            },
+        };
+        log::debug!("file {file} was missing in the backend; its place now: {place:?}");
+        place.is_some()
     }
 
     fn write(&self, session: &Session, write: &Write, data: &[u8]) -> Result<Response, Errno> {
@@ -214,6 +249,11 @@ impl Data {
         Ok(Response::Read(ReadReply { attr, len, lease: None }))
     }
 }
+
+/// Times at most a data operation that found its file's backend file missing, while the
+/// file is there now, is tried again (see [`Data::across_backend_moves`]): a file renamed
+/// again and again may keep moving away from a server asking where it is.
+const FILE_MOVE_RETRIES: u32 = 50;
 
 /// A chunk template from a request: a chunk made from it is at most [`MAX_CHUNK_SIZE`] long
 /// (a forged size would let one write fill gigabytes with zeros).

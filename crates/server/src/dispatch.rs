@@ -223,6 +223,8 @@ impl Dispatcher {
             Request::BackendOf(request) => self.data.backend_of(request.file),
             Request::Rebind(rebind) => self.files.rebind_here(rebind.file, rebind.path.as_deref(), rebind.from.as_deref()).map(done),
             Request::YieldBackendName(name) => self.files.yield_backend_name_here(&name),
+            Request::MoveBackendFile(moved) => self.files.move_backend_file_here(&moved),
+            Request::SettleBackendName(request) => self.files.settle_backend_name_here(&request.path),
             Request::Redirty(request) => self.files.redirty_here(request.file),
             // Global memory.
             Request::GmemAlloc(alloc) => self.gmem.alloc(alloc, request_deadline_or(std::time::Duration::from_secs(1))),

@@ -123,6 +123,18 @@ impl Files {
         Ok(Response::Count(u64::from(yielded)))
     }
 
+    /// `MoveBackendFile` at the inode (see [`Files::move_with_name`]).
+    pub fn move_backend_file_here(&self, moved: &ringfs_proto::BackendMove) -> Result<Response, Errno> {
+        let moved = self.node.store.move_backend_file(moved.file, &moved.from, &moved.to).map_err(store_errno)?;
+        Ok(Response::Count(u64::from(moved)))
+    }
+
+    /// `SettleBackendName` at the server of the name.
+    pub fn settle_backend_name_here(&self, path: &str) -> Result<Response, Errno> {
+        self.node.store.settle_backend_name(path).map_err(store_errno)?;
+        Ok(Response::Done)
+    }
+
     /// `Redirty`: this server's chunks of `file` are flushed again (or, out of the cached
     /// tree, not any more).
     pub fn redirty_here(&self, file: FileId) -> Result<Response, Errno> {
@@ -289,6 +301,30 @@ impl Files {
         let path = self.node.in_cached_tree(to).then(|| to.to_string());
         let from = self.node.in_cached_tree(from).then(|| from.to_string());
         self.node.ask_home(file, Request::Rebind(Rebind { file, path, from })).map(drop)
+    }
+
+    /// Cache mode, for a rename of `file`'s name `from` to `to` within the cached tree: the
+    /// file's backend file moves with the name (one `rename` in the backend, at the inode;
+    /// see the store's `cache::moves`), so no byte is loaded or flushed again. First the
+    /// server of `to` applies a removal of `to` still to be applied to the backend (applied
+    /// after the move, it would remove the moved file). Whether it moved; `false`: nothing
+    /// changed, and the rename takes the file's bytes along ([`Files::move_in_backend`]).
+    pub(crate) fn move_with_name(&self, file: FileId, from: &str, to: &str) -> Result<bool, Errno> {
+        if !self.node.in_cached_tree(from) || !self.node.in_cached_tree(to) {
+            return Ok(false);
+        }
+        let owner = self.node.owner_of_path(to);
+        match self.node.ask(&owner, Request::SettleBackendName(ringfs_proto::PathOnly { path: to.to_string() })) {
+            Ok(_) => {}
+            // A directory rename holds the name's directory: the slow way waits for nothing.
+            Err(Errno::EBUSY) => return Ok(false),
+            Err(errno) => return Err(errno),
+        }
+        let request = Request::MoveBackendFile(ringfs_proto::BackendMove { file, from: from.to_string(), to: to.to_string() });
+        match self.node.ask_home(file, request)? {
+            Response::Count(moved) => Ok(moved != 0),
+            _ => Err(Errno::EPROTO),
+        }
     }
 
     /// Cache mode, for a rename over `file`: its name `to` goes to another file; `file`

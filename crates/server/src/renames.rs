@@ -84,6 +84,18 @@ impl Renames {
             Some(target) if target.file == source.file => return Ok(Response::Done),
             _ => {}
         }
+        if self.node.in_cached_tree(to)
+            && let Some(parent) = path::parent(to)
+            && parent != "/"
+        {
+            // The new name's directory must exist before anything changes in the backend: a
+            // rename that then failed for want of it left the file bound to a path under it,
+            // and its next flush made the directory in the backend, from where it appeared
+            // in ringfs (`cache.rs: a_failed_rename_changes_nothing_in_the_backend`). (A
+            // directory removed between this check and the new name's installation still
+            // fails the rename late.)
+            self.names.resolve_parent(parent)?;
+        }
         // The new name is counted before it appears, and the count given back once the old
         // name is gone: at every moment the file has at least as many links as names, so no
         // failure half-way can leave a name whose file was freed under it (removing the other
@@ -98,11 +110,15 @@ impl Renames {
         // Cache mode: the replaced file gave up a backend creation still pending at `to`
         // (made again there if the rename fails).
         let mut yielded = None;
+        // Whether the file's backend file moved with the name (moved back if the rename fails).
+        let mut moved = false;
         if self.node.in_cached_tree(from) || self.node.in_cached_tree(to) {
             // The replaced file's backend bytes are loaded before the renamed file is bound
             // to its backend path, whose flushed creation replaces them; and the replaced
             // file gives up making its own backend file there first — applied after the
-            // renamed file's, its creation would replace it (soak seed 71052).
+            // renamed file's, its creation would replace it (soak seed 71052). Then the
+            // renamed file's backend file moves with its name, or, where it cannot, the file
+            // takes its bytes along and is made anew at the new name.
             let prepared = (|| {
                 if let Some(target) = target
                     && self.node.in_cached_tree(to)
@@ -111,6 +127,10 @@ impl Renames {
                     if self.files.yield_backend_name(target.file, to)? {
                         yielded = Some(target.file);
                     }
+                }
+                moved = self.files.move_with_name(source.file, from, to)?;
+                if moved {
+                    return Ok(());
                 }
                 self.files.move_in_backend(source.file, from, to)
             })();
@@ -130,6 +150,9 @@ impl Renames {
                     log::warn!("rename {from} -> {to} stopped half-way ({errno}): the file may have both names, and keeps a link for each");
                 } else {
                     // Other errors (the new name's parent is gone…) say the step did not happen.
+                    if moved {
+                        self.move_backend_file_back(source.file, from, to);
+                    }
                     self.take_backend_name_back(yielded, to);
                     self.give_back_link(source.file, from, time_ns);
                 }
@@ -154,6 +177,16 @@ impl Renames {
         // Giving back the second link also sets the file's change time (a rename changes it).
         self.give_back_link(source.file, from, time_ns);
         Ok(Response::Done)
+    }
+
+    /// A rename whose file's backend file moved with the name did not happen: the file moves
+    /// back (exchanged again with the replaced file's backend file, if there was one).
+    fn move_backend_file_back(&self, file: FileId, from: &str, to: &str) {
+        match self.files.move_with_name(file, to, from) {
+            Ok(true) => {}
+            Ok(false) => log::warn!("rename {from} -> {to} failed, and the backend file could not be moved back"),
+            Err(errno) => log::warn!("rename {from} -> {to} failed, and the backend file could not be moved back ({errno})"),
+        }
     }
 
     /// A rename over `file` (which gave up its pending backend creation at `to`) did not

@@ -394,6 +394,25 @@ impl BackendDir {
         })
     }
 
+    /// Moves the file at `from` to `to` (a file's backend file moving with its name in
+    /// ringfs). A file already at `to` (the backend file of the file the rename replaces)
+    /// is exchanged with it, not removed: it goes with the removal of the old name `from`
+    /// once the rename is done, and comes back by the same exchange if the rename fails. A
+    /// directory at `to` is left alone (EISDIR), and a missing parent of `to` is not made
+    /// (ENOENT): the rename may yet fail for want of it in ringfs, and a directory made here
+    /// would then appear in ringfs from the backend. The caller takes another way.
+    pub fn move_file(&self, from: &str, to: &str) -> io::Result<()> {
+        let (source, target) = (self.location(from)?, self.location(to)?);
+        with_write_permission(parent_of(&source), || {
+            with_write_permission(parent_of(&target), || match fs::symlink_metadata(&target) {
+                Ok(metadata) if metadata.is_dir() => Err(io::Error::from_raw_os_error(libc::EISDIR)),
+                Ok(_) => exchange_locations(&source, &target),
+                Err(error) if not_found(&error) => fs::rename(&source, &target),
+                Err(error) => Err(error),
+            })
+        })
+    }
+
     /// Makes `to` another name of the backend file at `from` (a hard link; a symbolic link
     /// is linked itself, not followed), replacing what is at `to`: it was removed or replaced
     /// in ringfs. Parents of `to` are made as needed. The link is made under a temporary name

@@ -129,6 +129,28 @@ impl ChunkStore {
         Ok(true)
     }
 
+    /// Cache mode, at a file's inode, for a rename of its name `from` to `to` within the
+    /// cached tree: the file's backend file (or that link of it) moves with the name, so no
+    /// byte is loaded or flushed again (see `cache::moves`). Whether it moved; `false`:
+    /// nothing changed, and the rename takes the file's bytes along (`rebind`).
+    pub fn move_backend_file(&self, file: FileId, from: &str, to: &str) -> Result<bool, StoreError> {
+        let Some(cache) = &self.cache else { return Ok(false) };
+        let handle = self.inode_checked(file)?;
+        let mut chunk = handle.lock();
+        cache.move_with_name(&self.space, &mut chunk, from, to)
+    }
+
+    /// Cache mode, at the server of the name `path`, before a rename moves a backend file
+    /// there: a removal of the name not yet applied to the backend is applied now (applied
+    /// after the move, it would take the moved file away). EBUSY while a directory rename
+    /// holds the path.
+    pub fn settle_backend_name(&self, path: &str) -> Result<(), StoreError> {
+        match &self.cache {
+            Some(cache) if cache.backend.covers(path) => cache.settle_removal(&self.index, &self.space, path),
+            _ => Ok(()),
+        }
+    }
+
     /// The file (whose inode is `chunk`) lives at `path` in the backend from now on, made
     /// there anew when next flushed; its data must then be flushed again.
     fn make_anew_at(&self, chunk: &mut crate::chunk::Chunk, path: &str) {

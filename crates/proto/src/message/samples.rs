@@ -193,6 +193,9 @@ pub fn requests() -> Vec<Request> {
         Request::BackendOf(FileOnly { file: file(3) }),
         Request::Rebind(Rebind { file: file(3), path: Some("/new".into()), from: Some("/old".into()) }),
         Request::Redirty(FileOnly { file: file(3) }),
+        Request::YieldBackendName(BackendName { file: file(3), name: "/taken".into() }),
+        Request::MoveBackendFile(BackendMove { file: file(3), from: "/old".into(), to: "/new".into() }),
+        Request::SettleBackendName(PathOnly { path: "/new".into() }),
         Request::Changes(ChangesSince { epoch: 5, after: 17, client: 9 }),
         Request::ProbeFor(ProbeFor { name: "server-3".into(), timeout_ms: 2000 }),
     ]

@@ -88,6 +88,16 @@ impl Cache {
         Ok(FlushOutcome::Flushed { bytes: 0, clean: true })
     }
 
+    /// Applies the removal recorded for `path`, if any, now: a file is about to be moved to
+    /// that name in the backend, and the removal, applied later, would take it away. EBUSY
+    /// while a directory rename holds the path.
+    pub fn settle_removal(&self, index: &Index, space: &Space, path: &str) -> Result<(), StoreError> {
+        match self.apply_removal(index, space, path, true)? {
+            FlushOutcome::Held => Err(Errno::EBUSY.into()),
+            _ => Ok(()),
+        }
+    }
+
     /// Applies every removal recorded here below `dir` to the backend now (a directory
     /// rename moves the backend tree, and the entries removed in ringfs must not move with
     /// it). Applied even under a hold: the rename that holds `dir` calls this.

@@ -32,6 +32,7 @@ mod flush;
 mod holds;
 mod links;
 mod load;
+mod moves;
 mod queue;
 
 use parking_lot::Mutex;
@@ -178,7 +179,7 @@ impl Cache {
     }
 
     /// Remembers that the backend changed (data or names).
-    fn backend_changed(&self) {
+    pub(crate) fn backend_changed(&self) {
         self.changed_since_sync.store(true, Ordering::Relaxed);
     }
 
