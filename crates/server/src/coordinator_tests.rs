@@ -338,6 +338,50 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     assert_eq!(&flushed[1 << 16..], b"second chunk");
 }
 
+/// Cache mode: a file's rename moves its backend file before the new name is installed
+/// (`MoveBackendFile`, exchanging it with the replaced file's); a rename whose installation
+/// is refused (not lost: nothing was installed) moves both back, and the names and the
+/// backend are as before. Done again without the fault, the rename moves the file once.
+#[test]
+fn a_rename_refused_at_its_install_moves_the_backend_files_back() {
+    let backend = std::env::temp_dir().join(format!("ringfs-move-back-test-{}", std::process::id()));
+    std::fs::create_dir_all(&backend).unwrap();
+    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
+    let cluster = TestCluster::with_config(3, |config| {
+        config.store.cache = Some(cache.clone());
+        config.flush.policy = crate::FlushPolicy::None;
+    });
+    let ((from, _), (to, to_server)) = paths_on_two_servers(&cluster, "/f");
+    let in_backend = |path: &str| backend.join(&path[1..]);
+    std::fs::write(in_backend(&from), b"the renamed file").unwrap();
+    std::fs::write(in_backend(&to), b"the replaced file").unwrap();
+    let renamed = lookup(&cluster, &from).expect("found in the backend");
+    let replaced = lookup(&cluster, &to).expect("found in the backend");
+    cluster.net.add(Filter::new("InstallEntry", Action::Refuse(Errno::ENOTDIR)).to(&to_server).times(1));
+
+    let refused = rename(&cluster, &from, &to);
+    let after_refusal = (std::fs::read(in_backend(&from)), std::fs::read(in_backend(&to)));
+    let names_after_refusal = (lookup(&cluster, &from), lookup(&cluster, &to));
+    let settled = cluster.net.delivered("SettleBackendName").len();
+    let renamed_again = rename(&cluster, &from, &to);
+    // Exchanged: the replaced file's backend file is under the old name until it is removed.
+    let exchanged = std::fs::read(in_backend(&from));
+    let synced = cluster.sync();
+    let after_rename = (std::fs::read(in_backend(&from)).ok(), std::fs::read(in_backend(&to)));
+    std::fs::remove_dir_all(&backend).unwrap();
+
+    assert_eq!(refused, Err(Errno::ENOTDIR));
+    assert!(settled >= 1, "the new name's server was asked to settle it before the move");
+    assert_eq!(after_refusal.0.unwrap(), b"the renamed file", "the renamed file is back at its name");
+    assert_eq!(after_refusal.1.unwrap(), b"the replaced file", "the replaced file is back at its name");
+    assert_eq!(names_after_refusal, (Ok(renamed), Ok(replaced)));
+    assert_eq!(renamed_again, Ok(()));
+    assert_eq!(exchanged.unwrap(), b"the replaced file", "the backend files were exchanged");
+    synced.expect("sync");
+    assert_eq!(after_rename.0, None, "the old name (holding the replaced file's backend file) is gone");
+    assert_eq!(after_rename.1.unwrap(), b"the renamed file");
+}
+
 /// Member lists: a push lost on its way is mended by the lists' exchanges (each heartbeat a
 /// server exchanges its list with another in turn, and hears in the answer what the other
 /// knows better). Servers no longer push on what they learn from a push — at a job's start

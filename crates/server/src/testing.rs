@@ -53,6 +53,9 @@ pub enum Action {
     /// The caller gives up at once (EIO), and the request is delivered when `release` is
     /// lowered: a request held up in the network past its caller's patience.
     Late { release: Arc<AtomicBool> },
+    /// Answered with this error: a request is refused without being executed (its server
+    /// found it could not be done); an answer is replaced (executed, then reported failed).
+    Refuse(Errno),
 }
 
 /// Catches messages of one type (its `Request` variant's name, such as `"InstallEntry"`),
@@ -256,6 +259,7 @@ impl Net {
                 return Err(Errno::EIO);
             }
             Some(Action::Duplicate { release }) => self.deliver_when_released(release, from, to, call.request, call.data),
+            Some(Action::Refuse(errno)) => return Err(errno),
             Some(Action::Delay(_) | Action::Hold { .. }) | None => {}
         }
         let answer = self.deliver(from, to, call.request, call.data);
@@ -269,6 +273,7 @@ impl Net {
                     Err(Errno::EIO)
                 }
             }
+            Some(Action::Refuse(errno)) => Err(errno),
             Some(Action::Delay(_)) | None => answer,
         }
     }
