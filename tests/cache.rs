@@ -619,6 +619,25 @@ fn a_renamed_file_moves_in_the_backend_without_its_bytes_being_copied() {
     assert_same("/done/result", &read_whole(&client, "/done/result"), &work);
 }
 
+/// A file renamed into directories just made in ringfs (not flushed yet) moves all the same:
+/// the directories are made in the backend first, as their flush would.
+#[test]
+fn a_file_renamed_into_new_directories_moves_in_the_backend_too() {
+    let backend = Backend::new("moved-into-new");
+    let (cluster, work) = a_flushed_file_evicted(&backend, 28, "/work");
+    let client = cluster.client();
+    let backend_file = std::fs::metadata(backend.path("/work")).unwrap().ino();
+    client.mkdir("/out", 0o750).unwrap();
+    client.mkdir("/out/step", 0o755).unwrap();
+    assert!(!backend.path("/out").exists(), "nothing flushed yet");
+    client.rename("/work", "/out/step/result").unwrap();
+    assert_eq!(std::fs::metadata(backend.path("/out/step/result")).unwrap().ino(), backend_file, "the same backend file");
+    client.sync().unwrap();
+    let mode = std::fs::metadata(backend.path("/out")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o750, "the directory made early has its mode");
+    assert_same("/out/step/result in the backend", &backend.read("/out/step/result"), &work);
+}
+
 /// A rename that fails (its new name's directory does not exist) leaves the backend as it
 /// was: the file under its name, no directory made for the new one.
 #[test]

@@ -8,6 +8,7 @@ use ringfs_proto::{
     BackendFileReply, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks,
     Request, Response, SetChunkLen,
 };
+use ringfs_store::BackendMove;
 
 use crate::file_locks::LockTable;
 use crate::node::{Node, store_errno};
@@ -125,8 +126,12 @@ impl Files {
 
     /// `MoveBackendFile` at the inode (see [`Files::move_with_name`]).
     pub fn move_backend_file_here(&self, moved: &ringfs_proto::BackendMove) -> Result<Response, Errno> {
-        let moved = self.node.store.move_backend_file(moved.file, &moved.from, &moved.to).map_err(store_errno)?;
-        Ok(Response::Count(u64::from(moved)))
+        let outcome = self.node.store.move_backend_file(moved.file, &moved.from, &moved.to).map_err(store_errno)?;
+        Ok(Response::Count(match outcome {
+            BackendMove::Cannot => 0,
+            BackendMove::Moved => 1,
+            BackendMove::NoDirectory => 2,
+        }))
     }
 
     /// `SettleBackendName` at the server of the name.
@@ -321,9 +326,36 @@ impl Files {
             Err(errno) => return Err(errno),
         }
         let request = Request::MoveBackendFile(ringfs_proto::BackendMove { file, from: from.to_string(), to: to.to_string() });
-        match self.node.ask_home(file, request)? {
-            Response::Count(moved) => Ok(moved != 0),
+        match self.node.ask_home(file, request.clone())? {
+            Response::Count(1) => Ok(true),
+            // The new name's directory was made in ringfs and is not in the backend yet: it
+            // is made there now (what its flush would do), and the move asked once more.
+            Response::Count(2) if self.make_directory_in_backend(to) => match self.node.ask_home(file, request)? {
+                Response::Count(moved) => Ok(moved == 1),
+                _ => Err(Errno::EPROTO),
+            },
+            Response::Count(_) => Ok(false),
             _ => Err(Errno::EPROTO),
+        }
+    }
+
+    /// Cache mode: has the directory of the name `path` made in the backend now (its
+    /// pending creation applied by its inode, which makes the directories above it too).
+    /// Whether that was done.
+    fn make_directory_in_backend(&self, path: &str) -> bool {
+        let Some(dir) = ringfs_proto::path::parent(path) else { return false };
+        let lookup = Request::LookupDir(ringfs_proto::PathOnly { path: dir.to_string() });
+        let dir_file = match self.node.ask(&self.node.owner_of_path(dir), lookup) {
+            Ok(Response::Replaced(Some(entry))) if entry.is_dir() => entry.file,
+            _ => return false,
+        };
+        match self.prepare_at_home(dir_file) {
+            Ok(Some(_)) => true,
+            Ok(None) => false,
+            Err(errno) => {
+                log::debug!("the backend directory {dir} could not be made now ({errno})");
+                false
+            }
         }
     }
 

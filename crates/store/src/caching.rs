@@ -131,10 +131,10 @@ impl ChunkStore {
 
     /// Cache mode, at a file's inode, for a rename of its name `from` to `to` within the
     /// cached tree: the file's backend file (or that link of it) moves with the name, so no
-    /// byte is loaded or flushed again (see `cache::moves`). Whether it moved; `false`:
-    /// nothing changed, and the rename takes the file's bytes along (`rebind`).
-    pub fn move_backend_file(&self, file: FileId, from: &str, to: &str) -> Result<bool, StoreError> {
-        let Some(cache) = &self.cache else { return Ok(false) };
+    /// byte is loaded or flushed again (see `cache::moves`). Nothing changed unless it
+    /// answers `Moved`.
+    pub fn move_backend_file(&self, file: FileId, from: &str, to: &str) -> Result<crate::BackendMove, StoreError> {
+        let Some(cache) = &self.cache else { return Ok(crate::BackendMove::Cannot) };
         let handle = self.inode_checked(file)?;
         let mut chunk = handle.lock();
         cache.move_with_name(&self.space, &mut chunk, from, to)

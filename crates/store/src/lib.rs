@@ -60,7 +60,7 @@ mod store;
 mod xattr;
 
 pub use backend::{BackendDir, RemovalKind};
-pub use cache::{BackendFile, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
+pub use cache::{BackendFile, BackendMove, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
 pub use data::{Deleted, SharedRead};
 pub use io::{ByteSink, ByteSource};
 pub use namespace::CreateOutcome;

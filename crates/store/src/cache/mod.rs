@@ -33,6 +33,7 @@ mod holds;
 mod links;
 mod load;
 mod moves;
+pub use moves::BackendMove;
 mod queue;
 
 use parking_lot::Mutex;

@@ -27,19 +27,31 @@ use crate::StoreError;
 use crate::chunk::{Chunk, PendingOp};
 use crate::space::Space;
 
+/// What became of a backend file asked to move with its name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendMove {
+    /// Moved (or, with nothing in the backend yet, to be made at the new name).
+    Moved,
+    /// Not moved: the new name's directory is not in the backend yet (made in ringfs and
+    /// not flushed). The caller may have it made there and ask again.
+    NoDirectory,
+    /// Not moved, and it cannot be: the rename takes the file's bytes along.
+    Cannot,
+}
+
 impl Cache {
     /// Moves the backend name `from` of the file whose inode is `chunk` to `to` (see the
-    /// module). Whether it moved; `false`: nothing changed.
-    pub(crate) fn move_with_name(&self, space: &Space, chunk: &mut Chunk, from: &str, to: &str) -> Result<bool, StoreError> {
+    /// module). Nothing changed unless it answers `Moved`.
+    pub(crate) fn move_with_name(&self, space: &Space, chunk: &mut Chunk, from: &str, to: &str) -> Result<BackendMove, StoreError> {
         if !self.backend.covers(from) || !self.backend.covers(to) || self.holds.covers(from) || self.holds.covers(to) {
-            return Ok(false);
+            return Ok(BackendMove::Cannot);
         }
         if !chunk.attr.is_regular() || !chunk.attr.has(EntryFlags::BACKED) || chunk.cache.cutting {
-            return Ok(false);
+            return Ok(BackendMove::Cannot);
         }
         let state = &chunk.cache;
         if state.backend_path.as_deref() == Some(to) || state.links.iter().any(|link| link.path == to) {
-            return Ok(false);
+            return Ok(BackendMove::Cannot);
         }
         let primary = state.backend_path.as_deref() == Some(from);
         let link = state.links.iter().position(|link| link.path == from);
@@ -48,16 +60,22 @@ impl Cache {
         let made = match (primary, link) {
             (true, _) => state.pending != Some(PendingOp::Create),
             (false, Some(index)) => state.links[index].made,
-            (false, None) => return Ok(false),
+            (false, None) => return Ok(BackendMove::Cannot),
         };
         if made {
             let identity = state.backend_identity;
             if identity.is_none() || self.backend.identity_of(from).map_err(io_errno)? != identity {
-                return Ok(false);
+                return Ok(BackendMove::Cannot);
             }
-            if let Err(error) = self.backend.move_file(from, to) {
-                log::info!("{from} could not be moved to {to} in the backend ({error}): the rename takes the file's bytes along");
-                return Ok(false);
+            match self.backend.move_file(from, to) {
+                Ok(()) => {}
+                // The file is at `from` (its identity was just read there): what is missing
+                // is `to`'s directory.
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(BackendMove::NoDirectory),
+                Err(error) => {
+                    log::info!("{from} could not be moved to {to} in the backend ({error}): the rename takes the file's bytes along");
+                    return Ok(BackendMove::Cannot);
+                }
             }
             self.backend_changed();
         }
@@ -81,6 +99,6 @@ impl Cache {
             // nothing (`moves`); it is done again at the new place.
             self.queue_chunk(chunk);
         }
-        Ok(true)
+        Ok(BackendMove::Moved)
     }
 }
