@@ -39,7 +39,7 @@ impl Scratch {
         let dir = scratch_dir(tag);
         std::fs::write(dir.join("tiny.ini"), TINY).unwrap();
         std::fs::create_dir(dir.join("posix")).unwrap();
-        Scratch(dir)
+        Scratch(dir.keep())
     }
 
     fn config(&self) -> String {
@@ -248,7 +248,8 @@ fn a_damaged_ior_file_fails_the_read_phase_on_posix() {
 fn a_damaged_mdtest_file_fails_the_read_phase_on_ringfs() {
     let cluster = TestCluster::start(2);
     let environment = [("RINGFS_SERVER", cluster.addresses().join(",")), ("RINGFS_SECRET", cluster.secret.clone())];
-    let copy = scratch_dir("io500-copy").join("copy");
+    let scratch = scratch_dir("io500-copy");
+    let copy = scratch.join("copy");
     // Rewrite one mdtest-hard file through ringfs with one byte changed.
     let damage = format!(
         "f=\"$IO500_DATA_DIR/mdtest-hard/file.mdtest.0.7\" && {ringfs} get \"$f\" {copy} && printf Y | dd of={copy} bs=1 seek=100 conv=notrunc status=none && {ringfs} put {copy} \"$f\"",
@@ -256,7 +257,6 @@ fn a_damaged_mdtest_file_fails_the_read_phase_on_ringfs() {
         copy = copy.display()
     );
     assert_damage_is_detected("ringfs", &damage, &environment, "file.mdtest.0.7");
-    let _ = std::fs::remove_dir_all(copy.parent().unwrap());
     assert!(cluster.client().readdir("/").unwrap().is_empty(), "a failed run removes its data directory too");
 }
 

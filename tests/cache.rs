@@ -22,7 +22,7 @@ struct Backend(PathBuf);
 
 impl Backend {
     fn new(tag: &str) -> Backend {
-        Backend(scratch_dir(&format!("backend-{tag}")))
+        Backend(scratch_dir(&format!("backend-{tag}")).keep())
     }
 
     fn path(&self, relative: &str) -> PathBuf {

@@ -231,7 +231,7 @@ fn recorded_pid(run_dir: &std::path::Path, name: &str) -> u32 {
 /// Starts `servers` local servers with `ringfs start`, their run directory in a fresh
 /// scratch directory named after `tag`: (the scratch directory, the run directory, the
 /// started cluster, stopped when dropped).
-fn start_local(tag: &str, servers: usize) -> (std::path::PathBuf, std::path::PathBuf, Started) {
+fn start_local(tag: &str, servers: usize) -> (common::Scratch, std::path::PathBuf, Started) {
     let scratch = scratch_dir(tag);
     let run_dir = scratch.join("run");
     let servers = servers.to_string();

@@ -237,7 +237,8 @@ fn eight_workers_mixing_renames_overwrites_reads_unlinks_and_listings_read_only_
 #[ignore = "a tool: the load on a directory of your choice"]
 fn the_mixed_load_on_a_given_directory_reads_only_whole_versions() {
     let given = std::env::var_os("RINGFS_MOUNT_LOAD_DIR").map(PathBuf::from);
-    let root = given.clone().unwrap_or_else(|| common::scratch_dir("mixed-load-local")).join("load");
+    let scratch = common::scratch_dir("mixed-load-local");
+    let root = given.clone().unwrap_or_else(|| scratch.to_path_buf()).join("load");
     let seconds = if given.is_some() { load_seconds() } else { load_seconds().min(10) };
     let seed = seed();
     let tally = run_mixed_load(&root, 8, Duration::from_secs(seconds), seed);

@@ -24,7 +24,7 @@ impl Preloaded {
     fn start(servers: usize) -> Preloaded {
         let cluster = TestCluster::start(servers);
         let prefix = format!("/ringfs-e2e-{:x}", ringfs_rpc::memory::random_u64());
-        Preloaded { cluster, prefix, library: preload_library(), local: scratch_dir("preload-local") }
+        Preloaded { cluster, prefix, library: preload_library(), local: scratch_dir("preload-local").keep() }
     }
 
     /// A command with the preload environment.

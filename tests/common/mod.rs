@@ -21,11 +21,55 @@ pub fn ringfs_binary() -> &'static str {
     env!("CARGO_BIN_EXE_ringfs")
 }
 
-/// A fresh private directory under the system temp directory.
-pub fn scratch_dir(tag: &str) -> PathBuf {
+/// A fresh private directory under the system temp directory, removed when the test ends,
+/// passed or failed (a failed test's is kept, and named, with `RINGFS_TEST_KEEP=1`).
+pub fn scratch_dir(tag: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("ringfs-e2e-{tag}-{}-{:x}", std::process::id(), ringfs_rpc::memory::random_u64()));
     std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch directory (see [`scratch_dir`]); a path everywhere one is taken.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// The directory, no longer removed when this is dropped (its new owner removes it).
+    pub fn keep(self) -> PathBuf {
+        let dir = self.0.clone();
+        std::mem::forget(self);
+        dir
+    }
+}
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("RINGFS_TEST_KEEP").is_some() {
+            eprintln!("the failed test's scratch directory is kept: {}", self.0.display());
+            return;
+        }
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// True when test clusters run over UCX (`RINGFS_TEST_TRANSPORT=ucx`, with the transports
@@ -126,7 +170,8 @@ impl TestCluster {
         if options.unprivileged {
             give_to_unprivileged(&dir);
         }
-        let mut cluster = TestCluster { dir, secret, options: options.clone(), servers: Vec::new() };
+        // The cluster removes (or keeps) its directory itself, once its servers are stopped.
+        let mut cluster = TestCluster { dir: dir.keep(), secret, options: options.clone(), servers: Vec::new() };
         for index in 0..options.servers {
             let name = format!("server-{index}");
             let join = cluster.servers.first().map(|first| first.address.clone());
