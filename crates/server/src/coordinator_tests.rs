@@ -382,6 +382,42 @@ fn a_rename_refused_at_its_install_moves_the_backend_files_back() {
     assert_eq!(after_rename.1.unwrap(), b"the renamed file");
 }
 
+/// Cache mode: a file's backend file moved by a rename whose answer was lost is asked again
+/// (`MoveBackendFile`); the move is not made twice, and the rename completes with the
+/// backend file at the new name.
+#[test]
+fn a_backend_move_whose_answer_was_lost_is_asked_again_and_the_rename_completes() {
+    let backend = std::env::temp_dir().join(format!("ringfs-lost-move-test-{}", std::process::id()));
+    std::fs::create_dir_all(&backend).unwrap();
+    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
+    let cluster = TestCluster::with_config(3, |config| {
+        config.store.cache = Some(cache.clone());
+        config.flush.policy = crate::FlushPolicy::None;
+    });
+    let names: Vec<String> = cluster.servers.iter().map(|server| server.node.name.clone()).collect();
+    let first = cluster.path_on("/a", &names[0]);
+    let (from, to) = (cluster.path_on("/b", &names[1]), cluster.path_on("/c", &names[2]));
+    let in_backend = |path: &str| backend.join(&path[1..]);
+    std::fs::write(in_backend(&first), b"the file").unwrap();
+    let file = lookup(&cluster, &first).expect("found in the backend");
+    // Its inode stays on the first server: moves asked by the second go over the network.
+    rename(&cluster, &first, &from).expect("rename");
+    cluster.net.add(Filter::new("MoveBackendFile", Action::Drop).to(&names[0]).on_answer().times(1));
+
+    let renamed = rename(&cluster, &from, &to);
+    let moves = cluster.net.delivered("MoveBackendFile").len();
+    let synced = cluster.sync();
+    let contents = [&first, &from, &to].map(|path| std::fs::read(in_backend(path)).ok());
+    let names_now = (lookup(&cluster, &from), lookup(&cluster, &to));
+    std::fs::remove_dir_all(&backend).unwrap();
+
+    assert_eq!(renamed, Ok(()));
+    assert!(moves >= 2, "asked again after the lost answer ({moves})");
+    synced.expect("sync");
+    assert_eq!(contents, [None, None, Some(b"the file".to_vec())]);
+    assert_eq!(names_now, (Err(Errno::ENOENT), Ok(file)));
+}
+
 /// Member lists: a push lost on its way is mended by the lists' exchanges (each heartbeat a
 /// server exchanges its list with another in turn, and hears in the answer what the other
 /// knows better). Servers no longer push on what they learn from a push — at a job's start

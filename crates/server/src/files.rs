@@ -13,6 +13,7 @@ use ringfs_store::BackendMove;
 use crate::file_locks::LockTable;
 use crate::node::{Node, store_errno};
 use crate::opens::OpenRegistry;
+use crate::outbound::retry_uncertain;
 use crate::permissions::Permissions;
 
 /// The operations on files (by id) that span servers, and the requests about a file's inode
@@ -326,7 +327,10 @@ impl Files {
             Err(errno) => return Err(errno),
         }
         let request = Request::MoveBackendFile(ringfs_proto::BackendMove { file, from: from.to_string(), to: to.to_string() });
-        match self.node.ask_home(file, request.clone())? {
+        // Asked again if its answer was lost: a move that did happen then answers 0 (the
+        // file's backend path is `to` already), and the rename's slow way finds nothing to
+        // change but the names.
+        match retry_uncertain(|| self.node.ask_home(file, request.clone()))? {
             Response::Count(1) => Ok(true),
             // The new name's directory was made in ringfs and is not in the backend yet: it
             // is made there now (what its flush would do), and the move asked once more.
