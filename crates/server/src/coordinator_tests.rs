@@ -383,8 +383,8 @@ fn a_rename_refused_at_its_install_moves_the_backend_files_back() {
 }
 
 /// Cache mode: a file's backend file moved by a rename whose answer was lost is asked again
-/// (`MoveBackendFile`); the move is not made twice, and the rename completes with the
-/// backend file at the new name.
+/// (`MoveBackendFile`); the move is not made twice (asked again, it answers that it was
+/// made), and the rename completes with the backend file at the new name.
 #[test]
 fn a_backend_move_whose_answer_was_lost_is_asked_again_and_the_rename_completes() {
     let backend = std::env::temp_dir().join(format!("ringfs-lost-move-test-{}", std::process::id()));
@@ -406,6 +406,7 @@ fn a_backend_move_whose_answer_was_lost_is_asked_again_and_the_rename_completes(
 
     let renamed = rename(&cluster, &from, &to);
     let moves = cluster.net.delivered("MoveBackendFile").len();
+    let rebinds = cluster.net.delivered("Rebind").len();
     let synced = cluster.sync();
     let contents = [&first, &from, &to].map(|path| std::fs::read(in_backend(path)).ok());
     let names_now = (lookup(&cluster, &from), lookup(&cluster, &to));
@@ -413,6 +414,7 @@ fn a_backend_move_whose_answer_was_lost_is_asked_again_and_the_rename_completes(
 
     assert_eq!(renamed, Ok(()));
     assert!(moves >= 2, "asked again after the lost answer ({moves})");
+    assert_eq!(rebinds, 0, "the move asked again answered that it was made: no slow way");
     synced.expect("sync");
     assert_eq!(contents, [None, None, Some(b"the file".to_vec())]);
     assert_eq!(names_now, (Err(Errno::ENOENT), Ok(file)));

@@ -327,9 +327,8 @@ impl Files {
             Err(errno) => return Err(errno),
         }
         let request = Request::MoveBackendFile(ringfs_proto::BackendMove { file, from: from.to_string(), to: to.to_string() });
-        // Asked again if its answer was lost: a move that did happen then answers 0 (the
-        // file's backend path is `to` already), and the rename's slow way finds nothing to
-        // change but the names.
+        // Asked again if its answer was lost: a move that did happen answers 1 again (the
+        // file's backend path is `to` already).
         match retry_uncertain(|| self.node.ask_home(file, request.clone()))? {
             Response::Count(1) => Ok(true),
             // The new name's directory was made in ringfs and is not in the backend yet: it

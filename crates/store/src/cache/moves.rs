@@ -50,11 +50,15 @@ impl Cache {
             return Ok(BackendMove::Cannot);
         }
         let state = &chunk.cache;
-        if state.backend_path.as_deref() == Some(to) || state.links.iter().any(|link| link.path == to) {
-            return Ok(BackendMove::Cannot);
-        }
         let primary = state.backend_path.as_deref() == Some(from);
         let link = state.links.iter().position(|link| link.path == from);
+        if state.backend_path.as_deref() == Some(to) && link.is_none() {
+            // Moved already: asked again after an answer was lost.
+            return Ok(BackendMove::Moved);
+        }
+        if state.links.iter().any(|link| link.path == to) {
+            return Ok(BackendMove::Cannot);
+        }
         // Whether the backend has the name yet (a creation or link still pending has only
         // to be made at the new name).
         let made = match (primary, link) {
