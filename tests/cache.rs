@@ -543,14 +543,19 @@ fn a_full_store_evicts_clean_chunks_and_writes_through() {
     assert_same("/output in the backend", &backend.read("/output"), &output);
 }
 
+/// Two servers of 4 MiB each, over `backend`, flushing only on sync.
+fn two_small_stores(backend: &Backend) -> TestCluster {
+    let mut options = caching(backend, 2, "none", 1000);
+    options.capacity = Some("4M".into());
+    TestCluster::with_options(options)
+}
+
 /// A cluster of two servers of 4 MiB each whose file `path` (3 MiB, returned) was written,
 /// flushed, and then evicted to make room for another: its bytes are only in its backend
 /// file.
 fn a_flushed_file_evicted(backend: &Backend, seed: u64, path: &str) -> (TestCluster, Vec<u8>) {
     let mut random = Random::new(seed);
-    let mut options = caching(backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let cluster = two_small_stores(backend);
     let client = cluster.client();
     let bytes = random_bytes(&mut random, 3 << 20);
     write_whole(&client, path, &bytes);
@@ -653,25 +658,34 @@ fn a_failed_rename_changes_nothing_in_the_backend() {
     assert_eq!(client.stat("/missing").unwrap_err(), ringfs_client::Errno::ENOENT);
 }
 
+/// A cluster of two 4-MiB stores where `/work` (3 MiB, returned) and the small files
+/// `also` were flushed, and then 10 MiB of dirty data (`/filler`, returned) evicted them and
+/// fill the stores.
+fn stores_full_of_dirty_data(backend: &Backend, seed: u64, also: &[&str]) -> (TestCluster, Vec<u8>, Vec<u8>) {
+    let mut random = Random::new(seed);
+    let cluster = two_small_stores(backend);
+    let client = cluster.client();
+    let work = random_bytes(&mut random, 3 << 20);
+    write_whole(&client, "/work", &work);
+    for name in also {
+        write_whole(&client, name, name.as_bytes());
+    }
+    client.sync().unwrap();
+    // Dirty data fills the stores (what does not fit goes through to the backend).
+    let filler = random_bytes(&mut random, 10 << 20);
+    write_whole(&client, "/filler", &filler);
+    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
+    (cluster, work, filler)
+}
+
 /// A file whose bytes do not fit in the stores any more (they are full of dirty data) is
 /// renamed all the same (its backend file moves), and over another file whose backend file
 /// is then gone with the old name.
 #[test]
 fn a_rename_with_no_room_in_the_stores_moves_the_file_in_the_backend() {
     let backend = Backend::new("evicted-full");
-    let mut random = Random::new(23);
-    let mut options = caching(&backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let (cluster, work, filler) = stores_full_of_dirty_data(&backend, 23, &["/old-result"]);
     let client = cluster.client();
-    let work = random_bytes(&mut random, 3 << 20);
-    write_whole(&client, "/work", &work);
-    write_whole(&client, "/old-result", b"replaced");
-    client.sync().unwrap();
-    // Dirty data fills the stores (what does not fit goes through to the backend).
-    let filler = random_bytes(&mut random, 10 << 20);
-    write_whole(&client, "/filler", &filler);
-    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
     client.rename("/work", "/result").unwrap();
     client.rename("/result", "/old-result").unwrap();
     assert_eq!(client.stat("/work").unwrap_err(), ringfs_client::Errno::ENOENT);
@@ -690,17 +704,8 @@ fn a_rename_with_no_room_in_the_stores_moves_the_file_in_the_backend() {
 #[test]
 fn an_unlink_that_cannot_take_a_linked_files_bytes_along_fails_with_enospc_and_changes_nothing() {
     let backend = Backend::new("evicted-full-link");
-    let mut random = Random::new(25);
-    let mut options = caching(&backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let (cluster, work, filler) = stores_full_of_dirty_data(&backend, 25, &[]);
     let client = cluster.client();
-    let work = random_bytes(&mut random, 3 << 20);
-    write_whole(&client, "/work", &work);
-    client.sync().unwrap();
-    let filler = random_bytes(&mut random, 10 << 20);
-    write_whole(&client, "/filler", &filler);
-    assert!(cache_totals(&client).evicted_chunks > 0, "clean chunks were evicted");
     client.link("/work", "/second").unwrap();
     assert_eq!(client.unlink("/work"), Err(ringfs_client::Errno::ENOSPC));
     assert_same("/work", &read_whole(&client, "/work"), &work);
@@ -717,9 +722,7 @@ fn an_unlink_that_cannot_take_a_linked_files_bytes_along_fails_with_enospc_and_c
 fn reads_of_backend_bytes_go_on_while_the_file_is_renamed() {
     let backend = Backend::new("moving-reads");
     let mut random = Random::new(26);
-    let mut options = caching(&backend, 2, "none", 1000);
-    options.capacity = Some("4M".into());
-    let cluster = TestCluster::with_options(options);
+    let cluster = two_small_stores(&backend);
     let client = cluster.client();
     let work = random_bytes(&mut random, 12 << 20);
     write_whole(&client, "/a", &work);

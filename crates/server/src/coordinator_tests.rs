@@ -57,6 +57,19 @@ fn list(cluster: &TestCluster, dir: &str) -> Vec<String> {
     names
 }
 
+/// Cache mode: three servers over a fresh backend directory (the caller removes it), flushing
+/// only on sync.
+fn cache_cluster(tag: &str) -> (TestCluster, std::path::PathBuf) {
+    let backend = std::env::temp_dir().join(format!("ringfs-{tag}-test-{}", std::process::id()));
+    std::fs::create_dir_all(&backend).unwrap();
+    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
+    let cluster = TestCluster::with_config(3, |config| {
+        config.store.cache = Some(cache.clone());
+        config.flush.policy = crate::FlushPolicy::None;
+    });
+    (cluster, backend)
+}
+
 /// A raised flag: the filter holding it acts (or holds its message) until it is lowered.
 fn raised() -> Arc<AtomicBool> {
     Arc::new(AtomicBool::new(true))
@@ -311,13 +324,7 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
     // Cache mode: before a chunk is flushed, its server asks the inode's server where the
     // file lives in the backend (`FlushPrepare`); a chunk whose question got no answer must
     // wait and be flushed later, never be taken for the chunk of a file with no place.
-    let backend = std::env::temp_dir().join(format!("ringfs-flush-test-{}", std::process::id()));
-    std::fs::create_dir_all(&backend).unwrap();
-    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
-    let cluster = TestCluster::with_config(3, |config| {
-        config.store.cache = Some(cache.clone());
-        config.flush.policy = crate::FlushPolicy::None;
-    });
+    let (cluster, backend) = cache_cluster("flush");
     let file = create(&cluster, "/out", FILE_MODE);
     let template = ChunkTemplate { mode: FILE_MODE, uid: 0, gid: 0, chunk_size: 1 << 16, backend_len: 0 };
     let second_chunk = ChunkKey::new(file, ChunkIndex(1));
@@ -344,13 +351,7 @@ fn a_flush_whose_inode_server_did_not_answer_waits_and_flushes_later() {
 /// backend are as before. Done again without the fault, the rename moves the file once.
 #[test]
 fn a_rename_refused_at_its_install_moves_the_backend_files_back() {
-    let backend = std::env::temp_dir().join(format!("ringfs-move-back-test-{}", std::process::id()));
-    std::fs::create_dir_all(&backend).unwrap();
-    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
-    let cluster = TestCluster::with_config(3, |config| {
-        config.store.cache = Some(cache.clone());
-        config.flush.policy = crate::FlushPolicy::None;
-    });
+    let (cluster, backend) = cache_cluster("move-back");
     let ((from, _), (to, to_server)) = paths_on_two_servers(&cluster, "/f");
     let in_backend = |path: &str| backend.join(&path[1..]);
     std::fs::write(in_backend(&from), b"the renamed file").unwrap();
@@ -387,13 +388,7 @@ fn a_rename_refused_at_its_install_moves_the_backend_files_back() {
 /// made), and the rename completes with the backend file at the new name.
 #[test]
 fn a_backend_move_whose_answer_was_lost_is_asked_again_and_the_rename_completes() {
-    let backend = std::env::temp_dir().join(format!("ringfs-lost-move-test-{}", std::process::id()));
-    std::fs::create_dir_all(&backend).unwrap();
-    let cache = ringfs_store::CacheConfig { backend: backend.clone(), mount_path: "/".into(), chunk_size: 1 << 16 };
-    let cluster = TestCluster::with_config(3, |config| {
-        config.store.cache = Some(cache.clone());
-        config.flush.policy = crate::FlushPolicy::None;
-    });
+    let (cluster, backend) = cache_cluster("lost-move");
     let names: Vec<String> = cluster.servers.iter().map(|server| server.node.name.clone()).collect();
     let first = cluster.path_on("/a", &names[0]);
     let (from, to) = (cluster.path_on("/b", &names[1]), cluster.path_on("/c", &names[2]));

@@ -120,11 +120,16 @@ impl Data {
         if !self.node.store.needs_backend(chunk, backend_len_hint) {
             return Ok(None);
         }
-        let home = self.node.owner_of_chunk(ChunkKey::inode(chunk.file));
+        self.backend_file_of(chunk.file)
+    }
+
+    /// Cache mode: where `file`'s bytes are in the backend, as its inode's server says.
+    fn backend_file_of(&self, file: FileId) -> Result<Option<BackendFile>, Errno> {
+        let home = self.node.owner_of_chunk(ChunkKey::inode(file));
         if self.node.is_self(&home) {
-            return self.node.store.backend_file(chunk.file).map_err(store_errno);
+            return self.node.store.backend_file(file).map_err(store_errno);
         }
-        match self.node.ask(&home, Request::BackendOf(ringfs_proto::FileOnly { file: chunk.file }))? {
+        match self.node.ask(&home, Request::BackendOf(ringfs_proto::FileOnly { file }))? {
             Response::BackendFile(reply) => Ok(reply.map(|reply| BackendFile { path: reply.path, len: reply.len })),
             _ => Err(Errno::EPROTO),
         }
@@ -182,14 +187,7 @@ impl Data {
     /// nothing: a file renamed again and again moves on between the answer and a look at the
     /// backend, and back (the same name, another moment).
     fn has_backend_place(&self, file: FileId) -> bool {
-        let home = self.node.owner_of_chunk(ringfs_proto::ChunkKey::inode(file));
-        let place = match self.node.is_self(&home) {
-            true => self.node.store.backend_file(file).ok().flatten().map(|backend| backend.path),
-            false => match self.node.ask(&home, Request::BackendOf(ringfs_proto::FileOnly { file })) {
-                Ok(Response::BackendFile(reply)) => reply.map(|reply| reply.path),
-                _ => None,
-            },
-        };
+        let place = self.backend_file_of(file).ok().flatten().map(|backend| backend.path);
         log::debug!("file {file} was missing in the backend; its place now: {place:?}");
         place.is_some()
     }
