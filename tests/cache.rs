@@ -984,6 +984,84 @@ fn renamed_files_reach_the_backend_whole_while_flushing_immediately() {
     assert_eq!(cache_totals(&client).dirty_chunks, 0, "nothing is left dirty");
 }
 
+/// Files renamed over each other by three threads at once while flushers write them out
+/// (`immediate`), some written meanwhile, in stores small enough to evict: afterwards every
+/// name left holds one whole version of one file, in ringfs and in the backend alike, and
+/// the backend holds nothing else. (Searches for mixes and losses around backend files moved
+/// and exchanged by renames; `RINGFS_TEST_SEED` replays, `RINGFS_RENAME_ROUNDS` runs more.)
+#[test]
+#[ignore = "fails about once in 150 rounds, before this session's work too (TESTING.md): being hunted"]
+fn files_renamed_over_each_other_at_once_stay_whole_in_the_backend() {
+    let backend = Backend::new("renames-over");
+    let mut options = caching(&backend, 3, "immediate", 1000);
+    options.capacity = Some("6M".into());
+    let cluster = TestCluster::with_options(options);
+    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(41u64);
+    let rounds: u64 = std::env::var("RINGFS_RENAME_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(1);
+    // A version of a file: its 8-byte id, then bytes its id decides (so a whole version is
+    // recognised from its content alone).
+    fn version(id: u64) -> Vec<u8> {
+        let mut random = Random::new(id);
+        let mut bytes = random_bytes(&mut random, 600_000 + (id % 7) as usize * 100_000);
+        bytes[..8].copy_from_slice(&id.to_le_bytes());
+        bytes
+    }
+    let is_whole = |bytes: &[u8]| bytes.len() >= 8 && version(u64::from_le_bytes(bytes[..8].try_into().unwrap())) == bytes;
+    let names: Vec<String> = (0..8).map(|index| format!("/n{index}")).collect();
+    for round in 0..rounds {
+        let client = cluster.client();
+        for (index, name) in names.iter().enumerate() {
+            write_whole(&client, name, &version(seed * 1000 + round * 100 + index as u64));
+        }
+        client.sync().unwrap();
+        let workers: Vec<_> = (0..3u64)
+            .map(|worker| {
+                let (client, names) = (cluster.client(), names.clone());
+                std::thread::spawn(move || {
+                    let mut random = Random::new(seed ^ (round << 8) ^ worker);
+                    for step in 0..60u64 {
+                        let from = &names[random.below(names.len() as u64) as usize];
+                        let to = &names[random.below(names.len() as u64) as usize];
+                        if step % 10 == 9 {
+                            // A new version, written under a name of its own and renamed over
+                            // one of the names (two writers never share a file).
+                            let own = format!("/new-{worker}");
+                            write_whole(&client, &own, &version(seed * 1000 + round * 100 + 10 + worker * 60 + step));
+                            client.rename(&own, to).unwrap_or_else(|errno| panic!("rename {own} -> {to}: {errno}"));
+                        } else {
+                            match client.rename(from, to) {
+                                Ok(()) | Err(ringfs_client::Errno::ENOENT) => {}
+                                Err(errno) => panic!("rename {from} -> {to}: {errno}"),
+                            }
+                        }
+                    }
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        client.sync().unwrap();
+        let listed: Vec<String> = client.readdir("/").unwrap().into_iter().map(|entry| format!("/{}", entry.name)).collect();
+        assert!(!listed.is_empty(), "round {round}: some names are left");
+        for name in &listed {
+            let bytes = read_whole(&client, name);
+            assert!(is_whole(&bytes), "round {round}: {name} holds {} bytes that are not one whole version", bytes.len());
+            assert!(backend.read(name) == bytes, "round {round}: {name} differs in the backend");
+        }
+        let mut in_backend: Vec<String> =
+            std::fs::read_dir(&backend.0).unwrap().map(|entry| format!("/{}", entry.unwrap().file_name().into_string().unwrap())).collect();
+        in_backend.sort();
+        let mut listed = listed;
+        listed.sort();
+        assert_eq!(in_backend, listed, "round {round}: the backend holds the names ringfs has, and nothing else");
+        for name in &listed {
+            client.unlink(name).unwrap();
+        }
+        client.sync().unwrap();
+    }
+}
+
 #[test]
 fn read_only_entries_reach_the_backend_from_servers_that_are_not_root() {
     let backend = Backend::new("readonly");
