@@ -336,21 +336,6 @@ impl BackendDir {
         }
     }
 
-    /// Opens the backend file at `path` for writing chunk data, creating it (and its parent
-    /// directories) if it is missing.
-    pub fn open_for_flush(&self, path: &str, mode: u32) -> io::Result<File> {
-        match self.open_existing(path) {
-            Err(error) if not_found(&error) => {
-                let location = self.location(path)?;
-                Self::make_parents(&location)?;
-                with_write_permission(parent_of(&location), || {
-                    OpenOptions::new().write(true).create(true).mode(mode & 0o7777).open(&location)
-                })
-            }
-            other => other,
-        }
-    }
-
     /// Forces everything written to the backend's file system to stable storage (`syncfs`:
     /// one call, however many files changed).
     pub fn sync_all(&self) -> io::Result<()> {

@@ -82,7 +82,10 @@ impl Cache {
         };
         // A file without a backend name cannot go through: the store is simply full.
         let Some(place) = place else { return Err(Errno::ENOSPC.into()) };
-        let file = self.backend.open_for_flush(&place.path, chunk.attr.mode).map_err(io_errno)?;
+        // The file is there: made by the inode's pending creation, applied above or by
+        // `prepare`. Missing, it was moved by a rename since (ENOENT: the server asks again
+        // where it is, `Data::across_backend_moves`); made here, it would be a stray file.
+        let file = self.backend.open_existing(&place.path).map_err(io_errno)?;
         if !crate::backend::is_file(&file, place.identity()).map_err(io_errno)? {
             // The path is another file's now (a rename over this file under way).
             return Err(Errno::ENOSPC.into());

@@ -279,7 +279,7 @@ impl Cache {
         pace: FlushPace<'_>,
     ) -> Result<FlushOutcome, StoreError> {
         let Some(handle) = index.chunk(key) else { return Ok(FlushOutcome::Skipped) };
-        let (kind_is_regular, mode, moves) = {
+        let (kind_is_regular, moves) = {
             let mut chunk = handle.lock();
             if chunk.removed {
                 return Ok(FlushOutcome::Skipped);
@@ -289,7 +289,7 @@ impl Cache {
             if !chunk.attr.has(EntryFlags::DIRTY) && !chunk.cache.has_pending_change() {
                 return Ok(FlushOutcome::Skipped);
             }
-            (chunk.attr.is_regular(), chunk.attr.mode, chunk.cache.moves)
+            (chunk.attr.is_regular(), chunk.cache.moves)
         };
         let local_prepare = |file: FileId| self.prepare(index, space, file).map_err(|error| error.errno());
         let prepare: Prepare<'_> = if key.is_inode() { &local_prepare } else { prepare };
@@ -311,7 +311,7 @@ impl Cache {
             return Ok(FlushOutcome::Held);
         }
         let file = match kind_is_regular {
-            true => match self.open_flushed_file(&place, key.file, mode, prepare) {
+            true => match self.open_flushed_file(&place, key.file, prepare) {
                 Ok(Some(file)) => Some(file),
                 Ok(None) => return Ok(Self::inode_missing(&handle)),
                 Err(error) if error.errno() == Errno::EBUSY => return Ok(FlushOutcome::Held),
@@ -412,15 +412,15 @@ impl Cache {
 
     /// Opens the backend file at `path` for writing data of `file`. A missing file was
     /// removed with the file's name (then `None`: the chunk waits until the inode knows), or
-    /// the file was renamed meanwhile (then it is opened, or made, at its new place). (A
-    /// file deleted behind ringfs's back is not made again: its chunks wait, and are dropped
-    /// from the queue after a while.)
+    /// the file was renamed meanwhile (then it is opened at its new place, if it is there
+    /// yet). (A file deleted behind ringfs's back is not made again: its chunks wait, and are
+    /// dropped from the queue after a while.)
     ///
     /// A file found at the path that is not the one the inode made or found there (`place`'s
     /// identity) is another file's: the path was given to it (a rename over this file is
     /// under way, or an unlink and a new file). Nothing is written into it (`None`); the
     /// inode soon says where this file's data goes, if anywhere.
-    fn open_flushed_file(&self, place: &BackendPlace, file: FileId, mode: u32, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
+    fn open_flushed_file(&self, place: &BackendPlace, file: FileId, prepare: Prepare<'_>) -> Result<Option<File>, StoreError> {
         // The file opened at `place`, if it is the place's own.
         let own = |opened: File, place: &BackendPlace| -> Result<Option<File>, StoreError> {
             Ok(backend::is_file(&opened, place.identity()).map_err(io_errno)?.then_some(opened))
@@ -438,12 +438,17 @@ impl Cache {
             // the file again would leave a file in the backend that no name in ringfs has;
             // the chunk waits instead (the inode soon says "nowhere").
             Ok(Some(current)) if current.path == place.path => Ok(None),
-            // Renamed meanwhile: its own file there (made by its creation), or made now.
+            // Renamed meanwhile: its own file there (moved there, or made by its creation,
+            // which `prepare` applied). Nothing there either: renamed once more since (a
+            // file's rename moves its backend file at once), or removed; the chunk waits and
+            // asks again. (Making a file there, as this once did, put a stray file at a name
+            // the file had already left — or wrote this file's bytes into the next file moved
+            // there: `cache.rs: files_renamed_over_each_other_at_once_stay_whole_in_the_backend`.)
             Ok(Some(current)) => match self.backend.open_existing(&current.path) {
                 Ok(opened) => own(opened, &current),
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                    log::debug!("flush of file {file}: {} is gone, and {} too: made anew", place.path, current.path);
-                    self.backend.open_for_flush(&current.path, mode).map(Some).map_err(io_errno)
+                    log::debug!("flush of file {file}: {} is gone, and {} too: it waits", place.path, current.path);
+                    Ok(None)
                 }
                 Err(error) => Err(io_errno(error)),
             },
