@@ -7,7 +7,11 @@
 //! - a flush writes only into the file the inode made or found (its `BackendPlace` carries
 //!   the device and inode numbers): one that opened the file before the move writes into the
 //!   same file, now under its new name; one that looks for it after the move finds nothing
-//!   at the old name and asks the inode again;
+//!   at the old name and asks the inode again — and makes nothing where it finds nothing
+//!   (the file may have moved on again: a file made there would be a stray one);
+//! - a file already at the new name (the backend file of the file the rename replaces) is
+//!   exchanged with the moved one, not removed: it goes with the removal of the old name, or
+//!   comes back by the same exchange if the rename fails;
 //! - the inode's own flush writes its mode and extended attributes by path: the move counts
 //!   as a move of the inode (`moves`), so a flush that asked before it writes nothing and the
 //!   inode is queued again;
