@@ -422,63 +422,25 @@ impl BackendDir {
     /// The extended attributes of the backend entry at `path` that ringfs mirrors (`user.`
     /// and `trusted.`); none where the backend keeps none.
     pub fn read_xattrs(&self, path: &str) -> io::Result<std::collections::BTreeMap<String, Vec<u8>>> {
-        let location = self.location(path)?;
-        let c_path = c_location(&location)?;
+        let entry = XattrEntry::Path(c_location(&self.location(path)?)?);
         let mut xattrs = std::collections::BTreeMap::new();
-        for name in xattr_names(&location)? {
-            if !MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) {
+        for name in entry.names()? {
+            if !is_mirrored(&name) {
                 continue;
             }
             let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-            let mut value = vec![0u8; ringfs_proto::XATTR_VALUE_MAX];
-            // SAFETY: valid path and name; the buffer's length is passed.
-            let count = unsafe { libc::lgetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
-            if count < 0 {
-                continue; // removed meanwhile, or not ours to read
+            // Removed meanwhile, or not ours to read: left out.
+            if let Ok(value) = entry.get(&c_name) {
+                xattrs.insert(name, value);
             }
-            value.truncate(count as usize);
-            xattrs.insert(name, value);
         }
         Ok(xattrs)
     }
 
     /// Makes the mirrored extended attributes of the backend entry at `path` exactly
-    /// `xattrs` (those of other namespaces are left alone). A backend without extended
-    /// attributes, or one that refuses `trusted.` to a server that is not root, is left as
-    /// it is (logged).
+    /// `xattrs` (see [`write_mirrored_xattrs`]).
     pub fn write_xattrs(&self, path: &str, xattrs: Option<&std::collections::BTreeMap<String, Vec<u8>>>) -> io::Result<()> {
-        let location = self.location(path)?;
-        let c_path = c_location(&location)?;
-        let empty = std::collections::BTreeMap::new();
-        let xattrs = xattrs.unwrap_or(&empty);
-        let refused = |error: &io::Error| matches!(error.raw_os_error(), Some(libc::ENOTSUP | libc::EPERM));
-        for name in xattr_names(&location)? {
-            if MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) && !xattrs.contains_key(&name) {
-                let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-                // SAFETY: valid path and name.
-                if unsafe { libc::lremovexattr(c_path.as_ptr(), c_name.as_ptr()) } != 0 {
-                    let error = io::Error::last_os_error();
-                    if !refused(&error) && error.raw_os_error() != Some(libc::ENODATA) {
-                        return Err(error);
-                    }
-                }
-            }
-        }
-        for (name, value) in xattrs {
-            if !MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix)) {
-                continue;
-            }
-            let c_name = CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-            // SAFETY: valid path and name; the value's length is passed.
-            if unsafe { libc::lsetxattr(c_path.as_ptr(), c_name.as_ptr(), value.as_ptr().cast(), value.len(), 0) } != 0 {
-                let error = io::Error::last_os_error();
-                if !refused(&error) {
-                    return Err(error);
-                }
-                log::info!("the backend keeps no extended attribute {name} of {path}: {error}");
-            }
-        }
-        Ok(())
+        write_mirrored_xattrs(&XattrEntry::Path(c_location(&self.location(path)?)?), path, xattrs)
     }
 
     /// Removes the backend entry at `path`: a file or link, or a directory with everything in
@@ -534,25 +496,124 @@ fn c_location(location: &Path) -> io::Result<CString> {
     CString::new(location.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
 
-/// The names of the extended attributes of the entry at `location` (not following a link).
-fn xattr_names(location: &Path) -> io::Result<Vec<String>> {
-    let path = c_location(location)?;
-    let mut buffer = vec![0u8; 4096];
-    loop {
-        // SAFETY: a valid path; the buffer's length is passed.
-        let count = unsafe { libc::llistxattr(path.as_ptr(), buffer.as_mut_ptr().cast(), buffer.len()) };
-        if count >= 0 {
-            buffer.truncate(count as usize);
-            break;
-        }
-        let error = io::Error::last_os_error();
-        match error.raw_os_error() {
-            Some(libc::ERANGE) if buffer.len() < (1 << 20) => buffer.resize(buffer.len() * 4, 0),
-            Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            _ => return Err(error),
+/// Whether ringfs mirrors the extended attribute `name` between its files and the backend's.
+fn is_mirrored(name: &str) -> bool {
+    MIRRORED_XATTRS.iter().any(|prefix| name.starts_with(prefix))
+}
+
+/// Makes the mirrored extended attributes of the backend `entry` (ringfs path `path`, for
+/// the log) exactly `xattrs`; those of other namespaces are left alone. A backend without
+/// extended attributes, or one that refuses `trusted.` to a server that is not root, is left
+/// as it is (logged).
+pub fn write_mirrored_xattrs(
+    entry: &XattrEntry<'_>,
+    path: &str,
+    xattrs: Option<&std::collections::BTreeMap<String, Vec<u8>>>,
+) -> io::Result<()> {
+    let empty = std::collections::BTreeMap::new();
+    let xattrs = xattrs.unwrap_or(&empty);
+    let refused = |error: &io::Error| matches!(error.raw_os_error(), Some(libc::ENOTSUP | libc::EPERM));
+    let c_name = |name: &str| CString::new(name.as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidData));
+    for name in entry.names()?.into_iter().filter(|name| is_mirrored(name) && !xattrs.contains_key(name)) {
+        if let Err(error) = entry.remove(&c_name(&name)?)
+            && !refused(&error)
+            && error.raw_os_error() != Some(libc::ENODATA)
+        {
+            return Err(error);
         }
     }
-    Ok(buffer.split(|byte| *byte == 0).filter(|name| !name.is_empty()).map(|name| String::from_utf8_lossy(name).into_owned()).collect())
+    for (name, value) in xattrs.iter().filter(|(name, _)| is_mirrored(name)) {
+        if let Err(error) = entry.set(&c_name(name)?, value) {
+            if !refused(&error) {
+                return Err(error);
+            }
+            log::info!("the backend keeps no extended attribute {name} of {path}: {error}");
+        }
+    }
+    Ok(())
+}
+
+/// A backend entry whose extended attributes are read or written: by path (not following a
+/// final link), or through a descriptor already open on it (then a rename of another file
+/// over its path cannot redirect the calls).
+pub enum XattrEntry<'a> {
+    Path(CString),
+    Open(&'a File),
+}
+
+impl XattrEntry<'_> {
+    /// Turns a `-1` return of an xattr call into the error it set.
+    fn checked(result: isize) -> io::Result<usize> {
+        match result {
+            count if count >= 0 => Ok(count as usize),
+            _ => Err(io::Error::last_os_error()),
+        }
+    }
+
+    /// The names of the entry's extended attributes (none where the file system keeps none).
+    fn names(&self) -> io::Result<Vec<String>> {
+        let mut buffer = vec![0u8; 4096];
+        loop {
+            let (data, len) = (buffer.as_mut_ptr().cast(), buffer.len());
+            // SAFETY: a valid path or descriptor; the buffer's length is passed.
+            let result = Self::checked(unsafe {
+                match self {
+                    XattrEntry::Path(path) => libc::llistxattr(path.as_ptr(), data, len),
+                    XattrEntry::Open(file) => libc::flistxattr(file.as_raw_fd(), data, len),
+                }
+            });
+            match result {
+                Ok(count) => {
+                    buffer.truncate(count);
+                    break;
+                }
+                Err(error) if error.raw_os_error() == Some(libc::ERANGE) && buffer.len() < (1 << 20) => buffer.resize(buffer.len() * 4, 0),
+                Err(error) if error.raw_os_error() == Some(libc::ENOTSUP) => return Ok(Vec::new()),
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(buffer.split(|byte| *byte == 0).filter(|name| !name.is_empty()).map(|name| String::from_utf8_lossy(name).into_owned()).collect())
+    }
+
+    /// The value of the attribute `name`.
+    fn get(&self, name: &CString) -> io::Result<Vec<u8>> {
+        let mut value = vec![0u8; ringfs_proto::XATTR_VALUE_MAX];
+        let (data, len) = (value.as_mut_ptr().cast(), value.len());
+        // SAFETY: a valid path or descriptor and name; the buffer's length is passed.
+        let count = Self::checked(unsafe {
+            match self {
+                XattrEntry::Path(path) => libc::lgetxattr(path.as_ptr(), name.as_ptr(), data, len),
+                XattrEntry::Open(file) => libc::fgetxattr(file.as_raw_fd(), name.as_ptr(), data, len),
+            }
+        })?;
+        value.truncate(count);
+        Ok(value)
+    }
+
+    /// Sets the attribute `name` to `value`.
+    fn set(&self, name: &CString, value: &[u8]) -> io::Result<()> {
+        let (data, len) = (value.as_ptr().cast(), value.len());
+        // SAFETY: a valid path or descriptor and name; the value's length is passed.
+        let result = unsafe {
+            match self {
+                XattrEntry::Path(path) => libc::lsetxattr(path.as_ptr(), name.as_ptr(), data, len, 0),
+                XattrEntry::Open(file) => libc::fsetxattr(file.as_raw_fd(), name.as_ptr(), data, len, 0),
+            }
+        };
+        Self::checked(result as isize).map(|_| ())
+    }
+
+    /// Removes the attribute `name`.
+    fn remove(&self, name: &CString) -> io::Result<()> {
+        // SAFETY: a valid path or descriptor and name.
+        let result = unsafe {
+            match self {
+                XattrEntry::Path(path) => libc::lremovexattr(path.as_ptr(), name.as_ptr()),
+                XattrEntry::Open(file) => libc::fremovexattr(file.as_raw_fd(), name.as_ptr()),
+            }
+        };
+        Self::checked(result as isize).map(|_| ())
+    }
 }
 
 /// Swaps two existing entries: atomically where the file system can (`renameat2` with

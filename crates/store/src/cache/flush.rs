@@ -2,7 +2,7 @@
 //! dirty chunks there.
 
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::sync::atomic::Ordering;
 
 use ringfs_proto::path;
@@ -319,6 +319,8 @@ impl Cache {
             },
             false => None,
         };
+        #[cfg(test)]
+        testing::after_flush_open();
         // Every backend write happens under the chunk's lock, and only while the chunk is
         // unchanged since its bytes were taken: bytes of a chunk that was cut or removed
         // meanwhile never land after the cut reached the backend (cuts are applied only once
@@ -366,8 +368,20 @@ impl Cache {
             self.backend_changed();
         }
         if attr.has(EntryFlags::DIRTY) && key.is_inode() && (attr.is_dir() || attr.is_regular()) {
-            self.backend.set_mode(&place.path, attr.mode).map_err(io_errno)?;
-            self.backend.write_xattrs(&place.path, chunk.xattrs.as_deref()).map_err(io_errno)?;
+            let xattrs = chunk.xattrs.as_deref();
+            match &file {
+                // Through the descriptor the data went through: a file renamed over this
+                // one's path since it was opened must not get this one's mode and attributes.
+                Some(file) => {
+                    file.set_permissions(std::fs::Permissions::from_mode(attr.mode & 0o7777)).map_err(io_errno)?;
+                    backend::write_mirrored_xattrs(&backend::XattrEntry::Open(file), &place.path, xattrs).map_err(io_errno)?;
+                }
+                // A directory (a directory rename holds its paths while it moves them).
+                None => {
+                    self.backend.set_mode(&place.path, attr.mode).map_err(io_errno)?;
+                    self.backend.write_xattrs(&place.path, xattrs).map_err(io_errno)?;
+                }
+            }
         }
         // Still under the lock taken (or retaken) after the chunk's last check: unchanged.
         chunk.attr.flags &= !EntryFlags::DIRTY;
@@ -452,6 +466,24 @@ impl Cache {
                 }
                 Err(error) => Err(io_errno(error)),
             },
+        }
+    }
+}
+
+/// Fault injection for this crate's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run once by the next flush on this thread, between opening the backend file and
+        /// writing to it (a test changes the backend in that window).
+        pub static AFTER_FLUSH_OPEN: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn after_flush_open() {
+        if let Some(hook) = AFTER_FLUSH_OPEN.take() {
+            hook();
         }
     }
 }

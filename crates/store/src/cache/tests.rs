@@ -593,3 +593,46 @@ fn files_created_while_a_flusher_takes_work_at_once_all_reach_the_backend() {
         &missing[..missing.len().min(10)]
     );
 }
+
+/// The value of the extended attribute `name` of `location`, if it has one.
+fn backend_xattr(location: &std::path::Path, name: &str) -> Option<Vec<u8>> {
+    let path = std::ffi::CString::new(location.as_os_str().as_encoded_bytes()).unwrap();
+    let name = std::ffi::CString::new(name).unwrap();
+    let mut value = vec![0u8; 256];
+    // SAFETY: valid path and name; the buffer's length is passed.
+    let count = unsafe { libc::lgetxattr(path.as_ptr(), name.as_ptr(), value.as_mut_ptr().cast(), value.len()) };
+    (count >= 0).then(|| value[..count as usize].to_vec())
+}
+
+#[test]
+fn an_inodes_flush_sets_mode_and_attributes_on_the_file_it_opened_not_on_one_moved_to_its_path() {
+    // A flush wrote a file's mode and extended attributes by path after opening the file
+    // for its data: another file renamed over the path in between (a rename's backend move
+    // exchanges the two) got them instead.
+    use std::os::unix::fs::PermissionsExt;
+    let setup = Setup::new("meta-by-fd");
+    let store = setup.store();
+    let first = new_file(&store, "/a", &pattern(100, 1));
+    new_file(&store, "/c", &pattern(200, 2));
+    flush_all(&store);
+    let backend = setup.backend();
+    let mode = |name: &str| fs::symlink_metadata(backend.join(name)).unwrap().permissions().mode() & 0o7777;
+    assert_eq!((mode("a"), mode("c")), (0o644, 0o644));
+    store.set_attr(&ringfs_proto::SetAttr { mode: Some(0o600), ..ringfs_proto::SetAttr::new(first, 7) }).unwrap();
+    store.set_xattr(first, "user.owner", b"first", 0, 8).unwrap();
+    let moved = backend.clone();
+    super::flush::testing::AFTER_FLUSH_OPEN.set(Some(Box::new(move || {
+        fs::rename(moved.join("a"), moved.join("a.old")).unwrap();
+        fs::rename(moved.join("c"), moved.join("a")).unwrap();
+    })));
+    flush_all(&store);
+    assert!(super::flush::testing::AFTER_FLUSH_OPEN.with_borrow(Option::is_none), "the flush ran the hook");
+    assert_eq!(mode("a.old"), 0o600, "the flushed file has its new mode");
+    assert_eq!(mode("a"), 0o644, "the file moved to its path keeps its own");
+    let xattrs_kept = backend_xattr(&backend.join("a.old"), "user.owner");
+    // (A backend without user attributes keeps none: then only the modes say something.)
+    if xattrs_kept.is_some() {
+        assert_eq!(xattrs_kept.as_deref(), Some(&b"first"[..]));
+        assert_eq!(backend_xattr(&backend.join("a"), "user.owner"), None, "nor the other file's attributes");
+    }
+}
