@@ -82,6 +82,27 @@ pub(crate) struct CacheState {
     /// path may have been given to another file meanwhile (a rename over this one under
     /// way). In memory only: after a restart it is learnt at the next flush.
     pub backend_identity: Option<(u64, u64)>,
+    /// Chunk 0: a move of one of the file's backend names under way (`cache::moves`),
+    /// recorded before the backend's `rename` and gone once the new place is recorded.
+    pub moving: Option<MoveIntent>,
+}
+
+/// A move of a file's backend name from `from` to `to`, as recorded before the backend
+/// renames the file whose identity (device, inode) is `identity`. After a restart the record
+/// still names `from`; where the file is tells whether the move happened.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MoveIntent {
+    pub from: String,
+    pub to: String,
+    pub identity: (u64, u64),
+}
+
+/// A backend record read back: the path, the other names and a move under way.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BackendRecord {
+    pub path: String,
+    pub links: Vec<BackendLink>,
+    pub moving: Option<MoveIntent>,
 }
 
 /// Another name of a file in the cached tree, and whether the backend has it yet (a hard
@@ -111,16 +132,22 @@ impl CacheState {
         self.pending.is_some() || self.links.iter().any(|link| !link.made)
     }
 
-    /// The file's place in the backend as a `dir` store's chunk header keeps it: the path,
-    /// then for each other name a NUL, `1` (made) or `0`, and the name. Names that do not fit
-    /// the header are left out (logged): after a restart the backend keeps those it has.
+    /// The file's place in the backend as a `dir` store's chunk header keeps it: the path;
+    /// for a move under way, a NUL, `<` and the old name, a NUL, `>`, the identity as
+    /// `DEV:INO:` and the new name; then for each other name a NUL, `1` (made) or `0`, and the
+    /// name. Names that do not fit the header are left out (logged): after a restart the
+    /// backend keeps those it has.
     pub fn backend_record(&self) -> Option<std::borrow::Cow<'_, str>> {
         let path = self.backend_path.as_deref()?;
-        if self.links.is_empty() {
+        if self.links.is_empty() && self.moving.is_none() {
             // Nearly always: the path alone, as it is (no copy on every persist).
             return Some(std::borrow::Cow::Borrowed(path));
         }
         let mut record = path.to_string();
+        if let Some(MoveIntent { from, to, identity: (dev, ino) }) = &self.moving {
+            // (Two paths and two numbers: always within the header's bound.)
+            record.push_str(&format!("\0<{from}\0>{dev}:{ino}:{to}"));
+        }
         for link in &self.links {
             if record.len() + 2 + link.path.len() > MAX_BACKEND_RECORD {
                 log::warn!("too many names in the cached tree to record for {record:?}: {} not kept across a restart", link.path);
@@ -133,20 +160,44 @@ impl CacheState {
         Some(std::borrow::Cow::Owned(record))
     }
 
-    /// Reads back a [`CacheState::backend_record`]: the path and the other names; `None` if
-    /// it is damaged (a path that is not canonical).
-    pub fn parse_backend_record(record: &str) -> Option<(String, Vec<BackendLink>)> {
+    /// Reads back a [`CacheState::backend_record`]; `None` if it is damaged (a path that is
+    /// not canonical, half a move).
+    pub fn parse_backend_record(record: &str) -> Option<BackendRecord> {
         let mut parts = record.split('\0');
-        let primary = parts.next()?.to_string();
-        ringfs_proto::path::validate(&primary).ok()?;
-        let links = parts
-            .map(|part| {
-                let (made, path) = part.split_at_checked(1)?;
-                ringfs_proto::path::validate(path).ok()?;
-                Some(BackendLink { path: path.to_string(), made: made == "1" })
-            })
-            .collect::<Option<Vec<_>>>()?;
-        Some((primary, links))
+        let path = parts.next()?.to_string();
+        ringfs_proto::path::validate(&path).ok()?;
+        let (mut links, mut from, mut moved) = (Vec::new(), None, None);
+        for part in parts {
+            let (kind, rest) = part.split_at_checked(1)?;
+            match kind {
+                "<" => from = Some(rest.to_string()),
+                ">" => {
+                    let (dev, rest) = rest.split_once(':')?;
+                    let (ino, to) = rest.split_once(':')?;
+                    moved = Some(((dev.parse().ok()?, ino.parse().ok()?), to.to_string()));
+                }
+                _ => links.push(BackendLink { path: rest.to_string(), made: kind == "1" }),
+            }
+        }
+        let moving = match (from, moved) {
+            (None, None) => None,
+            (Some(from), Some((identity, to))) => Some(MoveIntent { from, to, identity }),
+            _ => return None,
+        };
+        let paths =
+            links.iter().map(|link| link.path.as_str()).chain(moving.iter().flat_map(|intent| [intent.from.as_str(), intent.to.as_str()]));
+        for name in paths {
+            ringfs_proto::path::validate(name).ok()?;
+        }
+        Some(BackendRecord { path, links, moving })
+    }
+
+    /// Renames the file's backend name `from` (its path or one of its other names) to `to`.
+    pub fn rename_backend_name(&mut self, from: &str, to: &str) {
+        match self.links.iter_mut().find(|link| link.path == from) {
+            Some(link) if self.backend_path.as_deref() != Some(from) => link.path = to.to_string(),
+            _ => self.backend_path = Some(to.to_string()),
+        }
     }
 
     /// Checks the invariants that hold whenever the chunk's lock is free (debug builds).
@@ -275,10 +326,21 @@ mod tests {
             ..CacheState::default()
         };
         let record = state.backend_record().unwrap();
-        assert_eq!(CacheState::parse_backend_record(&record), Some(("/out/a".to_string(), state.links.clone())));
-        assert_eq!(CacheState::parse_backend_record("/plain"), Some(("/plain".to_string(), Vec::new())), "a record of older stores");
+        let parsed = |path: &str, links: &[BackendLink], moving: Option<MoveIntent>| {
+            Some(BackendRecord { path: path.to_string(), links: links.to_vec(), moving })
+        };
+        assert_eq!(CacheState::parse_backend_record(&record), parsed("/out/a", &state.links, None));
+        assert_eq!(CacheState::parse_backend_record("/plain"), parsed("/plain", &[], None), "a record of older stores");
         assert_eq!(CacheState::parse_backend_record("/a\0"), None, "a damaged record");
         assert_eq!(CacheState::parse_backend_record("/a\u{0}1relative"), None);
         assert_eq!(CacheState::default().backend_record(), None);
+
+        let intent = MoveIntent { from: "/out/b".into(), to: "/x:y/b".into(), identity: (2049, 77) };
+        let moving = CacheState { moving: Some(intent.clone()), ..state.clone() };
+        let record = moving.backend_record().unwrap();
+        assert_eq!(CacheState::parse_backend_record(&record), parsed("/out/a", &state.links, Some(intent)), "a move under way");
+        assert_eq!(CacheState::parse_backend_record("/a\0</b"), None, "half a move");
+        assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:x:/c"), None, "a damaged identity");
+        assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:2:c"), None, "a damaged new name");
     }
 }

@@ -100,11 +100,15 @@ impl ChunkStore {
         for chunk in recovered {
             let xattr_bytes = chunk.xattrs.as_ref().map_or(0, crate::chunk::xattr_bytes);
             self.space.count_recovered(chunk.file.stored_len + xattr_bytes);
-            let (backend_path, links) = match chunk.backend_path.as_deref().and_then(CacheState::parse_backend_record) {
-                Some((path, links)) => (Some(path), links),
-                None => (None, Vec::new()),
+            let record = chunk.backend_path.as_deref().and_then(CacheState::parse_backend_record);
+            let (backend_path, links, moving) = match record {
+                Some(record) => (Some(record.path), record.links, record.moving),
+                None => (None, Vec::new(), None),
             };
-            let cache = CacheState { pending: chunk.pending, backend_path, links, ..CacheState::default() };
+            let mut cache = CacheState { pending: chunk.pending, backend_path, links, moving, ..CacheState::default() };
+            if let Some(caching) = &self.cache {
+                caching.settle_move_after_restart(&mut cache);
+            }
             let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
             recovered.set_xattrs(chunk.xattrs.unwrap_or_default());
             let handle = Arc::new(parking_lot::Mutex::new(recovered));

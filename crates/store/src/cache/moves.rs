@@ -12,9 +12,12 @@
 //! - a file already at the new name (the backend file of the file the rename replaces) is
 //!   exchanged with the moved one, not removed: it goes with the removal of the old name, or
 //!   comes back by the same exchange if the rename fails;
-//! - the inode's own flush writes its mode and extended attributes by path: the move counts
-//!   as a move of the inode (`moves`), so a flush that asked before it writes nothing and the
-//!   inode is queued again;
+//! - the move counts as a move of the inode (`moves`): a flush of the inode that asked
+//!   where the file is before the move writes nothing, and the inode is queued again (a
+//!   flush sets mode and attributes through the descriptor it opened, never by path);
+//! - a `dir` store records the move before the backend's `rename` (`CacheState::moving`):
+//!   a server that dies before it records the new place looks after its restart where the
+//!   file is;
 //! - a chunk whose bytes are still in the backend, read on another server, may ask where the
 //!   file is just before the move and read just after it: the server asks again
 //!   (`Data::across_backend_moves`).
@@ -28,7 +31,7 @@ use ringfs_proto::EntryFlags;
 
 use super::{Cache, io_errno};
 use crate::StoreError;
-use crate::chunk::{Chunk, PendingOp};
+use crate::chunk::{CacheState, Chunk, MoveIntent, PendingOp};
 use crate::space::Space;
 
 /// What became of a backend file asked to move with its name.
@@ -71,27 +74,44 @@ impl Cache {
             (false, None) => return Ok(BackendMove::Cannot),
         };
         if made {
-            let identity = state.backend_identity;
-            if identity.is_none() || self.backend.identity_of(from).map_err(io_errno)? != identity {
-                return Ok(BackendMove::Cannot);
+            let identity = match state.backend_identity {
+                Some(identity) if self.backend.identity_of(from).map_err(io_errno)? == Some(identity) => identity,
+                _ => return Ok(BackendMove::Cannot),
+            };
+            // The intent first: a server that dies between the backend's `rename` and the
+            // record of the new place finds its file again after a restart
+            // (`Cache::settle_move_after_restart`).
+            chunk.cache.moving = Some(MoveIntent { from: from.to_string(), to: to.to_string(), identity });
+            if let Err(error) = space.persist(chunk) {
+                chunk.cache.moving = None;
+                return Err(error);
             }
-            match self.backend.move_file(from, to) {
-                Ok(()) => {}
+            #[cfg(test)]
+            if testing::DEATH.get() == testing::Death::BeforeRename {
+                return Err(StoreError::Fs(ringfs_proto::Errno::EIO));
+            }
+            let moved = self.backend.move_file(from, to);
+            #[cfg(test)]
+            if moved.is_ok() && testing::DEATH.get() == testing::Death::AfterRename {
+                return Err(StoreError::Fs(ringfs_proto::Errno::EIO));
+            }
+            if let Err(error) = moved {
+                // (The record keeps the intent until the next persist: harmless, the file is
+                // still at `from`.)
+                chunk.cache.moving = None;
                 // The file is at `from` (its identity was just read there): what is missing
                 // is `to`'s directory.
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(BackendMove::NoDirectory),
-                Err(error) => {
-                    log::info!("{from} could not be moved to {to} in the backend ({error}): the rename takes the file's bytes along");
-                    return Ok(BackendMove::Cannot);
+                if error.kind() == std::io::ErrorKind::NotFound {
+                    return Ok(BackendMove::NoDirectory);
                 }
+                log::info!("{from} could not be moved to {to} in the backend ({error}): the rename takes the file's bytes along");
+                return Ok(BackendMove::Cannot);
             }
             self.backend_changed();
         }
-        let old = chunk.cache.clone();
-        match link {
-            Some(index) if !primary => chunk.cache.links[index].path = to.to_string(),
-            _ => chunk.cache.backend_path = Some(to.to_string()),
-        }
+        let old = CacheState { moving: None, ..chunk.cache.clone() };
+        chunk.cache.rename_backend_name(from, to);
+        chunk.cache.moving = None;
         chunk.cache.moves += 1;
         if let Err(error) = space.persist(chunk) {
             // Not recorded: the backend file goes back where the record says it is.
@@ -108,5 +128,45 @@ impl Cache {
             self.queue_chunk(chunk);
         }
         Ok(BackendMove::Moved)
+    }
+
+    /// After a restart: a move recorded as under way (`state.moving`) happened if the file
+    /// is no longer at the old name and is at the new one (its identity says so); the record
+    /// then names the new place. Either way the file's identity is known again.
+    pub(crate) fn settle_move_after_restart(&self, state: &mut CacheState) {
+        let Some(MoveIntent { from, to, identity }) = state.moving.take() else { return };
+        let holds = |path: &str| self.backend.identity_of(path).map(|found| found == Some(identity));
+        match (holds(&from), holds(&to)) {
+            (Ok(true), _) => state.backend_identity = Some(identity),
+            (Ok(false), Ok(true)) => {
+                log::info!("a move of {from} to {to} in the backend was under way at a restart, and made: recorded now");
+                state.rename_backend_name(&from, &to);
+                state.backend_identity = Some(identity);
+            }
+            (Ok(false), Ok(false)) => log::warn!("a file moved from {from} to {to} in the backend is at neither after a restart"),
+            (Err(error), _) | (_, Err(error)) => {
+                log::warn!("where a file moved from {from} to {to} in the backend is cannot be read: {error}")
+            }
+        }
+    }
+}
+
+/// Fault injection for this crate's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::cell::Cell;
+
+    /// Where a backend move stops, as a server that died there would (the test then reopens
+    /// the store).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Death {
+        Never,
+        BeforeRename,
+        AfterRename,
+    }
+
+    thread_local! {
+        /// Where backend moves on this thread stop.
+        pub static DEATH: Cell<Death> = const { Cell::new(Death::Never) };
     }
 }

@@ -636,3 +636,60 @@ fn an_inodes_flush_sets_mode_and_attributes_on_the_file_it_opened_not_on_one_mov
         assert_eq!(backend_xattr(&backend.join("a"), "user.owner"), None, "nor the other file's attributes");
     }
 }
+
+/// Moves the backend file of `file` from `from` to `to` in a store that dies at `death`
+/// (the move fails); then reopens the store, as the restarted server would.
+fn move_and_restart(
+    setup: &Setup,
+    store: ChunkStore,
+    file: FileId,
+    from: &str,
+    to: &str,
+    death: super::moves::testing::Death,
+) -> ChunkStore {
+    use super::moves::testing::{DEATH, Death};
+    DEATH.set(death);
+    let died = store.move_backend_file(file, from, to);
+    DEATH.set(Death::Never);
+    assert!(died.is_err(), "the move stopped at {death:?}: {died:?}");
+    drop(store);
+    ChunkStore::open(setup.config(0, true)).unwrap()
+}
+
+/// Writes `bytes` at the start of `file`, flushes, and checks that the backend file at
+/// `path` got them over its `old` bytes.
+fn update_reaches(setup: &Setup, store: &ChunkStore, file: FileId, path: &str, old: &[u8]) {
+    let place = store.backend_file(file).unwrap().expect("a backend place");
+    assert_eq!(place.path, path, "the restart finds the file where the backend has it");
+    let update = pattern(100, 9);
+    store.write(ChunkKey::new(file, ChunkIndex(0)), 0, &mut &update[..], template(0), 5, Some(&place)).unwrap();
+    flush_all(store);
+    let mut expected = old.to_vec();
+    expected[..update.len()].copy_from_slice(&update);
+    assert_eq!(fs::read(setup.backend().join(&path[1..])).unwrap(), expected, "new bytes reach the file at {path}");
+}
+
+#[test]
+fn a_server_that_died_during_a_backend_move_finds_the_file_after_its_restart() {
+    // A `dir` store that died between the backend's `rename` and writing the new place into
+    // the inode's header came back with the old path: the file replaced by the rename (moved
+    // there by the exchange) was then taken for the file's own, and got its bytes.
+    use super::moves::testing::Death;
+    let setup = Setup::new("move-restart");
+    let first = pattern(CHUNK as usize + 10, 3);
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    let file = new_file(&store, "/a", &first);
+    new_file(&store, "/b", b"replaced");
+    flush_all(&store);
+    let store = move_and_restart(&setup, store, file, "/a", "/b", Death::AfterRename);
+    update_reaches(&setup, &store, file, "/b", &first);
+    assert_eq!(fs::read(setup.backend().join("a")).unwrap(), b"replaced", "and not the file exchanged to the old name");
+
+    // Died before the backend's rename: the file is still at its old name.
+    let other = new_file(&store, "/c", &first);
+    new_file(&store, "/d", b"stays");
+    flush_all(&store);
+    let store = move_and_restart(&setup, store, other, "/c", "/d", Death::BeforeRename);
+    update_reaches(&setup, &store, other, "/c", &first);
+    assert_eq!(fs::read(setup.backend().join("d")).unwrap(), b"stays");
+}
