@@ -40,6 +40,9 @@ fi
 if [ -e /usr/include/ucp/api/ucp.h ] && command -v ucx_perftest >/dev/null 2>&1; then
     # UCX is installed (scripts/setup.sh): the UCX tests (crates/ucx) must run, not skip.
     export RINGFS_REQUIRE_UCX=1
+    # The tests talk over loopback only: UCX's tcp transport would also open connections to
+    # this host's other addresses (routed through lo all the same, but not 127.0.0.0/8).
+    export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 else
     echo "note: UCX (libucx-dev, ucx-utils) is missing here; the UCX tests will report SKIPPED"
 fi

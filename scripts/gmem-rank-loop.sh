@@ -9,6 +9,8 @@
 # server written down by gdb (stacks.PID, kept with the round if it fails).
 # Needs the debug build and the gmem test binary (cargo test --test gmem --no-run).
 set -u
+# Loopback only (UCX's tcp transport also uses this host's other addresses unless told).
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cd "$(dirname "$0")/.."
 ringfs=$PWD/target/debug/ringfs
 ranks_binary=${RANK_BINARY:-$(ls -t target/debug/deps/gmem-* | grep -v '\.d$' | head -n 1)}

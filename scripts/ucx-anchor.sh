@@ -19,6 +19,8 @@
 #   measured in every round (before/after comparisons in the same run), instead of RINGFS_BIN.
 # Run it under the build lock on a shared machine: flock /tmp/ringfs-cargo.lock scripts/ucx-anchor.sh
 set -u
+# Loopback only (UCX's tcp transport also uses this host's other addresses unless told).
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 builds=${BUILDS:-"=${RINGFS_BIN:-target/release/ringfs}"}
 rounds=${1:-3}
 pings=${PINGS:-10000}

@@ -4,6 +4,8 @@
 # failing run under /tmp. Bounded: ROUNDS rounds (default 20) of the files given (default
 # core namespace rename_replace). Usage: scripts/ucx-loop.sh [FILE...]; UCX_TLS (default tcp).
 set -u
+# Loopback only (UCX's tcp transport also uses this host's other addresses unless told).
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cd "$(dirname "$0")/.."
 files=("$@")
 [ ${#files[@]} -eq 0 ] && files=(core namespace rename_replace)

@@ -3,6 +3,8 @@
 # clients forced off the same-host path (RINGFS_LOCAL=0), alternating rounds. Usage:
 #   scripts/ucx-micro.sh        (RINGFS_BIN: the ringfs binary, default target/release/ringfs)
 set -u
+# Loopback only (UCX's tcp transport also uses this host's other addresses unless told).
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 bin=${RINGFS_BIN:-target/release/ringfs}
 args="--repeats 3 --size 64M --files 10000 --no-baseline --use-running"
 for round in 1 2 3; do

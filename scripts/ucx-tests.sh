@@ -4,6 +4,8 @@
 # no Unix socket, first over UCX's TCP transport, then over its shared-memory transports.
 # ./test.sh runs it where UCX is installed. Exits non-zero if anything fails.
 set -euo pipefail
+# Loopback only (UCX's tcp transport also uses this host's other addresses unless told).
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cd "$(dirname "$0")/.."
 export RINGFS_TEST_TRANSPORT=ucx
 for transports in tcp posix,sysv,cma,tcp; do
