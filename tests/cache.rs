@@ -995,7 +995,7 @@ fn files_renamed_over_each_other_at_once_stay_whole_in_the_backend() {
     let mut options = caching(&backend, 3, "immediate", 1000);
     options.capacity = Some("6M".into());
     let cluster = TestCluster::with_options(options);
-    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(41u64);
+    let seed = test_seed(41);
     let rounds: u64 = std::env::var("RINGFS_RENAME_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(4);
     // A version of a file: its 8-byte id, then bytes its id decides (so a whole version is
     // recognised from its content alone).
@@ -1222,40 +1222,37 @@ fn model_rename(tree: &mut BTreeMap<String, Node>, from: &str, to: &str, exchang
 }
 
 /// Random namespace changes in the cached tree — directory renames, exchanges, renames over
-/// empty directories, file renames, writes, removals — on a backend tree ringfs has partly
-/// loaded, with flushes running all the while; after every sync the backend must hold
-/// exactly what ringfs shows.
-#[test]
-fn directory_renames_and_exchanges_reach_the_backend() {
-    let backend = Backend::new("tree-renames");
-    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(20);
-    let mut random = Random::new(seed);
-    let mut model = BTreeMap::new();
-    for dir in ["/a", "/a/sub", "/b", "/c", "/c/deep", "/c/deep/er"] {
-        std::fs::create_dir_all(backend.path(dir)).unwrap();
-        model.insert(dir.to_string(), Node::Dir);
-    }
-    for (index, file) in ["/a/one", "/a/sub/two", "/b/three", "/c/deep/er/four", "/top"].into_iter().enumerate() {
-        let bytes = random_bytes(&mut random, [10, 300_000, 70_000, 600_000, 5][index]);
-        backend.write(file, &bytes);
-        model.insert(file.to_string(), Node::File(bytes));
-    }
-    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
-    let client = cluster.client();
-    // ringfs knows part of the tree: one file read, one directory listed.
-    assert_same(
-        "/a/sub/two",
-        &read_whole(&client, "/a/sub/two"),
-        match &model["/a/sub/two"] {
-            Node::File(bytes) => bytes,
-            Node::Dir => unreachable!(),
-        },
-    );
-    client.readdir("/b").unwrap();
+/// empty directories, file renames, writes, removals, reads — applied to ringfs and to a
+/// model of the tree, with syncs after which the backend must hold exactly the model.
+struct TreeWorkload {
+    random: Random,
+    model: BTreeMap<String, Node>,
+    names: u32,
+    tree_renames: u32,
+    exchanges: u32,
+    syncs: u32,
+}
 
-    let mut names = 0;
-    let (mut tree_renames, mut exchanges, mut syncs) = (0, 0, 0);
-    for step in 0..300 {
+impl TreeWorkload {
+    /// A backend tree of a few directories and files (what ringfs starts caching).
+    fn new(backend: &Backend, seed: u64) -> TreeWorkload {
+        let mut random = Random::new(seed);
+        let mut model = BTreeMap::new();
+        for dir in ["/a", "/a/sub", "/b", "/c", "/c/deep", "/c/deep/er"] {
+            std::fs::create_dir_all(backend.path(dir)).unwrap();
+            model.insert(dir.to_string(), Node::Dir);
+        }
+        for (index, file) in ["/a/one", "/a/sub/two", "/b/three", "/c/deep/er/four", "/top"].into_iter().enumerate() {
+            let bytes = random_bytes(&mut random, [10, 300_000, 70_000, 600_000, 5][index]);
+            backend.write(file, &bytes);
+            model.insert(file.to_string(), Node::File(bytes));
+        }
+        TreeWorkload { random, model, names: 0, tree_renames: 0, exchanges: 0, syncs: 0 }
+    }
+
+    /// One random change (or a read, or a sync and the backend compared with the model).
+    fn step(&mut self, client: &Client, backend: &Backend, step: usize) {
+        let TreeWorkload { random, model, names, .. } = self;
         let dirs: Vec<String> = std::iter::once("/".to_string())
             .chain(model.iter().filter(|(_, node)| **node == Node::Dir).map(|(path, _)| path.clone()))
             .collect();
@@ -1269,80 +1266,142 @@ fn directory_renames_and_exchanges_reach_the_backend() {
         let empty = |dir: &str| !model.keys().any(|path| path != dir && is_at_or_below(path, dir));
         match random.below(100) {
             0..=19 => {
-                let path =
-                    if !files.is_empty() && random.below(2) == 0 { pick(&mut random, &files) } else { new_name(&mut random, &mut names) };
+                let path = if !files.is_empty() && random.below(2) == 0 { pick(random, &files) } else { new_name(random, names) };
                 let len = random.below(600_000) as usize;
-                let bytes = random_bytes(&mut random, len);
-                write_whole(&client, &path, &bytes);
+                let bytes = random_bytes(random, len);
+                write_whole(client, &path, &bytes);
                 model.insert(path, Node::File(bytes));
             }
             20..=29 => {
-                let path = new_name(&mut random, &mut names);
+                let path = new_name(random, names);
                 client.mkdir(&path, 0o755).unwrap_or_else(|errno| panic!("step {step}: mkdir {path}: {errno}"));
                 model.insert(path, Node::Dir);
             }
             30..=37 if !files.is_empty() => {
-                let path = pick(&mut random, &files);
+                let path = pick(random, &files);
                 client.unlink(&path).unwrap_or_else(|errno| panic!("step {step}: unlink {path}: {errno}"));
                 model.remove(&path);
             }
             38..=42 => {
-                let Some(dir) = dirs.iter().skip(1).find(|dir| empty(dir)).cloned() else { continue };
+                let Some(dir) = dirs.iter().skip(1).find(|dir| empty(dir)).cloned() else { return };
                 client.rmdir(&dir).unwrap_or_else(|errno| panic!("step {step}: rmdir {dir}: {errno}"));
                 model.remove(&dir);
             }
             43..=52 if !files.is_empty() => {
-                let from = pick(&mut random, &files);
-                let to = if random.below(2) == 0 { pick(&mut random, &files) } else { new_name(&mut random, &mut names) };
+                let from = pick(random, &files);
+                let to = if random.below(2) == 0 { pick(random, &files) } else { new_name(random, names) };
                 client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
                 if from != to {
-                    model_rename(&mut model, &from, &to, false);
+                    model_rename(model, &from, &to, false);
                 }
             }
             53..=79 if dirs.len() > 1 => {
-                let from = pick(&mut random, &dirs[1..]);
+                let from = pick(random, &dirs[1..]);
                 // Over an empty directory sometimes, else to a new name; never into itself.
                 let to = match dirs.iter().skip(1).find(|dir| empty(dir) && !is_at_or_below(dir, &from) && !is_at_or_below(&from, dir)) {
                     Some(empty_dir) if random.below(3) == 0 => empty_dir.clone(),
-                    _ => new_name(&mut random, &mut names),
+                    _ => new_name(random, names),
                 };
                 if is_at_or_below(&to, &from) {
-                    continue;
+                    return;
                 }
                 client.rename(&from, &to).unwrap_or_else(|errno| panic!("step {step}: rename {from} {to}: {errno}"));
-                model_rename(&mut model, &from, &to, false);
-                tree_renames += 1;
+                model_rename(model, &from, &to, false);
+                self.tree_renames += 1;
             }
             80..=89 if model.len() >= 2 => {
                 let all: Vec<String> = model.keys().cloned().collect();
-                let (first, second) = (pick(&mut random, &all), pick(&mut random, &all));
+                let (first, second) = (pick(random, &all), pick(random, &all));
                 if is_at_or_below(&first, &second) || is_at_or_below(&second, &first) {
-                    continue;
+                    return;
                 }
                 client
                     .rename_with_flags(&first, &second, ringfs_client::RenameFlags::EXCHANGE)
                     .unwrap_or_else(|errno| panic!("step {step}: exchange {first} {second}: {errno}"));
-                model_rename(&mut model, &first, &second, true);
-                exchanges += 1;
+                model_rename(model, &first, &second, true);
+                self.exchanges += 1;
             }
             90..=94 if !files.is_empty() => {
-                let path = pick(&mut random, &files);
+                let path = pick(random, &files);
                 let Node::File(bytes) = &model[&path] else { unreachable!() };
-                assert_same(&format!("step {step}: {path}"), &read_whole(&client, &path), bytes);
+                assert_same(&format!("step {step}: {path}"), &read_whole(client, &path), bytes);
             }
-            95..=99 => {
-                client.sync().unwrap();
-                assert_same_tree(&format!("step {step}: the backend after a sync"), &backend_tree(&backend), &model);
-                syncs += 1;
-            }
+            95..=99 => self.check_after_sync(client, backend, &format!("step {step}")),
             _ => {}
         }
     }
-    eprintln!("{tree_renames} directory renames, {exchanges} exchanges, {syncs} syncs; {} names at the end", model.len());
+
+    /// Syncs, then checks that the backend holds exactly the model.
+    fn check_after_sync(&mut self, client: &Client, backend: &Backend, when: &str) {
+        client.sync().unwrap_or_else(|errno| panic!("{when}: sync: {errno}"));
+        assert_same_tree(&format!("{when}: the backend after a sync"), &backend_tree(backend), &self.model);
+        self.syncs += 1;
+    }
+}
+
+/// The seed of a randomized test: `RINGFS_TEST_SEED`, else `default`.
+fn test_seed(default: u64) -> u64 {
+    std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(default)
+}
+
+/// [`TreeWorkload`] on a backend tree ringfs has partly loaded, with flushes running all the
+/// while.
+#[test]
+fn directory_renames_and_exchanges_reach_the_backend() {
+    let backend = Backend::new("tree-renames");
+    let mut workload = TreeWorkload::new(&backend, test_seed(20));
+    let cluster = TestCluster::with_options(caching(&backend, 3, "immediate", 1000));
+    let client = cluster.client();
+    // ringfs knows part of the tree: one file read, one directory listed.
+    let Node::File(bytes) = &workload.model["/a/sub/two"] else { unreachable!() };
+    assert_same("/a/sub/two", &read_whole(&client, "/a/sub/two"), bytes);
+    client.readdir("/b").unwrap();
+
+    for step in 0..300 {
+        workload.step(&client, &backend, step);
+    }
+    let TreeWorkload { tree_renames, exchanges, syncs, .. } = workload;
+    eprintln!("{tree_renames} directory renames, {exchanges} exchanges, {syncs} syncs; {} names at the end", workload.model.len());
     assert!(tree_renames > 10 && exchanges > 3 && syncs > 3, "the random steps did what they are for");
     client.sync().unwrap();
-    assert_same_tree("ringfs at the end", &ringfs_tree(&client), &model);
-    assert_same_tree("the backend at the end", &backend_tree(&backend), &model);
+    assert_same_tree("ringfs at the end", &ringfs_tree(&client), &workload.model);
+    assert_same_tree("the backend at the end", &backend_tree(&backend), &workload.model);
+}
+
+/// [`TreeWorkload`] on `dir` stores, with a server killed (SIGKILL) every few dozen steps at
+/// a random moment after the last change — while the servers still flush it (`immediate`)
+/// — and restarted: after the restart, ringfs and the backend must both hold the model (a
+/// server's flushes and backend moves cut short by its death are taken up again, never done
+/// twice over newer state).
+#[test]
+fn servers_killed_while_they_flush_come_back_with_the_backend_matching_ringfs() {
+    let backend = Backend::new("tree-kills");
+    let seed = test_seed(40);
+    let mut workload = TreeWorkload::new(&backend, seed);
+    let mut options = caching(&backend, 3, "immediate", 1000);
+    options.dir_store = true;
+    let mut cluster = TestCluster::with_options(options);
+    let mut client = cluster.client();
+    let mut killer = Random::new(seed ^ 0x6b69_6c6c);
+    let rounds = std::env::var("RINGFS_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(6);
+    let mut step = 0;
+    for round in 0..rounds {
+        for _ in 0..10 + killer.below(30) {
+            workload.step(&client, &backend, step);
+            step += 1;
+        }
+        let victim = killer.below(3) as usize;
+        std::thread::sleep(Duration::from_micros(killer.below(20_000)));
+        cluster.kill(victim);
+        drop(client);
+        cluster.restart(victim);
+        cluster.wait_for_alive(3);
+        client = cluster.client();
+        let when = format!("seed {seed}, round {round} (server {victim} killed after step {step})");
+        workload.check_after_sync(&client, &backend, &when);
+        assert_same_tree(&format!("{when}: ringfs"), &ringfs_tree(&client), &workload.model);
+    }
+    eprintln!("{step} steps, {rounds} kills, {} directory renames, {} syncs", workload.tree_renames, workload.syncs);
 }
 
 /// A file read through an open descriptor while its directory is renamed back and forth:
@@ -1520,7 +1579,7 @@ fn hard_links_reach_the_backend_as_hard_links_while_full_stores_evict() {
 /// with `RINGFS_TEST_SEED` or `default_seed`.
 fn links_renames_and_syncs_against_a_model(tag: &str, capacity: Option<&str>, default_seed: u64) {
     let backend = Backend::new(tag);
-    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(default_seed);
+    let seed = test_seed(default_seed);
     let mut random = Random::new(seed);
     // The model: each name's file (an index into `contents`), and the directories.
     let mut contents: Vec<Vec<u8>> = Vec::new();

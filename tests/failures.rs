@@ -56,6 +56,35 @@ fn a_restarted_server_serves_its_dir_store_again() {
     assert_eq!(read_file(&client, "/keep/new").unwrap(), b"after restart");
 }
 
+/// A server killed and restarted at once, before the others noticed: the other servers' and
+/// the client's idle connections to it are dead, and their next calls to it must go over new
+/// ones. (Each server's first call to it failed with EIO, and so did the operation that made
+/// it — a directory rename, which every server takes part in: found by
+/// `cache.rs: servers_killed_while_they_flush_…`; then the client's first read.)
+#[test]
+fn a_server_killed_and_restarted_at_once_fails_no_request_of_the_others() {
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let client = cluster.client();
+    let dirs: Vec<String> = (0..6).map(|index| format!("/d{index}")).collect();
+    for dir in &dirs {
+        client.mkdir(dir, 0o755).unwrap();
+        write_file(&client, &format!("{dir}/f"), dir.as_bytes());
+    }
+    // Directory renames, which every server takes part in: each server's pool then holds
+    // connections to the others.
+    let renamed = |dir: &str| format!("{dir}.r");
+    for dir in &dirs {
+        client.rename(dir, &renamed(dir)).unwrap();
+    }
+    cluster.kill(0);
+    cluster.restart(0);
+    cluster.wait_for_alive(3);
+    for dir in &dirs {
+        client.rename(&renamed(dir), dir).unwrap_or_else(|errno| panic!("rename {} {dir} after the restart: {errno}", renamed(dir)));
+        assert_eq!(read_file(&client, &format!("{dir}/f")).unwrap(), dir.as_bytes());
+    }
+}
+
 #[test]
 fn a_killed_server_turns_into_eio_within_the_deadline_and_others_keep_working() {
     let mut cluster = TestCluster::start(3);

@@ -16,6 +16,11 @@ use std::time::{Duration, Instant};
 
 use ringfs_rpc::Connection;
 
+/// How long a connection must have been unused before it is checked for a server that hung
+/// up (a non-blocking read; requests in quick succession do not pay it, and no server is
+/// killed and back again that fast).
+const HANGUP_CHECK_AFTER: Duration = Duration::from_millis(2);
+
 /// A connection and when it was last handed out.
 struct Pooled {
     connection: Arc<Connection>,
@@ -35,10 +40,16 @@ impl ConnectionTable {
         self.entries.lock()
     }
 
-    /// The working connection to `server`, if there is one (it counts as used now).
+    /// The working connection to `server`, if there is one (it counts as used now). One
+    /// unused for [`HANGUP_CHECK_AFTER`] is first checked for a server that hung up (one
+    /// killed and restarted at once: the next request on it would fail with EIO); then the
+    /// caller opens a new one.
     pub fn usable(&self, server: &str) -> Option<Arc<Connection>> {
         let mut entries = self.lock();
         let pooled = entries.get_mut(server).filter(|pooled| !pooled.connection.is_broken())?;
+        if pooled.last_used.elapsed() >= HANGUP_CHECK_AFTER && pooled.connection.hung_up() {
+            return None;
+        }
         pooled.last_used = Instant::now();
         Some(pooled.connection.clone())
     }

@@ -295,6 +295,20 @@ impl Connection {
         self.pending.lock().broken.is_some() || matches!(&self.wire, Wire::Ucx(channel) if channel.is_closed())
     }
 
+    /// True if the server hung up this connection while it owed it nothing (its process
+    /// ended: a server killed and restarted at once, before anyone noticed), seen without
+    /// sending anything: a request on it would fail. Costs a non-blocking read; false while
+    /// a request is in flight or another thread reads.
+    pub fn hung_up(&self) -> bool {
+        if !self.is_idle() {
+            return false;
+        }
+        match &self.wire {
+            Wire::Stream { reader, .. } => reader.try_lock().is_some_and(|mut reader| reader.closed_while_idle()),
+            Wire::Ucx(_) => false,
+        }
+    }
+
     /// True when the connection works and the server owes it no response: a new request on
     /// it is answered without queuing behind an earlier one.
     pub fn is_idle(&self) -> bool {

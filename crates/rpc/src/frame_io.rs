@@ -314,6 +314,20 @@ impl FrameReader {
     pub fn skip(&mut self, count: usize) -> Result<(), FrameReadError> {
         self.frames.skip(self.reader.as_mut(), count)
     }
+
+    /// For a link that expects nothing (no request in flight): true if the other end closed
+    /// it, or sent bytes nobody asked for (then its framing cannot be trusted either). Reads
+    /// without blocking.
+    pub fn closed_while_idle(&mut self) -> bool {
+        if !self.frames.is_empty() {
+            return true;
+        }
+        let mut byte = [0u8; 1];
+        match self.reader.read_available(&mut byte) {
+            Ok(_) => true,
+            Err(error) => !matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted),
+        }
+    }
 }
 
 /// Writes one frame (header, body, data) with as few system calls as the kernel allows.

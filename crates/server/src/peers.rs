@@ -8,7 +8,9 @@
 //! proves we are alive), both stall until a deadline and fail with EIO. So a call borrows an
 //! idle connection from a small pool, or opens one, and gives it back when it is done:
 //! concurrent calls never queue behind each other, and a lone caller keeps reusing one
-//! connection.
+//! connection. A pooled connection is checked for a hang-up before it is lent (a server
+//! killed and restarted at once left its peers holding dead connections, and their next
+//! calls failed with EIO).
 //!
 //! [`Peers`] is the production [`Outbound`]: every request to another server leaves through it.
 
@@ -67,9 +69,10 @@ impl Peers {
             let mut idle = self.idle.lock();
             let pool = idle.entry(member.name.clone()).or_default();
             pool.retain(|connection| !connection.is_broken());
-            // A member restarted elsewhere: its old connections are broken or go elsewhere;
-            // broken ones were dropped above, the rest fail their call and are dropped then.
-            pool.pop()
+            // A member that died (and maybe came back at once) hung up its connections: each
+            // is checked before it is lent, or the call on it would fail with EIO. (One
+            // restarted elsewhere and not yet hung up fails its call, and is dropped then.)
+            std::iter::from_fn(|| pool.pop()).find(|connection| !connection.hung_up())
         };
         if let Some(connection) = reused {
             return Ok(PeerConnection { peers: self, member: member.name.clone(), connection: Some(connection), keep: true });
