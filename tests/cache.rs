@@ -1559,7 +1559,7 @@ fn backend_files(backend: &Backend) -> (BTreeMap<String, BackendFile>, Vec<Strin
 /// link there too) and no others; every stat shows the model's link count.
 #[test]
 fn hard_links_reach_the_backend_as_hard_links() {
-    links_renames_and_syncs_against_a_model("hard-links", None, 31);
+    links_renames_and_syncs_against_a_model("hard-links", None, false, 31);
 }
 
 /// The same steps with stores far too small for the files (3 servers of 768 KiB for a few
@@ -1572,12 +1572,21 @@ fn hard_links_reach_the_backend_as_hard_links() {
 #[test]
 fn hard_links_reach_the_backend_as_hard_links_while_full_stores_evict() {
     // (Seed 32 met the lost bytes of a rename after eviction; 31 did not.)
-    links_renames_and_syncs_against_a_model("hard-links-full", Some("768K"), 32);
+    links_renames_and_syncs_against_a_model("hard-links-full", Some("768K"), false, 32);
 }
 
-/// The randomized steps of the two tests above, on stores of `capacity` (unlimited: `None`),
-/// with `RINGFS_TEST_SEED` or `default_seed`.
-fn links_renames_and_syncs_against_a_model(tag: &str, capacity: Option<&str>, default_seed: u64) {
+/// The same steps on `dir` stores, with a server killed (SIGKILL) 0–20 ms before every other
+/// sync — while the servers still flush what came before, links and backend moves among it
+/// — and restarted; the client goes on with the connections it has.
+#[test]
+fn hard_links_reach_the_backend_as_hard_links_while_servers_are_killed_and_restarted() {
+    links_renames_and_syncs_against_a_model("hard-links-kills", None, true, 33);
+}
+
+/// The randomized steps of the tests above, on stores of `capacity` (unlimited: `None`),
+/// with servers killed and restarted before syncs (`kills`), with `RINGFS_TEST_SEED` or
+/// `default_seed`.
+fn links_renames_and_syncs_against_a_model(tag: &str, capacity: Option<&str>, kills: bool, default_seed: u64) {
     let backend = Backend::new(tag);
     let seed = test_seed(default_seed);
     let mut random = Random::new(seed);
@@ -1596,8 +1605,10 @@ fn links_renames_and_syncs_against_a_model(tag: &str, capacity: Option<&str>, de
     }
     let mut options = caching(&backend, 3, "immediate", 1000);
     options.capacity = capacity.map(str::to_string);
-    let cluster = TestCluster::with_options(options);
+    options.dir_store = kills;
+    let mut cluster = TestCluster::with_options(options);
     let client = cluster.client();
+    let mut killer = Random::new(seed ^ 0x6b69_6c6c);
     // A full store's ENOSPC: sync (the flushes make room) and try once more.
     let with_room = |what: &dyn Fn() -> ringfs_client::Result<()>| match what() {
         Err(ringfs_client::Errno::ENOSPC) if capacity.is_some() => {
@@ -1733,7 +1744,15 @@ fn links_renames_and_syncs_against_a_model(tag: &str, capacity: Option<&str>, de
                 assert_eq!(client.stat(&path).unwrap().nlink, expected, "step {step}: the link count of {path}");
             }
             93..=99 => {
-                client.sync().unwrap();
+                if kills && killer.below(2) == 0 {
+                    let victim = killer.below(3) as usize;
+                    std::thread::sleep(Duration::from_micros(killer.below(20_000)));
+                    cluster.kill(victim);
+                    cluster.restart(victim);
+                    cluster.wait_for_alive(3);
+                    history.push(format!("{step}: server {victim} killed and restarted"));
+                }
+                client.sync().unwrap_or_else(|errno| panic!("step {step}: sync: {errno}"));
                 history.push(format!("{step}: sync"));
                 check_backend_links(
                     &backend,

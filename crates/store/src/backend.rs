@@ -225,21 +225,25 @@ impl BackendDir {
     /// is made under a temporary name and renamed over the old one, so the two exist at once
     /// and the new one never takes the old one's inode number (a flush of the old file that
     /// still knows its number then never mistakes the new one for it).
-    pub fn create_file(&self, path: &str, mode: u32) -> io::Result<()> {
+    ///
+    /// The temporary name is the file's own (`owner`): a server that died between making
+    /// the file and renaming it finds it again when it applies the creation once more after
+    /// its restart, and replaces it (a name of its own per attempt was left behind for good).
+    pub fn create_file(&self, path: &str, mode: u32, owner: FileId) -> io::Result<()> {
         let location = self.location(path)?;
         with_write_permission(parent_of(&location), || {
             if fs::symlink_metadata(&location).is_ok_and(|metadata| metadata.is_dir()) {
                 Self::remove_location(&location)?;
             }
-            let temporary = temporary_beside(&location, NEW_FILE_PREFIX);
+            let temporary = temporary_beside(&location, NEW_FILE_PREFIX, owner);
             let open = || OpenOptions::new().write(true).create_new(true).mode(mode & 0o7777).open(&temporary);
-            match open() {
+            retry_over_leftover(&temporary, || match open() {
                 Err(error) if not_found(&error) => {
                     Self::make_parents(&location)?;
-                    open().map(drop)?
+                    open().map(drop)
                 }
-                other => other.map(drop)?,
-            }
+                other => other.map(drop),
+            })?;
             fs::rename(&temporary, &location).inspect_err(|_| {
                 let _ = fs::remove_file(&temporary);
             })
@@ -401,16 +405,17 @@ impl BackendDir {
     /// Makes `to` another name of the backend file at `from` (a hard link; a symbolic link
     /// is linked itself, not followed), replacing what is at `to`: it was removed or replaced
     /// in ringfs. Parents of `to` are made as needed. The link is made under a temporary name
-    /// and renamed into place, so `to` never shows nothing.
-    pub fn link_replacing(&self, from: &str, to: &str) -> io::Result<()> {
+    /// and renamed into place, so `to` never shows nothing (the temporary name is the file's
+    /// own, `owner`: see [`BackendDir::create_file`]).
+    pub fn link_replacing(&self, from: &str, to: &str, owner: FileId) -> io::Result<()> {
         let (source, target) = (self.location(from)?, self.location(to)?);
         with_write_permission(parent_of(&target), || {
             if fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
                 Self::remove_location(&target)?;
             }
             Self::make_parents(&target)?;
-            let temporary = temporary_beside(&target, NEW_LINK_PREFIX);
-            fs::hard_link(&source, &temporary)?;
+            let temporary = temporary_beside(&target, NEW_LINK_PREFIX, owner);
+            retry_over_leftover(&temporary, || fs::hard_link(&source, &temporary))?;
             let renamed = fs::rename(&temporary, &target);
             // A rename onto another name of the same file does nothing: the temporary name
             // is then still there (and after a failed rename too).
@@ -474,12 +479,24 @@ pub(crate) fn is_file(file: &File, identity: Option<(u64, u64)>) -> io::Result<b
 const NEW_FILE_PREFIX: &str = ".ringfs-new-";
 const NEW_LINK_PREFIX: &str = ".ringfs-link-";
 
-/// A temporary name beside `location`, unique in this process (and, by the process id,
-/// among the servers sharing the backend).
-fn temporary_beside(location: &Path, prefix: &str) -> PathBuf {
-    static SERIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let serial = SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    location.with_file_name(format!("{prefix}{}-{serial}", std::process::id()))
+/// The temporary name beside `location` of the file `owner` (file ids are unique in a
+/// cluster, and a file's backend names change only at its inode, one at a time).
+fn temporary_beside(location: &Path, prefix: &str, owner: FileId) -> PathBuf {
+    location.with_file_name(format!("{prefix}{:08x}-{:016x}", owner.anchor, owner.serial))
+}
+
+/// Runs `make` (which makes `temporary`); if something is there already — left by an
+/// earlier attempt that died before renaming it, or by an earlier job with the same file
+/// id — removes it and runs `make` once more.
+fn retry_over_leftover(temporary: &Path, mut make: impl FnMut() -> io::Result<()>) -> io::Result<()> {
+    match make() {
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
+            log::info!("{} was left by an attempt that did not finish: replaced", temporary.display());
+            fs::remove_file(temporary)?;
+            make()
+        }
+        other => other,
+    }
 }
 
 /// Whether `name` is one of those temporary names: never shown, and not counted against an
@@ -787,7 +804,17 @@ mod tests {
         let mut buffer = [0u8; 100];
         assert_eq!(backend.read_at("/data", 2950, &mut buffer).unwrap(), 50);
 
-        backend.create_file("/new/deep/file", 0o600).unwrap();
+        let owner = FileId { anchor: 1, serial: 2 };
+        backend.create_file("/new/deep/file", 0o600, owner).unwrap();
+        // What a server that died between making a file and renaming it left: the file's
+        // next creation replaces it, and nothing is left beside.
+        fs::write(root.join("new/deep/.ringfs-new-00000001-0000000000000002"), b"left").unwrap();
+        backend.create_file("/new/deep/again", 0o600, owner).unwrap();
+        let mut names: Vec<String> =
+            fs::read_dir(root.join("new/deep")).unwrap().map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["again", "file"]);
+        assert_eq!(fs::read(root.join("new/deep/again")).unwrap(), b"");
         let file = backend.open_existing("/new/deep/file").unwrap();
         file.write_all_at(&[1u8; 20], 5).unwrap();
         extend_to(&file, 1 << 20).unwrap();
@@ -805,7 +832,7 @@ mod tests {
 
         backend.sync_all().unwrap();
 
-        backend.create_file("/d", 0o644).unwrap();
+        backend.create_file("/d", 0o644, owner).unwrap();
         assert!(root.join("d").is_file(), "a file replaces a directory tree");
         backend.remove("/new").unwrap();
         backend.remove("/new").unwrap();

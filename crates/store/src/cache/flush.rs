@@ -229,11 +229,13 @@ impl Cache {
         };
         let backend = &self.backend;
         let applied = match (op, chunk.attr.kind()) {
-            (PendingOp::Create, Some(FileKind::Regular)) => backend.create_file(&path, chunk.attr.mode).and_then(|()| {
-                // The file made here is the file's own from now on.
-                chunk.cache.backend_identity = backend.identity_of(&path)?;
-                Ok(())
-            }),
+            (PendingOp::Create, Some(FileKind::Regular)) => {
+                backend.create_file(&path, chunk.attr.mode, chunk.attr.file_id).and_then(|()| {
+                    // The file made here is the file's own from now on.
+                    chunk.cache.backend_identity = backend.identity_of(&path)?;
+                    Ok(())
+                })
+            }
             (PendingOp::Create, Some(FileKind::Directory)) => backend.make_dir(&path, chunk.attr.mode),
             (PendingOp::Create, Some(FileKind::Symlink)) => {
                 let target = String::from_utf8_lossy(&chunk.body.to_vec()?).into_owned();

@@ -36,7 +36,7 @@ impl Cache {
             return Err(crate::StoreError::BackendPlaceChanging);
         }
         for link in chunk.cache.links.iter_mut().filter(|link| !link.made) {
-            self.backend.link_replacing(&primary, &link.path).map_err(io_errno)?;
+            self.backend.link_replacing(&primary, &link.path, chunk.attr.file_id).map_err(io_errno)?;
             link.made = true;
         }
         self.backend_changed();
