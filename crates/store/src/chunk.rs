@@ -80,7 +80,10 @@ pub(crate) struct CacheState {
     /// Chunk 0: which backend file (device, inode) the file's data goes to — the one its
     /// creation made, or the one it was loaded from. A flush writes into nothing else: the
     /// path may have been given to another file meanwhile (a rename over this one under
-    /// way). In memory only: after a restart it is learnt at the next flush.
+    /// way). Kept in a `dir` store's chunk header: a restarted server that learnt it anew
+    /// took whatever file was at the path for the file's own — after a rename over the file,
+    /// the other file, whose bytes its links then shared (`cache.rs`
+    /// `hard_links_…_while_servers_are_killed_and_restarted`).
     pub backend_identity: Option<(u64, u64)>,
     /// Chunk 0: a move of one of the file's backend names under way (`cache::moves`),
     /// recorded before the backend's `rename` and gone once the new place is recorded.
@@ -97,10 +100,12 @@ pub(crate) struct MoveIntent {
     pub identity: (u64, u64),
 }
 
-/// A backend record read back: the path, the other names and a move under way.
+/// A backend record read back: the path, the backend file's identity, the other names and a
+/// move under way.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct BackendRecord {
     pub path: String,
+    pub identity: Option<(u64, u64)>,
     pub links: Vec<BackendLink>,
     pub moving: Option<MoveIntent>,
 }
@@ -133,17 +138,20 @@ impl CacheState {
     }
 
     /// The file's place in the backend as a `dir` store's chunk header keeps it: the path;
-    /// for a move under way, a NUL, `<` and the old name, a NUL, `>`, the identity as
+    /// if known, a NUL, `=` and the backend file's identity as `DEV:INO`; for a move under way, a NUL, `<` and the old name, a NUL, `>`, the identity as
     /// `DEV:INO:` and the new name; then for each other name a NUL, `1` (made) or `0`, and the
     /// name. Names that do not fit the header are left out (logged): after a restart the
     /// backend keeps those it has.
     pub fn backend_record(&self) -> Option<std::borrow::Cow<'_, str>> {
         let path = self.backend_path.as_deref()?;
-        if self.links.is_empty() && self.moving.is_none() {
-            // Nearly always: the path alone, as it is (no copy on every persist).
+        if self.links.is_empty() && self.moving.is_none() && self.backend_identity.is_none() {
+            // A file not in the backend yet: the path alone, as it is (no copy).
             return Some(std::borrow::Cow::Borrowed(path));
         }
         let mut record = path.to_string();
+        if let Some((dev, ino)) = self.backend_identity {
+            record.push_str(&format!("\0={dev}:{ino}"));
+        }
         if let Some(MoveIntent { from, to, identity: (dev, ino) }) = &self.moving {
             // (Two paths and two numbers: always within the header's bound.)
             record.push_str(&format!("\0<{from}\0>{dev}:{ino}:{to}"));
@@ -166,10 +174,15 @@ impl CacheState {
         let mut parts = record.split('\0');
         let path = parts.next()?.to_string();
         ringfs_proto::path::validate(&path).ok()?;
-        let (mut links, mut from, mut moved) = (Vec::new(), None, None);
+        let (mut links, mut identity, mut from, mut moved) = (Vec::new(), None, None, None);
+        let numbers = |text: &str| -> Option<(u64, u64)> {
+            let (dev, ino) = text.split_once(':')?;
+            Some((dev.parse().ok()?, ino.parse().ok()?))
+        };
         for part in parts {
             let (kind, rest) = part.split_at_checked(1)?;
             match kind {
+                "=" => identity = Some(numbers(rest)?),
                 "<" => from = Some(rest.to_string()),
                 ">" => {
                     let (dev, rest) = rest.split_once(':')?;
@@ -189,7 +202,7 @@ impl CacheState {
         for name in paths {
             ringfs_proto::path::validate(name).ok()?;
         }
-        Some(BackendRecord { path, links, moving })
+        Some(BackendRecord { path, identity, links, moving })
     }
 
     /// Renames the file's backend name `from` (its path or one of its other names) to `to`.
@@ -327,7 +340,7 @@ mod tests {
         };
         let record = state.backend_record().unwrap();
         let parsed = |path: &str, links: &[BackendLink], moving: Option<MoveIntent>| {
-            Some(BackendRecord { path: path.to_string(), links: links.to_vec(), moving })
+            Some(BackendRecord { path: path.to_string(), identity: None, links: links.to_vec(), moving })
         };
         assert_eq!(CacheState::parse_backend_record(&record), parsed("/out/a", &state.links, None));
         assert_eq!(CacheState::parse_backend_record("/plain"), parsed("/plain", &[], None), "a record of older stores");
@@ -342,5 +355,11 @@ mod tests {
         assert_eq!(CacheState::parse_backend_record("/a\0</b"), None, "half a move");
         assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:x:/c"), None, "a damaged identity");
         assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:2:c"), None, "a damaged new name");
+
+        let known = CacheState { backend_identity: Some((2049, 5)), ..state.clone() };
+        let record = known.backend_record().unwrap();
+        let back = CacheState::parse_backend_record(&record).unwrap();
+        assert_eq!((back.identity, back.links), (Some((2049, 5)), state.links.clone()), "the backend file's identity");
+        assert_eq!(CacheState::parse_backend_record("/a\0=1:"), None, "a damaged identity");
     }
 }

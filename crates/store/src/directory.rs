@@ -267,10 +267,15 @@ impl ChunkDirectory {
         self.chunks.join(&name[..2]).join(name)
     }
 
-    fn header(key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>) -> Vec<u8> {
+    /// A chunk file's header, padded to where its data begins: the next multiple of
+    /// [`DATA_ALIGNMENT`], or `data_offset` if the header fits below it.
+    fn header(key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>, data_offset: usize) -> Vec<u8> {
         let backend_path = backend_path.unwrap_or("");
         let header_len = FIXED_HEADER_BYTES + backend_path.len();
-        let data_offset = header_len.div_ceil(DATA_ALIGNMENT) * DATA_ALIGNMENT;
+        let data_offset = match header_len <= data_offset {
+            true => data_offset,
+            false => header_len.div_ceil(DATA_ALIGNMENT) * DATA_ALIGNMENT,
+        };
         let mut header = Vec::with_capacity(data_offset);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -288,7 +293,7 @@ impl ChunkDirectory {
     /// Creates the file of a new chunk (replacing a leftover file of the same key).
     pub fn create(&self, key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>) -> io::Result<ChunkFile> {
         let location = self.location(key);
-        let header = Self::header(key, attr, pending, backend_path);
+        let header = Self::header(key, attr, pending, backend_path, 0);
         let file = match File::create(&location) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -311,12 +316,15 @@ impl ChunkDirectory {
         pending: Option<PendingOp>,
         backend_path: Option<&str>,
     ) -> io::Result<()> {
-        let header = Self::header(key, attr, pending, backend_path);
+        // A header that fits where the data begins is written there, padded (the backend
+        // record shrinks and grows with the names a file has and a move under way);
+        let header = Self::header(key, attr, pending, backend_path, chunk.data_offset as usize);
         if header.len() as u64 == chunk.data_offset {
             let file = OpenOptions::new().write(true).open(&chunk.location)?;
             return file.write_all_at(&header, 0);
         }
-        // Another header size: copy the bytes behind a new header.
+        // a longer one moves the bytes behind it, with room to grow once more.
+        let header = Self::header(key, attr, pending, backend_path, header.len() + DATA_ALIGNMENT);
         let old = File::open(&chunk.location)?;
         let mut bytes = vec![0u8; chunk.stored_len as usize];
         old.read_exact_at(&mut bytes, chunk.data_offset)?;

@@ -101,11 +101,11 @@ impl ChunkStore {
             let xattr_bytes = chunk.xattrs.as_ref().map_or(0, crate::chunk::xattr_bytes);
             self.space.count_recovered(chunk.file.stored_len + xattr_bytes);
             let record = chunk.backend_path.as_deref().and_then(CacheState::parse_backend_record);
-            let (backend_path, links, moving) = match record {
-                Some(record) => (Some(record.path), record.links, record.moving),
-                None => (None, Vec::new(), None),
+            let (backend_path, backend_identity, links, moving) = match record {
+                Some(record) => (Some(record.path), record.identity, record.links, record.moving),
+                None => (None, None, Vec::new(), None),
             };
-            let mut cache = CacheState { pending: chunk.pending, backend_path, links, moving, ..CacheState::default() };
+            let mut cache = CacheState { pending: chunk.pending, backend_path, backend_identity, links, moving, ..CacheState::default() };
             if let Some(caching) = &self.cache {
                 caching.settle_move_after_restart(&mut cache);
             }

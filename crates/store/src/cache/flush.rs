@@ -195,9 +195,12 @@ impl Cache {
         self.apply_pending(space, &mut chunk)?;
         let Some(path) = chunk.cache.backend_path.clone() else { return Ok(None) };
         if chunk.cache.backend_identity.is_none() && chunk.attr.is_regular() {
-            // Loaded before a restart (or the file was missing when loaded): the file at the
-            // path now is taken for the file's own.
+            // The file was missing when loaded (or a store of an older version recorded no
+            // identity): the file at the path now is taken for the file's own.
             chunk.cache.backend_identity = self.backend.identity_of(&path).map_err(io_errno)?;
+            if chunk.cache.backend_identity.is_some() {
+                space.persist(&mut chunk)?;
+            }
         }
         self.make_links(space, &mut chunk)?;
         let (dev, ino) = chunk.cache.backend_identity.unwrap_or((0, 0));
