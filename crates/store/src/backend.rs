@@ -407,15 +407,32 @@ impl BackendDir {
     /// in ringfs. Parents of `to` are made as needed. The link is made under a temporary name
     /// and renamed into place, so `to` never shows nothing (the temporary name is the file's
     /// own, `owner`: see [`BackendDir::create_file`]).
-    pub fn link_replacing(&self, from: &str, to: &str, owner: FileId) -> io::Result<()> {
+    ///
+    /// With `identity`, the link is made only to that file: `from` is opened, checked and
+    /// linked through the descriptor, so a file put at `from` meanwhile (another file's
+    /// link or move, made by another server's flush) is never linked instead; EAGAIN if the
+    /// file at `from` is another.
+    pub fn link_replacing(&self, from: &str, to: &str, owner: FileId, identity: Option<(u64, u64)>) -> io::Result<()> {
         let (source, target) = (self.location(from)?, self.location(to)?);
+        // The file to link, held open (not following a final symbolic link) and checked.
+        let held = OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_NOFOLLOW).open(&source)?;
+        if identity.is_some() && Some(self::identity(&held.metadata()?)) != identity {
+            return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+        }
+        #[cfg(test)]
+        testing::before_link();
+        let linked = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
         with_write_permission(parent_of(&target), || {
             if fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
                 Self::remove_location(&target)?;
             }
             Self::make_parents(&target)?;
             let temporary = temporary_beside(&target, NEW_LINK_PREFIX, owner);
-            retry_over_leftover(&temporary, || fs::hard_link(&source, &temporary))?;
+            retry_over_leftover(&temporary, || match link_following(&linked, &temporary) {
+                // The file lost its last name meanwhile: nothing to link.
+                Err(error) if identity.is_some() && not_found(&error) => Err(io::Error::from_raw_os_error(libc::EAGAIN)),
+                other => other,
+            })?;
             let renamed = fs::rename(&temporary, &target);
             // A rename onto another name of the same file does nothing: the temporary name
             // is then still there (and after a failed rename too).
@@ -483,6 +500,18 @@ const NEW_LINK_PREFIX: &str = ".ringfs-link-";
 /// cluster, and a file's backend names change only at its inode, one at a time).
 fn temporary_beside(location: &Path, prefix: &str, owner: FileId) -> PathBuf {
     location.with_file_name(format!("{prefix}{:08x}-{:016x}", owner.anchor, owner.serial))
+}
+
+/// Makes `to` a hard link of what `from` names, following `from` once (`from` is a
+/// descriptor's `/proc/self/fd` entry: the link is to the file the descriptor holds, even if
+/// that is a symbolic link).
+fn link_following(from: &Path, to: &Path) -> io::Result<()> {
+    let (from, to) = (c_location(from)?, c_location(to)?);
+    // SAFETY: two valid NUL-terminated paths.
+    match unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 /// Runs `make` (which makes `temporary`); if something is there already — left by an
@@ -838,5 +867,23 @@ mod tests {
         backend.remove("/new").unwrap();
         assert!(!root.join("new").exists());
         fs::remove_dir_all(root).unwrap();
+    }
+}
+
+/// Fault injection for this crate's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::cell::RefCell;
+
+    thread_local! {
+        /// Run once by the next link made on this thread, between checking the file to link
+        /// and linking it (a test puts another file at its path in that window).
+        pub static BEFORE_LINK: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+    }
+
+    pub(super) fn before_link() {
+        if let Some(hook) = BEFORE_LINK.take() {
+            hook();
+        }
     }
 }

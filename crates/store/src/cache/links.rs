@@ -35,9 +35,16 @@ impl Cache {
             // wait until the inode knows where its file is.
             return Err(crate::StoreError::BackendPlaceChanging);
         }
+        let owner = chunk.attr.file_id;
         for link in chunk.cache.links.iter_mut().filter(|link| !link.made) {
-            self.backend.link_replacing(&primary, &link.path, chunk.attr.file_id).map_err(io_errno)?;
-            link.made = true;
+            // (Checked again as it is linked: another server's flush may put another file at
+            // the path between the check above and the link — the file renamed over this one,
+            // whose link there is made before this inode hears that it lost the name.)
+            match self.backend.link_replacing(&primary, &link.path, owner, identity) {
+                Ok(()) => link.made = true,
+                Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => return Err(crate::StoreError::BackendPlaceChanging),
+                Err(error) => return Err(io_errno(error)),
+            }
         }
         self.backend_changed();
         space.persist(chunk)

@@ -693,3 +693,29 @@ fn a_server_that_died_during_a_backend_move_finds_the_file_after_its_restart() {
     update_reaches(&setup, &store, other, "/c", &first);
     assert_eq!(fs::read(setup.backend().join("d")).unwrap(), b"stays");
 }
+
+#[test]
+fn a_link_is_made_to_the_files_own_backend_file_when_another_is_put_at_its_path_meanwhile() {
+    // Found by the kill test of hard links (seed 443): a file's link was made from its
+    // backend path after the check that the path held the file's own backend file, and in
+    // between another server's flush put another file there (the file renamed over this
+    // one, whose link at the path was made before this inode heard that it lost the name):
+    // the link went to the other file, and the two shared bytes in the backend.
+    use std::os::unix::fs::MetadataExt;
+    let setup = Setup::new("link-toctou");
+    let store = setup.store();
+    let first = new_file(&store, "/a", &pattern(100, 1));
+    store.add_link_named(first, 8, Some("/a2")).unwrap();
+    new_file(&store, "/c", &pattern(200, 2));
+    flush_all(&store);
+    let inode = |name: &str| fs::symlink_metadata(setup.backend().join(name)).unwrap().ino();
+    let own = inode("a2");
+    assert_eq!(inode("a"), own, "the first link is made");
+    store.add_link_named(first, 9, Some("/l")).unwrap();
+    let backend = setup.backend();
+    crate::backend::testing::BEFORE_LINK.set(Some(Box::new(move || fs::rename(backend.join("c"), backend.join("a")).unwrap())));
+    flush_all(&store);
+    assert!(crate::backend::testing::BEFORE_LINK.with_borrow(Option::is_none), "the link was made after the hook");
+    assert_eq!(inode("l"), own, "the link is the file's own backend file");
+    assert_eq!(fs::read(setup.backend().join("l")).unwrap(), pattern(100, 1));
+}
