@@ -420,7 +420,7 @@ impl BackendDir {
             return Err(io::Error::from_raw_os_error(libc::EAGAIN));
         }
         #[cfg(test)]
-        testing::before_link();
+        crate::testing::run(&crate::testing::BEFORE_LINK);
         let linked = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
         with_write_permission(parent_of(&target), || {
             if fs::symlink_metadata(&target).is_ok_and(|metadata| metadata.is_dir()) {
@@ -867,23 +867,5 @@ mod tests {
         backend.remove("/new").unwrap();
         assert!(!root.join("new").exists());
         fs::remove_dir_all(root).unwrap();
-    }
-}
-
-/// Fault injection for this crate's tests.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::cell::RefCell;
-
-    thread_local! {
-        /// Run once by the next link made on this thread, between checking the file to link
-        /// and linking it (a test puts another file at its path in that window).
-        pub static BEFORE_LINK: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
-    }
-
-    pub(super) fn before_link() {
-        if let Some(hook) = BEFORE_LINK.take() {
-            hook();
-        }
     }
 }

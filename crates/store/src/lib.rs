@@ -57,6 +57,8 @@ mod namespace;
 mod pool;
 mod space;
 mod store;
+#[cfg(test)]
+mod testing;
 mod xattr;
 
 pub use backend::{BackendDir, RemovalKind};

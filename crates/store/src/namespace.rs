@@ -162,7 +162,7 @@ impl ChunkStore {
             handle.lock().opens += 1;
         }
         #[cfg(test)]
-        std::thread::sleep(testing::PAUSE_BEFORE_INDEXING.get());
+        std::thread::sleep(crate::testing::PAUSE_BEFORE_INDEXING.get());
         self.index.files_of(new_file).files.entry(new_file).or_default().inode = Some(handle.clone());
         // Queued for its creation in the backend only now that the index has it: a flusher
         // that took the work before would find no chunk and drop it, and the chunk, marked
@@ -553,18 +553,5 @@ impl ChunkStore {
     /// Whether an entry strictly below `dir` is held here.
     pub fn holds_entries_under(&self, dir: &str) -> bool {
         !self.index.listed_dirs_under(dir).is_empty()
-    }
-}
-
-/// Fault injection for this crate's tests.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::cell::Cell;
-    use std::time::Duration;
-
-    thread_local! {
-        /// How long a create on this thread pauses between making a new file's inode and
-        /// entering it in the index (widens that window for a test).
-        pub static PAUSE_BEFORE_INDEXING: Cell<Duration> = const { Cell::new(Duration::ZERO) };
     }
 }

@@ -325,7 +325,7 @@ impl Cache {
             false => None,
         };
         #[cfg(test)]
-        testing::after_flush_open();
+        crate::testing::run(&crate::testing::AFTER_FLUSH_OPEN);
         // Every backend write happens under the chunk's lock, and only while the chunk is
         // unchanged since its bytes were taken: bytes of a chunk that was cut or removed
         // meanwhile never land after the cut reached the backend (cuts are applied only once
@@ -471,24 +471,6 @@ impl Cache {
                 }
                 Err(error) => Err(io_errno(error)),
             },
-        }
-    }
-}
-
-/// Fault injection for this crate's tests.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::cell::RefCell;
-
-    thread_local! {
-        /// Run once by the next flush on this thread, between opening the backend file and
-        /// writing to it (a test changes the backend in that window).
-        pub static AFTER_FLUSH_OPEN: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
-    }
-
-    pub(super) fn after_flush_open() {
-        if let Some(hook) = AFTER_FLUSH_OPEN.take() {
-            hook();
         }
     }
 }

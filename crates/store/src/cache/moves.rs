@@ -87,12 +87,12 @@ impl Cache {
                 return Err(error);
             }
             #[cfg(test)]
-            if testing::DEATH.get() == testing::Death::BeforeRename {
+            if crate::testing::DEATH.get() == crate::testing::Death::BeforeRename {
                 return Err(StoreError::Fs(ringfs_proto::Errno::EIO));
             }
             let moved = self.backend.move_file(from, to);
             #[cfg(test)]
-            if moved.is_ok() && testing::DEATH.get() == testing::Death::AfterRename {
+            if moved.is_ok() && crate::testing::DEATH.get() == crate::testing::Death::AfterRename {
                 return Err(StoreError::Fs(ringfs_proto::Errno::EIO));
             }
             if let Err(error) = moved {
@@ -148,25 +148,5 @@ impl Cache {
                 log::warn!("where a file moved from {from} to {to} in the backend is cannot be read: {error}")
             }
         }
-    }
-}
-
-/// Fault injection for this crate's tests.
-#[cfg(test)]
-pub(crate) mod testing {
-    use std::cell::Cell;
-
-    /// Where a backend move stops, as a server that died there would (the test then reopens
-    /// the store).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub enum Death {
-        Never,
-        BeforeRename,
-        AfterRename,
-    }
-
-    thread_local! {
-        /// Where backend moves on this thread stop.
-        pub static DEATH: Cell<Death> = const { Cell::new(Death::Never) };
     }
 }

@@ -576,7 +576,7 @@ fn files_created_while_a_flusher_takes_work_at_once_all_reach_the_backend() {
             }
         });
         // Each create pauses where a flusher could take the new inode's work too early.
-        crate::namespace::testing::PAUSE_BEFORE_INDEXING.set(std::time::Duration::from_micros(200));
+        crate::testing::PAUSE_BEFORE_INDEXING.set(std::time::Duration::from_micros(200));
         for index in 0..files {
             new_file(&store, &format!("/f{index}"), &pattern(index % 3 * 50, index as u8));
         }
@@ -621,12 +621,12 @@ fn an_inodes_flush_sets_mode_and_attributes_on_the_file_it_opened_not_on_one_mov
     store.set_attr(&ringfs_proto::SetAttr { mode: Some(0o600), ..ringfs_proto::SetAttr::new(first, 7) }).unwrap();
     store.set_xattr(first, "user.owner", b"first", 0, 8).unwrap();
     let moved = backend.clone();
-    super::flush::testing::AFTER_FLUSH_OPEN.set(Some(Box::new(move || {
+    crate::testing::set(&crate::testing::AFTER_FLUSH_OPEN, move || {
         fs::rename(moved.join("a"), moved.join("a.old")).unwrap();
         fs::rename(moved.join("c"), moved.join("a")).unwrap();
-    })));
+    });
     flush_all(&store);
-    assert!(super::flush::testing::AFTER_FLUSH_OPEN.with_borrow(Option::is_none), "the flush ran the hook");
+    assert!(crate::testing::ran(&crate::testing::AFTER_FLUSH_OPEN), "the flush ran the hook");
     assert_eq!(mode("a.old"), 0o600, "the flushed file has its new mode");
     assert_eq!(mode("a"), 0o644, "the file moved to its path keeps its own");
     let xattrs_kept = backend_xattr(&backend.join("a.old"), "user.owner");
@@ -639,15 +639,8 @@ fn an_inodes_flush_sets_mode_and_attributes_on_the_file_it_opened_not_on_one_mov
 
 /// Moves the backend file of `file` from `from` to `to` in a store that dies at `death`
 /// (the move fails); then reopens the store, as the restarted server would.
-fn move_and_restart(
-    setup: &Setup,
-    store: ChunkStore,
-    file: FileId,
-    from: &str,
-    to: &str,
-    death: super::moves::testing::Death,
-) -> ChunkStore {
-    use super::moves::testing::{DEATH, Death};
+fn move_and_restart(setup: &Setup, store: ChunkStore, file: FileId, from: &str, to: &str, death: crate::testing::Death) -> ChunkStore {
+    use crate::testing::{DEATH, Death};
     DEATH.set(death);
     let died = store.move_backend_file(file, from, to);
     DEATH.set(Death::Never);
@@ -674,7 +667,7 @@ fn a_server_that_died_during_a_backend_move_finds_the_file_after_its_restart() {
     // A `dir` store that died between the backend's `rename` and writing the new place into
     // the inode's header came back with the old path: the file replaced by the rename (moved
     // there by the exchange) was then taken for the file's own, and got its bytes.
-    use super::moves::testing::Death;
+    use crate::testing::Death;
     let setup = Setup::new("move-restart");
     let first = pattern(CHUNK as usize + 10, 3);
     let store = ChunkStore::open(setup.config(0, true)).unwrap();
@@ -713,9 +706,9 @@ fn a_link_is_made_to_the_files_own_backend_file_when_another_is_put_at_its_path_
     assert_eq!(inode("a"), own, "the first link is made");
     store.add_link_named(first, 9, Some("/l")).unwrap();
     let backend = setup.backend();
-    crate::backend::testing::BEFORE_LINK.set(Some(Box::new(move || fs::rename(backend.join("c"), backend.join("a")).unwrap())));
+    crate::testing::set(&crate::testing::BEFORE_LINK, move || fs::rename(backend.join("c"), backend.join("a")).unwrap());
     flush_all(&store);
-    assert!(crate::backend::testing::BEFORE_LINK.with_borrow(Option::is_none), "the link was made after the hook");
+    assert!(crate::testing::ran(&crate::testing::BEFORE_LINK), "the link was made after the hook");
     assert_eq!(inode("l"), own, "the link is the file's own backend file");
     assert_eq!(fs::read(setup.backend().join("l")).unwrap(), pattern(100, 1));
 }
