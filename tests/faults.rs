@@ -755,11 +755,7 @@ fn log_tails(cluster: &TestCluster, servers: usize) -> String {
         .map(|server| {
             let log = cluster.log(server);
             let lines: Vec<&str> = log.lines().collect();
-            format!(
-                "--- {} (last lines of its log since it started)\n{}",
-                cluster.name(server),
-                lines[lines.len().saturating_sub(15)..].join("\n")
-            )
+            format!("--- {} (last lines of its log)\n{}", cluster.name(server), lines[lines.len().saturating_sub(15)..].join("\n"))
         })
         .collect::<Vec<_>>()
         .join("\n")

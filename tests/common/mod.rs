@@ -185,7 +185,14 @@ impl TestCluster {
     fn spawn(&self, name: &str, join: Option<&str>) -> (Child, String) {
         let address_file = self.dir.join(format!("{name}.addr"));
         let _ = std::fs::remove_file(&address_file);
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        // Appended to: a restarted server's log follows its earlier life's (what a failing
+        // test after a kill needs to see).
+        let log_path = self.dir.join(format!("{name}.log"));
+        let mut log = std::fs::OpenOptions::new().create(true).append(true).open(&log_path).unwrap();
+        if log.metadata().is_ok_and(|metadata| metadata.len() > 0) {
+            use std::io::Write;
+            let _ = writeln!(log, "=== {name} started again");
+        }
         let index: usize = name.rsplit('-').next().and_then(|index| index.parse().ok()).expect("servers are named server-N");
         let mut command = match self.options.hosts.get(index) {
             None => {
