@@ -1404,6 +1404,81 @@ fn servers_killed_while_they_flush_come_back_with_the_backend_matching_ringfs() 
     eprintln!("{step} steps, {rounds} kills, {} directory renames, {} syncs", workload.tree_renames, workload.syncs);
 }
 
+/// Files overwritten, written in place and cut by a client while a server of theirs is
+/// killed (SIGKILL) in the middle of it and restarted (`dir` stores, flushing at once): the
+/// writes the kill cut short leave their files in some state — but after a sync the backend
+/// must hold exactly what ringfs shows, whatever state that is.
+#[test]
+fn files_written_while_a_server_is_killed_match_the_backend_after_its_restart() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let backend = Backend::new("write-kills");
+    let seed = test_seed(50);
+    let mut options = caching(&backend, 3, "immediate", 1000);
+    options.dir_store = true;
+    let mut cluster = TestCluster::with_options(options);
+    let mut killer = Random::new(seed);
+    let files: Vec<String> = (0..6).map(|index| format!("/w{index}")).collect();
+    let client = cluster.client();
+    for (index, path) in files.iter().enumerate() {
+        write_whole(&client, path, &random_bytes(&mut killer, 100_000 * index));
+    }
+    let rounds = std::env::var("RINGFS_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(4);
+    let mut failed_calls = 0;
+    for round in 0..rounds {
+        let stop = AtomicBool::new(false);
+        let victim = killer.below(3) as usize;
+        let config = cluster.client_config();
+        let writer_seed = killer.next();
+        failed_calls += std::thread::scope(|scope| {
+            let writer = scope.spawn(|| {
+                let client = Client::connect(config).unwrap();
+                let mut random = Random::new(writer_seed);
+                let mut failed = 0;
+                // (Bounded: the kill comes within 150 ms of the start.)
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let path = &files[random.below(files.len() as u64) as usize];
+                    let len = random.below(700_000) as usize;
+                    let bytes = random_bytes(&mut random, len);
+                    let done = match random.below(3) {
+                        0 => client.create(path, 0o644).and_then(|fd| {
+                            let written = client.pwrite(fd, &bytes, 0).map(drop);
+                            client.close(fd).and(written)
+                        }),
+                        1 => client.open(path, OpenFlags::WRITE, 0).and_then(|fd| {
+                            let written = client.pwrite(fd, &bytes[..len.min(100_000)], random.below(600_000)).map(drop);
+                            client.close(fd).and(written)
+                        }),
+                        _ => client.truncate(path, random.below(500_000)),
+                    };
+                    failed += usize::from(done.is_err());
+                }
+                failed
+            });
+            std::thread::sleep(Duration::from_millis(20 + killer.below(130)));
+            cluster.kill(victim);
+            cluster.restart(victim);
+            cluster.wait_for_alive(3);
+            std::thread::sleep(Duration::from_millis(killer.below(50)));
+            stop.store(true, Ordering::Release);
+            writer.join().unwrap()
+        });
+        let client = cluster.client();
+        let when = format!("seed {seed}, round {round} (server {victim} killed while a client wrote)");
+        client.sync().unwrap_or_else(|errno| panic!("{when}: sync: {errno}"));
+        let (shown, kept) = (ringfs_tree(&client), backend_tree(&backend));
+        for (path, node) in &shown {
+            if let (Node::File(shown), Some(Node::File(kept))) = (node, kept.get(path)) {
+                assert_same(&format!("{when}: {path} in the backend"), kept, shown);
+            }
+        }
+        assert_same_tree(&format!("{when}: the backend"), &kept, &shown);
+    }
+    eprintln!("{rounds} kills, {failed_calls} calls failed by them");
+}
+
 /// A file read through an open descriptor while its directory is renamed back and forth:
 /// its chunks are loaded from wherever the backend has it at that moment, never an error.
 #[test]

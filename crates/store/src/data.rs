@@ -164,7 +164,12 @@ impl ChunkStore {
             return Err(Errno::EINVAL.into());
         }
         self.ensure_loaded(&handle, &mut chunk, backend)?;
+        self.dirty_before_change(&mut chunk)?;
         self.fill(&mut chunk, offset, source)?;
+        #[cfg(test)]
+        if crate::testing::DIE_AFTER_FILL.get() {
+            return Err(Errno::EIO.into());
+        }
         chunk.attr.len = chunk.attr.len.max(end);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
@@ -291,6 +296,7 @@ impl ChunkStore {
             return Err(Errno::EINVAL.into());
         }
         self.ensure_loaded(&handle, &mut chunk, backend)?;
+        self.dirty_before_change(&mut chunk)?;
         self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
@@ -321,6 +327,7 @@ impl ChunkStore {
         }
         let before_attr = chunk.attr;
         self.ensure_loaded(&handle, &mut chunk, None)?;
+        self.dirty_before_change(&mut chunk)?;
         self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         chunk.attr.last_chunk = chunk.attr.last_chunk.max(ChunkIndex::last_of(file_len, u64::from(chunk.attr.chunk_size.max(1))));

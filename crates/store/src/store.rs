@@ -281,6 +281,19 @@ impl ChunkStore {
         }
     }
 
+    /// Cache mode, before a chunk's bytes change: a chunk not dirty yet is recorded dirty
+    /// (and queued) first, so that a `dir`-store server that dies in the middle of the change
+    /// flushes whatever the chunk holds after its restart. (Recorded only after the change, a
+    /// chunk changed but still recorded clean was never flushed again, and ringfs and the
+    /// backend differed for good: `cache.rs: files_written_while_a_server_is_killed_…`.)
+    pub(crate) fn dirty_before_change(&self, chunk: &mut Chunk) -> Result<(), StoreError> {
+        if self.space.directory.is_none() || !chunk.attr.has(EntryFlags::BACKED) || chunk.attr.has(EntryFlags::DIRTY) {
+            return Ok(());
+        }
+        self.touched(chunk);
+        self.persist(chunk)
+    }
+
     pub(crate) fn queue_chunk(&self, chunk: &mut Chunk) {
         if let Some(cache) = &self.cache {
             cache.queue_chunk(chunk);

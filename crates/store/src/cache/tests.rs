@@ -712,3 +712,27 @@ fn a_link_is_made_to_the_files_own_backend_file_when_another_is_put_at_its_path_
     assert_eq!(inode("l"), own, "the link is the file's own backend file");
     assert_eq!(fs::read(setup.backend().join("l")).unwrap(), pattern(100, 1));
 }
+
+#[test]
+fn a_write_cut_short_by_a_crash_is_flushed_after_the_restart() {
+    // A `dir` store that died between changing a clean chunk's bytes and recording it
+    // dirty came back with new bytes recorded clean: never flushed, ringfs and the backend
+    // differed for good (found by `cache.rs: files_written_while_a_server_is_killed_…`).
+    let setup = Setup::new("write-crash");
+    let old = pattern(1000, 1);
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    let file = new_file(&store, "/f", &old);
+    flush_all(&store);
+    let place = store.backend_file(file).unwrap();
+    let new = pattern(100, 7);
+    crate::testing::DIE_AFTER_FILL.set(true);
+    let died = store.write(ChunkKey::new(file, ChunkIndex(0)), 0, &mut &new[..], template(0), 9, place.as_ref());
+    crate::testing::DIE_AFTER_FILL.set(false);
+    assert!(died.is_err(), "the write stopped after changing the bytes");
+    drop(store);
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    flush_all(&store);
+    let shown = read_file(&store, "/f", old.len() as u64);
+    assert!(shown[..new.len()] == new[..], "the restarted store shows the new bytes");
+    assert!(fs::read(setup.backend().join("f")).unwrap() == shown, "the backend has the bytes ringfs shows after a flush");
+}
