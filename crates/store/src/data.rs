@@ -167,7 +167,7 @@ impl ChunkStore {
         self.dirty_before_change(&mut chunk)?;
         self.fill(&mut chunk, offset, source)?;
         #[cfg(test)]
-        if crate::testing::DIE_AFTER_FILL.get() {
+        if crate::testing::DIE_AFTER_CHANGE.get() {
             return Err(Errno::EIO.into());
         }
         chunk.attr.len = chunk.attr.len.max(end);

@@ -200,6 +200,7 @@ impl ChunkStore {
         }
         let truncated = entry.truncate && chunk.attr.is_regular();
         if truncated {
+            self.dirty_before_change(&mut chunk)?;
             self.space.truncate(&mut chunk, 0)?;
             chunk.attr.len = 0;
             chunk.attr.mtime_ns = entry.time_ns;

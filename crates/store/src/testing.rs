@@ -28,9 +28,9 @@ thread_local! {
     pub(crate) static BEFORE_LINK: OnceHook = const { RefCell::new(None) };
     /// Where backend moves stop.
     pub(crate) static DEATH: Cell<Death> = const { Cell::new(Death::Never) };
-    /// A write stops right after changing the chunk's bytes, before recording the change
-    /// (as a server that died there would).
-    pub(crate) static DIE_AFTER_FILL: Cell<bool> = const { Cell::new(false) };
+    /// A write stops right after changing the chunk's bytes, before recording the change (as
+    /// a server that died there would).
+    pub(crate) static DIE_AFTER_CHANGE: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `hook` if one is set on this thread (once).

@@ -713,26 +713,36 @@ fn a_link_is_made_to_the_files_own_backend_file_when_another_is_put_at_its_path_
     assert_eq!(fs::read(setup.backend().join("l")).unwrap(), pattern(100, 1));
 }
 
+/// Changes the bytes of the flushed file "/f" (holding `old`) with `change`, in a store that
+/// dies right after the bytes change; then reopens the store and flushes: the backend must
+/// hold what the restarted store shows.
+fn change_cut_short_by_a_crash(tag: &str, old: &[u8], change: impl FnOnce(&ChunkStore, FileId) -> Result<(), StoreError>) -> Vec<u8> {
+    let setup = Setup::new(tag);
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    let file = new_file(&store, "/f", old);
+    flush_all(&store);
+    crate::testing::DIE_AFTER_CHANGE.set(true);
+    let died = change(&store, file);
+    crate::testing::DIE_AFTER_CHANGE.set(false);
+    assert!(died.is_err(), "the change stopped after the bytes changed");
+    drop(store);
+    let store = ChunkStore::open(setup.config(0, true)).unwrap();
+    flush_all(&store);
+    let size = store.stat(file).unwrap().len;
+    let shown = read_file(&store, "/f", size);
+    assert!(fs::read(setup.backend().join("f")).unwrap() == shown, "the backend has the bytes ringfs shows after a flush");
+    shown
+}
+
 #[test]
 fn a_write_cut_short_by_a_crash_is_flushed_after_the_restart() {
     // A `dir` store that died between changing a clean chunk's bytes and recording it
     // dirty came back with new bytes recorded clean: never flushed, ringfs and the backend
     // differed for good (found by `cache.rs: files_written_while_a_server_is_killed_…`).
-    let setup = Setup::new("write-crash");
-    let old = pattern(1000, 1);
-    let store = ChunkStore::open(setup.config(0, true)).unwrap();
-    let file = new_file(&store, "/f", &old);
-    flush_all(&store);
-    let place = store.backend_file(file).unwrap();
     let new = pattern(100, 7);
-    crate::testing::DIE_AFTER_FILL.set(true);
-    let died = store.write(ChunkKey::new(file, ChunkIndex(0)), 0, &mut &new[..], template(0), 9, place.as_ref());
-    crate::testing::DIE_AFTER_FILL.set(false);
-    assert!(died.is_err(), "the write stopped after changing the bytes");
-    drop(store);
-    let store = ChunkStore::open(setup.config(0, true)).unwrap();
-    flush_all(&store);
-    let shown = read_file(&store, "/f", old.len() as u64);
+    let shown = change_cut_short_by_a_crash("write-crash", &pattern(1000, 1), |store, file| {
+        let place = store.backend_file(file).unwrap();
+        store.write(ChunkKey::new(file, ChunkIndex(0)), 0, &mut &new[..], template(0), 9, place.as_ref()).map(drop)
+    });
     assert!(shown[..new.len()] == new[..], "the restarted store shows the new bytes");
-    assert!(fs::read(setup.backend().join("f")).unwrap() == shown, "the backend has the bytes ringfs shows after a flush");
 }
