@@ -138,23 +138,26 @@ impl CacheState {
     }
 
     /// The file's place in the backend as a `dir` store's chunk header keeps it: the path;
-    /// if known, a NUL, `=` and the backend file's identity as `DEV:INO`; for a move under way, a NUL, `<` and the old name, a NUL, `>`, the identity as
-    /// `DEV:INO:` and the new name; then for each other name a NUL, `1` (made) or `0`, and the
-    /// name. Names that do not fit the header are left out (logged): after a restart the
-    /// backend keeps those it has.
+    /// if known, a NUL, `=` and the backend file's identity as `DEV:INO`; for a move under
+    /// way, a NUL, `<` and the old name, a NUL, `>`, the identity as `DEV:INO:` and the new
+    /// name; then for each other name a NUL, `1` (made) or `0`, and the name. Names that do
+    /// not fit the header are left out (logged): after a restart the backend keeps those it
+    /// has.
     pub fn backend_record(&self) -> Option<std::borrow::Cow<'_, str>> {
         let path = self.backend_path.as_deref()?;
         if self.links.is_empty() && self.moving.is_none() && self.backend_identity.is_none() {
             // A file not in the backend yet: the path alone, as it is (no copy).
             return Some(std::borrow::Cow::Borrowed(path));
         }
+        use std::fmt::Write;
         let mut record = path.to_string();
+        // (Writing into a String cannot fail.)
         if let Some((dev, ino)) = self.backend_identity {
-            record.push_str(&format!("\0={dev}:{ino}"));
+            let _ = write!(record, "\0={dev}:{ino}");
         }
         if let Some(MoveIntent { from, to, identity: (dev, ino) }) = &self.moving {
             // (Two paths and two numbers: always within the header's bound.)
-            record.push_str(&format!("\0<{from}\0>{dev}:{ino}:{to}"));
+            let _ = write!(record, "\0<{from}\0>{dev}:{ino}:{to}");
         }
         for link in &self.links {
             if record.len() + 2 + link.path.len() > MAX_BACKEND_RECORD {

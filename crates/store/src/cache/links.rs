@@ -29,17 +29,13 @@ impl Cache {
             // of the old name would take it away, link and all). It waits (EBUSY: `Held`).
             return Err(crate::StoreError::Fs(ringfs_proto::Errno::EBUSY));
         }
-        let identity = chunk.cache.backend_identity;
-        if identity.is_some() && self.backend.identity_of(&primary).map_err(io_errno)? != identity {
-            // The path is another file's now (a rename over this file under way): the links
-            // wait until the inode knows where its file is.
-            return Err(crate::StoreError::BackendPlaceChanging);
-        }
-        let owner = chunk.attr.file_id;
+        let (identity, owner) = (chunk.cache.backend_identity, chunk.attr.file_id);
         for link in chunk.cache.links.iter_mut().filter(|link| !link.made) {
-            // (Checked again as it is linked: another server's flush may put another file at
-            // the path between the check above and the link — the file renamed over this one,
-            // whose link there is made before this inode hears that it lost the name.)
+            // Linked only to the file's own backend file, checked on the descriptor it is
+            // linked through: the path may be another file's now (a rename over this file
+            // under way — that file's own link there may be made by another server's flush
+            // before this inode hears that it lost the name). Then the links wait until the
+            // inode knows where its file is.
             match self.backend.link_replacing(&primary, &link.path, owner, identity) {
                 Ok(()) => link.made = true,
                 Err(error) if error.raw_os_error() == Some(libc::EAGAIN) => return Err(crate::StoreError::BackendPlaceChanging),
