@@ -745,3 +745,100 @@ fn a_rename_without_the_files_server_fails_and_changes_nothing() {
     assert_eq!(client.stat(&elsewhere[1]).unwrap_err(), Errno::ENOENT, "the new name never appeared");
     assert_eq!(client.stat(&elsewhere[0]).unwrap().nlink, 1);
 }
+
+/// A file of 24 chunks of 64 KiB whose inode is on server 0 (its later chunks on every
+/// server), written with 0xab; the client that wrote it (64 KiB chunks), its path, its size
+/// and the chunks the cluster holds.
+fn file_across_servers(cluster: &TestCluster) -> (Client, String, usize, u64) {
+    let client = file_client(cluster);
+    let path = paths_owned_by(&client, cluster.name(0), 1).remove(0);
+    let size = 24 * 64 * 1024;
+    let fd = client.create(&path, 0o644).unwrap();
+    client.pwrite(fd, &vec![0xab; size], 0).unwrap();
+    client.close(fd).unwrap();
+    let chunks = client.server_stats().unwrap().iter().map(|stats| stats.chunks).sum();
+    (client, path, size, chunks)
+}
+
+/// Waits until the cluster holds `expected` chunks (the file's chunks past the cut gone),
+/// then grows the file back to `size`: it reads as its first `cut` bytes and zeros — none
+/// of the old bytes past the cut comes back.
+fn assert_cut_finished(client: &Client, path: &str, cut: usize, size: usize, expected: u64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let chunks: u64 = client.server_stats().map_or(u64::MAX, |stats| stats.iter().map(|stats| stats.chunks).sum());
+        if chunks == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{chunks} chunks held, {expected} expected: the cut was not finished");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(client.stat(path).unwrap().size, cut as u64);
+    client.truncate(path, size as u64).unwrap();
+    let bytes = read_file(client, path).unwrap();
+    assert_eq!(bytes.len(), size);
+    assert!(bytes[..cut].iter().all(|byte| *byte == 0xab));
+    let stale = bytes[cut..].iter().filter(|byte| **byte != 0).count();
+    assert_eq!(stale, 0, "bytes from before the cut came back");
+}
+
+/// A chunk (after chunk 0) of the file at `path` that `server` holds.
+fn a_chunk_held_by(client: &Client, path: &str, server: &str) -> u64 {
+    let list = client.members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    let anchor = client.stat(path).unwrap().file.anchor;
+    (1..24).find(|index| placement.ring()[placement.owner(anchor, ringfs_proto::ChunkIndex(*index))] == server).unwrap()
+}
+
+/// A truncate that a server holding some of the file's later chunks does not answer fails
+/// (EIO), and the file's inode server finishes the cut once that server is back: the old
+/// bytes past the cut never come back. (Before, the removal's failure was only logged: the
+/// restarted server kept its chunks, and growing the file showed their old bytes.)
+#[test]
+fn a_truncate_a_dead_server_cut_short_is_finished_when_it_is_back() {
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let (client, path, size, chunks) = file_across_servers(&cluster);
+    // Through a descriptor: a truncate by path asks every server the file's size first.
+    let fd = client.open(&path, OpenFlags::WRITE, 0).unwrap();
+    cluster.kill(2);
+    assert_eq!(client.ftruncate(fd, 1000).unwrap_err(), Errno::EIO, "a server of the file's chunks is down");
+    client.close(fd).unwrap();
+    cluster.restart(2);
+    cluster.wait_for_alive(3);
+    assert_cut_finished(&client, &path, 1000, size, chunks - 23);
+}
+
+/// The inode's server killed in the middle of a truncate (the server of the new last chunk
+/// is paused, so the truncate waits for it after cutting chunk 0 and before removing the
+/// chunks past it): the cut was recorded as under way in the inode's `dir` store, and the
+/// restarted server finishes it.
+#[test]
+fn a_truncate_cut_short_by_its_inode_servers_death_is_finished_after_its_restart() {
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let (client, path, size, chunks) = file_across_servers(&cluster);
+    let last = a_chunk_held_by(&client, &path, cluster.name(2));
+    let cut = last as usize * 64 * 1024 + 1000;
+    let fd = client.open(&path, OpenFlags::WRITE, 0).unwrap();
+    cluster.signal(2, libc::SIGSTOP);
+    let truncating = std::thread::spawn({
+        let client = client.clone();
+        move || client.ftruncate(fd, cut as u64)
+    });
+    // The truncate cut chunk 0 and waits for the paused server to cut the last chunk.
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.kill(0);
+    assert!(truncating.join().unwrap().is_err(), "the truncate's server died");
+    cluster.restart(0);
+    cluster.signal(2, libc::SIGCONT);
+    cluster.wait_for_alive(3);
+    drop(client);
+    assert_cut_finished(&file_client(&cluster), &path, cut, size, chunks - (23 - last));
+}
+
+/// A client with 64 KiB chunks.
+fn file_client(cluster: &TestCluster) -> Client {
+    let mut config = cluster.client_config();
+    config.chunk_size = 64 * 1024;
+    Client::connect(config).unwrap()
+}

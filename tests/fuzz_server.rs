@@ -220,7 +220,13 @@ fn forged_sizes_and_offsets_get_linux_errors_and_never_overflow() {
     let lock = FileLock { file, client: 0xF022, owner: 1, kind: LockKind::Write, start: 10, end: 9, pid: 1 };
     assert_eq!(ask(Request::SetLock(lock), &[]), error(Errno::EINVAL), "a range ending before it starts");
     // Only servers send `SetChunkLen`, and only to the chunk's owner (the other refuses: EIO).
-    let set_len = Request::SetChunkLen(SetChunkLen { chunk: ChunkKey::new(file, ChunkIndex(u64::MAX)), len: 1, template, backend: None });
+    let set_len = Request::SetChunkLen(SetChunkLen {
+        chunk: ChunkKey::new(file, ChunkIndex(u64::MAX)),
+        len: 1,
+        template,
+        backend: None,
+        cut_at_ns: None,
+    });
     let mut answers: Vec<Response> = (0..2).map(|index| answer(&connect(index, true), set_len.clone(), &[])).collect();
     answers.sort_by_key(|response| format!("{response:?}"));
     assert_eq!(answers, [error(Errno::EFBIG), error(Errno::EIO)]);

@@ -127,6 +127,7 @@ mod tests {
                 len,
                 template: template(4096),
                 backend: None,
+                cut_at_ns: None,
             })
         };
         assert_eq!(set_len(5, 4096).validate(), Ok(()));

@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 16;
+pub const PROTOCOL_VERSION: u16 = 17;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -836,8 +836,11 @@ pub struct SetChunkLen {
     /// Cache mode, from the file's inode server coordinating a truncate: where the file's
     /// bytes are in the backend (taken as sent, so the chunk's server need not ask back).
     pub backend: Option<BackendFileReply>,
+    /// A cut finished late (see [`RemoveChunks::cut_at_ns`]): a chunk changed after this
+    /// time is left as it is.
+    pub cut_at_ns: Option<i64>,
 }
-wire_struct!(SetChunkLen { chunk, len, template, backend });
+wire_struct!(SetChunkLen { chunk, len, template, backend, cut_at_ns });
 
 /// File-level truncate, sent to the file's inode, which coordinates the other chunks.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -870,8 +873,12 @@ wire_struct!(MarkExtended { file, last_chunk });
 pub struct RemoveChunks {
     pub file: FileId,
     pub from_index: ChunkIndex,
+    /// A truncate's cut finished after a server was down (by the inode's server, later):
+    /// the time of the truncate. Chunks changed after it were written after the cut and are
+    /// kept. `None`: every chunk from `from_index` goes.
+    pub cut_at_ns: Option<i64>,
 }
-wire_struct!(RemoveChunks { file, from_index });
+wire_struct!(RemoveChunks { file, from_index, cut_at_ns });
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SetAttr {

@@ -91,7 +91,8 @@ impl Data {
                 Some(sent) if session.from_server && attempt == 0 => Some(BackendFile { path: sent.path.clone(), len: sent.len }),
                 _ => self.backend_for(set.chunk, set.template.backend_len)?,
             };
-            let attr = self.node.store.set_chunk_len(set.chunk, set.len, set.template, 0, backend.as_ref()).map_err(store_errno)?;
+            let attr =
+                self.node.store.set_chunk_len(set.chunk, set.len, set.template, 0, backend.as_ref(), set.cut_at_ns).map_err(store_errno)?;
             Ok(Response::Attr(attr))
         })
     }

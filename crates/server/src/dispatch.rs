@@ -195,7 +195,7 @@ impl Dispatcher {
             Request::SetLock(lock) => self.files.set_lock(&lock),
             Request::TestLock(lock) => self.files.test_lock(&lock),
             Request::Reserve(reservation) => self.files.reserve(reservation),
-            Request::RemoveChunks(remove) => Ok(Response::Count(store.remove_chunks(remove.file, remove.from_index))),
+            Request::RemoveChunks(remove) => Ok(Response::Count(store.remove_chunks(remove.file, remove.from_index, remove.cut_at_ns))),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {
                 Ok(Response::Value(ringfs_proto::wire::Bytes(store.get_xattr(get.file, &get.name).map_err(store_errno)?)))

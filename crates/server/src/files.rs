@@ -2,13 +2,15 @@
 //! asking it): link counts, the removal of a file's chunks everywhere, truncation, and in
 //! cache mode the move of a file to another place in the backend.
 
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use ringfs_proto::{
     BackendFileReply, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno, FileId, FileOnly, LoadChunk, NameCount, Rebind, RemoveChunks,
     Request, Response, SetChunkLen,
 };
-use ringfs_store::BackendMove;
+use ringfs_store::{BackendMove, Cut};
 
 use crate::file_locks::LockTable;
 use crate::node::{Node, store_errno};
@@ -23,11 +25,15 @@ pub struct Files {
     opens: Arc<OpenRegistry>,
     file_locks: Arc<LockTable>,
     permissions: Arc<Permissions>,
+    /// Files whose truncation did not end (see [`Files::cut_later_chunks`]).
+    unfinished_cuts: Mutex<BTreeSet<FileId>>,
 }
 
 impl Files {
     pub fn new(node: Arc<Node>, opens: Arc<OpenRegistry>, file_locks: Arc<LockTable>, permissions: Arc<Permissions>) -> Files {
-        Files { node, opens, file_locks, permissions }
+        // A restarted `dir` store knows the cuts its crash cut short.
+        let unfinished_cuts = Mutex::new(node.store.unfinished_cuts().into_iter().map(|(file, _)| file).collect());
+        Files { node, opens, file_locks, permissions, unfinished_cuts }
     }
 
     /// `Open`: registers an open of `file` (here at its inode) for `client`.
@@ -185,15 +191,25 @@ impl Files {
     /// the range is empty). Failures (a dead server) leave orphan chunks behind, which are
     /// invisible: no inode has their file id any more (`reclaim.rs` removes them later).
     pub fn remove_later_chunks(&self, file: FileId, from_index: ChunkIndex, last_chunk: ChunkIndex) {
+        if let Err(errno) = self.remove_chunks_everywhere(file, from_index, last_chunk, None) {
+            log::warn!("could not remove chunks of file {file} on every server that holds some: {errno}");
+        }
+    }
+
+    /// Removes the chunks of `file` from `from_index` to `last_chunk` at their servers (see
+    /// `RemoveChunks` for `cut_at_ns`); the first failure, after every server was asked.
+    fn remove_chunks_everywhere(
+        &self,
+        file: FileId,
+        from_index: ChunkIndex,
+        last_chunk: ChunkIndex,
+        cut_at_ns: Option<i64>,
+    ) -> Result<(), Errno> {
         if last_chunk < from_index {
-            return;
+            return Ok(());
         }
-        let request = Request::RemoveChunks(RemoveChunks { file, from_index });
-        for result in self.node.ask_owners_of_chunks(file, from_index, last_chunk, &request) {
-            if let Err(errno) = result {
-                log::warn!("could not remove chunks of file {file} on every server that holds some: {errno}");
-            }
-        }
+        let request = Request::RemoveChunks(RemoveChunks { file, from_index, cut_at_ns });
+        self.node.ask_owners_of_chunks(file, from_index, last_chunk, &request).into_iter().find_map(Result::err).map_or(Ok(()), Err)
     }
 
     /// One name fewer of `file`, told to the file's inode server: `name` (cache mode: the
@@ -250,42 +266,83 @@ impl Files {
         Ok(())
     }
 
-    /// Truncates a file to `size` at its inode's server: chunk 0 here, the last chunk at its
-    /// owner, and the chunks past the end everywhere.
+    /// Truncates a file to `size` at its inode's server: chunk 0 here, then the last chunk at
+    /// its owner and the chunks past the end everywhere ([`Files::cut_later_chunks`]). A
+    /// server of those chunks that does not answer fails the truncate; the cut is finished
+    /// when it answers again.
     pub fn truncate(&self, file: FileId, size: u64, time_ns: i64) -> Result<Response, Errno> {
         let attr = self.node.store.stat(file).map_err(store_errno)?;
-        let chunk_size = attr.chunk_size as u64;
-        let last_index = ChunkIndex::last_of(size, chunk_size);
-        let head_len = size.min(chunk_size);
-        let backend = self.node.store.backend_file(file).map_err(store_errno)?;
-        let before = self.node.store.truncate_head(file, head_len, size, time_ns).map_err(store_errno)?;
-        // From here the cut is under way: whatever happens, it is recorded at the end, which
-        // lets the file's chunks be flushed again.
-        let cut_last_chunk = || -> Result<(), Errno> {
-            if last_index.is_first() {
-                return Ok(());
-            }
+        if let Some(earlier) = self.node.store.cut_under_way(file) {
+            // An earlier truncation a server did not answer is finished first: one that grows
+            // the file would leave the chunks past the earlier cut in place.
+            self.cut_later_chunks(file, earlier, attr.last_chunk, true)?;
+        }
+        let chunk_size = u64::from(attr.chunk_size);
+        let before = self.node.store.truncate_head(file, size.min(chunk_size), size, time_ns).map_err(store_errno)?;
+        // Chunks past the bound the inode carried do not exist (a write that raises it after
+        // this point comes after the truncate).
+        self.cut_later_chunks(file, Cut { len: size, time_ns }, before.last_chunk, false)?;
+        Ok(Response::Attr(self.node.store.stat(file).map_err(store_errno)?))
+    }
+
+    /// The part of a truncation of `file` after its chunk 0 (cut already, the cut recorded as
+    /// under way): the last chunk is cut at its owner and the chunks after it, up to
+    /// `last_chunk`, are removed at theirs; then the cut ends (`ChunkStore::finish_cut`: in
+    /// cache mode the backend file is cut next). If a step fails, the cut stays under way —
+    /// the file is not flushed meanwhile — and is finished later ([`Files::finish_cuts`],
+    /// `late`: chunks changed after the truncation are left alone).
+    pub fn cut_later_chunks(&self, file: FileId, cut: Cut, last_chunk: ChunkIndex, late: bool) -> Result<(), Errno> {
+        let result = self.try_cut_later_chunks(file, cut, last_chunk, late);
+        if let Err(errno) = result {
+            log::info!("the cut of file {file} to {} bytes is not finished ({errno}); it will be tried again", cut.len);
+            self.unfinished_cuts.lock().insert(file);
+        }
+        result
+    }
+
+    fn try_cut_later_chunks(&self, file: FileId, cut: Cut, last_chunk: ChunkIndex, late: bool) -> Result<(), Errno> {
+        let attr = self.node.store.stat(file).map_err(store_errno)?;
+        let chunk_size = u64::from(attr.chunk_size);
+        let last_index = ChunkIndex::last_of(cut.len, chunk_size);
+        let cut_at_ns = late.then_some(cut.time_ns);
+        let mut failed = None;
+        if !last_index.is_first() {
             let template = ChunkTemplate {
                 mode: attr.mode,
                 uid: attr.uid,
                 gid: attr.gid,
                 chunk_size: attr.chunk_size,
-                backend_len: attr.backend_len.min(size),
+                backend_len: attr.backend_len.min(cut.len),
             };
             let chunk = ChunkKey::new(file, last_index);
             // The chunk's server takes the backend place as sent: asking this server back
             // could wait on a server waiting for this answer.
-            let backend = backend.as_ref().map(|backend| BackendFileReply { path: backend.path.clone(), len: backend.len.min(size) });
-            let request = Request::SetChunkLen(SetChunkLen { chunk, len: size - last_index.first_byte(chunk_size), template, backend });
-            self.node.ask(&self.node.owner_of_chunk(chunk), request).map(drop)
-        };
-        let cut = cut_last_chunk();
-        // Chunks past the bound the inode carried do not exist (a write that raises it after
-        // this point comes after the truncate).
-        self.remove_later_chunks(file, last_index.next(), before.last_chunk);
-        self.node.store.cut_backend_file(file, size).map_err(store_errno)?;
-        cut?;
-        Ok(Response::Attr(self.node.store.stat(file).map_err(store_errno)?))
+            let backend = self.node.store.backend_file(file).map_err(store_errno)?;
+            let backend = backend.map(|backend| BackendFileReply { path: backend.path, len: backend.len.min(cut.len) });
+            let len = cut.len - last_index.first_byte(chunk_size);
+            let request = Request::SetChunkLen(SetChunkLen { chunk, len, template, backend, cut_at_ns });
+            failed = self.node.ask(&self.node.owner_of_chunk(chunk), request).err();
+        }
+        if let Err(errno) = self.remove_chunks_everywhere(file, last_index.next(), last_chunk, cut_at_ns) {
+            failed.get_or_insert(errno);
+        }
+        match failed {
+            None => self.node.store.finish_cut(file, cut).map_err(store_errno),
+            Some(errno) => Err(errno),
+        }
+    }
+
+    /// Finishes the cuts that did not end (called every heartbeat interval; a restarted
+    /// server's store names those its crash cut short).
+    pub fn finish_cuts(&self) {
+        let files = std::mem::take(&mut *self.unfinished_cuts.lock());
+        for file in files {
+            let Some(cut) = self.node.store.cut_under_way(file) else { continue };
+            let Ok(attr) = self.node.store.stat(file) else { continue };
+            if self.cut_later_chunks(file, cut, attr.last_chunk, true).is_ok() {
+                log::info!("the cut of file {file} to {} bytes is finished", cut.len);
+            }
+        }
     }
 
     /// Asks the inode's server of `file` to apply the inode's pending operation and say where

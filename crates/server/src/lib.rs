@@ -516,6 +516,8 @@ fn revive_members(
         reclaimer.step(node);
         // Name locks whose release was lost in a fault.
         dispatcher.names.retry_releases();
+        // Truncations a server that did not answer (or this one's crash) cut short.
+        dispatcher.files.finish_cuts();
     }
 }
 

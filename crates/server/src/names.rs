@@ -19,11 +19,11 @@ use std::sync::Arc;
 
 use ringfs_proto::path;
 use ringfs_proto::{
-    ChunkIndex, Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry,
-    RenameToken, Request, Response,
+    Create, EntryRef, Errno, FileId, InstallEntry, InstallMode, NameCount, NameLock, Opened, PathOnly, RemoveEntry, RenameToken, Request,
+    Response,
 };
 use ringfs_rpc::memory::fast_random_u64;
-use ringfs_store::StoreError;
+use ringfs_store::{Cut, StoreError};
 
 use crate::deadline::past_request_deadline;
 use crate::dir_times::DirTimes;
@@ -213,8 +213,9 @@ impl Names {
                     self.opens.opened(create.open_for, file);
                 }
                 if outcome.truncated {
-                    self.files.remove_later_chunks(file, ChunkIndex::FIRST.next(), attr.last_chunk);
-                    self.node.store.cut_backend_file(file, 0).map_err(store_errno)?;
+                    // The open stands even if a server of the file's later chunks does not
+                    // answer: the cut is finished when it does.
+                    let _ = self.files.cut_later_chunks(file, Cut { len: 0, time_ns: create.time_ns }, attr.last_chunk, false);
                 }
                 (attr, registered)
             }

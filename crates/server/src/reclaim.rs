@@ -56,7 +56,7 @@ impl Reclaimer {
         }
         let mut removed = 0;
         for file in missing.iter().filter(|file| self.suspects.contains(file)) {
-            removed += node.store.remove_chunks(*file, ChunkIndex::FIRST.next());
+            removed += node.store.remove_chunks(*file, ChunkIndex::FIRST.next(), None);
         }
         if removed > 0 {
             log::info!("removed {removed} orphan chunks (of files that no longer exist)");

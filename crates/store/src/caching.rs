@@ -64,19 +64,6 @@ impl ChunkStore {
         self.cache_or_eio()?.prepare(&self.index, &self.space, file)
     }
 
-    /// A regular file in the cached tree was cut to `len` and its chunks past the cut are gone
-    /// from every server: the backend file is cut when the inode is next flushed.
-    pub fn cut_backend_file(&self, file: FileId, len: u64) -> Result<(), StoreError> {
-        let handle = self.inode_checked(file)?;
-        match &self.cache {
-            Some(cache) => cache.cut_backend_file(&self.space, &handle, len),
-            None => {
-                handle.lock().cache.cutting = false;
-                Ok(())
-            }
-        }
-    }
-
     /// Cache mode, at a file's inode: the file's name `from` (if known) moved to `path`
     /// (`None`: out of the cached tree). A file with no other name in the cached tree now
     /// lives at `path` in the backend: it is made there anew, with all its data — the caller

@@ -33,6 +33,14 @@ impl PendingOp {
     }
 }
 
+/// A truncation under way: the file's size after it, and the truncation's time (a chunk
+/// changed after it was written after the cut, and a cut finished late leaves it alone).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cut {
+    pub len: u64,
+    pub time_ns: i64,
+}
+
 /// A chunk's state relative to the backend, in cache mode. With the attribute flags
 /// [`EntryFlags::BACKED`] (the chunk lies in the cached tree), [`EntryFlags::DIRTY`] (changed
 /// since last written to the backend), [`EntryFlags::BACKEND_DATA`] (its bytes are in the
@@ -45,7 +53,7 @@ impl PendingOp {
 /// | clean                        | neither; `listed_clean` once an eviction candidate | change: *dirty*; eviction: *loaded*         |
 /// | dirty                        | `DIRTY`, `queued` (or being flushed)               | flush of an unchanged version: *clean*      |
 /// | inode with a pending change  | chunk 0, `pending` set, `queued`                   | the flush that applies it (`prepare`)       |
-/// | being cut                    | chunk 0, `cutting`                                 | `cut_backend_file` records the cut          |
+/// | being cut                    | chunk 0, `Chunk::cut` set                          | `finish_cut` records the backend's cut      |
 ///
 /// The inode of a file in the cached tree also knows where in the backend the file lives
 /// (`backend_path`: the path it was created or found at, or renamed to); its data chunks ask
@@ -63,10 +71,6 @@ pub(crate) struct CacheState {
     pub queued: bool,
     /// The chunk is in the list of eviction candidates.
     pub listed_clean: bool,
-    /// Chunk 0: a truncation is removing the file's chunks past its cut; the cut is recorded
-    /// once they are gone. Until then no chunk of the file is flushed, so no data written
-    /// meanwhile can reach the backend before the cut does.
-    pub cutting: bool,
     /// Chunk 0: where the file lives in the backend (see above).
     pub backend_path: Option<String>,
     /// Bumped when the file's place in the backend changes (a file rename's `rebind` and
@@ -219,7 +223,7 @@ impl CacheState {
     /// Checks the invariants that hold whenever the chunk's lock is free (debug builds).
     pub fn check(&self, attr: &Attr) {
         if !attr.has(EntryFlags::BACKED) {
-            debug_assert!(self.pending.is_none() && !self.cutting && self.backend_path.is_none() && self.links.is_empty());
+            debug_assert!(self.pending.is_none() && self.backend_path.is_none() && self.links.is_empty());
             debug_assert!(!attr.has(EntryFlags::DIRTY) && !attr.has(EntryFlags::BACKEND_DATA));
         }
     }
@@ -263,6 +267,12 @@ pub(crate) struct Chunk {
     pub version: ChunkVersion,
     /// Cache mode: see [`CacheState`].
     pub cache: CacheState,
+    /// Chunk 0: a truncation whose cut of the file's later chunks (at their servers) has not
+    /// ended. Recorded before the first of them is cut and kept in a `dir` store's header,
+    /// so that the inode's server finishes it even after a crash half-way; until it ends, no
+    /// chunk of a file in the cached tree is flushed (no data written meanwhile can reach the
+    /// backend before the cut does).
+    pub cut: Option<Cut>,
     /// Chunk 0: the file's extended attributes (none: `None`).
     pub xattrs: Option<Box<Xattrs>>,
     /// Chunk 0 of a directory whose mtime was set explicitly (`utimensat`) and not touched
@@ -283,6 +293,7 @@ impl Chunk {
             opens: 0,
             version: ChunkVersion::default(),
             cache,
+            cut: None,
             xattrs: None,
             mtime_set_at_ns: None,
         }

@@ -12,7 +12,7 @@ use ringfs_proto::{Attr, ChunkIndex, ChunkKey, ChunkTemplate, EntryFlags, Errno,
 
 use crate::body::Body;
 use crate::cache::{BackendFile, Cache};
-use crate::chunk::ChunkHandle;
+use crate::chunk::{ChunkHandle, Cut};
 use crate::store::ChunkStore;
 use crate::{ByteSink, ByteSource, StoreError};
 
@@ -275,7 +275,8 @@ impl ChunkStore {
     }
 
     /// Sets a chunk's logical length, dropping bytes beyond it; a missing later chunk is
-    /// created (empty) from `template`.
+    /// created (empty) from `template`. With `cut_at_ns` (a truncation finished late), a
+    /// chunk changed after that time is left as it is.
     pub fn set_chunk_len(
         &self,
         key: ChunkKey,
@@ -283,11 +284,15 @@ impl ChunkStore {
         template: ChunkTemplate,
         time_ns: i64,
         backend: Option<&BackendFile>,
+        cut_at_ns: Option<i64>,
     ) -> Result<Attr, StoreError> {
         let handle = self.data_chunk(key, template, time_ns, backend)?;
         let mut chunk = handle.lock();
         if chunk.removed {
             return Err(Errno::ESTALE.into());
+        }
+        if cut_at_ns.is_some_and(|cut_at| chunk.attr.mtime_ns > cut_at) {
+            return Ok(chunk.attr);
         }
         if !chunk.attr.is_regular() {
             return Err(Errno::EINVAL.into());
@@ -296,14 +301,11 @@ impl ChunkStore {
             return Err(Errno::EINVAL.into());
         }
         self.ensure_loaded(&handle, &mut chunk, backend)?;
-        self.dirty_before_change(&mut chunk)?;
-        self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
         chunk.cache.note_cut();
-        self.touched(&mut chunk);
-        self.persist(&mut chunk)?;
+        self.record_then_cut(&mut chunk, len)?;
         Ok(chunk.attr)
     }
 
@@ -315,8 +317,8 @@ impl ChunkStore {
     /// raise it again), which is only safe while it cannot shrink.
     ///
     /// `file_len` is the file's new size: in cache mode the backend part of the file shrinks
-    /// to it (the caller records the cut of the backend file once the chunks past it are gone,
-    /// see `cut_backend_file`).
+    /// to it. The cut is recorded as under way ([`Chunk::cut`]) until the caller has cut the
+    /// later chunks and calls [`ChunkStore::finish_cut`].
     pub fn truncate_head(&self, file: FileId, len: u64, file_len: u64, time_ns: i64) -> Result<Attr, StoreError> {
         let handle = self.inode_checked(file)?;
         let mut chunk = handle.lock();
@@ -327,19 +329,47 @@ impl ChunkStore {
         }
         let before_attr = chunk.attr;
         self.ensure_loaded(&handle, &mut chunk, None)?;
-        self.dirty_before_change(&mut chunk)?;
-        self.space.truncate(&mut chunk, len)?;
         chunk.attr.len = len;
         chunk.attr.last_chunk = chunk.attr.last_chunk.max(ChunkIndex::last_of(file_len, u64::from(chunk.attr.chunk_size.max(1))));
         chunk.attr.backend_len = chunk.attr.backend_len.min(file_len);
         chunk.attr.mtime_ns = time_ns;
         chunk.attr.ctime_ns = time_ns;
-        // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
-        chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
+        // The caller cuts the later chunks and then ends the cut (`finish_cut`).
+        chunk.cut = Some(Cut { len: file_len, time_ns });
         chunk.cache.note_cut();
-        self.touched(&mut chunk);
-        self.persist(&mut chunk)?;
+        self.record_then_cut(&mut chunk, len)?;
         Ok(before_attr)
+    }
+
+    /// The truncation `cut` of `file` cut the file's chunks past it on every server: it is no
+    /// longer under way (unless a later truncation is), and in cache mode the backend file is
+    /// cut when the inode is next flushed. (Recording the backend's cut only now means no
+    /// flush of a removed chunk can land after it.)
+    pub fn finish_cut(&self, file: FileId, cut: Cut) -> Result<(), StoreError> {
+        let handle = self.inode_checked(file)?;
+        let mut chunk = handle.lock();
+        if chunk.cut == Some(cut) {
+            chunk.cut = None;
+        }
+        if let Some(cache) = &self.cache {
+            cache.record_cut(&mut chunk, cut.len);
+        }
+        self.space.persist(&mut chunk)
+    }
+
+    /// The truncation of `file` under way, if any (and the file is here).
+    pub fn cut_under_way(&self, file: FileId) -> Option<Cut> {
+        self.index.inode(file).and_then(|handle| handle.lock().cut)
+    }
+
+    /// The truncations of files whose inodes are here that have not ended (cut short by a
+    /// restart or by a server that did not answer): the server finishes them.
+    pub fn unfinished_cuts(&self) -> Vec<(FileId, Cut)> {
+        let cut_of = |handle: &ChunkHandle| {
+            let chunk = handle.lock();
+            chunk.cut.filter(|_| !chunk.is_gone()).map(|cut| (chunk.attr.file_id, cut))
+        };
+        self.index.inodes().iter().filter_map(cut_of).collect()
     }
 
     /// Records on the inode that the file may have chunks up to `last_chunk` (the bound only
@@ -441,13 +471,27 @@ impl ChunkStore {
         files.iter().copied().filter(|file| self.index.inode(*file).is_none_or(|handle| handle.lock().is_gone())).collect()
     }
 
-    /// Removes this store's chunks of `file` with index >= `from_index` (at least 1). Returns
-    /// how many were removed.
-    pub fn remove_chunks(&self, file: FileId, from_index: ChunkIndex) -> u64 {
+    /// Removes this store's chunks of `file` with index >= `from_index` (at least 1) — with
+    /// `cut_at_ns`, those not changed after it (a truncation finished late keeps what was
+    /// written after it). Returns how many were removed.
+    pub fn remove_chunks(&self, file: FileId, from_index: ChunkIndex, cut_at_ns: Option<i64>) -> u64 {
+        // Which chunks were written after the cut is read before they leave the index (no
+        // chunk's lock is taken under the index's): a write landing in between is lost with
+        // its chunk, as a write racing any truncation may be.
+        let newer: Vec<ChunkIndex> = match cut_at_ns {
+            None => Vec::new(),
+            Some(cut_at) => self
+                .index
+                .tail_of(file)
+                .into_iter()
+                .filter(|(index, handle)| *index >= from_index && handle.lock().attr.mtime_ns > cut_at)
+                .map(|(index, _)| index)
+                .collect(),
+        };
         let removed = {
             let mut files = self.index.files_of(file);
             let Some(chunks) = files.files.get_mut(&file) else { return 0 };
-            let removed = chunks.take_tail(from_index);
+            let removed = chunks.take_tail(from_index, &newer);
             if chunks.is_empty() {
                 files.files.remove(&file);
             }

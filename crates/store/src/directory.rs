@@ -10,7 +10,7 @@
 //! chunk file header
 //! offset  size  field
 //!      0     4  magic "RFSC"
-//!      4     2  format version (3)
+//!      4     2  format version (5)
 //!      6     2  length of the backend record (cache mode, inodes; 0 otherwise)
 //!      8     4  data offset (header length rounded up to 512)
 //!     12     4  reserved (0)
@@ -18,7 +18,9 @@
 //!     24    84  attributes (ringfs_proto::Attr::to_bytes; they hold the file id)
 //!    108     4  pending backend operation of an inode (cache mode): 0 none, 1 create, 2 trim
 //!    112     8  its argument (the trim length)
-//!    120     …  backend record (UTF-8): the file's backend path, then for each other name
+//!    120     8  inode: the file's size after a truncation under way (u64::MAX: none)
+//!    128     8  that truncation's time (ns)
+//!    136     …  backend record (UTF-8): the file's backend path, then for each other name
 //!                 in the cached tree (hard links) NUL, `1` if the backend has it or `0`, name
 //! ```
 //!
@@ -42,13 +44,14 @@ use ringfs_proto::{ATTR_BYTES, Attr, ChunkIndex, ChunkKey, EntryRef, FileId};
 
 use crate::backend::RemovalKind;
 use crate::body::{ChunkFile, XATTR_SUFFIX, xattr_location};
-use crate::chunk::{PendingOp, Xattrs};
+use crate::chunk::{Cut, PendingOp, Xattrs};
 
 const MAGIC: &[u8; 4] = b"RFSC";
-const FORMAT_VERSION: u16 = 4;
+const FORMAT_VERSION: u16 = 5;
 const ATTR_OFFSET: usize = 24;
 const PENDING_OFFSET: usize = ATTR_OFFSET + ATTR_BYTES;
-const FIXED_HEADER_BYTES: usize = PENDING_OFFSET + 12;
+const CUT_OFFSET: usize = PENDING_OFFSET + 12;
+const FIXED_HEADER_BYTES: usize = CUT_OFFSET + 16;
 const DATA_ALIGNMENT: usize = 512;
 const ENTRY_PUT: u8 = b'P';
 const ENTRY_REMOVE: u8 = b'R';
@@ -58,6 +61,7 @@ pub(crate) struct RecoveredChunk {
     pub key: ChunkKey,
     pub attr: Attr,
     pub pending: Option<PendingOp>,
+    pub cut: Option<Cut>,
     pub backend_path: Option<String>,
     pub file: ChunkFile,
     /// Chunk 0: the extended attributes kept beside the chunk file.
@@ -93,6 +97,16 @@ fn decode_xattrs(mut bytes: &[u8]) -> Option<Xattrs> {
     }
 }
 
+/// What a chunk file's header holds beside the key and the attributes (inodes; a data
+/// chunk has none of it).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct HeaderState<'a> {
+    pub pending: Option<PendingOp>,
+    pub cut: Option<Cut>,
+    /// The backend record (cache mode; see `CacheState::backend_record`).
+    pub backend_path: Option<&'a str>,
+}
+
 /// The directory a `dir` store keeps its chunk files in.
 #[derive(Debug)]
 pub(crate) struct ChunkDirectory {
@@ -123,6 +137,21 @@ fn pending_from(bytes: &[u8]) -> Option<PendingOp> {
         2 => Some(PendingOp::Trim(u64::from_le_bytes(value))),
         _ => None,
     }
+}
+
+fn cut_bytes(cut: Option<Cut>) -> [u8; 16] {
+    let (len, time_ns) = cut.map_or((u64::MAX, 0), |cut| (cut.len, cut.time_ns));
+    let mut bytes = [0u8; 16];
+    bytes[..8].copy_from_slice(&len.to_le_bytes());
+    bytes[8..].copy_from_slice(&time_ns.to_le_bytes());
+    bytes
+}
+
+fn cut_from(bytes: &[u8; 16]) -> Option<Cut> {
+    let (len, time_ns) = bytes.split_at(8);
+    let len = u64::from_le_bytes(len.try_into().expect("8 bytes"));
+    let time_ns = i64::from_le_bytes(time_ns.try_into().expect("8 bytes"));
+    (len != u64::MAX).then_some(Cut { len, time_ns })
 }
 
 fn entry_record(path: &str, entry: Option<EntryRef>) -> Vec<u8> {
@@ -269,7 +298,8 @@ impl ChunkDirectory {
 
     /// A chunk file's header, padded to where its data begins: the next multiple of
     /// [`DATA_ALIGNMENT`], or `data_offset` if the header fits below it.
-    fn header(key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>, data_offset: usize) -> Vec<u8> {
+    fn header(key: ChunkKey, attr: &Attr, state: HeaderState<'_>, data_offset: usize) -> Vec<u8> {
+        let HeaderState { pending, cut, backend_path } = state;
         let backend_path = backend_path.unwrap_or("");
         let header_len = FIXED_HEADER_BYTES + backend_path.len();
         let data_offset = match header_len <= data_offset {
@@ -285,15 +315,16 @@ impl ChunkDirectory {
         header.extend_from_slice(&key.index.0.to_le_bytes());
         header.extend_from_slice(&attr.to_bytes());
         header.extend_from_slice(&pending_bytes(pending));
+        header.extend_from_slice(&cut_bytes(cut));
         header.extend_from_slice(backend_path.as_bytes());
         header.resize(data_offset, 0);
         header
     }
 
     /// Creates the file of a new chunk (replacing a leftover file of the same key).
-    pub fn create(&self, key: ChunkKey, attr: &Attr, pending: Option<PendingOp>, backend_path: Option<&str>) -> io::Result<ChunkFile> {
+    pub fn create(&self, key: ChunkKey, attr: &Attr, state: HeaderState<'_>) -> io::Result<ChunkFile> {
         let location = self.location(key);
-        let header = Self::header(key, attr, pending, backend_path, 0);
+        let header = Self::header(key, attr, state, 0);
         let file = match File::create(&location) {
             Ok(file) => file,
             Err(error) if error.kind() == io::ErrorKind::NotFound => {
@@ -306,25 +337,18 @@ impl ChunkDirectory {
         Ok(ChunkFile { location, data_offset: header.len() as u64, stored_len: 0 })
     }
 
-    /// Rewrites the attributes and the pending operation in a chunk file's header. A backend
+    /// Rewrites the attributes and the inode's state in a chunk file's header. A backend
     /// path that no longer fits the header's room rewrites the whole file.
-    pub fn update_attr(
-        &self,
-        chunk: &mut ChunkFile,
-        key: ChunkKey,
-        attr: &Attr,
-        pending: Option<PendingOp>,
-        backend_path: Option<&str>,
-    ) -> io::Result<()> {
+    pub fn update_attr(&self, chunk: &mut ChunkFile, key: ChunkKey, attr: &Attr, state: HeaderState<'_>) -> io::Result<()> {
         // A header that fits where the data begins is written there, padded (the backend
         // record shrinks and grows with the names a file has and a move under way);
-        let header = Self::header(key, attr, pending, backend_path, chunk.data_offset as usize);
+        let header = Self::header(key, attr, state, chunk.data_offset as usize);
         if header.len() as u64 == chunk.data_offset {
             let file = OpenOptions::new().write(true).open(&chunk.location)?;
             return file.write_all_at(&header, 0);
         }
         // a longer one moves the bytes behind it, with room to grow once more.
-        let header = Self::header(key, attr, pending, backend_path, header.len() + DATA_ALIGNMENT);
+        let header = Self::header(key, attr, state, header.len() + DATA_ALIGNMENT);
         let old = File::open(&chunk.location)?;
         let mut bytes = vec![0u8; chunk.stored_len as usize];
         old.read_exact_at(&mut bytes, chunk.data_offset)?;
@@ -434,6 +458,7 @@ fn read_header(location: &Path) -> io::Result<RecoveredChunk> {
         key: ChunkKey { file: attr.file_id, index },
         attr,
         pending: pending_from(&fixed[PENDING_OFFSET..]),
+        cut: cut_from(fixed[CUT_OFFSET..].try_into().expect("the fixed header ends with the cut")),
         backend_path,
         file: ChunkFile { location: location.to_path_buf(), data_offset, stored_len: file_len.saturating_sub(data_offset) },
         xattrs,

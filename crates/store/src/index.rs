@@ -100,9 +100,15 @@ impl FileChunks {
         if index.is_first() { self.inode.clone() } else { self.tail.get(&index).cloned() }
     }
 
-    /// Removes the chunks with index >= `from_index` (>= 1).
-    pub fn take_tail(&mut self, from_index: ChunkIndex) -> Vec<ChunkHandle> {
-        self.tail.split_off(&from_index.max(ChunkIndex::FIRST.next())).into_values().collect()
+    /// Removes the chunks with index >= `from_index` (>= 1) but those at `keep`.
+    pub fn take_tail(&mut self, from_index: ChunkIndex, keep: &[ChunkIndex]) -> Vec<ChunkHandle> {
+        let mut taken = self.tail.split_off(&from_index.max(ChunkIndex::FIRST.next()));
+        for index in keep {
+            if let Some(kept) = taken.remove(index) {
+                self.tail.insert(*index, kept);
+            }
+        }
+        taken.into_values().collect()
     }
 }
 

@@ -63,6 +63,7 @@ mod xattr;
 
 pub use backend::{BackendDir, RemovalKind};
 pub use cache::{BackendFile, BackendMove, FlushOutcome, FlushPace, Prepare, QueuedWork, WorkItem};
+pub use chunk::Cut;
 pub use data::{Deleted, SharedRead};
 pub use io::{ByteSink, ByteSource};
 pub use namespace::CreateOutcome;

@@ -17,7 +17,7 @@ use ringfs_proto::{
 
 use crate::StoreError;
 use crate::backend::RemovalKind;
-use crate::chunk::{CacheState, PendingOp};
+use crate::chunk::{CacheState, Cut, PendingOp};
 use crate::index::Entry;
 use crate::space::entry_cost;
 use crate::store::ChunkStore;
@@ -200,19 +200,16 @@ impl ChunkStore {
         }
         let truncated = entry.truncate && chunk.attr.is_regular();
         if truncated {
-            self.dirty_before_change(&mut chunk)?;
-            self.space.truncate(&mut chunk, 0)?;
             chunk.attr.len = 0;
             chunk.attr.mtime_ns = entry.time_ns;
             chunk.attr.ctime_ns = entry.time_ns;
             // Cache mode: the backend's bytes are no longer part of the file.
             chunk.attr.flags &= !EntryFlags::BACKEND_DATA;
             chunk.attr.backend_len = 0;
-            // The caller records the cut (`cut_backend_file`) once the later chunks are gone.
-            chunk.cache.cutting = chunk.attr.has(EntryFlags::BACKED);
+            // The caller cuts the later chunks and then ends the cut (`finish_cut`).
+            chunk.cut = Some(Cut { len: 0, time_ns: entry.time_ns });
             chunk.cache.note_cut();
-            self.touched(&mut chunk);
-            self.persist(&mut chunk)?;
+            self.record_then_cut(&mut chunk, 0)?;
         }
         if entry.open_for != 0 && chunk.attr.is_regular() {
             chunk.opens += 1;

@@ -15,7 +15,7 @@ use ringfs_proto::{Attr, ChunkKey, Errno, FileId};
 
 use crate::body::Body;
 use crate::chunk::{CacheState, Chunk, ChunkHandle};
-use crate::directory::ChunkDirectory;
+use crate::directory::{ChunkDirectory, HeaderState};
 use crate::pool::BufferPool;
 use crate::{ByteSource, StoreError};
 
@@ -160,7 +160,11 @@ impl Space {
         debug_assert_eq!(key.file, attr.file_id);
         let body = match &self.directory {
             None => Ok(Body::Memory(Arc::default())),
-            Some(directory) => directory.create(key, &attr, cache.pending, cache.backend_record().as_deref()).map(Body::File),
+            Some(directory) => {
+                let record = cache.backend_record();
+                let state = HeaderState { pending: cache.pending, cut: None, backend_path: record.as_deref() };
+                directory.create(key, &attr, state).map(Body::File)
+            }
         };
         let body = body.inspect_err(|_| self.refund(CHUNK_OVERHEAD_BYTES))?;
         self.chunk_count.fetch_add(1, Ordering::Relaxed);
@@ -185,7 +189,9 @@ impl Space {
         chunk.cache.check(&chunk.attr);
         let key = chunk.key();
         if let (Some(directory), Body::File(file)) = (&self.directory, &mut chunk.body) {
-            directory.update_attr(file, key, &chunk.attr, chunk.cache.pending, chunk.cache.backend_record().as_deref())?;
+            let record = chunk.cache.backend_record();
+            let state = HeaderState { pending: chunk.cache.pending, cut: chunk.cut, backend_path: record.as_deref() };
+            directory.update_attr(file, key, &chunk.attr, state)?;
         }
         Ok(())
     }

@@ -111,6 +111,15 @@ impl ChunkStore {
             }
             let mut recovered = Chunk::new(chunk.key.index, chunk.attr, Body::File(chunk.file), cache);
             recovered.set_xattrs(chunk.xattrs.unwrap_or_default());
+            // A truncation cut short: the server finishes it (`ChunkStore::unfinished_cuts`).
+            recovered.cut = chunk.cut;
+            // Bytes past the recorded length are what a write that grew the chunk stored
+            // before the server died, without recording the length: the write did not happen
+            // (its client got an error). Kept, a later growth of the file would show them.
+            let len = recovered.attr.len;
+            if recovered.body.stored_len() > len {
+                self.space.truncate(&mut recovered, len).map_err(StoreError::Fs)?;
+            }
             let handle = Arc::new(parking_lot::Mutex::new(recovered));
             {
                 let mut recovered_chunk = handle.lock();
@@ -292,6 +301,23 @@ impl ChunkStore {
         }
         self.touched(chunk);
         self.persist(chunk)
+    }
+
+    /// Cuts a chunk's stored bytes to `len` once its header records the change the caller
+    /// made (its new length, a cut under way) and the chunk as dirty: a `dir` store that dies
+    /// in between drops the bytes past the recorded length at its restart (`recover`). Cut
+    /// first, a crash left the old length recorded over fewer bytes — zeros in ringfs where
+    /// the backend kept the old bytes, with no cut left to reach it (`cache.rs:
+    /// files_written_while_a_server_is_killed_…`).
+    pub(crate) fn record_then_cut(&self, chunk: &mut Chunk, len: u64) -> Result<(), StoreError> {
+        self.touched(chunk);
+        self.persist(chunk)?;
+        #[cfg(test)]
+        if crate::testing::DIE_BEFORE_CUTTING_BYTES.get() {
+            return Err(Errno::EIO.into());
+        }
+        self.space.truncate(chunk, len)?;
+        Ok(())
     }
 
     pub(crate) fn queue_chunk(&self, chunk: &mut Chunk) {

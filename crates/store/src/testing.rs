@@ -31,6 +31,8 @@ thread_local! {
     /// A write stops right after changing the chunk's bytes, before recording the change (as
     /// a server that died there would).
     pub(crate) static DIE_AFTER_CHANGE: Cell<bool> = const { Cell::new(false) };
+    /// A cut stops after recording the chunk's new length, before its bytes are cut.
+    pub(crate) static DIE_BEFORE_CUTTING_BYTES: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `hook` if one is set on this thread (once).

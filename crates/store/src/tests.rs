@@ -53,9 +53,9 @@ fn written_bytes_read_back_and_holes_read_as_zeros() {
     let head = chunk(5, 0);
     assert_eq!(store.write(head, 10, &mut &b"abc"[..], template(100), 1, None).unwrap(), 13);
     assert_eq!(read_all(&store, head), [&[0u8; 10][..], b"abc"].concat());
-    assert_eq!(store.set_chunk_len(head, 20, template(100), 2, None).unwrap().len, 20);
+    assert_eq!(store.set_chunk_len(head, 20, template(100), 2, None, None).unwrap().len, 20);
     assert_eq!(read_all(&store, head).len(), 20);
-    assert_eq!(store.set_chunk_len(head, 11, template(100), 3, None).unwrap().len, 11);
+    assert_eq!(store.set_chunk_len(head, 11, template(100), 3, None, None).unwrap().len, 11);
     assert_eq!(read_all(&store, head), [&[0u8; 10][..], b"a"].concat());
     // Writing past the chunk size is refused.
     assert_eq!(store.write(head, 99, &mut &b"xy"[..], template(100), 4, None).unwrap_err().errno(), Errno::EINVAL);
@@ -70,7 +70,7 @@ fn later_chunks_belong_to_their_file() {
     assert_eq!(read_all(&store, chunk(8, 3)), b"other");
     assert_eq!(store.read(chunk(7, 4), 0, 10, &mut Vec::new(), None).unwrap(), (None, 0));
     assert_eq!(store.tail_summary(file(7)).last, Some((ChunkIndex(3), 3)));
-    assert_eq!(store.remove_chunks(file(8), ChunkIndex(1)), 1);
+    assert_eq!(store.remove_chunks(file(8), ChunkIndex(1), None), 1);
     assert_eq!(store.tail_summary(file(8)).last, None);
     assert_eq!(store.tail_summary(file(7)), TailSummary { last: Some((ChunkIndex(3), 3)), newest_mtime_ns: 1 });
     assert_eq!(store.stats().chunks, 2, "the root directory and one chunk");
@@ -360,7 +360,7 @@ fn shared_reads_are_not_changed_by_later_writes() {
     let store = memory_store();
     let target = chunk(3, 1);
     store.write(target, 0, &mut &b"before"[..], template(64), 1, None).unwrap();
-    store.set_chunk_len(target, 10, template(64), 1, None).unwrap();
+    store.set_chunk_len(target, 10, template(64), 1, None, None).unwrap();
     let shared = store.read_shared(target, 2, 100, None).unwrap();
     assert_eq!(shared.len, 8);
     let (bytes, range) = shared.bytes.unwrap();
@@ -444,7 +444,7 @@ proptest::proptest! {
         for (offset, bytes, shrink) in operations {
             if shrink {
                 let len = offset.min(model.len() as u64);
-                store.set_chunk_len(target, len, template(400), 1, None).unwrap();
+                store.set_chunk_len(target, len, template(400), 1, None, None).unwrap();
                 model.truncate(len as usize);
             } else {
                 store.write(target, offset, &mut &bytes[..], template(400), 1, None).unwrap();
@@ -525,4 +525,96 @@ fn a_files_attributes_say_whether_it_has_extended_attributes() {
     assert!(flagged(&store), "one is left");
     assert!(!store.remove_xattr(file(6), "user.b", 40).unwrap().has(ringfs_proto::EntryFlags::XATTRS));
     assert!(!flagged(&store));
+}
+
+/// A truncation is recorded as under way at the inode until the caller ends it, in the
+/// chunk's header: a server that dies before the file's later chunks are cut finds it after
+/// its restart and finishes it. A cut finished late removes only chunks not changed since.
+#[test]
+fn a_truncation_under_way_survives_a_restart_and_a_late_cut_keeps_newer_chunks() {
+    let root = temp_dir("cut");
+    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
+    {
+        let store = ChunkStore::open(config.clone()).unwrap();
+        store.create(&Create::new("/f", REGULAR, 16), file(9)).unwrap();
+        store.write(chunk(9, 0), 0, &mut &b"0123456789abcdef"[..], template(16), 1, None).unwrap();
+        store.mark_extended(file(9), ChunkIndex(3)).unwrap();
+        store.truncate_head(file(9), 5, 5, 10).unwrap();
+        assert_eq!(store.unfinished_cuts(), [(file(9), Cut { len: 5, time_ns: 10 })]);
+    }
+    let store = ChunkStore::open(config.clone()).unwrap();
+    assert_eq!(store.unfinished_cuts(), [(file(9), Cut { len: 5, time_ns: 10 })], "the cut is still under way after a restart");
+    assert_eq!(store.cut_under_way(file(9)), Some(Cut { len: 5, time_ns: 10 }));
+    // A later truncation under way is not ended by the earlier one's end.
+    store.truncate_head(file(9), 7, 7, 11).unwrap();
+    store.finish_cut(file(9), Cut { len: 5, time_ns: 10 }).unwrap();
+    assert_eq!(store.cut_under_way(file(9)), Some(Cut { len: 7, time_ns: 11 }));
+    store.finish_cut(file(9), Cut { len: 7, time_ns: 11 }).unwrap();
+    assert_eq!(store.unfinished_cuts(), []);
+    drop(store);
+    let store = ChunkStore::open(config).unwrap();
+    assert_eq!(store.unfinished_cuts(), [], "an ended cut stays ended");
+
+    // Chunks 1 and 2 were there before a cut at time 20; chunk 3 was written after it.
+    for (index, time) in [(1, 5), (2, 19), (3, 21)] {
+        store.write(chunk(9, index), 0, &mut &b"old"[..], template(16), time, None).unwrap();
+    }
+    assert_eq!(store.set_chunk_len(chunk(9, 3), 1, template(16), 0, None, Some(20)).unwrap().len, 3, "changed after the cut: kept");
+    assert_eq!(store.set_chunk_len(chunk(9, 2), 1, template(16), 0, None, Some(20)).unwrap().len, 1);
+    assert_eq!(store.remove_chunks(file(9), ChunkIndex(1), Some(20)), 2);
+    assert_eq!(read_all(&store, chunk(9, 3)), b"old", "the chunk written after the cut stays");
+    assert_eq!(store.read(chunk(9, 1), 0, 10, &mut Vec::new(), None).unwrap(), (None, 0));
+    assert_eq!(store.remove_chunks(file(9), ChunkIndex(1), None), 1);
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// A write that grew a chunk and was cut short by a crash after storing its bytes, before
+/// recording the chunk's new length: after the restart the bytes past the recorded length
+/// are gone, so growing the file reads zeros there (found by `cache.rs:
+/// files_written_while_a_server_is_killed_…` once it truncated again: the grown file showed
+/// the dead write's bytes, which the backend never got).
+#[test]
+fn bytes_a_crashed_write_stored_past_the_chunks_length_do_not_come_back() {
+    let root = temp_dir("crashed-write");
+    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
+    {
+        let store = ChunkStore::open(config.clone()).unwrap();
+        store.create(&Create::new("/f", REGULAR, 4096), file(9)).unwrap();
+        store.write(chunk(9, 0), 0, &mut &b"kept"[..], template(4096), 1, None).unwrap();
+        crate::testing::DIE_AFTER_CHANGE.set(true);
+        let died = store.write(chunk(9, 0), 100, &mut &b"dead write"[..], template(4096), 2, None);
+        crate::testing::DIE_AFTER_CHANGE.set(false);
+        assert!(died.is_err());
+    }
+    let store = ChunkStore::open(config).unwrap();
+    assert_eq!(read_all(&store, chunk(9, 0)), b"kept");
+    store.truncate_head(file(9), 200, 200, 3).unwrap();
+    let mut grown = b"kept".to_vec();
+    grown.resize(200, 0);
+    assert_eq!(read_all(&store, chunk(9, 0)), grown, "the grown file reads zeros past its old end");
+    std::fs::remove_dir_all(root).unwrap();
+}
+
+/// A truncation whose server died after recording the chunk's new length and before
+/// cutting its bytes: after the restart the chunk reads as cut (its bytes past the length
+/// dropped) and the cut is still under way, for the server to finish.
+#[test]
+fn a_cut_recorded_before_its_bytes_were_cut_reads_as_cut_after_a_restart() {
+    let root = temp_dir("cut-crash");
+    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
+    {
+        let store = ChunkStore::open(config.clone()).unwrap();
+        store.create(&Create::new("/f", REGULAR, 4096), file(9)).unwrap();
+        store.write(chunk(9, 0), 0, &mut &b"0123456789"[..], template(4096), 1, None).unwrap();
+        crate::testing::DIE_BEFORE_CUTTING_BYTES.set(true);
+        let died = store.truncate_head(file(9), 4, 4, 2);
+        crate::testing::DIE_BEFORE_CUTTING_BYTES.set(false);
+        assert!(died.is_err());
+    }
+    let store = ChunkStore::open(config).unwrap();
+    assert_eq!(read_all(&store, chunk(9, 0)), b"0123");
+    assert_eq!(store.unfinished_cuts(), [(file(9), Cut { len: 4, time_ns: 2 })]);
+    store.truncate_head(file(9), 8, 8, 3).unwrap();
+    assert_eq!(read_all(&store, chunk(9, 0)), b"0123\0\0\0\0");
+    std::fs::remove_dir_all(root).unwrap();
 }

@@ -173,7 +173,7 @@ pub fn requests() -> Vec<Request> {
         Request::DropLink(NameCount::new(file(1), 2)),
         Request::Fsync(FileOnly { file: file(1) }),
         Request::LastChunk(FileOnly { file: file(2) }),
-        Request::RemoveChunks(RemoveChunks { file: file(2), from_index: ChunkIndex(1) }),
+        Request::RemoveChunks(RemoveChunks { file: file(2), from_index: ChunkIndex(1), cut_at_ns: Some(7) }),
         Request::Write(Write {
             chunk,
             offset: 5,
@@ -183,7 +183,13 @@ pub fn requests() -> Vec<Request> {
         }),
         Request::Write(Write { chunk, offset: 0, source: WriteSource::Inline, template, time_ns: 8 }),
         Request::Read(Read { chunk, offset: 1, len: 2, lease: true, release: vec![LeaseId(4), LeaseId(5)], backend_len: 7 }),
-        Request::SetChunkLen(SetChunkLen { chunk, len: 10, template, backend: Some(BackendFileReply { path: "/f".into(), len: 5 }) }),
+        Request::SetChunkLen(SetChunkLen {
+            chunk,
+            len: 10,
+            template,
+            backend: Some(BackendFileReply { path: "/f".into(), len: 5 }),
+            cut_at_ns: None,
+        }),
         Request::Release(Release { leases: vec![LeaseId(1), LeaseId(2), LeaseId(3)] }),
         Request::Sync(Sync { ticket: 0 }),
         Request::Sync(Sync { ticket: 12 }),

@@ -186,7 +186,7 @@ impl Cache {
         if chunk.removed {
             return Err(Errno::ESTALE.into());
         }
-        if chunk.cache.cutting {
+        if chunk.cut.is_some() {
             return Err(StoreError::BackendPlaceChanging);
         }
         if chunk.cache.backend_path.as_deref().is_some_and(|path| self.holds.covers(path)) {
@@ -208,18 +208,13 @@ impl Cache {
     }
 
     /// A regular file in the cached tree was cut to `len` and its chunks past the cut are gone
-    /// from every server: the backend file is cut when the inode is next flushed. (Recording
-    /// the cut only now means no flush of a removed chunk can land after the cut.)
-    pub fn cut_backend_file(&self, space: &Space, handle: &ChunkHandle, len: u64) -> Result<(), StoreError> {
-        let mut chunk = handle.lock();
-        chunk.cache.cutting = false;
-        if !chunk.attr.has(EntryFlags::BACKED) || !chunk.attr.is_regular() {
-            return Ok(());
+    /// from every server: the backend file is cut when the inode is next flushed (the caller
+    /// persists the inode).
+    pub fn record_cut(&self, chunk: &mut Chunk, len: u64) {
+        if chunk.attr.has(EntryFlags::BACKED) && chunk.attr.is_regular() {
+            chunk.cache.pending = PendingOp::after_trim(chunk.cache.pending, len);
+            self.queue_chunk(chunk);
         }
-        chunk.cache.pending = PendingOp::after_trim(chunk.cache.pending, len);
-        space.persist(&mut chunk)?;
-        self.queue_chunk(&mut chunk);
-        Ok(())
     }
 
     /// Applies an inode's pending operation at its backend path (none: the file has no name

@@ -53,7 +53,7 @@ impl Cache {
         if !self.backend.covers(from) || !self.backend.covers(to) || self.holds.covers(from) || self.holds.covers(to) {
             return Ok(BackendMove::Cannot);
         }
-        if !chunk.attr.is_regular() || !chunk.attr.has(EntryFlags::BACKED) || chunk.cache.cutting {
+        if !chunk.attr.is_regular() || !chunk.attr.has(EntryFlags::BACKED) || chunk.cut.is_some() {
             return Ok(BackendMove::Cannot);
         }
         let state = &chunk.cache;

@@ -97,13 +97,21 @@ fn read_file(store: &ChunkStore, path: &str, size: u64) -> Vec<u8> {
     bytes
 }
 
+/// Ends the truncation of `file` under way, to `len` (what the server does once the later
+/// chunks are cut).
+fn end_cut(store: &ChunkStore, file: FileId, len: u64) {
+    let cut = store.cut_under_way(file).expect("a cut under way");
+    assert_eq!(cut.len, len);
+    store.finish_cut(file, cut).unwrap();
+}
+
 /// Creates (or truncates) `path` with `bytes`; its file id.
 fn new_file(store: &ChunkStore, path: &str, bytes: &[u8]) -> FileId {
     let entry = Create { exclusive: false, truncate: true, ..Create::new(path, 0o100644, CHUNK) };
     let outcome = store.create(&entry, FileId { anchor: ANCHOR, serial: xxhash_rust::xxh3::xxh3_64(path.as_bytes()) | 1 }).unwrap();
     let file = outcome.entry.file;
     if outcome.truncated {
-        store.cut_backend_file(file, 0).unwrap();
+        end_cut(store, file, 0);
     }
     let backend = store.backend_file(file).unwrap();
     for (index, piece) in bytes.chunks(CHUNK as usize).enumerate() {
@@ -245,7 +253,7 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
     assert_eq!(store.read_dir("/", None, 10).removed, ["old"]);
     let cut = store.stat(file_of(&store, "/cut")).unwrap();
     store.truncate_head(cut.file_id, 1000, 1000, 9).unwrap();
-    store.cut_backend_file(cut.file_id, 1000).unwrap();
+    end_cut(&store, cut.file_id, 1000);
     assert_eq!(store.stat(cut.file_id).unwrap().backend_len, 1000);
     flush_all(&store);
     assert!(!setup.backend().join("old").exists());
@@ -263,7 +271,7 @@ fn removals_and_truncations_reach_the_backend_when_flushed() {
     store.write(late, 0, &mut &late_bytes[..], template(0), 11, backend.as_ref()).unwrap();
     let outcomes = flush_all(&store);
     assert!(outcomes.contains(&FlushOutcome::Deferred), "{outcomes:?}");
-    store.cut_backend_file(cut.file_id, 500).unwrap();
+    end_cut(&store, cut.file_id, 500);
     flush_all(&store);
     let mut expected = pattern(3 * CHUNK as usize, 6)[..500].to_vec();
     expected.resize(CHUNK as usize, 0);
@@ -514,8 +522,8 @@ fn a_flush_that_learnt_a_place_before_a_cut_leaves_the_chunk_dirty() {
         let place = store.prepare(asked).map_err(|error| error.errno());
         if !changed.replace(true) {
             store.truncate_head(file, CHUNK as u64, cut, 7).unwrap();
-            store.set_chunk_len(second, 100, template(0), 7, backend.as_ref()).unwrap();
-            store.cut_backend_file(file, cut).unwrap();
+            store.set_chunk_len(second, 100, template(0), 7, backend.as_ref(), None).unwrap();
+            end_cut(&store, file, cut);
             store.write(second, 100, &mut &again[..], template(0), 8, backend.as_ref()).unwrap();
         }
         place
