@@ -95,13 +95,13 @@ pub(crate) struct CacheState {
 }
 
 /// A move of a file's backend name from `from` to `to`, as recorded before the backend
-/// renames the file whose identity (device, inode) is `identity`. After a restart the record
-/// still names `from`; where the file is tells whether the move happened.
+/// renames the file (whose identity the record holds: a file is moved only when it is
+/// known). After a restart the record still names `from`; where the file is tells whether
+/// the move happened.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct MoveIntent {
     pub from: String,
     pub to: String,
-    pub identity: (u64, u64),
 }
 
 /// A backend record read back: the path, the backend file's identity, the other names and a
@@ -143,8 +143,7 @@ impl CacheState {
 
     /// The file's place in the backend as a `dir` store's chunk header keeps it: the path;
     /// if known, a NUL, `=` and the backend file's identity as `DEV:INO`; for a move under
-    /// way, a NUL, `<` and the old name, a NUL, `>`, the identity as `DEV:INO:` and the new
-    /// name; then for each other name a NUL, `1` (made) or `0`, and the name. Names that do
+    /// way, a NUL, `<` and the old name, a NUL, `>` and the new name; then for each other name a NUL, `1` (made) or `0`, and the name. Names that do
     /// not fit the header are left out (logged): after a restart the backend keeps those it
     /// has.
     pub fn backend_record(&self) -> Option<std::borrow::Cow<'_, str>> {
@@ -159,9 +158,9 @@ impl CacheState {
         if let Some((dev, ino)) = self.backend_identity {
             let _ = write!(record, "\0={dev}:{ino}");
         }
-        if let Some(MoveIntent { from, to, identity: (dev, ino) }) = &self.moving {
-            // (Two paths and two numbers: always within the header's bound.)
-            let _ = write!(record, "\0<{from}\0>{dev}:{ino}:{to}");
+        if let Some(MoveIntent { from, to }) = &self.moving {
+            // (Two paths: always within the header's bound.)
+            let _ = write!(record, "\0<{from}\0>{to}");
         }
         for link in &self.links {
             if record.len() + 2 + link.path.len() > MAX_BACKEND_RECORD {
@@ -191,17 +190,13 @@ impl CacheState {
             match kind {
                 "=" => identity = Some(numbers(rest)?),
                 "<" => from = Some(rest.to_string()),
-                ">" => {
-                    let (dev, rest) = rest.split_once(':')?;
-                    let (ino, to) = rest.split_once(':')?;
-                    moved = Some(((dev.parse().ok()?, ino.parse().ok()?), to.to_string()));
-                }
+                ">" => moved = Some(rest.to_string()),
                 _ => links.push(BackendLink { path: rest.to_string(), made: kind == "1" }),
             }
         }
         let moving = match (from, moved) {
             (None, None) => None,
-            (Some(from), Some((identity, to))) => Some(MoveIntent { from, to, identity }),
+            (Some(from), Some(to)) => Some(MoveIntent { from, to }),
             _ => return None,
         };
         let paths =
@@ -362,13 +357,12 @@ mod tests {
         assert_eq!(CacheState::parse_backend_record("/a\u{0}1relative"), None);
         assert_eq!(CacheState::default().backend_record(), None);
 
-        let intent = MoveIntent { from: "/out/b".into(), to: "/x:y/b".into(), identity: (2049, 77) };
+        let intent = MoveIntent { from: "/out/b".into(), to: "/x:y/b".into() };
         let moving = CacheState { moving: Some(intent.clone()), ..state.clone() };
         let record = moving.backend_record().unwrap();
         assert_eq!(CacheState::parse_backend_record(&record), parsed("/out/a", &state.links, Some(intent)), "a move under way");
         assert_eq!(CacheState::parse_backend_record("/a\0</b"), None, "half a move");
-        assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:x:/c"), None, "a damaged identity");
-        assert_eq!(CacheState::parse_backend_record("/a\0</b\0>1:2:c"), None, "a damaged new name");
+        assert_eq!(CacheState::parse_backend_record("/a\0</b\0>c"), None, "a damaged new name");
 
         let known = CacheState { backend_identity: Some((2049, 5)), ..state.clone() };
         let record = known.backend_record().unwrap();

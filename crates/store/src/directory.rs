@@ -20,8 +20,10 @@
 //!    112     8  its argument (the trim length)
 //!    120     8  inode: the file's size after a truncation under way (u64::MAX: none)
 //!    128     8  that truncation's time (ns)
-//!    136     …  backend record (UTF-8): the file's backend path, then for each other name
-//!                 in the cached tree (hard links) NUL, `1` if the backend has it or `0`, name
+//!    136     …  backend record (UTF-8, `CacheState::backend_record`): the file's backend
+//!                 path; NUL `=` DEV:INO (its backend file's identity); NUL `<` old name NUL
+//!                 `>` new name (a move under way); for each other name in the cached tree
+//!                 (hard links) NUL, `1` if the backend has it or `0`, name
 //! ```
 //!
 //! Chunk files live at `<root>/chunks/<first two hex digits>/<anchor><serial>.<index>`.

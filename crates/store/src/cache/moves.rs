@@ -74,14 +74,14 @@ impl Cache {
             (false, None) => return Ok(BackendMove::Cannot),
         };
         if made {
-            let identity = match state.backend_identity {
-                Some(identity) if self.backend.identity_of(from).map_err(io_errno)? == Some(identity) => identity,
-                _ => return Ok(BackendMove::Cannot),
-            };
+            let known = state.backend_identity.is_some();
+            if !known || self.backend.identity_of(from).map_err(io_errno)? != state.backend_identity {
+                return Ok(BackendMove::Cannot);
+            }
             // The intent first: a server that dies between the backend's `rename` and the
             // record of the new place finds its file again after a restart
             // (`Cache::settle_move_after_restart`).
-            chunk.cache.moving = Some(MoveIntent { from: from.to_string(), to: to.to_string(), identity });
+            chunk.cache.moving = Some(MoveIntent { from: from.to_string(), to: to.to_string() });
             if let Err(error) = space.persist(chunk) {
                 chunk.cache.moving = None;
                 return Err(error);
@@ -131,17 +131,18 @@ impl Cache {
     }
 
     /// After a restart: a move recorded as under way (`state.moving`) happened if the file
-    /// is no longer at the old name and is at the new one (its identity says so); the record
-    /// then names the new place. Either way the file's identity is known again.
+    /// is no longer at the old name and is at the new one (the identity the record holds says
+    /// so); the record then names the new place.
     pub(crate) fn settle_move_after_restart(&self, state: &mut CacheState) {
-        let Some(MoveIntent { from, to, identity }) = state.moving.take() else { return };
+        let Some(MoveIntent { from, to }) = state.moving.take() else { return };
+        // (A move is begun only for a file whose identity the record holds.)
+        let Some(identity) = state.backend_identity else { return };
         let holds = |path: &str| self.backend.identity_of(path).map(|found| found == Some(identity));
         match (holds(&from), holds(&to)) {
-            (Ok(true), _) => state.backend_identity = Some(identity),
+            (Ok(true), _) => {}
             (Ok(false), Ok(true)) => {
                 log::info!("a move of {from} to {to} in the backend was under way at a restart, and made: recorded now");
                 state.rename_backend_name(&from, &to);
-                state.backend_identity = Some(identity);
             }
             (Ok(false), Ok(false)) => log::warn!("a file moved from {from} to {to} in the backend is at neither after a restart"),
             (Err(error), _) | (_, Err(error)) => {
