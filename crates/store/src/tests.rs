@@ -568,6 +568,28 @@ fn a_truncation_under_way_survives_a_restart_and_a_late_cut_keeps_newer_chunks()
     std::fs::remove_dir_all(root).unwrap();
 }
 
+/// A `dir` store holding `/f` (file 9) with `bytes`, in which `change` runs and dies — as
+/// its server would — with `hook` set; the store reopened after it, and its directory.
+fn died_in_the_middle(
+    tag: &str,
+    bytes: &[u8],
+    hook: &'static std::thread::LocalKey<std::cell::Cell<bool>>,
+    change: impl FnOnce(&ChunkStore) -> Result<(), StoreError>,
+) -> (ChunkStore, std::path::PathBuf) {
+    let root = temp_dir(tag);
+    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
+    {
+        let store = ChunkStore::open(config.clone()).unwrap();
+        store.create(&Create::new("/f", REGULAR, 4096), file(9)).unwrap();
+        store.write(chunk(9, 0), 0, &mut &bytes[..], template(4096), 1, None).unwrap();
+        hook.set(true);
+        let died = change(&store);
+        hook.set(false);
+        assert!(died.is_err(), "the change stopped where the server died");
+    }
+    (ChunkStore::open(config).unwrap(), root)
+}
+
 /// A write that grew a chunk and was cut short by a crash after storing its bytes, before
 /// recording the chunk's new length: after the restart the bytes past the recorded length
 /// are gone, so growing the file reads zeros there (found by `cache.rs:
@@ -575,18 +597,9 @@ fn a_truncation_under_way_survives_a_restart_and_a_late_cut_keeps_newer_chunks()
 /// the dead write's bytes, which the backend never got).
 #[test]
 fn bytes_a_crashed_write_stored_past_the_chunks_length_do_not_come_back() {
-    let root = temp_dir("crashed-write");
-    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
-    {
-        let store = ChunkStore::open(config.clone()).unwrap();
-        store.create(&Create::new("/f", REGULAR, 4096), file(9)).unwrap();
-        store.write(chunk(9, 0), 0, &mut &b"kept"[..], template(4096), 1, None).unwrap();
-        crate::testing::DIE_AFTER_CHANGE.set(true);
-        let died = store.write(chunk(9, 0), 100, &mut &b"dead write"[..], template(4096), 2, None);
-        crate::testing::DIE_AFTER_CHANGE.set(false);
-        assert!(died.is_err());
-    }
-    let store = ChunkStore::open(config).unwrap();
+    let (store, root) = died_in_the_middle("crashed-write", b"kept", &crate::testing::DIE_AFTER_CHANGE, |store| {
+        store.write(chunk(9, 0), 100, &mut &b"dead write"[..], template(4096), 2, None).map(drop)
+    });
     assert_eq!(read_all(&store, chunk(9, 0)), b"kept");
     store.truncate_head(file(9), 200, 200, 3).unwrap();
     let mut grown = b"kept".to_vec();
@@ -600,18 +613,9 @@ fn bytes_a_crashed_write_stored_past_the_chunks_length_do_not_come_back() {
 /// dropped) and the cut is still under way, for the server to finish.
 #[test]
 fn a_cut_recorded_before_its_bytes_were_cut_reads_as_cut_after_a_restart() {
-    let root = temp_dir("cut-crash");
-    let config = StoreConfig { medium: Medium::Directory(root.clone()), capacity_bytes: 0, cache: None };
-    {
-        let store = ChunkStore::open(config.clone()).unwrap();
-        store.create(&Create::new("/f", REGULAR, 4096), file(9)).unwrap();
-        store.write(chunk(9, 0), 0, &mut &b"0123456789"[..], template(4096), 1, None).unwrap();
-        crate::testing::DIE_BEFORE_CUTTING_BYTES.set(true);
-        let died = store.truncate_head(file(9), 4, 4, 2);
-        crate::testing::DIE_BEFORE_CUTTING_BYTES.set(false);
-        assert!(died.is_err());
-    }
-    let store = ChunkStore::open(config).unwrap();
+    let (store, root) = died_in_the_middle("cut-crash", b"0123456789", &crate::testing::DIE_BEFORE_CUTTING_BYTES, |store| {
+        store.truncate_head(file(9), 4, 4, 2).map(drop)
+    });
     assert_eq!(read_all(&store, chunk(9, 0)), b"0123");
     assert_eq!(store.unfinished_cuts(), [(file(9), Cut { len: 4, time_ns: 2 })]);
     store.truncate_head(file(9), 8, 8, 3).unwrap();
