@@ -294,7 +294,9 @@ impl Files {
     pub fn cut_later_chunks(&self, file: FileId, cut: Cut, last_chunk: ChunkIndex, late: bool) -> Result<(), Errno> {
         let result = self.try_cut_later_chunks(file, cut, last_chunk, late);
         if let Err(errno) = result {
-            log::info!("the cut of file {file} to {} bytes is not finished ({errno}); it will be tried again", cut.len);
+            // (Said once; the tries every heartbeat after it say it at debug level.)
+            let level = if late { log::Level::Debug } else { log::Level::Info };
+            log::log!(level, "the cut of file {file} to {} bytes is not finished ({errno}); it will be tried again", cut.len);
             self.unfinished_cuts.lock().insert(file);
         }
         result
