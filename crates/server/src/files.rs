@@ -27,13 +27,21 @@ pub struct Files {
     permissions: Arc<Permissions>,
     /// Files whose truncation did not end (see [`Files::cut_later_chunks`]).
     unfinished_cuts: Mutex<BTreeSet<FileId>>,
+    /// Held while a file's later chunks are cut, by file (striped): the steps of two cuts of
+    /// one file — a truncate and the retry of an earlier one — never interleave (a late
+    /// removal landing after a newer truncate's `SetChunkLen` took the chunk it made).
+    cutting: Box<[Mutex<()>]>,
 }
+
+/// Stripes of [`Files::cutting`].
+const CUT_STRIPES: usize = 64;
 
 impl Files {
     pub fn new(node: Arc<Node>, opens: Arc<OpenRegistry>, file_locks: Arc<LockTable>, permissions: Arc<Permissions>) -> Files {
         // A restarted `dir` store knows the cuts its crash cut short.
         let unfinished_cuts = Mutex::new(node.store.unfinished_cuts().into_iter().map(|(file, _)| file).collect());
-        Files { node, opens, file_locks, permissions, unfinished_cuts }
+        let cutting = (0..CUT_STRIPES).map(|_| Mutex::new(())).collect();
+        Files { node, opens, file_locks, permissions, unfinished_cuts, cutting }
     }
 
     /// `Open`: registers an open of `file` (here at its inode) for `client`.
@@ -271,17 +279,18 @@ impl Files {
     /// server of those chunks that does not answer fails the truncate; the cut is finished
     /// when it answers again.
     pub fn truncate(&self, file: FileId, size: u64, time_ns: i64) -> Result<Response, Errno> {
+        let _cutting = self.cut_lock(file);
         let attr = self.node.store.stat(file).map_err(store_errno)?;
         if let Some(earlier) = self.node.store.cut_under_way(file) {
             // An earlier truncation a server did not answer is finished first: one that grows
             // the file would leave the chunks past the earlier cut in place.
-            self.cut_later_chunks(file, earlier, attr.last_chunk, true)?;
+            self.cut_later_chunks_held(file, earlier, attr.last_chunk, true)?;
         }
         let chunk_size = u64::from(attr.chunk_size);
         let before = self.node.store.truncate_head(file, size.min(chunk_size), size, time_ns).map_err(store_errno)?;
         // Chunks past the bound the inode carried do not exist (a write that raises it after
         // this point comes after the truncate).
-        self.cut_later_chunks(file, Cut { len: size, time_ns }, before.last_chunk, false)?;
+        self.cut_later_chunks_held(file, Cut { len: size, time_ns }, before.last_chunk, false)?;
         Ok(Response::Attr(self.node.store.stat(file).map_err(store_errno)?))
     }
 
@@ -292,6 +301,17 @@ impl Files {
     /// the file is not flushed meanwhile — and is finished later ([`Files::finish_cuts`],
     /// `late`: chunks changed after the truncation are left alone).
     pub fn cut_later_chunks(&self, file: FileId, cut: Cut, last_chunk: ChunkIndex, late: bool) -> Result<(), Errno> {
+        let _cutting = self.cut_lock(file);
+        self.cut_later_chunks_held(file, cut, last_chunk, late)
+    }
+
+    /// The lock of [`Files::cutting`] that `file`'s cuts take.
+    fn cut_lock(&self, file: FileId) -> parking_lot::MutexGuard<'_, ()> {
+        self.cutting[(file.serial % CUT_STRIPES as u64) as usize].lock()
+    }
+
+    /// [`Files::cut_later_chunks`], the caller holding the file's [`Files::cut_lock`].
+    fn cut_later_chunks_held(&self, file: FileId, cut: Cut, last_chunk: ChunkIndex, late: bool) -> Result<(), Errno> {
         let result = self.try_cut_later_chunks(file, cut, last_chunk, late);
         if let Err(errno) = result {
             // (Said once; the tries every heartbeat after it say it at debug level.)
@@ -339,9 +359,10 @@ impl Files {
     pub fn finish_cuts(&self) {
         let files = std::mem::take(&mut *self.unfinished_cuts.lock());
         for file in files {
+            let _cutting = self.cut_lock(file);
             let Some(cut) = self.node.store.cut_under_way(file) else { continue };
             let Ok(attr) = self.node.store.stat(file) else { continue };
-            if self.cut_later_chunks(file, cut, attr.last_chunk, true).is_ok() {
+            if self.cut_later_chunks_held(file, cut, attr.last_chunk, true).is_ok() {
                 log::info!("the cut of file {file} to {} bytes is finished", cut.len);
             }
         }
