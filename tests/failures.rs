@@ -842,3 +842,130 @@ fn file_client(cluster: &TestCluster) -> Client {
     config.chunk_size = 64 * 1024;
     Client::connect(config).unwrap()
 }
+
+/// Namespace operations cut short by a server killed (SIGKILL) in the middle of them and
+/// restarted (`dir` stores): creates, renames within and between two directories (over
+/// existing names too), hard links and unlinks by a client while the kill comes. Renames
+/// and links span servers and are not transactions, so the calls the kill cuts short may be
+/// half done — but the tree that is left must work: every name listed can be looked up and
+/// read, no file's link count is below the number of its names (it would be deleted under a
+/// name that shows it), and everything can be removed (`RINGFS_TEST_SEED`,
+/// `RINGFS_KILL_ROUNDS`). A count above it is printed: TESTING, "Not yet here".
+#[test]
+fn namespace_operations_cut_short_by_kills_leave_a_tree_that_works() {
+    use std::collections::HashMap;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(60);
+    let rounds = std::env::var("RINGFS_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(4);
+    let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
+    let mut killer = Random::new(seed);
+    let client = cluster.client();
+    let dirs = ["/a", "/b"];
+    for dir in dirs {
+        client.mkdir(dir, 0o755).unwrap();
+    }
+    let name = |random: &mut Random| format!("{}/n{}", dirs[random.below(2) as usize], random.below(12));
+    let mut failed_calls = 0;
+    for round in 0..rounds {
+        let stop = AtomicBool::new(false);
+        let victim = killer.below(3) as usize;
+        let config = cluster.client_config();
+        let worker_seed = killer.next();
+        failed_calls += std::thread::scope(|scope| {
+            let worker = scope.spawn(|| {
+                let client = Client::connect(config).unwrap();
+                let mut random = Random::new(worker_seed);
+                let mut failed = 0;
+                // (Bounded: the kill comes within 150 ms of the start.)
+                for _ in 0..100_000 {
+                    if stop.load(Ordering::Acquire) {
+                        break;
+                    }
+                    let (from, to) = (name(&mut random), name(&mut random));
+                    let done = match random.below(5) {
+                        0 => client.create(&from, 0o644).and_then(|fd| {
+                            let written = client.pwrite(fd, from.as_bytes(), 0).map(drop);
+                            client.close(fd).and(written)
+                        }),
+                        1 | 2 => client.rename(&from, &to),
+                        3 => client.link(&from, &to),
+                        _ => client.unlink(&from),
+                    };
+                    failed += usize::from(matches!(done, Err(errno) if errno != Errno::ENOENT && errno != Errno::EEXIST));
+                }
+                failed
+            });
+            std::thread::sleep(Duration::from_millis(20 + killer.below(130)));
+            cluster.kill(victim);
+            cluster.restart(victim);
+            cluster.wait_for_alive(3);
+            std::thread::sleep(Duration::from_millis(killer.below(50)));
+            stop.store(true, Ordering::Release);
+            worker.join().unwrap()
+        });
+        let client = cluster.client();
+        let when = format!("seed {seed}, round {round} (server {victim} killed during namespace operations)");
+        // Every name listed works, and link counts count names (after a moment for leases
+        // of names the dead server held to run out).
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let mut problems = Vec::new();
+            let mut names_of: HashMap<ringfs_proto::FileId, Vec<String>> = HashMap::new();
+            let mut nlink = HashMap::new();
+            for dir in dirs {
+                match client.readdir(dir) {
+                    Ok(entries) => {
+                        for entry in entries {
+                            let path = format!("{dir}/{}", entry.name);
+                            match (client.stat(&path), read_file(&client, &path)) {
+                                (Ok(stat), Ok(_)) => {
+                                    names_of.entry(stat.file).or_default().push(path);
+                                    nlink.insert(stat.file, stat.nlink);
+                                }
+                                (stat, read) => problems.push(format!("{path}: stat {:?}, read {:?}", stat.err(), read.err())),
+                            }
+                        }
+                    }
+                    Err(errno) => problems.push(format!("readdir {dir}: {errno}")),
+                }
+            }
+            // A link count below the number of names would delete the file under a name that
+            // still shows it; one above it only keeps a file whose names are all gone (a link
+            // whose answer a kill took is kept counted: TESTING, "Not yet here").
+            let mut excess = Vec::new();
+            for (file, names) in &names_of {
+                match (nlink[file] as usize).cmp(&names.len()) {
+                    std::cmp::Ordering::Less => problems.push(format!("{names:?}: link count {}", nlink[file])),
+                    std::cmp::Ordering::Greater => excess.push(format!("{names:?}: link count {}", nlink[file])),
+                    std::cmp::Ordering::Equal => {}
+                }
+            }
+            if problems.is_empty() {
+                if !excess.is_empty() {
+                    eprintln!("{when}: link counts above the names: {excess:?}");
+                }
+                break;
+            }
+            assert!(Instant::now() < deadline, "{when}: {problems:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    // Everything can be removed — once the locks a killed server's renames held on other
+    // servers' names have lapsed (their 30-s lease: TESTING, "Not yet here").
+    let client = cluster.client();
+    let patience = Instant::now() + Duration::from_secs(45);
+    let retried = |what: &str, op: &dyn Fn() -> Result<(), Errno>| loop {
+        match op() {
+            Err(Errno::ETIMEDOUT) if Instant::now() < patience => eprintln!("seed {seed}: {what}: a name still locked by a killed server"),
+            other => break other.unwrap_or_else(|errno| panic!("seed {seed}: {what}: {errno}")),
+        }
+    };
+    for dir in dirs {
+        for entry in client.readdir(dir).unwrap() {
+            let path = format!("{dir}/{}", entry.name);
+            retried(&format!("unlink {path}"), &|| client.unlink(&path));
+        }
+        retried(&format!("rmdir {dir}"), &|| client.rmdir(dir));
+    }
+    eprintln!("{rounds} kills, {failed_calls} calls failed by them");
+}
