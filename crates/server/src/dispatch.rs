@@ -163,7 +163,10 @@ impl Dispatcher {
             Request::PrepareRmdir(request) => self.names.prepare_rmdir(&request.path),
             Request::InstallEntry(install) => self.names.install_entry(install),
             Request::RemoveEntry(remove) => self.names.remove_entry(&remove),
-            Request::NameLock(request) => self.names.name_lock(&request.path, request.token, request.acquire),
+            Request::NameLock(request) => {
+                let coordinator = self.names.coordinator_of(session.server_process);
+                self.names.name_lock(&request.path, request.token, request.acquire, coordinator)
+            }
             // Renames.
             Request::Rename(rename) => self.renames.rename(rename),
             Request::NamespaceLock(request) => self.trees.namespace_lock_step(request.token, request.acquire),
@@ -433,6 +436,7 @@ impl Service for Dispatcher {
             return Err(Errno::EACCES);
         }
         session.from_server = hello.from_server;
+        session.server_process = hello.from_server.then_some((hello.host_id, hello.client_pid));
         session.credentials = (!hello.from_server).then(|| Arc::new(hello.credentials.clone()));
         // Three quarters of the client's timeout: what is left covers the answer's way back.
         session.patience =

@@ -516,6 +516,8 @@ fn revive_members(
         reclaimer.step(node);
         // Name locks whose release was lost in a fault.
         dispatcher.names.retry_releases();
+        // Name locks of renames whose server died and is back as a new process.
+        dispatcher.names.release_locks_of_restarted_servers();
         // Truncations a server that did not answer (or this one's crash) cut short.
         dispatcher.files.finish_cuts();
     }

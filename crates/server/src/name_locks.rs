@@ -34,9 +34,20 @@ fn humantime(duration: Duration) -> String {
     format!("{:.3}s", duration.as_secs_f64())
 }
 
+/// The server process whose rename or link took a lock (its member name and process id),
+/// as this server's member list knew it then.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Coordinator {
+    pub name: String,
+    pub pid: u32,
+}
+
 struct Held {
     token: RenameToken,
     until: Instant,
+    /// Another server's rename or link: when that server is back as a new process, the lock
+    /// goes at once ([`NameLocks::release_locks_of`]) instead of at the end of its lease.
+    coordinator: Option<Coordinator>,
     /// Held across requests to other servers (by a rename, a link or an rmdir), not just for
     /// one local step ([`NameLocks::hold`]).
     across_servers: bool,
@@ -79,15 +90,33 @@ impl EndedTokens {
 
 impl NameLocks {
     /// Takes the lock of `path` for `token` (again, if the token holds it already), waiting
-    /// while another token holds it.
-    pub fn acquire(&self, path: &str, token: RenameToken) -> Result<(), Errno> {
+    /// while another token holds it; `coordinator`: the other server whose rename or link
+    /// asks (`None`: this one).
+    pub fn acquire(&self, path: &str, token: RenameToken, coordinator: Option<Coordinator>) -> Result<(), Errno> {
         if self.ended.has_ended(token) {
             return Err(Errno::ETIMEDOUT);
         }
-        self.take(path, token, true)
+        self.take(path, token, true, coordinator)
     }
 
-    fn take(&self, path: &str, token: RenameToken, across_servers: bool) -> Result<(), Errno> {
+    /// Releases the locks whose coordinator `is_gone` says has ended (a server back as a new
+    /// process: the rename or link it coordinated died with the old one, and its locks would
+    /// keep their names from every change until their lease ran out). How many.
+    pub fn release_locks_of(&self, is_gone: impl Fn(&Coordinator) -> bool) -> usize {
+        let gone: Vec<(String, RenameToken)> = self
+            .held
+            .lock()
+            .iter()
+            .filter(|(_, held)| held.coordinator.as_ref().is_some_and(&is_gone))
+            .map(|(path, held)| (path.clone(), held.token))
+            .collect();
+        for (path, token) in &gone {
+            self.release(path, *token);
+        }
+        gone.len()
+    }
+
+    fn take(&self, path: &str, token: RenameToken, across_servers: bool, coordinator: Option<Coordinator>) -> Result<(), Errno> {
         let started = crate::sched::now();
         let deadline = wait_end(started);
         let mut warned = false;
@@ -107,7 +136,7 @@ impl NameLocks {
                     }
                 }
                 _ => {
-                    held.insert(path.to_string(), Held { token, until: now + LEASE, across_servers });
+                    held.insert(path.to_string(), Held { token, until: now + LEASE, coordinator, across_servers });
                     return Ok(());
                 }
             }
@@ -150,7 +179,7 @@ impl NameLocks {
     /// holds it), so that no rename takes the name half-way through the operation.
     pub fn hold(&self, path: &str) -> Result<NameHold<'_>, Errno> {
         let token = new_token();
-        self.take(path, token, false)?;
+        self.take(path, token, false, None)?;
         Ok(NameHold { locks: self, path: path.to_string(), token })
     }
 
@@ -159,7 +188,7 @@ impl NameLocks {
     /// for it, and directory renames around it back off as they do for renames.
     pub fn hold_across_servers(&self, path: &str) -> Result<NameHold<'_>, Errno> {
         let token = new_token();
-        self.take(path, token, true)?;
+        self.take(path, token, true, None)?;
         Ok(NameHold { locks: self, path: path.to_string(), token })
     }
 
@@ -237,14 +266,14 @@ mod tests {
     #[test]
     fn a_name_lock_excludes_other_tokens_until_released() {
         let locks = Arc::new(NameLocks::default());
-        locks.acquire("/a", RenameToken(1)).unwrap();
-        locks.acquire("/a", RenameToken(1)).unwrap();
+        locks.acquire("/a", RenameToken(1), None).unwrap();
+        locks.acquire("/a", RenameToken(1), None).unwrap();
         assert!(locks.wait_free("/a", RenameToken(1)).is_ok());
         let waiter = {
             let locks = locks.clone();
             std::thread::spawn(move || {
                 let started = crate::sched::now();
-                locks.acquire("/a", RenameToken(2)).unwrap();
+                locks.acquire("/a", RenameToken(2), None).unwrap();
                 crate::sched::since(started)
             })
         };
@@ -262,10 +291,10 @@ mod tests {
         // took the lock for a token nobody would release — for a whole lease, and the next
         // waiters did the same.
         let locks = Arc::new(NameLocks::default());
-        locks.acquire("/a", RenameToken(1)).unwrap();
+        locks.acquire("/a", RenameToken(1), None).unwrap();
         let waiter = {
             let locks = locks.clone();
-            std::thread::spawn(move || locks.acquire("/a", RenameToken(2)))
+            std::thread::spawn(move || locks.acquire("/a", RenameToken(2), None))
         };
         std::thread::sleep(Duration::from_millis(30));
         locks.release("/a", RenameToken(2));
@@ -282,11 +311,11 @@ mod tests {
         // and the client had removed the temporary name — the file's last link.
         let locks = NameLocks::default();
         assert_eq!(locks.admit_step("/a", RenameToken(7)), Err(Errno::ETIMEDOUT), "never locked");
-        locks.acquire("/a", RenameToken(7)).unwrap();
+        locks.acquire("/a", RenameToken(7), None).unwrap();
         assert_eq!(locks.admit_step("/a", RenameToken(7)), Ok(()));
         locks.release("/a", RenameToken(7));
         assert_eq!(locks.admit_step("/a", RenameToken(7)), Err(Errno::ETIMEDOUT), "given back");
-        locks.acquire("/a", RenameToken(8)).unwrap();
+        locks.acquire("/a", RenameToken(8), None).unwrap();
         locks.release("/a", RenameToken(8));
         assert!(locks.wait_free("/a", RenameToken::NONE).is_ok());
     }
@@ -295,7 +324,22 @@ mod tests {
     fn an_acquisition_overtaken_by_its_release_takes_no_lock() {
         let locks = NameLocks::default();
         locks.release("/a", RenameToken(5));
-        assert_eq!(locks.acquire("/a", RenameToken(5)), Err(Errno::ETIMEDOUT));
+        assert_eq!(locks.acquire("/a", RenameToken(5), None), Err(Errno::ETIMEDOUT));
         assert!(locks.wait_free("/a", RenameToken::NONE).is_ok(), "nobody holds /a");
+    }
+
+    #[test]
+    fn the_locks_of_a_coordinator_back_as_a_new_process_go_at_once() {
+        let locks = NameLocks::default();
+        let server = |pid| Some(Coordinator { name: "server-1".into(), pid });
+        let locked = |path: &str| locks.held.lock().contains_key(path);
+        locks.acquire("/a", RenameToken(1), server(100)).unwrap();
+        locks.acquire("/b", RenameToken(2), None).unwrap();
+        assert_eq!(locks.release_locks_of(|coordinator| coordinator.pid != 100), 0, "the same process: kept");
+        assert!(locked("/a"));
+        assert_eq!(locks.release_locks_of(|coordinator| coordinator.pid != 101), 1, "back as process 101");
+        assert!(!locked("/a"));
+        assert_eq!(locks.acquire("/a", RenameToken(1), server(100)), Err(Errno::ETIMEDOUT), "its token has ended");
+        assert!(locked("/b"), "this server's own lock stays");
     }
 }

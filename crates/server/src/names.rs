@@ -29,7 +29,7 @@ use crate::deadline::past_request_deadline;
 use crate::dir_times::DirTimes;
 use crate::files::Files;
 use crate::gate::{GatePass, NamespaceGate};
-use crate::name_locks::{NameHold, NameLocks, new_token};
+use crate::name_locks::{Coordinator, NameHold, NameLocks, new_token};
 use crate::node::{MAX_CHUNK_SIZE, Node, store_errno};
 use crate::opens::OpenRegistry;
 use crate::permissions::Permissions;
@@ -322,12 +322,12 @@ impl Names {
 
     /// Takes (or gives back) the lock of a name held here; taking it answers what the name
     /// refers to now.
-    pub fn name_lock(&self, path: &str, token: RenameToken, acquire: bool) -> Result<Response, Errno> {
+    pub fn name_lock(&self, path: &str, token: RenameToken, acquire: bool, coordinator: Option<Coordinator>) -> Result<Response, Errno> {
         if !acquire {
             self.locks.release(path, token);
             return Ok(Response::Done);
         }
-        self.locks.acquire(path, token)?;
+        self.locks.acquire(path, token, coordinator)?;
         let _pass = self.gate.pass(&[path], token).inspect_err(|_| self.locks.release(path, token))?;
         let current = match self.node.store.lookup(path, self.node.anchor_of(path), false) {
             Ok((entry, _)) => Some(entry),
@@ -400,6 +400,27 @@ impl Names {
     pub fn release_later(&self, what: Release) {
         let until = crate::sched::now() + crate::name_locks::LEASE;
         self.later_releases.lock().push(LaterRelease { what, until });
+    }
+
+    /// Releases the name locks of renames and links coordinated by a server that is back as
+    /// a new process since (called every heartbeat interval).
+    pub fn release_locks_of_restarted_servers(&self) {
+        let membership = self.node.membership();
+        let restarted =
+            |coordinator: &Coordinator| membership.member(&coordinator.name).is_some_and(|member| member.pid != coordinator.pid);
+        let released = self.locks.release_locks_of(restarted);
+        if released > 0 {
+            log::info!("{released} name locks of renames whose server restarted are released");
+        }
+    }
+
+    /// The server process a request comes from, if the member list knows it (`peer`: its
+    /// host id and process id).
+    pub fn coordinator_of(&self, peer: Option<(u64, u32)>) -> Option<Coordinator> {
+        let (host_id, pid) = peer?;
+        let membership = self.node.membership();
+        let member = membership.list().members.iter().find(|member| member.host_id == host_id && member.pid == pid)?;
+        Some(Coordinator { name: member.name.clone(), pid })
     }
 
     /// Tries again the releases that failed (called every heartbeat interval).

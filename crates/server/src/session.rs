@@ -17,6 +17,9 @@ pub struct Session {
     pub client_memory: Option<ProcessMemory>,
     /// The peer is another server: its requests are never forwarded again.
     pub from_server: bool,
+    /// Another server's host id and process id (from its `Hello`): whose renames and links
+    /// take name locks here.
+    pub server_process: Option<(u64, u32)>,
     /// The client's id (from its `Hello`), whose opens this connection keeps alive.
     pub client_id: Option<u64>,
     /// Buffers lent to the client by leased reads (of chunks and of global-memory blocks),
