@@ -1411,7 +1411,6 @@ fn servers_killed_while_they_flush_come_back_with_the_backend_matching_ringfs() 
 /// is. (A cut cut short is finished by the inode's server: `Files::cut_later_chunks`.)
 #[test]
 fn files_written_while_a_server_is_killed_match_the_backend_after_its_restart() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     let backend = Backend::new("write-kills");
     let seed = test_seed(50);
     let mut options = caching(&backend, 3, "immediate", 1000);
@@ -1426,46 +1425,24 @@ fn files_written_while_a_server_is_killed_match_the_backend_after_its_restart() 
     let rounds = std::env::var("RINGFS_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(4);
     let mut failed_calls = 0;
     for round in 0..rounds {
-        let stop = AtomicBool::new(false);
         let victim = killer.below(3) as usize;
-        let config = cluster.client_config();
-        let writer_seed = killer.next();
-        failed_calls += std::thread::scope(|scope| {
-            let writer = scope.spawn(|| {
-                let client = Client::connect(config).unwrap();
-                let mut random = Random::new(writer_seed);
-                let mut failed = 0;
-                // (Bounded: the kill comes within 150 ms of the start.)
-                for _ in 0..100_000 {
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let path = &files[random.below(files.len() as u64) as usize];
-                    let len = random.below(700_000) as usize;
-                    let bytes = random_bytes(&mut random, len);
-                    // A new version, a piece anywhere (growing the file), or a cut.
-                    let done = match random.below(3) {
-                        0 => client.create(path, 0o644).and_then(|fd| {
-                            let written = client.pwrite(fd, &bytes, 0).map(drop);
-                            client.close(fd).and(written)
-                        }),
-                        1 => client.open(path, OpenFlags::WRITE, 0).and_then(|fd| {
-                            let written = client.pwrite(fd, &bytes[..len.min(100_000)], random.below(600_000)).map(drop);
-                            client.close(fd).and(written)
-                        }),
-                        _ => client.truncate(path, random.below(500_000)),
-                    };
-                    failed += usize::from(done.is_err());
-                }
-                failed
-            });
-            std::thread::sleep(Duration::from_millis(20 + killer.below(130)));
-            cluster.kill(victim);
-            cluster.restart(victim);
-            cluster.wait_for_alive(3);
-            std::thread::sleep(Duration::from_millis(killer.below(50)));
-            stop.store(true, Ordering::Release);
-            writer.join().unwrap()
+        failed_calls += common::kill_while_a_client_works(&mut cluster, &mut killer, victim, |client, random| {
+            let path = &files[random.below(files.len() as u64) as usize];
+            let len = random.below(700_000) as usize;
+            let bytes = random_bytes(random, len);
+            // A new version, a piece anywhere (growing the file), or a cut.
+            let done = match random.below(3) {
+                0 => client.create(path, 0o644).and_then(|fd| {
+                    let written = client.pwrite(fd, &bytes, 0).map(drop);
+                    client.close(fd).and(written)
+                }),
+                1 => client.open(path, OpenFlags::WRITE, 0).and_then(|fd| {
+                    let written = client.pwrite(fd, &bytes[..len.min(100_000)], random.below(600_000)).map(drop);
+                    client.close(fd).and(written)
+                }),
+                _ => client.truncate(path, random.below(500_000)),
+            };
+            done.is_err()
         });
         let client = cluster.client();
         let when = format!("seed {seed}, round {round} (server {victim} killed while a client wrote)");

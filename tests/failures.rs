@@ -854,7 +854,6 @@ fn file_client(cluster: &TestCluster) -> Client {
 #[test]
 fn namespace_operations_cut_short_by_kills_leave_a_tree_that_works() {
     use std::collections::HashMap;
-    use std::sync::atomic::{AtomicBool, Ordering};
     let seed = std::env::var("RINGFS_TEST_SEED").ok().and_then(|seed| seed.parse().ok()).unwrap_or(60);
     let rounds = std::env::var("RINGFS_KILL_ROUNDS").ok().and_then(|rounds| rounds.parse().ok()).unwrap_or(4);
     let mut cluster = TestCluster::with_options(ClusterOptions { dir_store: true, ..ClusterOptions::new(3) });
@@ -867,41 +866,19 @@ fn namespace_operations_cut_short_by_kills_leave_a_tree_that_works() {
     let name = |random: &mut Random| format!("{}/n{}", dirs[random.below(2) as usize], random.below(12));
     let mut failed_calls = 0;
     for round in 0..rounds {
-        let stop = AtomicBool::new(false);
         let victim = killer.below(3) as usize;
-        let config = cluster.client_config();
-        let worker_seed = killer.next();
-        failed_calls += std::thread::scope(|scope| {
-            let worker = scope.spawn(|| {
-                let client = Client::connect(config).unwrap();
-                let mut random = Random::new(worker_seed);
-                let mut failed = 0;
-                // (Bounded: the kill comes within 150 ms of the start.)
-                for _ in 0..100_000 {
-                    if stop.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let (from, to) = (name(&mut random), name(&mut random));
-                    let done = match random.below(5) {
-                        0 => client.create(&from, 0o644).and_then(|fd| {
-                            let written = client.pwrite(fd, from.as_bytes(), 0).map(drop);
-                            client.close(fd).and(written)
-                        }),
-                        1 | 2 => client.rename(&from, &to),
-                        3 => client.link(&from, &to),
-                        _ => client.unlink(&from),
-                    };
-                    failed += usize::from(matches!(done, Err(errno) if errno != Errno::ENOENT && errno != Errno::EEXIST));
-                }
-                failed
-            });
-            std::thread::sleep(Duration::from_millis(20 + killer.below(130)));
-            cluster.kill(victim);
-            cluster.restart(victim);
-            cluster.wait_for_alive(3);
-            std::thread::sleep(Duration::from_millis(killer.below(50)));
-            stop.store(true, Ordering::Release);
-            worker.join().unwrap()
+        failed_calls += common::kill_while_a_client_works(&mut cluster, &mut killer, victim, |client, random| {
+            let (from, to) = (name(random), name(random));
+            let done = match random.below(5) {
+                0 => client.create(&from, 0o644).and_then(|fd| {
+                    let written = client.pwrite(fd, from.as_bytes(), 0).map(drop);
+                    client.close(fd).and(written)
+                }),
+                1 | 2 => client.rename(&from, &to),
+                3 => client.link(&from, &to),
+                _ => client.unlink(&from),
+            };
+            matches!(done, Err(errno) if errno != Errno::ENOENT && errno != Errno::EEXIST)
         });
         let client = cluster.client();
         let when = format!("seed {seed}, round {round} (server {victim} killed during namespace operations)");

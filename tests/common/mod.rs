@@ -598,3 +598,41 @@ pub fn preload_library() -> PathBuf {
     });
     dir.join("libringfs_preload.so")
 }
+
+/// Runs `step` — one operation of a client's workload, answering whether it failed — again
+/// and again on a new client while server `victim` is killed (SIGKILL) 20–150 ms after the
+/// start and restarted, until a moment after the cluster is whole again (bounded in count
+/// too). How many steps failed. `killer` draws the moments and the worker's seed.
+pub fn kill_while_a_client_works(
+    cluster: &mut TestCluster,
+    killer: &mut Random,
+    victim: usize,
+    step: impl Fn(&Client, &mut Random) -> bool + Sync,
+) -> usize {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    let config = cluster.client_config();
+    let worker_seed = killer.next();
+    std::thread::scope(|scope| {
+        let worker = scope.spawn(|| {
+            let client = Client::connect(config).unwrap();
+            let mut random = Random::new(worker_seed);
+            let mut failed = 0;
+            for _ in 0..100_000 {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                failed += usize::from(step(&client, &mut random));
+            }
+            failed
+        });
+        std::thread::sleep(Duration::from_millis(20 + killer.below(130)));
+        cluster.kill(victim);
+        cluster.restart(victim);
+        let servers = cluster.servers.len();
+        cluster.wait_for_alive(servers);
+        std::thread::sleep(Duration::from_millis(killer.below(50)));
+        stop.store(true, Ordering::Release);
+        worker.join().unwrap()
+    })
+}
