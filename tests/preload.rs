@@ -537,6 +537,13 @@ while forks < 150 and time.time() < stop:
         if finished:
             break
         if time.time() > deadline:
+            # The hung child's stacks, where gdb is installed (the test prints them).
+            import subprocess
+            try:
+                dump = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"], capture_output=True, text=True, timeout=60)
+                sys.stderr.write(f"the stacks of hung child {pid}:\n" + dump.stdout + dump.stderr)
+            except (OSError, subprocess.SubprocessError) as error:
+                sys.stderr.write(f"no stacks of hung child {pid}: {error}\n")
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             status = -1
@@ -554,6 +561,6 @@ print(forks, failures)
     succeeded(&output, "python forking beside busy threads");
     let printed = String::from_utf8_lossy(&output.stdout);
     let (forks, failures) = printed.trim().split_once(' ').expect("forks and failures");
-    assert_eq!(failures, "[]", "children that failed (fork number, wait status; -1: hung): {failures}");
+    assert_eq!(failures, "[]", "children that failed (fork number, wait status; -1: hung): {failures}\n{}", String::from_utf8_lossy(&output.stderr));
     assert!(forks.parse::<u32>().unwrap() >= 20, "only {forks} forks in 20 s");
 }
