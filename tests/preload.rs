@@ -561,6 +561,11 @@ print(forks, failures)
     succeeded(&output, "python forking beside busy threads");
     let printed = String::from_utf8_lossy(&output.stdout);
     let (forks, failures) = printed.trim().split_once(' ').expect("forks and failures");
-    assert_eq!(failures, "[]", "children that failed (fork number, wait status; -1: hung): {failures}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        failures,
+        "[]",
+        "children that failed (fork number, wait status; -1: hung): {failures}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     assert!(forks.parse::<u32>().unwrap() >= 20, "only {forks} forks in 20 s");
 }
