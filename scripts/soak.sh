@@ -5,7 +5,8 @@
 # Each round: the in-process simulation (network faults), the relay fault test (partitions,
 # pauses, SIGSTOP, kill+restart, 30 faults), the same workload with servers in network
 # namespaces (30 cuts of veth links, SIGSTOP, kill+restart), the randomized concurrent
-# namespace test and the cache-mode suite (its random renames with a new seed; running beside
+# namespace test, namespace operations and truncates cut short by killed servers (`failures.rs`),
+# and the cache-mode suite (its random renames and kills with a new seed; running beside
 # other work, it found flushes racing renames that a quiet machine never shows), and the
 # global memory's eviction storms (one more seed each round) and relayed batches of reads,
 # 20 new seeds of the seeded interleavings of namespace operations (ringfs-server's
@@ -36,7 +37,7 @@ seed=$(( $(date +%s) % 100000 ))
 mount_secs=${RINGFS_SOAK_MOUNT_SECS:-180}
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers" "fuzz_server" "proto fuzz"; do
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers" "fuzz_server" "proto fuzz"; do
         # ("faults reads_stay_whole" runs both the relay test and the network-namespace one;
         # "proto fuzz" is the decoder fuzzer, a unit test of ringfs-proto.)
         name=${test%% *}
