@@ -163,10 +163,7 @@ impl Dispatcher {
             Request::PrepareRmdir(request) => self.names.prepare_rmdir(&request.path),
             Request::InstallEntry(install) => self.names.install_entry(install),
             Request::RemoveEntry(remove) => self.names.remove_entry(&remove),
-            Request::NameLock(request) => {
-                let coordinator = self.names.coordinator_of(session.server_process);
-                self.names.name_lock(&request.path, request.token, request.acquire, coordinator)
-            }
+            Request::NameLock(request) => self.names.name_lock(&request.path, request.token, request.acquire, session.server_process),
             // Renames.
             Request::Rename(rename) => self.renames.rename(rename),
             Request::NamespaceLock(request) => self.trees.namespace_lock_step(request.token, request.acquire),

@@ -321,13 +321,13 @@ impl Names {
     }
 
     /// Takes (or gives back) the lock of a name held here; taking it answers what the name
-    /// refers to now.
-    pub fn name_lock(&self, path: &str, token: RenameToken, acquire: bool, coordinator: Option<Coordinator>) -> Result<Response, Errno> {
+    /// refers to now. `peer`: the asking server's host and process id (`None`: this server).
+    pub fn name_lock(&self, path: &str, token: RenameToken, acquire: bool, peer: Option<(u64, u32)>) -> Result<Response, Errno> {
         if !acquire {
             self.locks.release(path, token);
             return Ok(Response::Done);
         }
-        self.locks.acquire(path, token, coordinator)?;
+        self.locks.acquire(path, token, self.coordinator_of(peer))?;
         let _pass = self.gate.pass(&[path], token).inspect_err(|_| self.locks.release(path, token))?;
         let current = match self.node.store.lookup(path, self.node.anchor_of(path), false) {
             Ok((entry, _)) => Some(entry),
@@ -416,7 +416,7 @@ impl Names {
 
     /// The server process a request comes from, if the member list knows it (`peer`: its
     /// host id and process id).
-    pub fn coordinator_of(&self, peer: Option<(u64, u32)>) -> Option<Coordinator> {
+    fn coordinator_of(&self, peer: Option<(u64, u32)>) -> Option<Coordinator> {
         let (host_id, pid) = peer?;
         let membership = self.node.membership();
         let member = membership.list().members.iter().find(|member| member.host_id == host_id && member.pid == pid)?;
