@@ -37,6 +37,11 @@ pub struct MountArgs {
     /// Let other users access the mount.
     #[arg(long)]
     pub allow_other: bool,
+    /// Take the kernel's requests from its io_uring queues (FUSE over io_uring; needs
+    /// `echo Y > /sys/module/fuse/parameters/enable_uring` as root, else the mount serves
+    /// /dev/fuse and logs why). Also RINGFS_FUSE_IO_URING=1.
+    #[arg(long)]
+    pub io_uring: bool,
     /// Write this file once the mount is ready (used by `ringfs start --mount`).
     #[arg(long, hide = true)]
     pub ready_file: Option<PathBuf>,
@@ -52,6 +57,7 @@ impl MountArgs {
             writeback_cache: self.writeback_cache,
             threads: self.threads,
             allow_other: self.allow_other,
+            io_uring: self.io_uring || std::env::var(ringfs_config::env::FUSE_IO_URING).is_ok_and(|value| value == "1"),
         }
     }
 }

@@ -23,6 +23,10 @@ pub const IDLE_CLOSE_S: &str = "RINGFS_IDLE_CLOSE_S";
 /// Log level of the command line and servers (`error` … `trace`).
 pub const LOG: &str = "RINGFS_LOG";
 
+// The FUSE mount.
+/// `1`: take requests from the kernel's io_uring queues (`ringfs mount --io-uring`).
+pub const FUSE_IO_URING: &str = "RINGFS_FUSE_IO_URING";
+
 // The LD_PRELOAD library.
 /// The prefix under which the library shows ringfs.
 pub const MOUNT: &str = "RINGFS_MOUNT";

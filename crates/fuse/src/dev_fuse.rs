@@ -1,0 +1,417 @@
+//! Requests read from `/dev/fuse` by fuser: each `fuser::Filesystem` method decodes nothing
+//! itself (fuser has) and answers with what the operation of the same request returns (see
+//! [`crate::operations`]). With FUSE over io_uring ([`crate::ring`]) this path still serves
+//! `INIT`, `FORGET` and whatever arrives before the kernel's queues are ready.
+
+use std::cell::RefCell;
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use fuser::{
+    AccessFlags, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+use ringfs_client::{Errno, Stat};
+
+use crate::operations::{AttributeChanges, Caller, Entry, LockFound, Opened, Usage, Xattr};
+use crate::{MAX_TRANSFER, RingfsFilesystem, file_attr};
+
+thread_local! {
+    /// Per-thread read buffer, reused so that large reads touch no new pages.
+    static READ_BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+fn fuse_errno(errno: Errno) -> FuseErrno {
+    FuseErrno::from_i32(errno.code())
+}
+
+fn caller(request: &Request) -> Caller {
+    Caller { uid: request.uid(), gid: request.gid(), pid: request.pid() }
+}
+
+/// How a fuser reply answers an operation's result.
+trait Answer<T> {
+    fn answer(self, result: Result<T, Errno>);
+}
+
+impl Answer<Entry> for ReplyEntry {
+    fn answer(self, result: Result<Entry, Errno>) {
+        match result {
+            Ok(entry) => self.entry(&entry.valid_for, &entry.attr, Generation(0)),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<Entry> for ReplyAttr {
+    fn answer(self, result: Result<Entry, Errno>) {
+        match result {
+            Ok(entry) => self.attr(&entry.valid_for, &entry.attr),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<()> for ReplyEmpty {
+    fn answer(self, result: Result<(), Errno>) {
+        match result {
+            Ok(()) => self.ok(),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<Opened> for ReplyOpen {
+    fn answer(self, result: Result<Opened, Errno>) {
+        match result {
+            Ok(opened) => self.opened(FileHandle(opened.handle), opened.flags),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<(Entry, Opened)> for ReplyCreate {
+    fn answer(self, result: Result<(Entry, Opened), Errno>) {
+        match result {
+            Ok((entry, opened)) => self.created(&entry.valid_for, &entry.attr, Generation(0), FileHandle(opened.handle), opened.flags),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<u32> for ReplyWrite {
+    fn answer(self, result: Result<u32, Errno>) {
+        match result {
+            Ok(count) => self.written(count),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<Xattr> for ReplyXattr {
+    fn answer(self, result: Result<Xattr, Errno>) {
+        match result {
+            Ok(Xattr::Size(size)) => self.size(size),
+            Ok(Xattr::Data(data)) => self.data(&data),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<Usage> for ReplyStatfs {
+    fn answer(self, result: Result<Usage, Errno>) {
+        match result {
+            Ok(usage) => self.statfs(
+                usage.blocks,
+                usage.free,
+                usage.free,
+                usage.files,
+                usage.files_free,
+                usage.block_size,
+                usage.name_max,
+                usage.block_size,
+            ),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<LockFound> for ReplyLock {
+    fn answer(self, result: Result<LockFound, Errno>) {
+        match result {
+            Ok(found) => self.locked(found.start, found.end, found.typ, found.pid),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+impl Answer<String> for ReplyData {
+    fn answer(self, result: Result<String, Errno>) {
+        match result {
+            Ok(text) => self.data(text.as_bytes()),
+            Err(errno) => self.error(fuse_errno(errno)),
+        }
+    }
+}
+
+/// The mount as fuser serves it (the state is shared with the ring threads, see
+/// [`crate::ring`]).
+pub struct DevFuse(pub Arc<RingfsFilesystem>);
+
+/// The attributes of a directory's dot entries in a `READDIRPLUS` reply (the kernel takes
+/// none from them).
+pub(crate) fn dot_attr(ino: u64) -> FileAttr {
+    FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) }
+}
+
+impl Filesystem for DevFuse {
+    fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let _ = config.set_max_write(MAX_TRANSFER);
+        let _ = config.set_max_readahead(MAX_TRANSFER);
+        let mut wanted = InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_ATOMIC_O_TRUNC
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_ASYNC_DIO
+            // Advisory locks go to the servers, so that they hold across mounts and nodes.
+            | InitFlags::FUSE_POSIX_LOCKS
+            | InitFlags::FUSE_FLOCK_LOCKS;
+        if self.0.options.writeback_cache {
+            wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
+        }
+        for flag in wanted.iter() {
+            if config.add_capabilities(flag).is_err() {
+                log::info!("the kernel does not offer FUSE capability {flag:?}");
+            }
+        }
+        if self.0.options.io_uring {
+            let offered = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
+            if !offered {
+                log::warn!(
+                    "the kernel does not offer FUSE over io_uring (as root: echo Y > {}); serving /dev/fuse",
+                    crate::ring::ENABLE_PARAMETER
+                );
+            }
+            let _ = self.0.ring_offered.set(offered);
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply.answer(self.0.lookup_entry(parent.0, name));
+    }
+
+    fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
+        self.0.forget_inode(inode.0, lookups);
+    }
+
+    fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        reply.answer(self.0.attributes(inode.0, handle.map(|handle| handle.0)));
+    }
+
+    fn setattr(
+        &self,
+        _request: &Request,
+        inode: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        handle: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let changes = AttributeChanges { mode, uid, gid, size, atime, mtime, handle: handle.map(|handle| handle.0) };
+        reply.answer(self.0.set_attributes(inode.0, changes));
+    }
+
+    fn readlink(&self, _request: &Request, inode: INodeNo, reply: ReplyData) {
+        reply.answer(self.0.link_target(inode.0));
+    }
+
+    fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
+        reply.answer(self.0.make_directory(caller(request), parent.0, name, mode, umask));
+    }
+
+    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(self.0.remove_name(parent.0, name));
+    }
+
+    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(self.0.remove_directory(parent.0, name));
+    }
+
+    fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
+        reply.answer(self.0.make_symlink(caller(request), parent.0, link_name, target.as_os_str()));
+    }
+
+    fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
+        reply.answer(self.0.make_node(caller(request), parent.0, name, mode, umask, rdev));
+    }
+
+    fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        reply.answer(self.0.make_link(inode.0, new_parent.0, new_name));
+    }
+
+    fn rename(
+        &self,
+        _request: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        new_parent: INodeNo,
+        new_name: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.answer(self.0.rename_entry(parent.0, name, new_parent.0, new_name, flags.bits()));
+    }
+
+    fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        reply.answer(self.0.open_file(inode.0, flags.0));
+    }
+
+    fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
+        reply.answer(self.0.create_file(caller(request), parent.0, name, mode, umask, flags));
+    }
+
+    fn read(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        READ_BUFFER.with(|buffer| {
+            let mut buffer = buffer.borrow_mut();
+            if buffer.len() < size as usize {
+                buffer.resize(size as usize, 0);
+            }
+            match self.0.read_into(handle.0, offset, &mut buffer[..size as usize]) {
+                Ok(count) => reply.data(&buffer[..count]),
+                Err(errno) => reply.error(fuse_errno(errno)),
+            }
+        });
+    }
+
+    fn write(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        reply.answer(self.0.write_at(handle.0, offset, data));
+    }
+
+    fn flush(&self, _request: &Request, inode: INodeNo, handle: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
+        reply.answer(self.0.flush_handle(inode.0, handle.0, lock_owner.0));
+    }
+
+    fn release(
+        &self,
+        _request: &Request,
+        inode: INodeNo,
+        handle: FileHandle,
+        _flags: FuseOpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.answer(self.0.release_handle(inode.0, handle.0));
+    }
+
+    fn getlk(
+        &self,
+        _request: &Request,
+        _inode: INodeNo,
+        handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        reply.answer(self.0.find_lock(handle.0, lock_owner.0, start, end, typ));
+    }
+
+    fn setlk(
+        &self,
+        _request: &Request,
+        inode: INodeNo,
+        handle: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply.answer(self.0.set_lock(inode.0, handle.0, lock_owner.0, start, end, typ, sleep));
+    }
+
+    fn fsync(&self, _request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.answer(self.0.sync_file(inode.0, handle.0));
+    }
+
+    fn fallocate(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        reply.answer(self.0.allocate(handle.0, offset, length, mode));
+    }
+
+    fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
+        reply.answer(self.0.open_directory(inode.0));
+    }
+
+    fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        match self.0.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name)) {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let listed = self.0.list_plus(inode.0, handle.0, offset, |listing| {
+            let (attr, valid_for) = match listing.entry {
+                Some(entry) => (entry.attr, entry.valid_for),
+                None => (dot_attr(listing.ino), Duration::ZERO),
+            };
+            reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &valid_for, &attr, Generation(0))
+        });
+        match listed {
+            Ok(()) => reply.ok(),
+            Err(errno) => reply.error(fuse_errno(errno)),
+        }
+    }
+
+    fn releasedir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
+        self.0.release_directory(handle.0);
+        reply.ok();
+    }
+
+    fn fsyncdir(&self, _request: &Request, inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.answer(self.0.sync_directory(inode.0));
+    }
+
+    fn statfs(&self, _request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
+        reply.answer(self.0.usage());
+    }
+
+    fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        reply.answer(self.0.set_xattr(inode.0, name, value, flags));
+    }
+
+    fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply.answer(self.0.xattr(inode.0, name, size));
+    }
+
+    fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
+        reply.answer(self.0.xattr_names(caller(request), inode.0, size));
+    }
+
+    fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(self.0.remove_xattr(inode.0, name));
+    }
+
+    fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply.answer(self.0.check_access(inode.0, mask.bits() as u32));
+    }
+}

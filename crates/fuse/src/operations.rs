@@ -1,0 +1,620 @@
+//! What each kernel request does, written once for both ways requests arrive: read from
+//! `/dev/fuse` by fuser ([`crate::dev_fuse`]) or taken from the kernel's io_uring queues
+//! ([`crate::ring`]). Each operation takes plain arguments and returns plain results
+//! (`Result<_, Errno>`); the channel decodes the request and encodes the answer.
+
+use std::ffi::OsStr;
+use std::time::{Duration, SystemTime};
+
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo, TimeOrNow};
+use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, LockKind, OpenFlags, Stat};
+
+use crate::directories::Listed;
+use crate::inodes::ROOT_INODE;
+use crate::{RingfsFilesystem, file_attr, lock_range, name_str, nanoseconds, supplementary_groups};
+
+/// Who sent a request (from the request's header).
+#[derive(Clone, Copy, Debug)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+/// An answer that hands the kernel an inode (or, with inode 0, a name known to be missing):
+/// its attributes and how long the kernel may keep them and the name.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub attr: FileAttr,
+    pub valid_for: Duration,
+}
+
+/// An answer to an open: the handle the kernel passes with later requests, and how the
+/// kernel treats the open file.
+#[derive(Clone, Copy, Debug)]
+pub struct Opened {
+    pub handle: u64,
+    pub flags: FopenFlags,
+}
+
+/// An answer to `getxattr`/`listxattr`: the size asked for, or the bytes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Xattr {
+    Size(u32),
+    Data(Vec<u8>),
+}
+
+/// An answer to `statfs`, in blocks of `block_size` bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Usage {
+    pub blocks: u64,
+    pub free: u64,
+    pub files: u64,
+    pub files_free: u64,
+    pub block_size: u32,
+    pub name_max: u32,
+}
+
+/// An answer to `getlk`: the lock found in the way (type `F_UNLCK`: none).
+#[derive(Clone, Copy, Debug)]
+pub struct LockFound {
+    pub start: u64,
+    pub end: u64,
+    pub typ: i32,
+    pub pid: u32,
+}
+
+/// The changes a `setattr` asks for.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AttributeChanges {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+    pub handle: Option<u64>,
+}
+
+/// One name of a directory listing as the kernel gets it: what `list` and `list_plus` hand
+/// their `add` (which returns `true` when the reply is full).
+pub struct Listing<'a> {
+    pub name: &'a str,
+    pub ino: u64,
+    pub cookie: u64,
+    pub kind: FileType,
+    /// The name's attributes for `READDIRPLUS` (none for the dot entries: the kernel takes
+    /// none from them).
+    pub entry: Option<Entry>,
+}
+
+pub(crate) fn fd_of(handle: u64) -> Fd {
+    Fd(handle as u32)
+}
+
+impl RingfsFilesystem {
+    pub(crate) fn child_path(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
+        Ok(ringfs_proto::path::join(&self.inodes.path(parent)?, name_str(name)?))
+    }
+
+    /// Attributes of `path` for a reply that hands the kernel a reference to its inode. A
+    /// looked-up file stays alive while the kernel holds it (until `forget`: the mount keeps
+    /// it open, see [`crate::inodes`]), so that its later open by inode finds it even if its
+    /// name was removed or replaced meanwhile.
+    fn entry(&self, path: &str) -> Result<FileAttr, Errno> {
+        let (stat, held) = self.client.lookup_held(path)?;
+        if let Some(surplus) = self.inodes.remember(stat.file, path, held) {
+            let _ = self.client.close(surplus);
+        }
+        Ok(self.read(&stat))
+    }
+
+    /// The kernel's attributes of a file the kernel holds, just read from ringfs (noted in
+    /// the inode table, see [`crate::inodes`]).
+    fn read(&self, stat: &Stat) -> FileAttr {
+        let attr = file_attr(stat);
+        self.inodes.read_attr(&attr, stat.has_xattrs);
+        attr
+    }
+
+    /// The client acting for `caller`: what it creates belongs to the caller (the kernel
+    /// has checked the caller may create there: `default_permissions`).
+    fn client_for(&self, caller: Caller) -> Client {
+        let own = self.client.credentials();
+        if own.uid == caller.uid && own.gid == caller.gid {
+            return self.client.clone();
+        }
+        let groups = supplementary_groups(caller.pid);
+        self.client.as_user(Credentials { uid: caller.uid, gid: caller.gid, groups })
+    }
+
+    /// Attributes of `path` just created in `parent` here, for a reply that hands the kernel
+    /// its inode (not kept open: a later open of an inode whose file went fails with ESTALE,
+    /// on which the kernel looks the name up again).
+    fn created_entry(&self, parent: u64, path: &str) -> Result<FileAttr, Errno> {
+        let stat = self.client.lstat(path)?;
+        self.inodes.remember(stat.file, path, None);
+        let attr = self.read(&stat);
+        // The new name's time is the change's (a link's too: it sets the file's ctime).
+        self.inodes.names_changed(parent, attr.ctime, i32::from(attr.kind == FileType::Directory));
+        self.inodes.name_added(parent, ringfs_proto::path::file_name(path));
+        if attr.kind == FileType::Directory {
+            self.inodes.made_directory(attr.ino.0);
+        }
+        Ok(attr)
+    }
+
+    /// The client's open flags for the kernel's. With the writeback cache the kernel also
+    /// reads through descriptors opened write-only (to fill a page a write covers in part)
+    /// and places appends itself: such opens become read-write, without append.
+    fn kernel_open_flags(&self, flags: i32) -> OpenFlags {
+        if !self.options.writeback_cache {
+            return OpenFlags::from_posix(flags);
+        }
+        let flags = (flags & !libc::O_APPEND & !libc::O_ACCMODE)
+            | if flags & libc::O_ACCMODE == libc::O_RDONLY { libc::O_RDONLY } else { libc::O_RDWR };
+        OpenFlags::from_posix(flags)
+    }
+
+    fn opened(&self, fd: Fd) -> Opened {
+        let flags = if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+        Opened { handle: u64::from(fd.0), flags }
+    }
+
+    /// How long the kernel may keep an answer read from the servers since the watch's count
+    /// of drops was `dropped_before` (see [`crate::watch`]).
+    fn cache_time(&self, dropped_before: u64) -> Duration {
+        self.watch.cache_time(dropped_before, self.options.attr_timeout)
+    }
+
+    /// An entry answer from a result read since the watch's count of drops was `dropped`.
+    fn entry_answer(&self, dropped: u64, result: Result<FileAttr, Errno>) -> Result<Entry, Errno> {
+        result.map(|attr| Entry { attr, valid_for: self.cache_time(dropped) })
+    }
+
+    pub fn lookup_entry(&self, parent: u64, name: &OsStr) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        let result = self.child_path(parent, name).and_then(|path| {
+            let short = name.len() <= ringfs_proto::path::MAX_NAME_BYTES && path.len() <= ringfs_proto::path::MAX_PATH_BYTES;
+            if short && self.inodes.surely_missing(parent, &name.to_string_lossy()) {
+                // (A directory made here, whose names all came through here: see `inodes`.)
+                return Err(Errno::ENOENT);
+            }
+            self.entry(&path)
+        });
+        if result == Err(Errno::ENOENT) && self.inodes.note_missing(parent, &name.to_string_lossy(), self.options.attr_timeout) {
+            // A missing name is remembered as long as names are (inode 0: none); a name made
+            // through this mount replaces it at once, one made elsewhere shows as late as
+            // other changes.
+            let missing = FileAttr { ino: INodeNo(0), ..file_attr(&Stat::default()) };
+            return Ok(Entry { attr: missing, valid_for: self.cache_time(dropped) });
+        }
+        self.entry_answer(dropped, result)
+    }
+
+    pub fn forget_inode(&self, inode: u64, lookups: u64) {
+        if let Some(held) = self.inodes.forget(inode, lookups) {
+            let _ = self.client.close(held);
+        }
+    }
+
+    pub fn attributes(&self, inode: u64, handle: Option<u64>) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        // (A directory's, read lately and changed since by this mount: see `inodes`.)
+        if let Some((attr, valid_for)) = self.inodes.directory_attr(inode, self.options.attr_timeout) {
+            return Ok(Entry { attr, valid_for });
+        }
+        let stat = match handle {
+            Some(handle) if inode != ROOT_INODE => self.client.fstat(fd_of(handle)),
+            _ => self.inodes.file(inode).and_then(|file| self.client.stat_id(file)),
+        };
+        stat.map(|stat| Entry { attr: self.read(&stat), valid_for: self.cache_time(dropped) })
+    }
+
+    pub fn set_attributes(&self, inode: u64, changes: AttributeChanges) -> Result<Entry, Errno> {
+        let file = self.inodes.file(inode)?;
+        if let Some(size) = changes.size {
+            match changes.handle {
+                Some(handle) => self.client.ftruncate(fd_of(handle), size)?,
+                None => self.client.truncate_id(file, size)?,
+            }
+        }
+        let AttributeChanges { mode, uid, gid, atime, mtime, .. } = changes;
+        if mode.is_some() || uid.is_some() || gid.is_some() || atime.is_some() || mtime.is_some() {
+            self.client.set_attr_id(file, |change| {
+                change.mode = mode.map(|mode| mode & 0o7777);
+                change.uid = uid;
+                change.gid = gid;
+                // "Now" is the change's own time, so that mtime and ctime are equal after it.
+                let now = change.time_ns;
+                change.atime_ns = atime.map(|time| nanoseconds(time, now));
+                change.mtime_ns = mtime.map(|time| nanoseconds(time, now));
+                change.times_explicit =
+                    matches!(atime, Some(TimeOrNow::SpecificTime(_))) || matches!(mtime, Some(TimeOrNow::SpecificTime(_)));
+            })?;
+        }
+        let attr = self.read(&self.client.stat_id(file)?);
+        Ok(Entry { attr, valid_for: self.options.attr_timeout })
+    }
+
+    pub fn link_target(&self, inode: u64) -> Result<String, Errno> {
+        self.inodes.file(inode).and_then(|file| self.client.readlink_file(file))
+    }
+
+    pub fn make_directory(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        let result = self.child_path(parent, name).and_then(|path| {
+            self.client_for(caller).mkdir(&path, mode & !umask)?;
+            self.created_entry(parent, &path)
+        });
+        self.entry_answer(dropped, result)
+    }
+
+    pub fn remove_name(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+        let time = SystemTime::now();
+        // (The mount closes the file it keeps when the kernel forgets it, after this.)
+        self.child_path(parent, name).and_then(|path| self.client.unlink_leaving_closes_batched(&path))?;
+        self.inodes.names_changed(parent, time, 0);
+        self.inodes.name_removed(parent, &name.to_string_lossy());
+        Ok(())
+    }
+
+    pub fn remove_directory(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
+        let time = SystemTime::now();
+        self.child_path(parent, name).and_then(|path| self.client.rmdir(&path))?;
+        self.inodes.names_changed(parent, time, -1);
+        self.inodes.name_removed(parent, &name.to_string_lossy());
+        Ok(())
+    }
+
+    pub fn make_symlink(&self, caller: Caller, parent: u64, name: &OsStr, target: &OsStr) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        let result = self.child_path(parent, name).and_then(|path| {
+            self.client_for(caller).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
+            self.created_entry(parent, &path)
+        });
+        self.entry_answer(dropped, result)
+    }
+
+    pub fn make_node(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        let result = self.child_path(parent, name).and_then(|path| {
+            let mode = (mode & 0o170000) | (mode & 0o7777 & !umask);
+            self.client_for(caller).mknod(&path, mode, u64::from(rdev))?;
+            self.created_entry(parent, &path)
+        });
+        self.entry_answer(dropped, result)
+    }
+
+    pub fn make_link(&self, inode: u64, new_parent: u64, new_name: &OsStr) -> Result<Entry, Errno> {
+        let dropped = self.watch.dropped();
+        let result = (|| {
+            // By id: the file the kernel holds, whatever its names are now (the name this
+            // mount saw last may be gone while others remain).
+            let file = self.inodes.file(inode)?;
+            let to = self.child_path(new_parent, new_name)?;
+            self.client.link_file(file, &to)?;
+            self.created_entry(new_parent, &to)
+        })();
+        self.entry_answer(dropped, result)
+    }
+
+    /// `flags`: the kernel's `RENAME_*` flags.
+    pub fn rename_entry(&self, parent: u64, name: &OsStr, new_parent: u64, new_name: &OsStr, flags: u32) -> Result<(), Errno> {
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(new_parent, new_name)?;
+        if flags & libc::RENAME_WHITEOUT != 0 {
+            return Err(Errno::EINVAL);
+        }
+        let mut ringfs_flags = 0;
+        if flags & libc::RENAME_NOREPLACE != 0 {
+            ringfs_flags |= ringfs_client::RenameFlags::NOREPLACE;
+        }
+        let exchange = flags & libc::RENAME_EXCHANGE != 0;
+        if exchange {
+            ringfs_flags |= ringfs_client::RenameFlags::EXCHANGE;
+        }
+        if let Err(errno) = self.client.rename_leaving_closes_batched(&from, &to, ringfs_flags) {
+            if errno == Errno::EIO || errno == Errno::ETIMEDOUT {
+                // (It may have happened.)
+                self.inodes.lose_names(parent);
+                self.inodes.lose_names(new_parent);
+            }
+            return Err(errno);
+        }
+        if !exchange {
+            self.inodes.name_removed(parent, &name.to_string_lossy());
+            self.inodes.name_added(new_parent, &new_name.to_string_lossy());
+        }
+        self.inodes.renamed(&from, &to, exchange);
+        // (The parents' link counts depend on what moved: they are read again.)
+        self.inodes.forget_attr(parent);
+        self.inodes.forget_attr(new_parent);
+        Ok(())
+    }
+
+    /// `flags`: the caller's `open` flags.
+    pub fn open_file(&self, inode: u64, flags: i32) -> Result<Opened, Errno> {
+        // By id: the file the kernel holds, whatever its names are now; beside the
+        // descriptor the mount keeps on it if there is one (no round trip: see `inodes`).
+        let flags = self.kernel_open_flags(flags);
+        let fd = match self.inodes.held(inode) {
+            Some(held) => self.client.open_beside(held, flags),
+            None => self.inodes.file(inode).and_then(|file| self.client.open_file(file, flags)),
+        }?;
+        Ok(self.opened(fd))
+    }
+
+    pub fn create_file(
+        &self,
+        caller: Caller,
+        parent: u64,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+    ) -> Result<(Entry, Opened), Errno> {
+        let dropped = self.watch.dropped();
+        let path = self.child_path(parent, name)?;
+        let (fd, stat) = self.client_for(caller).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
+        self.inodes.remember(stat.file, &path, None);
+        let attr = self.read(&stat);
+        self.inodes.names_changed(parent, attr.ctime, 0);
+        self.inodes.name_added(parent, &name.to_string_lossy());
+        Ok((Entry { attr, valid_for: self.cache_time(dropped) }, self.opened(fd)))
+    }
+
+    /// Reads into `buffer` from `offset`: the count read.
+    pub fn read_into(&self, handle: u64, offset: u64, buffer: &mut [u8]) -> Result<usize, Errno> {
+        self.client.pread(fd_of(handle), buffer, offset)
+    }
+
+    pub fn write_at(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        self.client.pwrite(fd_of(handle), data, offset).map(|count| count as u32)
+    }
+
+    pub fn flush_handle(&self, inode: u64, handle: u64, lock_owner: u64) -> Result<(), Errno> {
+        // POSIX: a process's close of any descriptor of a file ends its record locks on it.
+        self.release_locks(inode, handle, |owner, _| owner == lock_owner)
+    }
+
+    pub fn release_handle(&self, inode: u64, handle: u64) -> Result<(), Errno> {
+        // The last close of an open file description ends its `flock` and OFD locks.
+        let released = self.release_locks(inode, handle, |_, through| through == handle);
+        // The first registered open of an inode the mount keeps no descriptor on becomes
+        // the one it keeps (later opens need no round trip).
+        let fd = fd_of(handle);
+        let kept = self.client.registers_open(fd) && self.inodes.keep(inode, fd);
+        let closed = if kept { Ok(()) } else { self.client.close(fd) };
+        released.and(closed)
+    }
+
+    /// `end` inclusive (`OFFSET_MAX`: to the end); `typ` an `F_*LCK`.
+    pub fn find_lock(&self, handle: u64, lock_owner: u64, start: u64, end: u64, typ: i32) -> Result<LockFound, Errno> {
+        let kind = ringfs_client::lock_kind_of(typ)?;
+        Ok(match self.client.test_lock(fd_of(handle), lock_owner, kind, lock_range(start, end))? {
+            Some(conflict) => LockFound {
+                start: conflict.range.start,
+                end: if conflict.range.end == u64::MAX { i64::MAX as u64 } else { conflict.range.end },
+                typ: if conflict.kind == LockKind::Write { libc::F_WRLCK } else { libc::F_RDLCK },
+                pid: conflict.pid,
+            },
+            None => LockFound { start, end, typ: libc::F_UNLCK, pid: 0 },
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock(&self, inode: u64, handle: u64, lock_owner: u64, start: u64, end: u64, typ: i32, sleep: bool) -> Result<(), Errno> {
+        let kind = ringfs_client::lock_kind_of(typ)?;
+        if kind != LockKind::Unlock {
+            let mut owners = self.lock_owners.lock();
+            let owners = owners.entry(inode).or_default();
+            if !owners.contains(&(lock_owner, handle)) {
+                owners.push((lock_owner, handle));
+            }
+        }
+        self.client.set_lock(fd_of(handle), lock_owner, kind, lock_range(start, end), sleep)?;
+        if kind != LockKind::Unlock {
+            // What the lock protects may have been changed through another mount (node)
+            // while this one cached it: the kernel drops its pages and attributes of the
+            // file before the lock is granted (as NFS revalidates on locking).
+            self.forget_cached(inode);
+        }
+        Ok(())
+    }
+
+    pub fn sync_file(&self, inode: u64, handle: u64) -> Result<(), Errno> {
+        // The name the mount last saw the file at: its server syncs the name's journal.
+        match self.inodes.path(inode) {
+            Ok(path) => self.client.fsync_at(fd_of(handle), &path),
+            Err(_) => self.client.fsync(fd_of(handle)),
+        }
+    }
+
+    pub fn allocate(&self, handle: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        self.client.fallocate(fd_of(handle), mode as u32, offset, length)
+    }
+
+    /// Opens directory `inode` for listing: its handle.
+    pub fn open_directory(&self, inode: u64) -> Result<Opened, Errno> {
+        let path = self.inodes.path(inode)?;
+        let directory = self.client.open_directory(&path)?;
+        if directory.stat.file != self.inodes.file(inode)? {
+            // The directory was renamed (or replaced) by another client since the kernel
+            // looked it up: the kernel looks its name up again.
+            return Err(Errno::ESTALE);
+        }
+        let parent = match ringfs_proto::path::parent(&directory.path) {
+            Some(parent) if parent != directory.path => self.client.lstat(parent)?.ino,
+            _ => directory.stat.ino,
+        };
+        let own = directory.stat.ino;
+        Ok(Opened { handle: self.directories.insert(directory, [own, parent]), flags: FopenFlags::empty() })
+    }
+
+    /// Answers a `READDIR(PLUS)` of `handle` continuing after cookie `offset`: a page read
+    /// from the servers now (see [`crate::directories`]), given to the kernel through `add` (a
+    /// name, its cookie and what it is; `true` when the reply is full).
+    fn list_page(&self, handle: u64, offset: u64, add: impl FnMut(&str, u64, Listed<'_, DirEntry>) -> bool) -> Result<(), Errno> {
+        let (directory, resume) = self.directories.resume(handle, offset).ok_or(Errno::EBADF)?;
+        let Some(resume) = resume else { return Ok(()) };
+        let page = self.client.list_page(&directory, resume.after.as_deref(), resume.wanted)?;
+        let given = self.directories.give(handle, &resume, &page.entries, |entry| entry.name.as_str(), page.more, add);
+        if given { Ok(()) } else { Err(Errno::EBADF) }
+    }
+
+    /// `READDIR`: the names after cookie `offset`, each handed to `add` until it says the
+    /// reply is full.
+    pub fn list(&self, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>) -> bool) -> Result<(), Errno> {
+        self.list_page(handle, offset, |name, cookie, listed| match listed {
+            Listed::Dot(ino) => add(Listing { name, ino, cookie, kind: FileType::Directory, entry: None }),
+            Listed::Entry(entry) => add(Listing { name, ino: entry.stat.ino, cookie, kind: crate::file_type(&entry.stat), entry: None }),
+        })
+    }
+
+    /// `READDIRPLUS`: as [`Self::list`], each name with its attributes; the kernel holds a
+    /// reference to the inode of every name that fitted.
+    pub fn list_plus(&self, inode: u64, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>) -> bool) -> Result<(), Errno> {
+        let directory_path = self.inodes.path(inode).map_err(|_| Errno::ESTALE)?;
+        let dropped = self.watch.dropped();
+        self.list_page(handle, offset, |name, cookie, listed| match listed {
+            Listed::Dot(ino) => add(Listing { name, ino, cookie, kind: FileType::Directory, entry: None }),
+            Listed::Entry(entry) => {
+                let attr = file_attr(&entry.stat);
+                let listing = Listing {
+                    name,
+                    ino: entry.stat.ino,
+                    cookie,
+                    kind: attr.kind,
+                    entry: Some(Entry { attr, valid_for: self.cache_time(dropped) }),
+                };
+                let full = add(listing);
+                if !full {
+                    // The kernel now holds a reference to the entry's inode.
+                    self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), None);
+                    self.read(&entry.stat);
+                }
+                full
+            }
+        })
+    }
+
+    pub fn release_directory(&self, handle: u64) {
+        self.directories.remove(handle);
+    }
+
+    pub fn sync_directory(&self, inode: u64) -> Result<(), Errno> {
+        // A directory's names are spread over every server: each makes its journal durable.
+        self.inodes.file(inode).and_then(|file| self.client.fsync_everywhere(file))
+    }
+
+    pub fn usage(&self) -> Result<Usage, Errno> {
+        const BLOCK: u64 = 4096;
+        let usage = self.client.usage()?;
+        let free = usage.capacity_bytes.saturating_sub(usage.used_bytes) / BLOCK;
+        let files = usage.entries + (1 << 30);
+        Ok(Usage {
+            blocks: usage.capacity_bytes / BLOCK,
+            free,
+            files,
+            files_free: files - usage.entries,
+            block_size: BLOCK as u32,
+            name_max: 255,
+        })
+    }
+
+    // Extended attributes: the kernel has checked namespaces and permissions (the VFS's
+    // `xattr_permission`, with `default_permissions`); ACLs are not enabled, so the kernel
+    // answers `system.posix_acl_*` itself (EOPNOTSUPP).
+
+    pub fn set_xattr(&self, inode: u64, name: &OsStr, value: &[u8], flags: i32) -> Result<(), Errno> {
+        let name = name.to_str().ok_or(Errno::EINVAL)?;
+        self.inodes.forget_attr(inode);
+        self.client.set_xattr_id(self.inodes.file(inode)?, name, value, flags as u32)
+    }
+
+    /// `size` 0 asks how large the value is; a value larger than `size` is ERANGE.
+    fn xattr_answer(size: u32, value: Vec<u8>) -> Result<Xattr, Errno> {
+        if size == 0 {
+            Ok(Xattr::Size(value.len() as u32))
+        } else if value.len() > size as usize {
+            Err(Errno::ERANGE)
+        } else {
+            Ok(Xattr::Data(value))
+        }
+    }
+
+    pub fn xattr(&self, inode: u64, name: &OsStr, size: u32) -> Result<Xattr, Errno> {
+        if self.inodes.has_no_xattrs(inode, self.options.attr_timeout) {
+            // (The kernel asks for `security.capability` before every write.)
+            return Err(Errno::ENODATA);
+        }
+        let name = name.to_str().ok_or(Errno::ENODATA)?;
+        Self::xattr_answer(size, self.client.get_xattr_id(self.inodes.file(inode)?, name)?)
+    }
+
+    pub fn xattr_names(&self, caller: Caller, inode: u64, size: u32) -> Result<Xattr, Errno> {
+        if self.inodes.has_no_xattrs(inode, self.options.attr_timeout) {
+            return Self::xattr_answer(size, Vec::new());
+        }
+        let names = self.inodes.file(inode).and_then(|file| self.client.list_xattrs_id(file))?;
+        let mut list = Vec::new();
+        // `trusted.` names are listed to root only (as file systems do; the kernel leaves the
+        // filtering to them).
+        for name in names.into_iter().filter(|name| caller.uid == 0 || !name.starts_with("trusted.")) {
+            list.extend_from_slice(name.as_bytes());
+            list.push(0);
+        }
+        Self::xattr_answer(size, list)
+    }
+
+    pub fn remove_xattr(&self, inode: u64, name: &OsStr) -> Result<(), Errno> {
+        let name = name.to_str().ok_or(Errno::ENODATA)?;
+        self.inodes.forget_attr(inode);
+        self.client.remove_xattr_id(self.inodes.file(inode)?, name)
+    }
+
+    pub fn check_access(&self, inode: u64, mask: u32) -> Result<(), Errno> {
+        self.inodes.path(inode).and_then(|path| self.client.access(&path, mask))
+    }
+
+    /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
+    /// knows in the same directory (a database's journal beside it may have been removed and
+    /// made again through another mount).
+    fn forget_cached(&self, inode: u64) {
+        let Some(notifier) = self.notifier.get() else { return };
+        if let Err(error) = notifier.inval_inode(INodeNo(inode), 0, 0) {
+            log::debug!("the kernel did not drop its cache of inode {inode}: {error}");
+        }
+        let Some((directory, names)) = self.inodes.names_beside(inode) else { return };
+        for name in names {
+            // (ENOENT: the kernel had dropped that name already.)
+            let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));
+        }
+    }
+
+    /// Gives back the advisory locks on `inode` of the owners that `chosen` picks (given
+    /// the owner and the handle it took locks through), asking through `handle`.
+    fn release_locks(&self, inode: u64, handle: u64, chosen: impl Fn(u64, u64) -> bool) -> Result<(), Errno> {
+        let mut released: Vec<u64> = Vec::new();
+        {
+            let mut owners = self.lock_owners.lock();
+            let Some(list) = owners.get_mut(&inode) else { return Ok(()) };
+            list.retain(|(owner, through)| {
+                if !chosen(*owner, *through) {
+                    return true;
+                }
+                if !released.contains(owner) {
+                    released.push(*owner);
+                }
+                false
+            });
+            // An owner released is released through every handle.
+            list.retain(|(owner, _)| !released.contains(owner));
+            if list.is_empty() {
+                owners.remove(&inode);
+            }
+        }
+        released.into_iter().try_for_each(|owner| self.client.release_locks(fd_of(handle), owner))
+    }
+}

@@ -1,0 +1,197 @@
+//! FUSE over io_uring (`ringfs mount --io-uring`): the kernel hands requests to the mount
+//! through io_uring queues, one per CPU, instead of `/dev/fuse` reads and writes. A request
+//! from a process on CPU *n* goes to queue *n*; a thread of the mount, pinned to *n*, holds
+//! one ring entry there (a header buffer and a payload buffer registered with the kernel),
+//! takes the request from it, answers it with the same operation the `/dev/fuse` path calls
+//! ([`crate::operations`]) and commits the answer and fetches the next request in one
+//! system call. A request and its answer thus cost one `io_uring_enter` instead of a `read`,
+//! a `write` and two wake-ups (docs/PERFORMANCE.md, "FUSE over io_uring").
+//!
+//! The kernel switches to the queues once every CPU's queue has an entry; it still sends
+//! `FORGET` and interrupts through `/dev/fuse`, which fuser's threads keep serving. Each
+//! thread holds one entry, so a thread busy with a request (a lock wait: `SETLKW`) leaves
+//! its CPU's other threads' entries to the next requests. Needs the `fuse` module's
+//! `enable_uring` parameter ([`ENABLE_PARAMETER`]).
+
+pub mod abi;
+pub mod dispatch;
+pub mod uring;
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use self::abi::{InHeader, OutHeader, RingCommand, RingHeader};
+use self::dispatch::Access;
+use self::uring::Uring;
+use crate::{MAX_TRANSFER, RingfsFilesystem};
+
+/// The switch of the kernel's FUSE over io_uring (Linux 6.14 on; off by default).
+pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// Room for the largest request or answer the mount negotiates (`max_write` and
+/// `max_pages` of 1 MiB; directory pages and names are smaller).
+const PAYLOAD_SIZE: usize = MAX_TRANSFER as usize;
+
+/// The ring threads of a mount.
+pub struct Ring {
+    threads: Vec<JoinHandle<()>>,
+    /// Requests answered through the queues.
+    answered: Arc<AtomicU64>,
+}
+
+impl Ring {
+    /// Waits up to `limit` for the threads to end (they do when the kernel ends the
+    /// connection at unmount).
+    pub fn join(self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        for thread in self.threads {
+            while !thread.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            if thread.is_finished() {
+                let _ = thread.join();
+            } else {
+                log::warn!("a FUSE ring thread did not end with the mount");
+            }
+        }
+        log::info!("{} requests were answered through io_uring queues", self.answered.load(Ordering::Relaxed));
+    }
+}
+
+/// The number of queues the kernel keeps: one per possible CPU.
+fn queue_count() -> io::Result<usize> {
+    let possible = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let last = possible.trim().rsplit([',', '-']).next().and_then(|last| last.parse::<usize>().ok());
+    last.map(|last| last + 1).ok_or_else(|| io::Error::other(format!("cannot read the possible CPUs from {possible:?}")))
+}
+
+/// Starts `per_queue` ring threads on every queue of the connection `device` (a
+/// `/dev/fuse` descriptor whose `INIT` took FUSE over io_uring). Returns once every thread
+/// has registered its entry (the kernel then sends requests to the queues) or one failed.
+pub fn start(fs: Arc<RingfsFilesystem>, device: OwnedFd, access: Access, per_queue: usize) -> io::Result<Ring> {
+    let device = Arc::new(device);
+    let answered = Arc::new(AtomicU64::new(0));
+    let queues = queue_count()?;
+    let (registered, registrations) = mpsc::channel();
+    let mut threads = Vec::new();
+    for queue in 0..queues {
+        for _ in 0..per_queue.max(1) {
+            let (fs, device, registered, answered) = (fs.clone(), device.clone(), registered.clone(), answered.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("ringfs-ring-{queue}"))
+                .spawn(move || serve_queue(&fs, &device, queue as u16, access, registered, &answered))?;
+            threads.push(thread);
+        }
+    }
+    drop(registered);
+    for _ in 0..threads.len() {
+        match registrations.recv_timeout(Duration::from_secs(10)) {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => return Err(error),
+            Err(_) => return Err(io::Error::other("a FUSE ring thread did not register")),
+        }
+    }
+    Ok(Ring { threads, answered })
+}
+
+/// Pins the calling thread to `cpu` (requests from there come to its queue).
+fn pin_to(cpu: usize) {
+    // SAFETY: a zeroed CPU set filled with the libc macros, for the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+            log::debug!("cannot pin a FUSE ring thread to CPU {cpu}: {}", io::Error::last_os_error());
+        }
+    }
+}
+
+/// A ring entry's buffers, at addresses that stay put while the kernel holds them.
+struct Buffers {
+    header: Box<RingHeader>,
+    payload: Vec<u8>,
+}
+
+fn serve_queue(
+    fs: &RingfsFilesystem,
+    device: &OwnedFd,
+    queue: u16,
+    access: Access,
+    registered: mpsc::Sender<io::Result<()>>,
+    answered: &AtomicU64,
+) {
+    pin_to(queue as usize);
+    let mut buffers = Buffers { header: Box::new(RingHeader::new_zeroed()), payload: vec![0u8; PAYLOAD_SIZE] };
+    let iovecs = [
+        libc::iovec { iov_base: (&mut *buffers.header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
+        libc::iovec { iov_base: buffers.payload.as_mut_ptr().cast(), iov_len: buffers.payload.len() },
+    ];
+    let (mut ring, mut first) = match register(device, queue, &iovecs) {
+        Ok(registered_ring) => {
+            let _ = registered.send(Ok(()));
+            registered_ring
+        }
+        Err(error) => {
+            let _ = registered.send(Err(error));
+            return;
+        }
+    };
+    loop {
+        let result = match first.take().map_or_else(|| ring.wait(), Ok) {
+            Ok(result) => result,
+            Err(error) => {
+                log::warn!("FUSE ring queue {queue}: {error}");
+                return;
+            }
+        };
+        if result < 0 {
+            // The connection ended (unmount): ENOTCONN, or ECANCELED as the ring goes.
+            let error = io::Error::from_raw_os_error(-result);
+            if result != -libc::ENOTCONN && result != -libc::ECANCELED {
+                log::warn!("FUSE ring queue {queue}: {error}");
+            }
+            return;
+        }
+        let commit_id = buffers.header.entry.commit_id;
+        let (in_header, _) = InHeader::read_from_prefix(&buffers.header.in_out).expect("the header area holds a fuse_in_header");
+        let payload_len = (buffers.header.entry.payload_size as usize).min(buffers.payload.len());
+        let op_in = buffers.header.op_in;
+        let outcome = dispatch::answer(fs, access, &in_header, &op_in, &mut buffers.payload, payload_len);
+        let (error, len) = match outcome {
+            Ok(len) => (0, len),
+            Err(errno) => (-errno.code(), 0),
+        };
+        let out = OutHeader { len: (size_of::<OutHeader>() + len) as u32, error, unique: in_header.unique };
+        buffers.header.in_out[..size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
+        buffers.header.entry.payload_size = len as u32;
+        answered.fetch_add(1, Ordering::Relaxed);
+        let command = RingCommand { commit_id, queue, ..RingCommand::default() };
+        let entry = uring::command_entry(device.as_raw_fd(), abi::URING_CMD_COMMIT_AND_FETCH, 0, 0, command.as_bytes());
+        if let Err(error) = ring.push(&entry) {
+            log::warn!("FUSE ring queue {queue}: {error}");
+            return;
+        }
+    }
+}
+
+/// A ring of this thread with its entry registered on `queue`, and the first request's
+/// completion if it came already (else [`Uring::wait`] awaits it).
+fn register(device: &OwnedFd, queue: u16, iovecs: &[libc::iovec; 2]) -> io::Result<(Uring, Option<i32>)> {
+    let mut ring = Uring::new(4)?;
+    let command = RingCommand { queue, ..RingCommand::default() };
+    let entry = uring::command_entry(device.as_raw_fd(), abi::URING_CMD_REGISTER, iovecs.as_ptr() as u64, 2, command.as_bytes());
+    ring.push(&entry)?;
+    ring.submit()?;
+    // A refused registration completes at once; an accepted one when a request comes.
+    match ring.completed() {
+        Some(result) if result < 0 => Err(io::Error::from_raw_os_error(-result)),
+        first => Ok((ring, first)),
+    }
+}
