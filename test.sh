@@ -48,6 +48,13 @@ else
 fi
 echo "== unit and end-to-end tests"
 cargo test --workspace --quiet
+if [ "${RINGFS_REQUIRE_FUSE:-}" = 1 ] && [ -w /sys/module/fuse/parameters/enable_uring ]; then
+    # Root on a kernel with FUSE over io_uring: the mount's ring server must pass the FUSE
+    # tests too.
+    export RINGFS_REQUIRE_FUSE_URING=1
+fi
+echo "== the FUSE tests again, through the kernel's io_uring queues (scripts/fuse-uring-tests.sh)"
+scripts/fuse-uring-tests.sh
 if [ "${RINGFS_REQUIRE_UCX:-}" = 1 ]; then
     echo "== the end-to-end subset over UCX (scripts/ucx-tests.sh)"
     scripts/ucx-tests.sh

@@ -469,6 +469,13 @@ pub fn fuse_available() -> bool {
     available
 }
 
+/// `RINGFS_FUSE_IO_URING=1` (the FUSE tests' second pass, `scripts/fuse-uring-tests.sh`):
+/// every mount takes the kernel's requests from its io_uring queues, and checks at its
+/// unmount that it did.
+pub fn fuse_io_uring() -> bool {
+    std::env::var("RINGFS_FUSE_IO_URING").as_deref() == Ok("1")
+}
+
 /// A `ringfs mount` process; unmounts (SIGTERM, then a lazy unmount) when dropped.
 pub struct Mount {
     pub dir: PathBuf,
@@ -523,6 +530,9 @@ impl Mount {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
+                if fuse_io_uring() && !std::thread::panicking() {
+                    self.assert_the_rings_served();
+                }
                 return Some(status);
             }
             if Instant::now() > deadline {
@@ -532,6 +542,18 @@ impl Mount {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+}
+
+impl Mount {
+    /// Asserts (from the mount's log) that requests came through the io_uring queues.
+    fn assert_the_rings_served(&self) {
+        let log = std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default();
+        let answered = log
+            .lines()
+            .find_map(|line| line.split(" requests were answered through io_uring queues").next().filter(|head| head.len() < line.len()))
+            .and_then(|head| head.rsplit(' ').next()?.parse::<u64>().ok());
+        assert!(answered.is_some_and(|count| count > 0), "RINGFS_FUSE_IO_URING=1 but the mount's io_uring queues answered nothing:\n{log}");
     }
 }
 
