@@ -9,7 +9,8 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use common::{ClusterOptions, TestCluster, fuse_available, library_dir};
@@ -86,13 +87,20 @@ fn ask_until(agent: &mut Agent, command: &str, expected: &str) -> String {
 struct Agent {
     child: Child,
     input: ChildStdin,
-    output: BufReader<ChildStdout>,
+    /// The agent's answers, read by a thread of their own (so that waiting for one has a
+    /// bound even if the agent hangs in a request to a mount that stopped answering).
+    output: mpsc::Receiver<String>,
 }
 
 impl Agent {
     /// An agent working through the kernel (paths are in a mount).
     fn kernel() -> Agent {
         Agent::spawn(Command::new("python3").args(["-c", AGENT, "kernel"]))
+    }
+
+    /// An agent working through the kernel from CPU 0 only (`taskset`).
+    fn kernel_on_first_cpu() -> Agent {
+        Agent::spawn(Command::new("taskset").args(["-c", "0", "python3", "-c", AGENT, "kernel"]))
     }
 
     /// An agent working through libringfs (paths are ringfs paths).
@@ -112,7 +120,15 @@ impl Agent {
     fn spawn(command: &mut Command) -> Agent {
         let mut child = command.stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
         let input = child.stdin.take().unwrap();
-        let output = BufReader::new(child.stdout.take().unwrap());
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let (sender, output) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                if sender.send(line.trim().to_string()).is_err() {
+                    return;
+                }
+            }
+        });
         Agent { child, input, output }
     }
 
@@ -123,10 +139,7 @@ impl Agent {
     }
 
     fn answer(&mut self) -> String {
-        let mut line = String::new();
-        self.output.read_line(&mut line).unwrap();
-        assert!(!line.is_empty(), "the lock agent ended");
-        line.trim().to_string()
+        self.output.recv().expect("the lock agent ended")
     }
 
     fn ask(&mut self, command: &str) -> String {
@@ -143,33 +156,18 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         let _ = self.child.kill();
-        let _ = self.child.wait();
+        // (Bounded: a killed agent still closes its files, and a mount that stopped
+        // answering leaves it waiting for that until the mount goes.)
+        let started = Instant::now();
+        while !matches!(self.child.try_wait(), Ok(Some(_))) && started.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 }
 
-/// Waits (bounded) for the answer to a command sent before; `None` if none came in `limit`
-/// (the agent is then stopped: it must not be used again).
+/// Waits (bounded) for the answer to a command sent before; `None` if none came in `limit`.
 fn answer_within(agent: &mut Agent, limit: Duration) -> Option<String> {
-    let pid = agent.child.id();
-    let output = &mut agent.output;
-    std::thread::scope(|scope| {
-        let reader = scope.spawn(move || {
-            let mut line = String::new();
-            let _ = output.read_line(&mut line);
-            line
-        });
-        let started = Instant::now();
-        while !reader.is_finished() && started.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let in_time = reader.is_finished();
-        if !in_time {
-            // SAFETY: plain kill(2) of our own child, which unblocks the reader.
-            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-        }
-        let line = reader.join().unwrap();
-        (in_time && !line.is_empty()).then(|| line.trim().to_string())
-    })
+    agent.output.recv_timeout(limit).ok()
 }
 
 /// Record locks, OFD locks and `flock` taken through one mount hold against another mount of
@@ -227,6 +225,40 @@ fn locks_hold_between_two_mounts() {
     assert_eq!(b.ask(&format!("flock {fd_b} EX_NB")), "EAGAIN", "an exclusive lock waits for the other reader");
     assert_eq!(a.ask(&format!("close {fd_a}")), "ok");
     assert_eq!(ask_until(&mut b, &format!("flock {fd_b} EX_NB"), "ok"), "ok", "upgraded once the other description closed");
+}
+
+/// Owners waiting for a lock do not hold up the other requests of their CPU: the holder and
+/// three waiters all on CPU 0, the holder's unlock gets through and every waiter is granted.
+/// (With FUSE over io_uring the kernel hands a CPU's requests to that CPU's queue only, whose
+/// threads the waits occupy: `RINGFS_FUSE_IO_URING=1`, `scripts/fuse-uring-tests.sh`.)
+#[test]
+fn a_holders_unlock_gets_through_while_waiters_on_its_cpu_wait() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(1);
+    let mount = cluster.mount(&[]);
+    let path = mount.path("contended").display().to_string();
+    let mut holder = Agent::kernel_on_first_cpu();
+    let fd = holder.open(&path);
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
+    let mut waiters: Vec<(Agent, u32)> = (0..3)
+        .map(|_| {
+            let mut waiter = Agent::kernel_on_first_cpu();
+            let fd = waiter.open(&path);
+            (waiter, fd)
+        })
+        .collect();
+    // (Only waits from here on: every answer is awaited with a bound.)
+    for (waiter, fd) in &mut waiters {
+        waiter.send(&format!("lock {fd} SETLKW R 0 0"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    holder.send(&format!("lock {fd} SETLK U 0 0"));
+    assert_eq!(answer_within(&mut holder, Duration::from_secs(10)).as_deref(), Some("ok"), "the unlock got through");
+    for (waiter, _) in &mut waiters {
+        assert_eq!(answer_within(waiter, Duration::from_secs(10)).as_deref(), Some("ok"), "every waiter is granted the shared lock");
+    }
 }
 
 /// The C library's locks (`ringfs_fcntl_lock`, `ringfs_flock`) and a mount's see each other;

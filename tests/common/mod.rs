@@ -530,6 +530,10 @@ impl Mount {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(Some(status)) = child.try_wait() {
+                if self.still_mounted() {
+                    // (The mount's own unmount failed, EBUSY: a process still waits in it.)
+                    let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+                }
                 if fuse_io_uring() && !std::thread::panicking() {
                     self.assert_the_rings_served();
                 }
@@ -546,6 +550,12 @@ impl Mount {
 }
 
 impl Mount {
+    fn still_mounted(&self) -> bool {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let dir = self.dir.display().to_string();
+        mounts.lines().any(|line| line.split(' ').nth(4) == Some(dir.as_str()))
+    }
+
     /// Asserts (from the mount's log) that requests came through the io_uring queues.
     fn assert_the_rings_served(&self) {
         let log = std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default();

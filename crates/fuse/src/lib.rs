@@ -311,7 +311,7 @@ fn start_ring(
     // SAFETY: `geteuid` has no preconditions.
     let access = ring::dispatch::Access { owner: unsafe { libc::geteuid() }, anyone: options.allow_other };
     let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
-    let per_queue = options.threads.div_ceil(cpus).max(2);
+    let per_queue = options.threads.div_ceil(cpus).max(1);
     let started = session.as_fd().try_clone_to_owned().and_then(|device| ring::start(filesystem.clone(), device, access, per_queue));
     match started {
         Ok(ring) => {

@@ -167,16 +167,21 @@ fn add_listing(out: &mut Out<'_>, limit: usize, listing: &Listing<'_>, plus: boo
     false
 }
 
-/// Answers the request in `header`, `op_in` and `payload[..payload_len]`: the length of the
-/// out-arguments written to the front of `payload`, or the error to answer.
-pub fn answer(
-    fs: &RingfsFilesystem,
-    access: Access,
-    header: &InHeader,
-    op_in: &[u8],
-    payload: &mut [u8],
-    payload_len: usize,
-) -> Result<usize, Errno> {
+/// A request taken from a ring entry (its payload, `payload[..payload_len]`, is passed apart:
+/// the answer is written over it).
+pub struct Request<'a> {
+    pub header: &'a InHeader,
+    /// The operation's fixed part.
+    pub op_in: &'a [u8],
+    pub payload_len: usize,
+    /// Called before the request waits for a lock another owner holds.
+    pub before_waiting: &'a dyn Fn(),
+}
+
+/// Answers `request`: the length of the out-arguments written to the front of `payload`,
+/// or the error to answer.
+pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payload: &mut [u8]) -> Result<usize, Errno> {
+    let Request { header, op_in, payload_len, before_waiting } = *request;
     let opcode = header.opcode;
     if !access.anyone && header.uid != access.owner && !allowed_without_owner(opcode) {
         return Err(Errno::EACCES);
@@ -316,7 +321,14 @@ pub fn answer(
         abi::SETLK | abi::SETLKW => {
             let request: abi::LkIn = fixed(op_in)?;
             let lock = request.lock;
-            fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, opcode == abi::SETLKW)?
+            let set = |wait| fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, wait);
+            match set(false) {
+                Err(Errno::EAGAIN) if opcode == abi::SETLKW => {
+                    before_waiting();
+                    set(true)?
+                }
+                other => other?,
+            }
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
         abi::FALLOCATE => {
@@ -343,4 +355,41 @@ fn allowed_without_owner(opcode: u32) -> bool {
             | abi::RELEASE
             | abi::RELEASEDIR
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_before_the_epoch_keep_their_nanoseconds_positive() {
+        for (seconds_in, nanos_in) in [(5i64, 7u32), (0, 0), (-1, 500_000_000), (-3, 0), (-3, 1)] {
+            let (seconds_out, nanos_out) = seconds(system_time(seconds_in, nanos_in));
+            assert_eq!((seconds_out as i64, nanos_out), (seconds_in, nanos_in));
+        }
+    }
+
+    #[test]
+    fn names_end_at_their_nul_and_a_missing_nul_is_invalid() {
+        let (found, rest) = names(b"old\0new\0value", 2).unwrap();
+        assert_eq!(found, [OsStr::new("old"), OsStr::new("new")]);
+        assert_eq!(rest, b"value");
+        assert_eq!(names(b"no-end", 1).unwrap_err(), Errno::EINVAL);
+        assert_eq!(fixed::<abi::OpenIn>(&[0u8; 4]).unwrap_err(), Errno::EINVAL);
+    }
+
+    #[test]
+    fn listed_names_are_padded_to_eight_bytes_and_stop_when_the_reply_is_full() {
+        let mut buffer = vec![0xffu8; 64];
+        let mut out = Out { buffer: &mut buffer, len: 0 };
+        let listing = |name| Listing { name, ino: 9, cookie: 1, kind: FileType::RegularFile, entry: None };
+        assert!(!add_listing(&mut out, 64, &listing("abc"), false));
+        assert_eq!(out.len, 32, "24 bytes of dirent and 3 of name, padded to 32");
+        let (dirent, rest) = abi::Dirent::read_from_prefix(&out.buffer[..out.len]).unwrap();
+        assert_eq!((dirent.ino, dirent.off, dirent.namelen, dirent.typ), (9, 1, 3, libc::DT_REG as u32));
+        assert_eq!(rest, b"abc\0\0\0\0\0");
+        assert!(!add_listing(&mut out, 64, &listing("defgh"), false));
+        assert!(add_listing(&mut out, 64, &listing("i"), false), "a third does not fit in 64 bytes");
+        assert_eq!(out.len, 64);
+    }
 }

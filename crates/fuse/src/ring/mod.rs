@@ -9,14 +9,16 @@
 //!
 //! The kernel switches to the queues once every CPU's queue has an entry; it still sends
 //! `FORGET` and interrupts through `/dev/fuse`, which fuser's threads keep serving. Each
-//! thread holds one entry, so a thread busy with a request (a lock wait: `SETLKW`) leaves
-//! its CPU's other threads' entries to the next requests. Needs the `fuse` module's
-//! `enable_uring` parameter ([`ENABLE_PARAMETER`]).
+//! thread holds one entry, so a thread busy with a request leaves its CPU's other threads'
+//! entries to the next requests; a thread about to wait for a lock first starts another
+//! for its queue (the holder's unlock may come from the same CPU). Needs the `fuse`
+//! module's `enable_uring` parameter ([`ENABLE_PARAMETER`]).
 
 pub mod abi;
 pub mod dispatch;
 pub mod uring;
 
+use parking_lot::Mutex;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -41,7 +43,7 @@ const PAYLOAD_SIZE: usize = MAX_TRANSFER as usize;
 
 /// The ring threads of a mount.
 pub struct Ring {
-    threads: Vec<JoinHandle<()>>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
     /// Requests answered through the queues.
     answered: Arc<AtomicU64>,
 }
@@ -51,7 +53,8 @@ impl Ring {
     /// connection at unmount).
     pub fn join(self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        for thread in self.threads {
+        let threads = std::mem::take(&mut *self.threads.lock());
+        for thread in threads {
             while !thread.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -76,29 +79,109 @@ fn queue_count() -> io::Result<usize> {
 /// `/dev/fuse` descriptor whose `INIT` took FUSE over io_uring). Returns once every thread
 /// has registered its entry (the kernel then sends requests to the queues) or one failed.
 pub fn start(fs: Arc<RingfsFilesystem>, device: OwnedFd, access: Access, per_queue: usize) -> io::Result<Ring> {
-    let device = Arc::new(device);
-    let answered = Arc::new(AtomicU64::new(0));
-    let queues = queue_count()?;
+    let server = QueueServer { fs, device: Arc::new(device), access, answered: Arc::new(AtomicU64::new(0)), threads: Arc::default() };
     let (registered, registrations) = mpsc::channel();
-    let mut threads = Vec::new();
-    for queue in 0..queues {
+    let mut started = 0;
+    for queue in 0..queue_count()? {
         for _ in 0..per_queue.max(1) {
-            let (fs, device, registered, answered) = (fs.clone(), device.clone(), registered.clone(), answered.clone());
-            let thread = std::thread::Builder::new()
-                .name(format!("ringfs-ring-{queue}"))
-                .spawn(move || serve_queue(&fs, &device, queue as u16, access, registered, &answered))?;
-            threads.push(thread);
+            server.spawn(queue as u16, registered.clone())?;
+            started += 1;
         }
     }
     drop(registered);
-    for _ in 0..threads.len() {
+    for _ in 0..started {
         match registrations.recv_timeout(Duration::from_secs(10)) {
             Ok(Ok(())) => {}
             Ok(Err(error)) => return Err(error),
             Err(_) => return Err(io::Error::other("a FUSE ring thread did not register")),
         }
     }
-    Ok(Ring { threads, answered })
+    Ok(Ring { threads: server.threads, answered: server.answered })
+}
+
+/// What every ring thread shares.
+#[derive(Clone)]
+struct QueueServer {
+    fs: Arc<RingfsFilesystem>,
+    device: Arc<OwnedFd>,
+    access: Access,
+    /// Requests answered through the queues.
+    answered: Arc<AtomicU64>,
+    threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl QueueServer {
+    /// Starts a thread serving `queue`; it reports on `registered` whether its entry is
+    /// registered.
+    fn spawn(&self, queue: u16, registered: mpsc::Sender<io::Result<()>>) -> io::Result<()> {
+        let server = self.clone();
+        let thread = std::thread::Builder::new().name(format!("ringfs-ring-{queue}")).spawn(move || server.serve(queue, registered))?;
+        self.threads.lock().push(thread);
+        Ok(())
+    }
+
+    fn serve(&self, queue: u16, registered: mpsc::Sender<io::Result<()>>) {
+        pin_to(queue as usize);
+        let mut buffers = Buffers { header: Box::new(RingHeader::new_zeroed()), payload: vec![0u8; PAYLOAD_SIZE] };
+        let iovecs = [
+            libc::iovec { iov_base: (&mut *buffers.header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
+            libc::iovec { iov_base: buffers.payload.as_mut_ptr().cast(), iov_len: buffers.payload.len() },
+        ];
+        let (mut ring, mut first) = match register(&self.device, queue, &iovecs) {
+            Ok(registered_ring) => {
+                let _ = registered.send(Ok(()));
+                registered_ring
+            }
+            Err(error) => {
+                let _ = registered.send(Err(error));
+                return;
+            }
+        };
+        // A thread about to wait for a lock first starts another for its queue: the
+        // kernel queues this CPU's requests (the lock holder's unlock among them) for the
+        // entries of this queue only.
+        let before_waiting = || {
+            let (registered, _) = mpsc::channel();
+            if let Err(error) = self.spawn(queue, registered) {
+                log::warn!("cannot start a FUSE ring thread beside a lock wait: {error}");
+            }
+        };
+        loop {
+            let result = match first.take().map_or_else(|| ring.wait(), Ok) {
+                Ok(result) => result,
+                Err(error) => {
+                    log::warn!("FUSE ring queue {queue}: {error}");
+                    return;
+                }
+            };
+            if result < 0 {
+                // The connection ended (unmount): ENOTCONN, or ECANCELED as the ring goes.
+                if result != -libc::ENOTCONN && result != -libc::ECANCELED {
+                    log::warn!("FUSE ring queue {queue}: {}", io::Error::from_raw_os_error(-result));
+                }
+                return;
+            }
+            let commit_id = buffers.header.entry.commit_id;
+            let (in_header, _) = InHeader::read_from_prefix(&buffers.header.in_out).expect("the header area holds a fuse_in_header");
+            let payload_len = (buffers.header.entry.payload_size as usize).min(buffers.payload.len());
+            let op_in = buffers.header.op_in;
+            let request = dispatch::Request { header: &in_header, op_in: &op_in, payload_len, before_waiting: &before_waiting };
+            let (error, len) = match dispatch::answer(&self.fs, self.access, &request, &mut buffers.payload) {
+                Ok(len) => (0, len),
+                Err(errno) => (-errno.code(), 0),
+            };
+            let out = OutHeader { len: (size_of::<OutHeader>() + len) as u32, error, unique: in_header.unique };
+            buffers.header.in_out[..size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
+            buffers.header.entry.payload_size = len as u32;
+            self.answered.fetch_add(1, Ordering::Relaxed);
+            let command = RingCommand { commit_id, queue, ..RingCommand::default() };
+            let entry = uring::command_entry(self.device.as_raw_fd(), abi::URING_CMD_COMMIT_AND_FETCH, 0, 0, command.as_bytes());
+            if let Err(error) = ring.push(&entry) {
+                log::warn!("FUSE ring queue {queue}: {error}");
+                return;
+            }
+        }
+    }
 }
 
 /// Pins the calling thread to `cpu` (requests from there come to its queue).
@@ -117,68 +200,6 @@ fn pin_to(cpu: usize) {
 struct Buffers {
     header: Box<RingHeader>,
     payload: Vec<u8>,
-}
-
-fn serve_queue(
-    fs: &RingfsFilesystem,
-    device: &OwnedFd,
-    queue: u16,
-    access: Access,
-    registered: mpsc::Sender<io::Result<()>>,
-    answered: &AtomicU64,
-) {
-    pin_to(queue as usize);
-    let mut buffers = Buffers { header: Box::new(RingHeader::new_zeroed()), payload: vec![0u8; PAYLOAD_SIZE] };
-    let iovecs = [
-        libc::iovec { iov_base: (&mut *buffers.header as *mut RingHeader).cast(), iov_len: size_of::<RingHeader>() },
-        libc::iovec { iov_base: buffers.payload.as_mut_ptr().cast(), iov_len: buffers.payload.len() },
-    ];
-    let (mut ring, mut first) = match register(device, queue, &iovecs) {
-        Ok(registered_ring) => {
-            let _ = registered.send(Ok(()));
-            registered_ring
-        }
-        Err(error) => {
-            let _ = registered.send(Err(error));
-            return;
-        }
-    };
-    loop {
-        let result = match first.take().map_or_else(|| ring.wait(), Ok) {
-            Ok(result) => result,
-            Err(error) => {
-                log::warn!("FUSE ring queue {queue}: {error}");
-                return;
-            }
-        };
-        if result < 0 {
-            // The connection ended (unmount): ENOTCONN, or ECANCELED as the ring goes.
-            let error = io::Error::from_raw_os_error(-result);
-            if result != -libc::ENOTCONN && result != -libc::ECANCELED {
-                log::warn!("FUSE ring queue {queue}: {error}");
-            }
-            return;
-        }
-        let commit_id = buffers.header.entry.commit_id;
-        let (in_header, _) = InHeader::read_from_prefix(&buffers.header.in_out).expect("the header area holds a fuse_in_header");
-        let payload_len = (buffers.header.entry.payload_size as usize).min(buffers.payload.len());
-        let op_in = buffers.header.op_in;
-        let outcome = dispatch::answer(fs, access, &in_header, &op_in, &mut buffers.payload, payload_len);
-        let (error, len) = match outcome {
-            Ok(len) => (0, len),
-            Err(errno) => (-errno.code(), 0),
-        };
-        let out = OutHeader { len: (size_of::<OutHeader>() + len) as u32, error, unique: in_header.unique };
-        buffers.header.in_out[..size_of::<OutHeader>()].copy_from_slice(out.as_bytes());
-        buffers.header.entry.payload_size = len as u32;
-        answered.fetch_add(1, Ordering::Relaxed);
-        let command = RingCommand { commit_id, queue, ..RingCommand::default() };
-        let entry = uring::command_entry(device.as_raw_fd(), abi::URING_CMD_COMMIT_AND_FETCH, 0, 0, command.as_bytes());
-        if let Err(error) = ring.push(&entry) {
-            log::warn!("FUSE ring queue {queue}: {error}");
-            return;
-        }
-    }
 }
 
 /// A ring of this thread with its entry registered on `queue`, and the first request's
