@@ -12,7 +12,8 @@
 # 20 new seeds of the seeded interleavings of namespace operations (ringfs-server's
 # `seeded_interleavings`: a failing seed replays its order of steps exactly), and the FUSE
 # mount's mixed load (8 workers renaming, overwriting, reading, unlinking and listing through
-# one mount; RINGFS_SOAK_MOUNT_SECS long, default 180), and both protocol fuzzers: the
+# one mount; RINGFS_SOAK_MOUNT_SECS long, default 180; every other round through the kernel's
+# io_uring queues, `ringfs mount --io-uring`, where root can switch them on), and both protocol fuzzers: the
 # request-handling fuzzer (RINGFS_SOAK_FUZZ_REQUESTS mutated requests per test, default
 # 20,000) and the decoder fuzzer (1,000,000 mutated bodies).
 # The summary line at the end is what docs/TESTING.md records.
@@ -35,6 +36,14 @@ heal=${RINGFS_SOAK_HEAL_SECS:-35}
 slack=${RINGFS_FAULT_SLACK:-2}
 seed=$(( $(date +%s) % 100000 ))
 mount_secs=${RINGFS_SOAK_MOUNT_SECS:-180}
+uring_parameter=/sys/module/fuse/parameters/enable_uring
+uring_rounds=0
+if [ -w "$uring_parameter" ]; then
+    uring_before=$(cat "$uring_parameter")
+    trap 'echo "$uring_before" > "$uring_parameter"' EXIT
+    echo Y > "$uring_parameter"
+    uring_rounds=1
+fi
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
     for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers" "fuzz_server" "proto fuzz"; do
@@ -44,7 +53,7 @@ while [ "$(date +%s)" -lt "$end" ]; do
         filter=${test#"$name"}
         target=(-p ringfs-cli --test "$name")
         [ "$name" = proto ] && target=(-p ringfs-proto --lib)
-        if ! RINGFS_GMEM_STORM_SEEDS=$seed-$seed RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed RINGFS_MOUNT_LOAD_SECS=$mount_secs \
+        if ! RINGFS_FUSE_IO_URING=$(( uring_rounds && seed % 2 )) RINGFS_GMEM_STORM_SEEDS=$seed-$seed RINGFS_SIM_SEED=$seed RINGFS_SIM_HEAL_SECS=$heal RINGFS_FAULT_SEED=$seed RINGFS_FAULT_SLACK=$slack RINGFS_FAULTS=30 RINGFS_TEST_SEED=$seed RINGFS_MOUNT_LOAD_SECS=$mount_secs \
             RINGFS_FUZZ_SEED=$seed RINGFS_FUZZ_REQUESTS=$fuzz_requests RINGFS_FUZZ_SECS=900 \
             cargo test "${target[@]}" --quiet -- $filter > "$log_dir/$name-$seed.log" 2>&1; then
             echo "FAILED: $name with seed $seed after $rounds rounds (log: $log_dir/$name-$seed.log)"
