@@ -569,3 +569,54 @@ print(forks, failures)
     );
     assert!(forks.parse::<u32>().unwrap() >= 20, "only {forks} forks in 20 s");
 }
+
+/// The library's own small locks (the owners of advisory locks, directory streams, the working
+/// directory) are held across a `fork` too: threads close duplicates of a ringfs descriptor
+/// as fast as they can (every close looks up the process's lock owners, under a lock) while
+/// the main thread forks; each child closes a descriptor and exits. A child that inherited
+/// one of those locks taken by another thread hangs at its close (CI of 4a6fffd and of
+/// a918cbb, found by the test above: the child waited in `forget_owners`).
+#[test]
+fn children_forked_while_threads_close_descriptors_can_close_theirs() {
+    let preloaded = Preloaded::start(1);
+    let program = r#"
+import os, sys, threading, time
+path = os.path.join(sys.argv[1], "closed-often")
+with open(path, "wb") as f:
+    f.write(b"x")
+fd = os.open(path, os.O_RDONLY)
+done = threading.Event()
+def closer():
+    while not done.is_set():
+        os.close(os.dup(fd))
+workers = [threading.Thread(target=closer) for _ in range(3)]
+for worker in workers:
+    worker.start()
+forks, hung = 0, 0
+stop = time.time() + 15
+while forks < 400 and time.time() < stop and hung == 0:
+    pid = os.fork()
+    if pid == 0:
+        os.close(fd)
+        os._exit(0)
+    deadline = time.time() + 5
+    while os.waitpid(pid, os.WNOHANG)[0] == 0:
+        if time.time() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            hung += 1
+            break
+        time.sleep(0.0005)
+    forks += 1
+done.set()
+for worker in workers:
+    worker.join()
+print(forks, hung)
+"#;
+    let output = preloaded.command("python3").arg("-c").arg(program).arg(&preloaded.prefix).output().unwrap();
+    succeeded(&output, "python forking beside closing threads");
+    let printed = String::from_utf8_lossy(&output.stdout);
+    let (forks, hung) = printed.trim().split_once(' ').expect("forks and hung children");
+    assert_eq!(hung, "0", "a child hung at its close (after {forks} forks)");
+    assert!(forks.parse::<u32>().unwrap() >= 50, "only {forks} forks in 15 s");
+}

@@ -155,6 +155,12 @@ pub fn report_conflict(lock: &mut libc::flock, conflict: Option<LockConflict>, s
 /// nothing to give back.
 static LOCKING: Mutex<Option<HashMap<FileId, Vec<u64>>>> = Mutex::new(None);
 
+/// The owners table's lock, for a library's `fork` handler to hold across the `fork` (so
+/// that the child never inherits it taken by another thread).
+pub fn lock_owners_for_fork() -> impl std::any::Any {
+    LOCKING.lock()
+}
+
 /// `owner` took a lock on `file`.
 pub fn remember_owner(file: FileId, owner: u64) {
     let mut locking = LOCKING.lock();

@@ -339,20 +339,11 @@ pub(crate) fn duplicated(new_fd: i32, description: Arc<OpenDescription>) {
     descriptors_changed();
 }
 
-/// Takes the table's lock before `fork` (see `process.rs`).
-pub(crate) fn lock_for_fork() {
-    let guard = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
-    FORK_GUARD.with(|slot| *slot.borrow_mut() = Some(guard));
-}
-
-pub(crate) fn unlock_after_fork() {
-    FORK_GUARD.with(|slot| slot.borrow_mut().take());
-}
-
-type TableGuard = std::sync::RwLockWriteGuard<'static, Vec<Option<Arc<OpenDescription>>>>;
-
-thread_local! {
-    static FORK_GUARD: std::cell::RefCell<Option<TableGuard>> = const { std::cell::RefCell::new(None) };
+/// The table's lock and the `vfork` changes' lock, for the `fork` handler to hold across
+/// the `fork` (see `process.rs`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    let table = TABLE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    (table, VFORK_CHANGES.lock())
 }
 
 // ---- vfork children ----

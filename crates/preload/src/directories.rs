@@ -50,6 +50,11 @@ struct DirectoryStream {
 static STREAMS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
 static STREAM_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// The streams' lock, for the `fork` handler to hold across the `fork` (see `process.rs`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    STREAMS.lock()
+}
+
 /// The ringfs stream behind `dir`, if it is one.
 fn stream(dir: *mut libc::DIR) -> Option<&'static mut DirectoryStream> {
     if STREAM_COUNT.load(Ordering::Acquire) == 0 {

@@ -223,6 +223,12 @@ pub(crate) fn adopt_working_directory(path: &str) {
     *directory = full;
 }
 
+/// The working directory's lock, for the `fork` handler to hold across the `fork` (see
+/// `process.rs`).
+pub(crate) fn lock_for_fork() -> impl std::any::Any {
+    WORKING_DIRECTORY.write()
+}
+
 /// The working directory when it is inside ringfs.
 pub(crate) fn working_directory() -> Option<String> {
     if !IN_RINGFS_DIRECTORY.load(Ordering::Acquire) {

@@ -5,8 +5,12 @@
 //! connections are shared with the parent and its background thread is not running. The
 //! child therefore connects anew on first use, and reopens each inherited file by id when it
 //! first touches it (`OpenDescription::handle`); positions stay shared (the kernel keeps them
-//! as the placeholders' offsets, see `descriptors.rs`). The library's locks are held across
-//! the `fork` so that the child never inherits one taken by another thread.
+//! as the placeholders' offsets, see `descriptors.rs`). Every lock of the library is held
+//! across the `fork` by the forking thread (taken in `prepare`, given back in `parent` and
+//! `child`), so that the child never inherits one taken by another thread: the client's,
+//! the descriptor table's, then the small ones no other lock is taken under (lock owners,
+//! directory streams, the working directory, `vfork` changes). A child that inherited the
+//! lock owners' table taken hung at its first close (`tests/preload.rs`).
 //!
 //! Across `exec`, a working directory inside ringfs is handed on in the environment
 //! (`RINGFS_PRELOAD_CWD`), set on `chdir` (for `execvp`, `posix_spawn`, `system`, which pass
@@ -17,6 +21,8 @@
 //! the new program reopens each file by id on first use, and takes a ringfs standard stream
 //! into its stdio (`stdio::adopt_standard_streams`).
 
+use std::any::Any;
+use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::Once;
 
@@ -40,21 +46,43 @@ pub(crate) fn install_fork_handlers() {
     });
 }
 
+thread_local! {
+    /// The library's locks, held by the forking thread across a `fork`.
+    static HELD_ACROSS_FORK: RefCell<Vec<Box<dyn Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+fn hold_across_fork(guard: impl Any) {
+    HELD_ACROSS_FORK.with(|held| held.borrow_mut().push(Box::new(guard)));
+}
+
+/// Gives back the locks taken in `prepare`, the last taken first.
+fn release_after_fork() {
+    HELD_ACROSS_FORK.with(|held| {
+        let mut held = held.borrow_mut();
+        while let Some(guard) = held.pop() {
+            drop(guard);
+        }
+    });
+}
+
 extern "C" fn prepare() {
     // Parent and child will share the positions of their descriptors.
     crate::descriptors::share_positions();
-    crate::state::lock_client_for_fork();
-    crate::descriptors::lock_for_fork();
+    // (In the order the library nests them: the client's, the table's, then the others,
+    // under which no lock is taken.)
+    hold_across_fork(crate::state::lock_client_for_fork());
+    hold_across_fork(crate::descriptors::lock_for_fork());
+    hold_across_fork(ringfs_cglue::locks::lock_owners_for_fork());
+    hold_across_fork(crate::directories::lock_for_fork());
+    hold_across_fork(crate::paths::lock_for_fork());
 }
 
 extern "C" fn parent() {
-    crate::descriptors::unlock_after_fork();
-    crate::state::unlock_client_after_fork();
+    release_after_fork();
 }
 
 extern "C" fn child() {
-    crate::descriptors::unlock_after_fork();
-    crate::state::unlock_client_after_fork();
+    release_after_fork();
     crate::state::forget_client_after_fork();
     crate::descriptors::note_process();
     crate::descriptors::note_fork_child();

@@ -42,8 +42,6 @@ static GENERATION: AtomicU64 = AtomicU64::new(1);
 /// so a `std` lock (see `TABLE` in `descriptors.rs`).
 static CLIENT: Mutex<Option<(u64, Client)>> = Mutex::new(None);
 
-type ClientGuard = std::sync::MutexGuard<'static, Option<(u64, Client)>>;
-
 /// The generation of this process (see [`GENERATION`]).
 pub(crate) fn generation() -> u64 {
     GENERATION.load(Ordering::Acquire)
@@ -90,20 +88,9 @@ pub(crate) fn forget_client_after_fork() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
 }
 
-/// Takes the client's lock before `fork`, so that no other thread holds it at the moment the
-/// child is copied; [`unlock_client_after_fork`] gives it back on both sides.
-pub(crate) fn lock_client_for_fork() {
-    let guard = CLIENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    FORK_GUARD.with(|slot| *slot.borrow_mut() = Some(guard));
-}
-
-pub(crate) fn unlock_client_after_fork() {
-    FORK_GUARD.with(|slot| slot.borrow_mut().take());
-}
-
-thread_local! {
-    /// The client lock's guard, held by the forking thread across a `fork`.
-    static FORK_GUARD: std::cell::RefCell<Option<ClientGuard>> = const { std::cell::RefCell::new(None) };
+/// The client's lock, for the `fork` handler to hold across the `fork` (see `process.rs`).
+pub(crate) fn lock_client_for_fork() -> impl std::any::Any {
+    CLIENT.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The mode mask new files and directories are created with, as the kernel applies it.
