@@ -15,4 +15,4 @@ fi
 before=$(cat "$parameter")
 trap 'echo "$before" > "$parameter"' EXIT
 echo Y > "$parameter"
-RINGFS_FUSE_IO_URING=1 cargo test --quiet --test fuse --test locks --test mount_load --test rename_replace "$@"
+RINGFS_FUSE_IO_URING=1 cargo test --quiet --test fuse --test locks --test mount_load --test rename_replace --test posix_mount --test permissions --test random_permissions "$@"

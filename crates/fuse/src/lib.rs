@@ -289,7 +289,7 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     let mount_error = |source| MountError::Mount { path: directory.display().to_string(), source };
     // (`Session::new` mounts and answers the kernel's `INIT`.)
     let session = fuser::Session::new(dev_fuse::DevFuse(filesystem.clone()), directory, &config).map_err(mount_error)?;
-    let ring = if filesystem.ring_offered.get() == Some(&true) { start_ring(&filesystem, &session, options) } else { None };
+    let ring = if filesystem.ring_offered.get() == Some(&true) { start_ring(&filesystem, &session, directory, options) } else { None };
     let session = session.spawn().map_err(mount_error)?;
     let _ = filesystem.notifier.set(session.notifier());
     let watching = position.map(|position| {
@@ -305,6 +305,7 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
 fn start_ring(
     filesystem: &Arc<RingfsFilesystem>,
     session: &fuser::Session<dev_fuse::DevFuse>,
+    directory: &Path,
     options: &MountOptions,
 ) -> Option<ring::Ring> {
     use std::os::fd::AsFd;
@@ -312,7 +313,8 @@ fn start_ring(
     let access = ring::dispatch::Access { owner: unsafe { libc::geteuid() }, anyone: options.allow_other };
     let cpus = std::thread::available_parallelism().map_or(1, |cpus| cpus.get());
     let per_queue = options.threads.div_ceil(cpus).max(1);
-    let started = session.as_fd().try_clone_to_owned().and_then(|device| ring::start(filesystem.clone(), device, access, per_queue));
+    let started =
+        session.as_fd().try_clone_to_owned().and_then(|device| ring::start(filesystem.clone(), device, directory, access, per_queue));
     match started {
         Ok(ring) => {
             log::info!("serving FUSE requests through io_uring queues ({per_queue} threads a CPU)");

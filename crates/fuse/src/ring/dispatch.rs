@@ -174,14 +174,12 @@ pub struct Request<'a> {
     /// The operation's fixed part.
     pub op_in: &'a [u8],
     pub payload_len: usize,
-    /// Called before the request waits for a lock another owner holds.
-    pub before_waiting: &'a dyn Fn(),
 }
 
 /// Answers `request`: the length of the out-arguments written to the front of `payload`,
 /// or the error to answer.
 pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payload: &mut [u8]) -> Result<usize, Errno> {
-    let Request { header, op_in, payload_len, before_waiting } = *request;
+    let Request { header, op_in, payload_len } = *request;
     let opcode = header.opcode;
     if !access.anyone && header.uid != access.owner && !allowed_without_owner(opcode) {
         return Err(Errno::EACCES);
@@ -321,14 +319,7 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
         abi::SETLK | abi::SETLKW => {
             let request: abi::LkIn = fixed(op_in)?;
             let lock = request.lock;
-            let set = |wait| fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, wait);
-            match set(false) {
-                Err(Errno::EAGAIN) if opcode == abi::SETLKW => {
-                    before_waiting();
-                    set(true)?
-                }
-                other => other?,
-            }
+            fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, opcode == abi::SETLKW)?
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
         abi::FALLOCATE => {

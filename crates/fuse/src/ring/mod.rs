@@ -10,19 +10,22 @@
 //! The kernel switches to the queues once every CPU's queue has an entry; it still sends
 //! `FORGET` and interrupts through `/dev/fuse`, which fuser's threads keep serving. Each
 //! thread holds one entry, so a thread busy with a request leaves its CPU's other threads'
-//! entries to the next requests; a thread about to wait for a lock first starts another
-//! for its queue (the holder's unlock may come from the same CPU). Needs the `fuse`
-//! module's `enable_uring` parameter ([`ENABLE_PARAMETER`]).
+//! entries to the next requests, and a queue whose threads have all been busy for 50 ms
+//! gets another (`QueueServer::watch`: a request may wait on another request of the same
+//! CPU). Needs the `fuse` module's `enable_uring` parameter ([`ENABLE_PARAMETER`]).
 
 pub mod abi;
 pub mod dispatch;
 pub mod uring;
 
 use parking_lot::Mutex;
+use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -41,17 +44,30 @@ pub const ENABLE_PARAMETER: &str = "/sys/module/fuse/parameters/enable_uring";
 /// `max_pages` of 1 MiB; directory pages and names are smaller).
 const PAYLOAD_SIZE: usize = MAX_TRANSFER as usize;
 
+/// A queue whose every thread has been busy with one request this long gets another thread.
+const STUCK: Duration = Duration::from_millis(50);
+/// How often the queues are looked at.
+const MONITOR_PERIOD: Duration = Duration::from_millis(10);
+/// The most threads a queue gets.
+const MAX_PER_QUEUE: usize = 64;
+
 /// The ring threads of a mount.
 pub struct Ring {
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
     /// Requests answered through the queues.
     answered: Arc<AtomicU64>,
+    /// The thread that adds threads to stuck queues, and its stop.
+    monitor: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
 impl Ring {
     /// Waits up to `limit` for the threads to end (they do when the kernel ends the
     /// connection at unmount).
-    pub fn join(self, limit: Duration) {
+    pub fn join(mut self, limit: Duration) {
+        if let Some((stop, monitor)) = self.monitor.take() {
+            stop.store(true, Ordering::Release);
+            let _ = monitor.join();
+        }
         let deadline = Instant::now() + limit;
         let threads = std::mem::take(&mut *self.threads.lock());
         for thread in threads {
@@ -78,11 +94,22 @@ fn queue_count() -> io::Result<usize> {
 /// Starts `per_queue` ring threads on every queue of the connection `device` (a
 /// `/dev/fuse` descriptor whose `INIT` took FUSE over io_uring). Returns once every thread
 /// has registered its entry (the kernel then sends requests to the queues) or one failed.
-pub fn start(fs: Arc<RingfsFilesystem>, device: OwnedFd, access: Access, per_queue: usize) -> io::Result<Ring> {
-    let server = QueueServer { fs, device: Arc::new(device), access, answered: Arc::new(AtomicU64::new(0)), threads: Arc::default() };
+pub fn start(fs: Arc<RingfsFilesystem>, device: OwnedFd, mount_point: &Path, access: Access, per_queue: usize) -> io::Result<Ring> {
+    let queues = queue_count()?;
+    let mount_point = CString::new(mount_point.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let server = QueueServer {
+        mount_point: Arc::new(mount_point),
+        fs,
+        device: Arc::new(device),
+        access,
+        answered: Arc::new(AtomicU64::new(0)),
+        threads: Arc::default(),
+        busy: Arc::new((0..queues).map(|_| Mutex::new(Vec::new())).collect()),
+        epoch: Instant::now(),
+    };
     let (registered, registrations) = mpsc::channel();
     let mut started = 0;
-    for queue in 0..queue_count()? {
+    for queue in 0..queues {
         for _ in 0..per_queue.max(1) {
             server.spawn(queue as u16, registered.clone())?;
             started += 1;
@@ -96,18 +123,29 @@ pub fn start(fs: Arc<RingfsFilesystem>, device: OwnedFd, access: Access, per_que
             Err(_) => return Err(io::Error::other("a FUSE ring thread did not register")),
         }
     }
-    Ok(Ring { threads: server.threads, answered: server.answered })
+    let stop = Arc::new(AtomicBool::new(false));
+    let monitor = {
+        let (server, stop) = (server.clone(), stop.clone());
+        std::thread::Builder::new().name("ringfs-ring-watch".into()).spawn(move || server.watch(&stop))?
+    };
+    Ok(Ring { threads: server.threads, answered: server.answered, monitor: Some((stop, monitor)) })
 }
 
 /// What every ring thread shares.
 #[derive(Clone)]
 struct QueueServer {
     fs: Arc<RingfsFilesystem>,
+    /// Where the mount is (see [`QueueServer::poke`]).
+    mount_point: Arc<CString>,
     device: Arc<OwnedFd>,
     access: Access,
     /// Requests answered through the queues.
     answered: Arc<AtomicU64>,
     threads: Arc<Mutex<Vec<JoinHandle<()>>>>,
+    /// For each queue, when each of its threads took the request it works on (nanoseconds
+    /// since `epoch`; 0 while it waits for one).
+    busy: Arc<Vec<Mutex<Vec<Arc<AtomicU64>>>>>,
+    epoch: Instant,
 }
 
 impl QueueServer {
@@ -115,12 +153,74 @@ impl QueueServer {
     /// registered.
     fn spawn(&self, queue: u16, registered: mpsc::Sender<io::Result<()>>) -> io::Result<()> {
         let server = self.clone();
-        let thread = std::thread::Builder::new().name(format!("ringfs-ring-{queue}")).spawn(move || server.serve(queue, registered))?;
+        let since = Arc::new(AtomicU64::new(0));
+        self.busy[queue as usize].lock().push(since.clone());
+        let thread =
+            std::thread::Builder::new().name(format!("ringfs-ring-{queue}")).spawn(move || server.serve(queue, registered, &since))?;
         self.threads.lock().push(thread);
         Ok(())
     }
 
-    fn serve(&self, queue: u16, registered: mpsc::Sender<io::Result<()>>) {
+    fn now(&self) -> u64 {
+        (self.epoch.elapsed().as_nanos() as u64).max(1)
+    }
+
+    /// Adds a thread to every queue whose threads have all been busy for [`STUCK`], until
+    /// `stop`. The kernel hands a CPU's requests to that CPU's queue only, so requests that
+    /// wait — for a lock another owner holds (its unlock may come from the same CPU), for a
+    /// page a read holds while the kernel drops a file's pages on the mount's word, for a
+    /// server past its deadline — would otherwise leave the requests behind them unserved.
+    fn watch(&self, stop: &AtomicBool) {
+        while !stop.load(Ordering::Acquire) {
+            std::thread::sleep(MONITOR_PERIOD);
+            let now = self.now();
+            for (queue, threads) in self.busy.iter().enumerate() {
+                let stuck = {
+                    let threads = threads.lock();
+                    threads.len() < MAX_PER_QUEUE
+                        && threads.iter().all(|since| {
+                            let since = since.load(Ordering::Acquire);
+                            since != 0 && now.saturating_sub(since) > STUCK.as_nanos() as u64
+                        })
+                };
+                if stuck {
+                    let (registered, registration) = mpsc::channel();
+                    match self.spawn(queue as u16, registered) {
+                        Ok(()) => {
+                            log::debug!("FUSE ring queue {queue}: every thread busy for {STUCK:?}, one more started");
+                            if matches!(registration.recv_timeout(Duration::from_secs(1)), Ok(Ok(()))) {
+                                self.poke(queue);
+                            }
+                        }
+                        Err(error) => log::warn!("cannot start a FUSE ring thread for a busy queue: {error}"),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Has the kernel hand the requests waiting in `queue` to the entry just registered
+    /// there: it gives a new entry none of them until another request comes to the queue
+    /// (and then that one), and gives the next waiting one to an entry as it commits an
+    /// answer. So a thread pinned to the queue's CPU asks for the mount's `statfs`: its
+    /// request goes to the new entry, whose thread answers it and takes the next waiting
+    /// request with the commit.
+    fn poke(&self, queue: usize) {
+        let mount_point = self.mount_point.clone();
+        let poker = std::thread::Builder::new().name("ringfs-ring-poke".into()).spawn(move || {
+            pin_to(queue);
+            // SAFETY: a NUL-terminated path and a `statfs` to fill.
+            unsafe {
+                let mut buffer: libc::statfs = std::mem::zeroed();
+                libc::statfs(mount_point.as_ptr(), &mut buffer);
+            }
+        });
+        if let Err(error) = poker {
+            log::warn!("cannot start a thread to wake FUSE ring queue {queue}: {error}");
+        }
+    }
+
+    fn serve(&self, queue: u16, registered: mpsc::Sender<io::Result<()>>, since: &AtomicU64) {
         pin_to(queue as usize);
         let mut buffers = Buffers { header: Box::new(RingHeader::new_zeroed()), payload: vec![0u8; PAYLOAD_SIZE] };
         let iovecs = [
@@ -135,15 +235,6 @@ impl QueueServer {
             Err(error) => {
                 let _ = registered.send(Err(error));
                 return;
-            }
-        };
-        // A thread about to wait for a lock first starts another for its queue: the
-        // kernel queues this CPU's requests (the lock holder's unlock among them) for the
-        // entries of this queue only.
-        let before_waiting = || {
-            let (registered, _) = mpsc::channel();
-            if let Err(error) = self.spawn(queue, registered) {
-                log::warn!("cannot start a FUSE ring thread beside a lock wait: {error}");
             }
         };
         loop {
@@ -161,11 +252,12 @@ impl QueueServer {
                 }
                 return;
             }
+            since.store(self.now(), Ordering::Release);
             let commit_id = buffers.header.entry.commit_id;
             let (in_header, _) = InHeader::read_from_prefix(&buffers.header.in_out).expect("the header area holds a fuse_in_header");
             let payload_len = (buffers.header.entry.payload_size as usize).min(buffers.payload.len());
             let op_in = buffers.header.op_in;
-            let request = dispatch::Request { header: &in_header, op_in: &op_in, payload_len, before_waiting: &before_waiting };
+            let request = dispatch::Request { header: &in_header, op_in: &op_in, payload_len };
             let (error, len) = match dispatch::answer(&self.fs, self.access, &request, &mut buffers.payload) {
                 Ok(len) => (0, len),
                 Err(errno) => (-errno.code(), 0),
@@ -180,6 +272,7 @@ impl QueueServer {
                 log::warn!("FUSE ring queue {queue}: {error}");
                 return;
             }
+            since.store(0, Ordering::Release);
         }
     }
 }
