@@ -7,17 +7,17 @@ use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use fuser::{
-    AccessFlags, Errno as FuseErrno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    AccessFlags, Errno as FuseErrno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
     OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
     ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
-use ringfs_client::{Errno, Stat};
+use ringfs_client::Errno;
 
 use crate::operations::{AttributeChanges, Caller, Entry, LockFound, Opened, Usage, Xattr};
-use crate::{MAX_TRANSFER, RingfsFilesystem, file_attr};
+use crate::{MAX_TRANSFER, RingfsFilesystem};
 
 thread_local! {
     /// Per-thread read buffer, reused so that large reads touch no new pages.
@@ -140,12 +140,6 @@ impl Answer<String> for ReplyData {
 /// The mount as fuser serves it (the state is shared with the ring threads, see
 /// [`crate::ring`]).
 pub struct DevFuse(pub Arc<RingfsFilesystem>);
-
-/// The attributes of a directory's dot entries in a `READDIRPLUS` reply (the kernel takes
-/// none from them).
-pub(crate) fn dot_attr(ino: u64) -> FileAttr {
-    FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) }
-}
 
 impl Filesystem for DevFuse {
     fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -369,12 +363,8 @@ impl Filesystem for DevFuse {
     }
 
     fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.0.list_plus(inode.0, handle.0, offset, |listing| {
-            let (attr, valid_for) = match listing.entry {
-                Some(entry) => (entry.attr, entry.valid_for),
-                None => (dot_attr(listing.ino), Duration::ZERO),
-            };
-            reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &valid_for, &attr, Generation(0))
+        let listed = self.0.list_plus(inode.0, handle.0, offset, |listing, entry| {
+            reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &entry.valid_for, &entry.attr, Generation(0))
         });
         match listed {
             Ok(()) => reply.ok(),

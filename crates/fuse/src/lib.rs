@@ -119,9 +119,9 @@ pub struct RingfsFilesystem {
     /// at its close already). No request is sent for an owner that took none.
     lock_owners: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
     /// Tells the kernel to drop what it caches of a file (set once the session runs).
-    notifier: Arc<OnceLock<fuser::Notifier>>,
+    notifier: OnceLock<fuser::Notifier>,
     /// Whether the kernel took FUSE over io_uring at `INIT` (set then, when asked for).
-    ring_offered: Arc<OnceLock<bool>>,
+    ring_offered: OnceLock<bool>,
 }
 
 fn system_time(nanoseconds: i64) -> SystemTime {
@@ -205,8 +205,8 @@ impl RingfsFilesystem {
             options,
             directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
-            notifier: Arc::new(OnceLock::new()),
-            ring_offered: Arc::new(OnceLock::new()),
+            notifier: OnceLock::new(),
+            ring_offered: OnceLock::new(),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! What each kernel request does, written once for both ways requests arrive: read from
-//! `/dev/fuse` by fuser ([`crate::dev_fuse`]) or taken from the kernel's io_uring queues
-//! ([`crate::ring`]). Each operation takes plain arguments and returns plain results
+//! `/dev/fuse` by fuser (`dev_fuse.rs`) or taken from the kernel's io_uring queues
+//! (`ring/`). Each operation takes plain arguments and returns plain results
 //! (`Result<_, Errno>`); the channel decodes the request and encodes the answer.
 
 use std::ffi::OsStr;
@@ -83,9 +83,6 @@ pub struct Listing<'a> {
     pub ino: u64,
     pub cookie: u64,
     pub kind: FileType,
-    /// The name's attributes for `READDIRPLUS` (none for the dot entries: the kernel takes
-    /// none from them).
-    pub entry: Option<Entry>,
 }
 
 pub(crate) fn fd_of(handle: u64) -> Fd {
@@ -467,28 +464,26 @@ impl RingfsFilesystem {
     /// reply is full.
     pub fn list(&self, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>) -> bool) -> Result<(), Errno> {
         self.list_page(handle, offset, |name, cookie, listed| match listed {
-            Listed::Dot(ino) => add(Listing { name, ino, cookie, kind: FileType::Directory, entry: None }),
-            Listed::Entry(entry) => add(Listing { name, ino: entry.stat.ino, cookie, kind: crate::file_type(&entry.stat), entry: None }),
+            Listed::Dot(ino) => add(Listing { name, ino, cookie, kind: FileType::Directory }),
+            Listed::Entry(entry) => add(Listing { name, ino: entry.stat.ino, cookie, kind: crate::file_type(&entry.stat) }),
         })
     }
 
     /// `READDIRPLUS`: as [`Self::list`], each name with its attributes; the kernel holds a
     /// reference to the inode of every name that fitted.
-    pub fn list_plus(&self, inode: u64, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>) -> bool) -> Result<(), Errno> {
+    pub fn list_plus(&self, inode: u64, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>, Entry) -> bool) -> Result<(), Errno> {
         let directory_path = self.inodes.path(inode).map_err(|_| Errno::ESTALE)?;
         let dropped = self.watch.dropped();
         self.list_page(handle, offset, |name, cookie, listed| match listed {
-            Listed::Dot(ino) => add(Listing { name, ino, cookie, kind: FileType::Directory, entry: None }),
+            Listed::Dot(ino) => {
+                // (The kernel takes no attributes from the dot entries.)
+                let attr = FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) };
+                add(Listing { name, ino, cookie, kind: FileType::Directory }, Entry { attr, valid_for: Duration::ZERO })
+            }
             Listed::Entry(entry) => {
                 let attr = file_attr(&entry.stat);
-                let listing = Listing {
-                    name,
-                    ino: entry.stat.ino,
-                    cookie,
-                    kind: attr.kind,
-                    entry: Some(Entry { attr, valid_for: self.cache_time(dropped) }),
-                };
-                let full = add(listing);
+                let listing = Listing { name, ino: entry.stat.ino, cookie, kind: attr.kind };
+                let full = add(listing, Entry { attr, valid_for: self.cache_time(dropped) });
                 if !full {
                     // The kernel now holds a reference to the entry's inode.
                     self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), None);

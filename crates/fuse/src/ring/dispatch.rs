@@ -142,24 +142,19 @@ fn open_out(opened: &Opened) -> abi::OpenOut {
     abi::OpenOut { fh: opened.handle, open_flags: opened.flags.bits(), backing_id: 0 }
 }
 
-/// Adds one name to a `READDIR(PLUS)` answer of at most `limit` bytes: `true` when it did
-/// not fit (the answer is full).
-fn add_listing(out: &mut Out<'_>, limit: usize, listing: &Listing<'_>, plus: bool) -> bool {
+/// Adds one name to a `READDIR` answer (`READDIRPLUS` with `plus`, the name's attributes) of
+/// at most `limit` bytes: `true` when it did not fit (the answer is full).
+fn add_listing(out: &mut Out<'_>, limit: usize, listing: &Listing<'_>, plus: Option<&Entry>) -> bool {
     let name = listing.name.as_bytes();
     let dirent = abi::Dirent { ino: listing.ino, off: listing.cookie, namelen: name.len() as u32, typ: type_bits(listing.kind) >> 12 };
     let record = size_of::<abi::Dirent>() + name.len();
     let padded = record.next_multiple_of(8);
-    let plus_part = if plus { size_of::<abi::EntryOut>() } else { 0 };
+    let plus_part = if plus.is_some() { size_of::<abi::EntryOut>() } else { 0 };
     if out.len + plus_part + padded > limit.min(out.buffer.len()) {
         return true;
     }
-    if plus {
-        let entry = match &listing.entry {
-            Some(entry) => entry_out(entry),
-            // (The kernel takes nothing from the dot entries' attributes.)
-            None => entry_out(&Entry { attr: crate::dev_fuse::dot_attr(listing.ino), valid_for: Duration::ZERO }),
-        };
-        let _ = out.put(&entry);
+    if let Some(entry) = plus {
+        let _ = out.put(&entry_out(entry));
     }
     let _ = out.put(&dirent);
     let _ = out.put_bytes(name);
@@ -304,9 +299,11 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
         abi::READDIR | abi::READDIRPLUS => {
             let request: abi::ReadIn = fixed(op_in)?;
             let limit = request.size as usize;
-            let plus = opcode == abi::READDIRPLUS;
-            let add = |listing: Listing<'_>| add_listing(&mut out, limit, &listing, plus);
-            if plus { fs.list_plus(inode, request.fh, request.offset, add)? } else { fs.list(request.fh, request.offset, add)? }
+            if opcode == abi::READDIRPLUS {
+                fs.list_plus(inode, request.fh, request.offset, |listing, entry| add_listing(&mut out, limit, &listing, Some(&entry)))?
+            } else {
+                fs.list(request.fh, request.offset, |listing| add_listing(&mut out, limit, &listing, None))?
+            }
         }
         abi::RELEASEDIR => fs.release_directory(fixed::<abi::ReleaseIn>(op_in)?.fh),
         abi::FSYNCDIR => fs.sync_directory(inode)?,
@@ -373,14 +370,14 @@ mod tests {
     fn listed_names_are_padded_to_eight_bytes_and_stop_when_the_reply_is_full() {
         let mut buffer = vec![0xffu8; 64];
         let mut out = Out { buffer: &mut buffer, len: 0 };
-        let listing = |name| Listing { name, ino: 9, cookie: 1, kind: FileType::RegularFile, entry: None };
-        assert!(!add_listing(&mut out, 64, &listing("abc"), false));
+        let listing = |name| Listing { name, ino: 9, cookie: 1, kind: FileType::RegularFile };
+        assert!(!add_listing(&mut out, 64, &listing("abc"), None));
         assert_eq!(out.len, 32, "24 bytes of dirent and 3 of name, padded to 32");
         let (dirent, rest) = abi::Dirent::read_from_prefix(&out.buffer[..out.len]).unwrap();
         assert_eq!((dirent.ino, dirent.off, dirent.namelen, dirent.typ), (9, 1, 3, libc::DT_REG as u32));
         assert_eq!(rest, b"abc\0\0\0\0\0");
-        assert!(!add_listing(&mut out, 64, &listing("defgh"), false));
-        assert!(add_listing(&mut out, 64, &listing("i"), false), "a third does not fit in 64 bytes");
+        assert!(!add_listing(&mut out, 64, &listing("defgh"), None));
+        assert!(add_listing(&mut out, 64, &listing("i"), None), "a third does not fit in 64 bytes");
         assert_eq!(out.len, 64);
     }
 }
