@@ -18,11 +18,14 @@ use common::{ClusterOptions, TestCluster, fuse_available, library_dir};
 /// A lock agent: commands `open PATH`, `lock FD CMD TYPE START LEN` (CMD one of SETLK,
 /// SETLKW, GETLK, OFD_SETLK, OFD_SETLKW, OFD_GETLK; TYPE R, W or U), `flock FD OP` (SH, EX,
 /// UN, SH_NB, EX_NB), `close FD`. Answers: `fd N`, `ok`, an errno name, or for GETLK
-/// `R|W START LEN` or `U`. Backend `kernel` (os and fcntl) or `lib` (libringfs by ctypes,
+/// `R|W START LEN` or `U`; a command SIGUSR1 interrupts answers `EINTR`. Backend `kernel` (os and fcntl) or `lib` (libringfs by ctypes,
 /// with RINGFS_SERVER and RINGFS_SECRET from the environment).
 const AGENT: &str = r#"
-import ctypes, errno, fcntl, os, struct, sys
+import ctypes, errno, fcntl, os, signal, struct, sys
 backend = sys.argv[1]
+def interrupted(*_):
+    raise InterruptedError(errno.EINTR, 'interrupted')
+signal.signal(signal.SIGUSR1, interrupted)
 F_OFD_GETLK, F_OFD_SETLK, F_OFD_SETLKW = 36, 37, 38
 COMMANDS = {'SETLK': fcntl.F_SETLK, 'SETLKW': fcntl.F_SETLKW, 'GETLK': fcntl.F_GETLK,
             'OFD_SETLK': F_OFD_SETLK, 'OFD_SETLKW': F_OFD_SETLKW, 'OFD_GETLK': F_OFD_GETLK}
@@ -259,6 +262,104 @@ fn a_holders_unlock_gets_through_while_waiters_on_its_cpu_wait() {
     for (waiter, _) in &mut waiters {
         assert_eq!(answer_within(waiter, Duration::from_secs(10)).as_deref(), Some("ok"), "every waiter is granted the shared lock");
     }
+}
+
+/// More owners waiting for a lock than the mount has threads for requests (4 by default):
+/// the holder's unlock still gets through and every waiter is granted. A wait must not hold
+/// a request thread, or the unlock queues behind the waits for ever.
+#[test]
+fn a_holders_unlock_gets_through_past_more_waiters_than_request_threads() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(1);
+    let mount = cluster.mount(&[]);
+    let path = mount.path("contended").display().to_string();
+    let mut holder = Agent::kernel();
+    let fd = holder.open(&path);
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
+    let mut waiters: Vec<(Agent, u32)> = (0..8)
+        .map(|_| {
+            let mut waiter = Agent::kernel();
+            let fd = waiter.open(&path);
+            (waiter, fd)
+        })
+        .collect();
+    // (Only waits from here on: every answer is awaited with a bound.)
+    for (waiter, fd) in &mut waiters {
+        waiter.send(&format!("lock {fd} SETLKW W 0 0"));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // The mount answers other requests while the owners wait.
+    let (sender, listed) = mpsc::channel();
+    let root = mount.path("");
+    std::thread::spawn(move || sender.send(std::fs::read_dir(root).map(|entries| entries.count()).map_err(|e| e.to_string())));
+    let listed = listed.recv_timeout(Duration::from_secs(5));
+    assert_eq!(listed, Ok(Ok(1)), "a listing beside the waits (a timeout: it waited behind them)");
+    holder.send(&format!("lock {fd} SETLK U 0 0"));
+    assert_eq!(answer_within(&mut holder, Duration::from_secs(10)).as_deref(), Some("ok"), "the unlock got through");
+    // The waiters want the lock exclusively: each is granted in turn as the one before
+    // gives it up.
+    let mut waiting: Vec<usize> = (0..waiters.len()).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !waiting.is_empty() {
+        let granted = waiting.iter().position(|&i| {
+            let (waiter, _) = &mut waiters[i];
+            answer_within(waiter, Duration::from_millis(200)).is_some_and(|answer| {
+                assert_eq!(answer, "ok", "a waiter's answer");
+                true
+            })
+        });
+        let Some(position) = granted else {
+            assert!(Instant::now() < deadline, "{} waiters still wait with the lock given up", waiting.len());
+            continue;
+        };
+        let i = waiting.remove(position);
+        let (waiter, fd) = &mut waiters[i];
+        assert_eq!(waiter.ask(&format!("lock {fd} SETLK U 0 0")), "ok");
+    }
+}
+
+/// A process waiting for a lock through the mount stops waiting when a signal comes, as on a
+/// local file system: a handled signal makes `F_SETLKW` fail with EINTR (and no lock is
+/// taken behind the program's back), and `kill -9` ends a waiter at once.
+#[test]
+fn a_signal_ends_a_lock_wait() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(1);
+    let mount = cluster.mount(&[]);
+    let path = mount.path("contended").display().to_string();
+    let mut holder = Agent::kernel();
+    let fd = holder.open(&path);
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
+
+    let mut interrupted = Agent::kernel();
+    let interrupted_fd = interrupted.open(&path);
+    interrupted.send(&format!("lock {interrupted_fd} SETLKW W 0 0"));
+    let mut killed = Agent::kernel();
+    let killed_fd = killed.open(&path);
+    killed.send(&format!("lock {killed_fd} SETLKW W 0 0"));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(answer_within(&mut interrupted, Duration::ZERO), None, "the lock is held: the waiter waits");
+
+    assert_eq!(unsafe { libc::kill(interrupted.child.id() as i32, libc::SIGUSR1) }, 0);
+    assert_eq!(answer_within(&mut interrupted, Duration::from_secs(5)).as_deref(), Some("EINTR"), "a handled signal ends the wait");
+    killed.child.kill().unwrap();
+    let started = Instant::now();
+    while killed.child.try_wait().unwrap().is_none() {
+        assert!(started.elapsed() < Duration::from_secs(5), "a waiter killed with SIGKILL is still there");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    // The interrupted wait took nothing: once the holder lets go, the lock is free for a
+    // third process (the killed one's descriptors are closed, so nothing of it is left).
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK U 0 0")), "ok");
+    let mut third = Agent::kernel();
+    let third_fd = third.open(&path);
+    assert_eq!(ask_until(&mut third, &format!("lock {third_fd} SETLK W 0 0"), "ok"), "ok", "the lock is free");
+    assert_eq!(interrupted.ask(&format!("lock {interrupted_fd} SETLK W 0 0")), "EAGAIN", "the interrupted waiter holds nothing");
 }
 
 /// The C library's locks (`ringfs_fcntl_lock`, `ringfs_flock`) and a mount's see each other;

@@ -261,6 +261,46 @@ fn a_c_program_using_stdio_descriptors_mmap_and_fork_runs_on_ringfs() {
     assert_eq!(read_file(&client, &format!("{root}/c/child.txt")).unwrap(), b"from the child\n");
 }
 
+/// A program that bounds a lock wait with a timer (`alarm`, a handler, `F_SETLKW`) gets its
+/// EINTR when the timer fires, as on a local file system — the library's wait once went on
+/// after the handler ran, for as long as the holder held the lock.
+#[test]
+fn a_lock_wait_ends_when_a_signal_handler_runs() {
+    let preloaded = Preloaded::start(1);
+    let program = r#"
+import errno, fcntl, os, signal, sys, time
+fd = os.open(os.path.join(sys.argv[1], "locked"), os.O_RDWR | os.O_CREAT, 0o644)
+ready_r, ready_w = os.pipe()
+done_r, done_w = os.pipe()
+holder = os.fork()
+if holder == 0:
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    os.write(ready_w, b"x")
+    os.read(done_r, 1)
+    fcntl.lockf(fd, fcntl.LOCK_UN)
+    os._exit(0)
+os.read(ready_r, 1)
+def timed_out(*_):
+    raise InterruptedError(errno.EINTR, "timed out")
+signal.signal(signal.SIGALRM, timed_out)
+signal.setitimer(signal.ITIMER_REAL, 0.3)
+started = time.monotonic()
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX)
+    print("locked while another process held the lock")
+except InterruptedError:
+    print("the wait ended with EINTR; within 5 s:", time.monotonic() - started < 5)
+os.write(done_w, b"x")
+os.waitpid(holder, 0)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+print("locked once the holder let go")
+"#;
+    let script_path = preloaded.local.join("alarm.py");
+    std::fs::write(&script_path, program).unwrap();
+    // (`timeout`: the wait that did not end would hang the test.)
+    preloaded.same_as_local("alarm", &format!("timeout 30 python3 {} \"$ROOT\"", script_path.display()));
+}
+
 /// rsync into and out of ringfs (`-a`, `-aH`, `--delete`, a destination given with and
 /// without a trailing `/`): every file's type, mode, size, link count, time and target as on
 /// a local directory. rsync's receiver opens its destination one component at a time from

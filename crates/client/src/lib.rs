@@ -40,7 +40,7 @@ mod xattr;
 pub use cache::StageInSummary;
 pub use changes::{ChangeWatch, Changes};
 pub use links::{LEADS_OUT, LinkDestination, link_destination};
-pub use locks::{LockConflict, LockRange, lock_kind_of};
+pub use locks::{LockConflict, LockRange, WaitEnds, lock_kind_of};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
 

@@ -71,27 +71,64 @@ pub struct LockConflict {
     pub pid: u32,
 }
 
+/// What ends a lock wait before the lock comes free (EINTR).
+#[derive(Clone, Copy)]
+pub enum WaitEnds<'a> {
+    /// A signal handler ran in the waiting thread: `F_SETLKW` in a program that handles a
+    /// signal (an `alarm` set as the wait's time limit, say).
+    OnSignalHandled,
+    /// `interrupted()` answers true between two tries: a FUSE mount waiting on behalf of
+    /// another process asks whether that one still waits.
+    When(&'a dyn Fn() -> bool),
+}
+
+/// Sleeps for `pause`; false if a signal handler of this thread cut the sleep short.
+fn pause_unless_signalled(pause: Duration) -> bool {
+    let time = libc::timespec { tv_sec: pause.as_secs() as libc::time_t, tv_nsec: pause.subsec_nanos() as libc::c_long };
+    // SAFETY: `time` is a valid timespec; no remainder is asked for.
+    unsafe { libc::nanosleep(&time, std::ptr::null_mut()) == 0 }
+}
+
 impl Client {
     /// Takes (`Read`, `Write`) or gives back (`Unlock`) an advisory lock on `fd`'s file for
     /// `owner`. A lock in the way gives EAGAIN, or with `wait` is waited for (`F_SETLKW`;
-    /// there is no deadlock detection). Any descriptor may take any lock (as `flock`
+    /// there is no deadlock detection; a signal handler that runs in the waiting
+    /// thread ends the wait with EINTR, as it ends `F_SETLKW`). Any descriptor may take any lock (as `flock`
     /// allows); `fcntl` refuses a read lock through a descriptor not open for reading and a
     /// write lock through one not open for writing (EBADF): callers that follow `fcntl` check
     /// that with [`Client::access_mode`].
     pub fn set_lock(&self, fd: Fd, owner: u64, kind: LockKind, range: LockRange, wait: bool) -> Result<()> {
-        let open = self.file(fd)?;
-        let request = Request::SetLock(self.lock_request(open.file, owner, kind, range));
+        if wait { self.set_lock_waiting(fd, owner, kind, range, WaitEnds::OnSignalHandled) } else { self.try_lock(fd, owner, kind, range) }
+    }
+
+    /// [`Client::set_lock`] that waits for a lock in the way to go, unless `ends` says the
+    /// caller stopped waiting first: EINTR then, and the lock is not taken.
+    pub fn set_lock_waiting(&self, fd: Fd, owner: u64, kind: LockKind, range: LockRange, ends: WaitEnds<'_>) -> Result<()> {
         let mut pause = Duration::from_millis(1);
         loop {
-            match self.inner.cluster.call_home(open.file, &request) {
-                Err(Errno::EAGAIN) if wait => {
-                    std::thread::sleep(pause);
+            match self.try_lock(fd, owner, kind, range) {
+                Err(Errno::EAGAIN) => {
+                    let signal_handled = !pause_unless_signalled(pause);
+                    let interrupted = match ends {
+                        WaitEnds::OnSignalHandled => signal_handled,
+                        WaitEnds::When(interrupted) => interrupted(),
+                    };
+                    if interrupted {
+                        return Err(Errno::EINTR);
+                    }
                     pause = (pause * 2).min(LONGEST_PAUSE);
                 }
-                Ok(Response::Done) => return Ok(()),
-                Ok(_) => return Err(Errno::EPROTO),
-                Err(errno) => return Err(errno),
+                result => return result,
             }
+        }
+    }
+
+    fn try_lock(&self, fd: Fd, owner: u64, kind: LockKind, range: LockRange) -> Result<()> {
+        let open = self.file(fd)?;
+        let request = Request::SetLock(self.lock_request(open.file, owner, kind, range));
+        match self.inner.cluster.call_home(open.file, &request)? {
+            Response::Done => Ok(()),
+            _ => Err(Errno::EPROTO),
         }
     }
 

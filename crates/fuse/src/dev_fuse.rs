@@ -329,7 +329,7 @@ impl Filesystem for DevFuse {
 
     fn setlk(
         &self,
-        _request: &Request,
+        request: &Request,
         inode: INodeNo,
         handle: FileHandle,
         lock_owner: LockOwner,
@@ -340,7 +340,23 @@ impl Filesystem for DevFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        reply.answer(self.0.set_lock(inode.0, handle.0, lock_owner.0, start, end, typ, sleep));
+        let (inode, handle, lock_owner) = (inode.0, handle.0, lock_owner.0);
+        match self.0.set_lock(inode, handle, lock_owner, start, end, typ, None) {
+            Err(Errno::EAGAIN) if sleep => {
+                // The wait goes to a thread of its own: on one of the few request threads
+                // it would hold back every other request — the holder's unlock among them,
+                // once as many owners wait as there are threads.
+                let (filesystem, waiter) = (self.0.clone(), request.pid());
+                let waiting = std::thread::Builder::new().name("ringfs-lock-wait".into()).spawn(move || {
+                    reply.answer(filesystem.set_lock(inode, handle, lock_owner, start, end, typ, Some(waiter)));
+                });
+                if let Err(error) = waiting {
+                    // (The reply went with the closure: fuser answers a dropped reply EIO.)
+                    log::warn!("no thread to wait for a lock: {error}");
+                }
+            }
+            result => reply.answer(result),
+        }
     }
 
     fn fsync(&self, _request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {

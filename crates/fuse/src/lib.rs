@@ -23,6 +23,7 @@
 pub mod dev_fuse;
 pub mod directories;
 pub mod inodes;
+pub mod interrupts;
 pub mod operations;
 pub mod ring;
 pub mod watch;

@@ -7,7 +7,7 @@ use std::ffi::OsStr;
 use std::time::{Duration, SystemTime};
 
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo, TimeOrNow};
-use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, LockKind, OpenFlags, Stat};
+use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, LockKind, OpenFlags, Stat, WaitEnds};
 
 use crate::directories::Listed;
 use crate::inodes::ROOT_INODE;
@@ -400,8 +400,20 @@ impl RingfsFilesystem {
         })
     }
 
+    /// Takes or gives back a lock (`SETLK`), or with `waiter` (`SETLKW`: the thread the
+    /// kernel sent the request for) waits for a lock in the way to go — until the waiter
+    /// has a signal to handle or is gone (EINTR: see [`crate::interrupts`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn set_lock(&self, inode: u64, handle: u64, lock_owner: u64, start: u64, end: u64, typ: i32, sleep: bool) -> Result<(), Errno> {
+    pub fn set_lock(
+        &self,
+        inode: u64,
+        handle: u64,
+        lock_owner: u64,
+        start: u64,
+        end: u64,
+        typ: i32,
+        waiter: Option<u32>,
+    ) -> Result<(), Errno> {
         let kind = ringfs_client::lock_kind_of(typ)?;
         if kind != LockKind::Unlock {
             let mut owners = self.lock_owners.lock();
@@ -410,7 +422,14 @@ impl RingfsFilesystem {
                 owners.push((lock_owner, handle));
             }
         }
-        self.client.set_lock(fd_of(handle), lock_owner, kind, lock_range(start, end), sleep)?;
+        let (fd, range) = (fd_of(handle), lock_range(start, end));
+        match waiter {
+            None => self.client.set_lock(fd, lock_owner, kind, range, false)?,
+            Some(thread) => {
+                let interrupted = || crate::interrupts::signal_pending(thread);
+                self.client.set_lock_waiting(fd, lock_owner, kind, range, WaitEnds::When(&interrupted))?
+            }
+        }
         if kind != LockKind::Unlock {
             // What the lock protects may have been changed through another mount (node)
             // while this one cached it: the kernel drops its pages and attributes of the

@@ -13,6 +13,7 @@ pub struct Errno(pub i32);
 impl Errno {
     pub const EPERM: Errno = Errno(1);
     pub const ENOENT: Errno = Errno(2);
+    pub const EINTR: Errno = Errno(4);
     pub const EIO: Errno = Errno(5);
     pub const E2BIG: Errno = Errno(7);
     pub const EBADF: Errno = Errno(9);

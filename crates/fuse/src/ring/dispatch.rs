@@ -316,7 +316,8 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
         abi::SETLK | abi::SETLKW => {
             let request: abi::LkIn = fixed(op_in)?;
             let lock = request.lock;
-            fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, opcode == abi::SETLKW)?
+            let waiter = (opcode == abi::SETLKW).then_some(header.pid);
+            fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, waiter)?
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
         abi::FALLOCATE => {
