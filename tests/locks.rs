@@ -362,6 +362,79 @@ fn a_signal_ends_a_lock_wait() {
     assert_eq!(interrupted.ask(&format!("lock {interrupted_fd} SETLK W 0 0")), "EAGAIN", "the interrupted waiter holds nothing");
 }
 
+/// Processes taking and giving back read locks on a file while others read it whole, all
+/// through one mount, for a few seconds: every process finishes. Before a lock is granted
+/// the mount has the kernel drop the file's cached pages, which waits for pages that reads
+/// hold locked while their `READ` requests wait for a thread of the mount: drops on every
+/// request thread at once stalled the mount for good (the SQLite shape: readers beside
+/// lockers).
+#[test]
+fn reads_beside_lock_grants_keep_going() {
+    if !fuse_available() {
+        return;
+    }
+    const LOAD: &str = r#"
+import fcntl, os, struct, sys, time, multiprocessing as mp
+path, seconds = sys.argv[1], float(sys.argv[2])
+def locker(i, done):
+    fd = os.open(path, os.O_RDWR)
+    end, taken = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack('hhqqi4x', fcntl.F_RDLCK, 0, 0, 0, 0))
+        fcntl.fcntl(fd, fcntl.F_SETLK, struct.pack('hhqqi4x', fcntl.F_UNLCK, 0, 0, 0, 0))
+        taken += 1
+    done.put('locker %d %d' % (i, taken))
+def reader(i, done):
+    end, reads = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        with open(path, 'rb') as f:
+            while f.read(1 << 20):
+                pass
+        reads += 1
+    done.put('reader %d %d' % (i, reads))
+if __name__ == '__main__':
+    with open(path, 'wb') as f:
+        f.write(os.urandom(8 << 20))
+    done = mp.Queue()
+    processes = [mp.Process(target=locker, args=(i, done)) for i in range(6)]
+    processes += [mp.Process(target=reader, args=(i, done)) for i in range(6)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(seconds + 20)
+    stuck = [process for process in processes if process.is_alive()]
+    while not done.empty():
+        print(done.get(), flush=True)
+    print('stuck', len(stuck), flush=True)
+    for process in stuck:
+        process.kill()
+"#;
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let path = mount.path("shared");
+    // (Printed to a file and awaited with a bound: processes stuck in the mount keep a
+    // pipe open; the mount's connection is aborted when the test's mount goes.)
+    let printed_to = std::env::temp_dir().join(format!("ringfs-locks-load-{}.out", std::process::id()));
+    let mut load =
+        Command::new("python3").args(["-c", LOAD]).arg(&path).arg("6").stdout(std::fs::File::create(&printed_to).unwrap()).spawn().unwrap();
+    let started = Instant::now();
+    while load.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = load.kill();
+            panic!("the load did not end in 60 s:\n{}", std::fs::read_to_string(&printed_to).unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let printed = std::fs::read_to_string(&printed_to).unwrap();
+    let _ = std::fs::remove_file(&printed_to);
+    assert!(printed.contains("stuck 0"), "processes stuck beside the lock grants:\n{printed}");
+    for line in printed.lines().filter(|line| line.starts_with("locker") || line.starts_with("reader")) {
+        let done: u64 = line.rsplit(' ').next().and_then(|count| count.parse().ok()).unwrap_or(0);
+        assert!(done > 0, "{line}: nothing done");
+    }
+    assert_eq!(printed.lines().filter(|line| line.starts_with("locker") || line.starts_with("reader")).count(), 12, "{printed}");
+}
+
 /// The C library's locks (`ringfs_fcntl_lock`, `ringfs_flock`) and a mount's see each other;
 /// the locks of a client that dies lapse after the servers' open grace period, so a waiting
 /// lock is granted.

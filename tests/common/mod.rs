@@ -540,6 +540,9 @@ impl Mount {
                 return Some(status);
             }
             if Instant::now() > deadline {
+                // A mount wedged in the kernel (its threads waiting on requests that only
+                // it could answer) ends only when its connection is aborted.
+                self.abort_connection();
                 let _ = child.kill();
                 let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
                 return child.wait().ok();
@@ -554,6 +557,21 @@ impl Mount {
         let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let dir = self.dir.display().to_string();
         mounts.lines().any(|line| line.split(' ').nth(4) == Some(dir.as_str()))
+    }
+
+    /// Aborts the mount's FUSE connection (`/sys/fs/fuse/connections/N/abort`, N the minor
+    /// number of the mount's device): every request waiting in it fails with ENOTCONN.
+    fn abort_connection(&self) {
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let dir = self.dir.display().to_string();
+        let Some(line) = mounts.lines().find(|line| line.split(' ').nth(4) == Some(dir.as_str())) else { return };
+        let Some(connection) = line.split(' ').nth(2).and_then(|device| device.split(':').nth(1)) else { return };
+        let connections = Path::new("/sys/fs/fuse/connections");
+        if !connections.join(connection).exists() {
+            let _ = Command::new("mount").args(["-t", "fusectl", "none"]).arg(connections).status();
+        }
+        eprintln!("aborting the FUSE connection {connection} of the wedged mount {dir}");
+        let _ = std::fs::write(connections.join(connection).join("abort"), "1");
     }
 
     /// Asserts (from the mount's log) that requests came through the io_uring queues.

@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::ffi::OsStr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
 
 use fuser::{
@@ -139,7 +139,33 @@ impl Answer<String> for ReplyData {
 
 /// The mount as fuser serves it (the state is shared with the ring threads, see
 /// [`crate::ring`]).
-pub struct DevFuse(pub Arc<RingfsFilesystem>);
+pub struct DevFuse {
+    fs: Arc<RingfsFilesystem>,
+    /// Locks taken, to be answered once the kernel dropped its cache of their files.
+    grants: mpsc::Sender<(u64, ReplyEmpty)>,
+}
+
+impl DevFuse {
+    pub fn new(fs: Arc<RingfsFilesystem>) -> DevFuse {
+        let (grants, granted) = mpsc::channel::<(u64, ReplyEmpty)>();
+        // The kernel's drop of a file's cache before a lock is granted waits for pages
+        // that reads hold locked until their `READ` is answered: on fuser's few request
+        // threads, drops on all of them at once left the reads' requests unanswered for
+        // ever (`tests/locks.rs: reads_beside_lock_grants_keep_going`). So grants are
+        // answered here, in order, each after its drop. (The thread ends with the session.)
+        let filesystem = fs.clone();
+        let started = std::thread::Builder::new().name("ringfs-grants".into()).spawn(move || {
+            for (inode, reply) in granted {
+                filesystem.forget_cached(inode);
+                reply.ok();
+            }
+        });
+        if let Err(error) = started {
+            log::warn!("no thread for lock grants ({error}): request threads drop the caches");
+        }
+        DevFuse { fs, grants }
+    }
+}
 
 impl Filesystem for DevFuse {
     fn init(&mut self, _request: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -153,7 +179,7 @@ impl Filesystem for DevFuse {
             // Advisory locks go to the servers, so that they hold across mounts and nodes.
             | InitFlags::FUSE_POSIX_LOCKS
             | InitFlags::FUSE_FLOCK_LOCKS;
-        if self.0.options.writeback_cache {
+        if self.fs.options.writeback_cache {
             wanted |= InitFlags::FUSE_WRITEBACK_CACHE;
         }
         for flag in wanted.iter() {
@@ -161,7 +187,7 @@ impl Filesystem for DevFuse {
                 log::info!("the kernel does not offer FUSE capability {flag:?}");
             }
         }
-        if self.0.options.io_uring {
+        if self.fs.options.io_uring {
             let offered = config.add_capabilities(InitFlags::FUSE_OVER_IO_URING).is_ok();
             if !offered {
                 log::warn!(
@@ -169,21 +195,21 @@ impl Filesystem for DevFuse {
                     crate::ring::ENABLE_PARAMETER
                 );
             }
-            let _ = self.0.ring_offered.set(offered);
+            let _ = self.fs.ring_offered.set(offered);
         }
         Ok(())
     }
 
     fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply.answer(self.0.lookup_entry(parent.0, name));
+        reply.answer(self.fs.lookup_entry(parent.0, name));
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
-        self.0.forget_inode(inode.0, lookups);
+        self.fs.forget_inode(inode.0, lookups);
     }
 
     fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
-        reply.answer(self.0.attributes(inode.0, handle.map(|handle| handle.0)));
+        reply.answer(self.fs.attributes(inode.0, handle.map(|handle| handle.0)));
     }
 
     fn setattr(
@@ -205,35 +231,35 @@ impl Filesystem for DevFuse {
         reply: ReplyAttr,
     ) {
         let changes = AttributeChanges { mode, uid, gid, size, atime, mtime, handle: handle.map(|handle| handle.0) };
-        reply.answer(self.0.set_attributes(inode.0, changes));
+        reply.answer(self.fs.set_attributes(inode.0, changes));
     }
 
     fn readlink(&self, _request: &Request, inode: INodeNo, reply: ReplyData) {
-        reply.answer(self.0.link_target(inode.0));
+        reply.answer(self.fs.link_target(inode.0));
     }
 
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        reply.answer(self.0.make_directory(caller(request), parent.0, name, mode, umask));
+        reply.answer(self.fs.make_directory(caller(request), parent.0, name, mode, umask));
     }
 
     fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.0.remove_name(parent.0, name));
+        reply.answer(self.fs.remove_name(parent.0, name));
     }
 
     fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.0.remove_directory(parent.0, name));
+        reply.answer(self.fs.remove_directory(parent.0, name));
     }
 
     fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        reply.answer(self.0.make_symlink(caller(request), parent.0, link_name, target.as_os_str()));
+        reply.answer(self.fs.make_symlink(caller(request), parent.0, link_name, target.as_os_str()));
     }
 
     fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        reply.answer(self.0.make_node(caller(request), parent.0, name, mode, umask, rdev));
+        reply.answer(self.fs.make_node(caller(request), parent.0, name, mode, umask, rdev));
     }
 
     fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
-        reply.answer(self.0.make_link(inode.0, new_parent.0, new_name));
+        reply.answer(self.fs.make_link(inode.0, new_parent.0, new_name));
     }
 
     fn rename(
@@ -246,15 +272,15 @@ impl Filesystem for DevFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.answer(self.0.rename_entry(parent.0, name, new_parent.0, new_name, flags.bits()));
+        reply.answer(self.fs.rename_entry(parent.0, name, new_parent.0, new_name, flags.bits()));
     }
 
     fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        reply.answer(self.0.open_file(inode.0, flags.0));
+        reply.answer(self.fs.open_file(inode.0, flags.0));
     }
 
     fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        reply.answer(self.0.create_file(caller(request), parent.0, name, mode, umask, flags));
+        reply.answer(self.fs.create_file(caller(request), parent.0, name, mode, umask, flags));
     }
 
     fn read(
@@ -273,7 +299,7 @@ impl Filesystem for DevFuse {
             if buffer.len() < size as usize {
                 buffer.resize(size as usize, 0);
             }
-            match self.0.read_into(handle.0, offset, &mut buffer[..size as usize]) {
+            match self.fs.read_into(handle.0, offset, &mut buffer[..size as usize]) {
                 Ok(count) => reply.data(&buffer[..count]),
                 Err(errno) => reply.error(fuse_errno(errno)),
             }
@@ -292,11 +318,11 @@ impl Filesystem for DevFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.answer(self.0.write_at(handle.0, offset, data));
+        reply.answer(self.fs.write_at(handle.0, offset, data));
     }
 
     fn flush(&self, _request: &Request, inode: INodeNo, handle: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
-        reply.answer(self.0.flush_handle(inode.0, handle.0, lock_owner.0));
+        reply.answer(self.fs.flush_handle(inode.0, handle.0, lock_owner.0));
     }
 
     fn release(
@@ -309,7 +335,7 @@ impl Filesystem for DevFuse {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        reply.answer(self.0.release_handle(inode.0, handle.0));
+        reply.answer(self.fs.release_handle(inode.0, handle.0));
     }
 
     fn getlk(
@@ -324,7 +350,7 @@ impl Filesystem for DevFuse {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        reply.answer(self.0.find_lock(handle.0, lock_owner.0, start, end, typ));
+        reply.answer(self.fs.find_lock(handle.0, lock_owner.0, start, end, typ));
     }
 
     fn setlk(
@@ -341,12 +367,20 @@ impl Filesystem for DevFuse {
         reply: ReplyEmpty,
     ) {
         let (inode, handle, lock_owner) = (inode.0, handle.0, lock_owner.0);
-        match self.0.set_lock(inode, handle, lock_owner, start, end, typ, None) {
+        match self.fs.set_lock_keeping_cache(inode, handle, lock_owner, start, end, typ, None) {
+            Ok(true) => {
+                if let Err(mpsc::SendError((inode, reply))) = self.grants.send((inode, reply)) {
+                    // (No grants thread: dropped here, as it was before there was one.)
+                    self.fs.forget_cached(inode);
+                    reply.ok();
+                }
+            }
+            Ok(false) => reply.ok(),
             Err(Errno::EAGAIN) if sleep => {
                 // The wait goes to a thread of its own: on one of the few request threads
                 // it would hold back every other request — the holder's unlock among them,
                 // once as many owners wait as there are threads.
-                let (filesystem, waiter) = (self.0.clone(), request.pid());
+                let (filesystem, waiter) = (self.fs.clone(), request.pid());
                 let waiting = std::thread::Builder::new().name("ringfs-lock-wait".into()).spawn(move || {
                     reply.answer(filesystem.set_lock(inode, handle, lock_owner, start, end, typ, Some(waiter)));
                 });
@@ -355,31 +389,31 @@ impl Filesystem for DevFuse {
                     log::warn!("no thread to wait for a lock: {error}");
                 }
             }
-            result => reply.answer(result),
+            Err(errno) => reply.answer(Err::<(), _>(errno)),
         }
     }
 
     fn fsync(&self, _request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.answer(self.0.sync_file(inode.0, handle.0));
+        reply.answer(self.fs.sync_file(inode.0, handle.0));
     }
 
     fn fallocate(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        reply.answer(self.0.allocate(handle.0, offset, length, mode));
+        reply.answer(self.fs.allocate(handle.0, offset, length, mode));
     }
 
     fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        reply.answer(self.0.open_directory(inode.0));
+        reply.answer(self.fs.open_directory(inode.0));
     }
 
     fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        match self.0.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name)) {
+        match self.fs.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name)) {
             Ok(()) => reply.ok(),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
 
     fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.0.list_plus(inode.0, handle.0, offset, |listing, entry| {
+        let listed = self.fs.list_plus(inode.0, handle.0, offset, |listing, entry| {
             reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &entry.valid_for, &entry.attr, Generation(0))
         });
         match listed {
@@ -389,35 +423,35 @@ impl Filesystem for DevFuse {
     }
 
     fn releasedir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, _flags: FuseOpenFlags, reply: ReplyEmpty) {
-        self.0.release_directory(handle.0);
+        self.fs.release_directory(handle.0);
         reply.ok();
     }
 
     fn fsyncdir(&self, _request: &Request, inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.answer(self.0.sync_directory(inode.0));
+        reply.answer(self.fs.sync_directory(inode.0));
     }
 
     fn statfs(&self, _request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
-        reply.answer(self.0.usage());
+        reply.answer(self.fs.usage());
     }
 
     fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        reply.answer(self.0.set_xattr(inode.0, name, value, flags));
+        reply.answer(self.fs.set_xattr(inode.0, name, value, flags));
     }
 
     fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply.answer(self.0.xattr(inode.0, name, size));
+        reply.answer(self.fs.xattr(inode.0, name, size));
     }
 
     fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
-        reply.answer(self.0.xattr_names(caller(request), inode.0, size));
+        reply.answer(self.fs.xattr_names(caller(request), inode.0, size));
     }
 
     fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.0.remove_xattr(inode.0, name));
+        reply.answer(self.fs.remove_xattr(inode.0, name));
     }
 
     fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply.answer(self.0.check_access(inode.0, mask.bits() as u32));
+        reply.answer(self.fs.check_access(inode.0, mask.bits() as u32));
     }
 }

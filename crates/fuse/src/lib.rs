@@ -289,7 +289,7 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     let filesystem = Arc::new(RingfsFilesystem::new(client.clone(), options.clone()));
     let mount_error = |source| MountError::Mount { path: directory.display().to_string(), source };
     // (`Session::new` mounts and answers the kernel's `INIT`.)
-    let session = fuser::Session::new(dev_fuse::DevFuse(filesystem.clone()), directory, &config).map_err(mount_error)?;
+    let session = fuser::Session::new(dev_fuse::DevFuse::new(filesystem.clone()), directory, &config).map_err(mount_error)?;
     let ring = if filesystem.ring_offered.get() == Some(&true) { start_ring(&filesystem, &session, directory, options) } else { None };
     let session = session.spawn().map_err(mount_error)?;
     let _ = filesystem.notifier.set(session.notifier());

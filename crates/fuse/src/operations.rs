@@ -402,7 +402,8 @@ impl RingfsFilesystem {
 
     /// Takes or gives back a lock (`SETLK`), or with `waiter` (`SETLKW`: the thread the
     /// kernel sent the request for) waits for a lock in the way to go — until the waiter
-    /// has a signal to handle or is gone (EINTR: see [`crate::interrupts`]).
+    /// has a signal to handle or is gone (EINTR: see [`crate::interrupts`]). A lock taken,
+    /// the kernel drops what it cached of the file ([`RingfsFilesystem::forget_cached`]).
     #[allow(clippy::too_many_arguments)]
     pub fn set_lock(
         &self,
@@ -414,6 +415,26 @@ impl RingfsFilesystem {
         typ: i32,
         waiter: Option<u32>,
     ) -> Result<(), Errno> {
+        if self.set_lock_keeping_cache(inode, handle, lock_owner, start, end, typ, waiter)? {
+            self.forget_cached(inode);
+        }
+        Ok(())
+    }
+
+    /// [`RingfsFilesystem::set_lock`] without the drop of the kernel's cache: whether a lock
+    /// was taken (rather than given back), in which case the caller has the cache dropped
+    /// before it answers.
+    #[allow(clippy::too_many_arguments)]
+    pub fn set_lock_keeping_cache(
+        &self,
+        inode: u64,
+        handle: u64,
+        lock_owner: u64,
+        start: u64,
+        end: u64,
+        typ: i32,
+        waiter: Option<u32>,
+    ) -> Result<bool, Errno> {
         let kind = ringfs_client::lock_kind_of(typ)?;
         if kind != LockKind::Unlock {
             let mut owners = self.lock_owners.lock();
@@ -430,13 +451,7 @@ impl RingfsFilesystem {
                 self.client.set_lock_waiting(fd, lock_owner, kind, range, WaitEnds::When(&interrupted))?
             }
         }
-        if kind != LockKind::Unlock {
-            // What the lock protects may have been changed through another mount (node)
-            // while this one cached it: the kernel drops its pages and attributes of the
-            // file before the lock is granted (as NFS revalidates on locking).
-            self.forget_cached(inode);
-        }
-        Ok(())
+        Ok(kind != LockKind::Unlock)
     }
 
     pub fn sync_file(&self, inode: u64, handle: u64) -> Result<(), Errno> {
@@ -595,7 +610,13 @@ impl RingfsFilesystem {
     /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
     /// knows in the same directory (a database's journal beside it may have been removed and
     /// made again through another mount).
-    fn forget_cached(&self, inode: u64) {
+    /// Has the kernel drop what it cached of `inode` (pages, attributes) and of the names
+    /// beside it, before a lock on it is granted: what the lock protects may have been
+    /// changed through another mount (node) meanwhile (as NFS revalidates on locking). The
+    /// drop waits for pages that reads hold locked until their `READ` is answered, so it
+    /// must not run where it keeps those answers from being given (dev_fuse.rs hands it
+    /// to a thread of its own).
+    pub fn forget_cached(&self, inode: u64) {
         let Some(notifier) = self.notifier.get() else { return };
         if let Err(error) = notifier.inval_inode(INodeNo(inode), 0, 0) {
             log::debug!("the kernel did not drop its cache of inode {inode}: {error}");
