@@ -13,7 +13,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{ClusterOptions, TestCluster, fuse_available, library_dir};
+use common::{ClusterOptions, TestCluster, fuse_available, library_dir, preload_library};
 
 /// A lock agent: commands `open PATH`, `lock FD CMD TYPE START LEN` (CMD one of SETLK,
 /// SETLKW, GETLK, OFD_SETLK, OFD_SETLKW, OFD_GETLK; TYPE R, W or U), `flock FD OP` (SH, EX,
@@ -435,8 +435,9 @@ if __name__ == '__main__':
     assert_eq!(printed.lines().filter(|line| line.starts_with("locker") || line.starts_with("reader")).count(), 12, "{printed}");
 }
 
-/// Processes on two mounts (two nodes) add to one counter in a file, each addition under an
-/// exclusive record lock (`lockf`, waiting): no addition is lost. What one mount wrote under
+/// Processes on two mounts (two nodes) and two through the LD_PRELOAD library add to one
+/// counter in a file, each addition under an exclusive lock (`lockf` or `flock`, waiting): no
+/// addition is lost. What one mount wrote under
 /// the lock is what the other reads once it is granted the lock — the kernel's cached pages
 /// of the file are dropped before the grant is answered (CONSISTENCY.md, "Locks order data
 /// across nodes").
@@ -447,17 +448,17 @@ fn additions_under_locks_from_two_mounts_are_none_lost() {
     }
     const ADD: &str = r#"
 import fcntl, os, sys
-path, additions = sys.argv[1], int(sys.argv[2])
+path, additions, take = sys.argv[1], int(sys.argv[2]), getattr(fcntl, sys.argv[3])
 fd = os.open(path, os.O_RDWR)
 for _ in range(additions):
-    fcntl.lockf(fd, fcntl.LOCK_EX)
+    take(fd, fcntl.LOCK_EX)
     value = int(os.pread(fd, 32, 0).decode().strip() or 0)
     written = str(value + 1).ljust(32).encode()
     os.pwrite(fd, written, 0)
     # (Read back: the mount's own write is seen, and the kernel then holds the file's
     # attributes and pages as fresh — only the next grant's drop can tell it otherwise.)
     assert os.pread(fd, 32, 0) == written
-    fcntl.lockf(fd, fcntl.LOCK_UN)
+    take(fd, fcntl.LOCK_UN)
 "#;
     const PROCESSES_PER_MOUNT: usize = 3;
     const ADDITIONS: usize = 40;
@@ -491,8 +492,26 @@ assert seen == b"0".ljust(32), seen
     let mut adders: Vec<Child> = mounts
         .iter()
         .flat_map(|mount| std::iter::repeat_n(mount.path("counter"), PROCESSES_PER_MOUNT))
-        .map(|path| Command::new("python3").args(["-c", ADD]).arg(path).arg(ADDITIONS.to_string()).spawn().unwrap())
+        .enumerate()
+        // (Record locks and `flock` share one space, so both kinds exclude each other.)
+        .map(|(i, path)| {
+            let take = if i % 3 == 2 { "flock" } else { "lockf" };
+            Command::new("python3").args(["-c", ADD]).arg(path).arg(ADDITIONS.to_string()).arg(take).spawn().unwrap()
+        })
         .collect();
+    // And two processes through the LD_PRELOAD library (a third node, without a kernel cache).
+    let prefix = format!("/ringfs-locks-{:x}", std::process::id());
+    for take in ["lockf", "flock"] {
+        let adder = Command::new("python3")
+            .args(["-c", ADD, &format!("{prefix}/counter"), &ADDITIONS.to_string(), take])
+            .env("LD_PRELOAD", preload_library())
+            .env("RINGFS_MOUNT", &prefix)
+            .env("RINGFS_SERVER", cluster.addresses().join(","))
+            .env("RINGFS_SECRET", &cluster.secret)
+            .spawn()
+            .unwrap();
+        adders.push(adder);
+    }
     let started = Instant::now();
     for adder in &mut adders {
         while adder.try_wait().unwrap().is_none() {
@@ -506,7 +525,7 @@ assert seen == b"0".ljust(32), seen
         }
         assert!(adder.wait().unwrap().success(), "an adder failed");
     }
-    let total = 2 * PROCESSES_PER_MOUNT * ADDITIONS;
+    let total = (2 * PROCESSES_PER_MOUNT + 2) * ADDITIONS;
     for mount in &mounts {
         let counted = std::fs::read_to_string(mount.path("counter")).unwrap();
         assert_eq!(counted.trim(), total.to_string(), "additions lost (read through each mount)");
