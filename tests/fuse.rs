@@ -118,11 +118,31 @@ except OSError as error:
     assert error.errno == 39, error
 shutil.move(os.path.join(root, "a"), os.path.join(root, "moved-dir"))
 assert os.path.exists(os.path.join(root, "moved-dir/b/c/data.json"))
+# A file is no terminal: ENOTTY, as on a local file system (Python asks at every open).
+import errno, fcntl, termios
+with open(os.path.join(root, "append.log")) as f:
+    assert not f.isatty()
+    try:
+        fcntl.ioctl(f.fileno(), termios.TCGETS, bytes(64))
+        raise SystemExit("TCGETS on a file succeeded")
+    except OSError as error:
+        assert error.errno == errno.ENOTTY, error
+for i in range(100):
+    open(os.path.join(root, "quiet-%d" % i), "w").close()
 print("python ok")
 "#;
     let output = Command::new("python3").arg("-c").arg(script).arg(&mount.dir).output().unwrap();
     assert!(output.status.success(), "{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(String::from_utf8_lossy(&output.stdout).contains("python ok"));
+    // The mount's log does not grow with the files a program opens (fuser's own answer to
+    // `ioctl` logged three lines each).
+    let log = mount.log();
+    assert!(
+        log.lines().count() < 50,
+        "the mount logged {} lines:\n{}",
+        log.lines().count(),
+        log.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
 }
 
 #[test]

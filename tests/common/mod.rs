@@ -522,6 +522,11 @@ impl Mount {
         self.dir.join(relative.trim_start_matches('/'))
     }
 
+    /// What the mount process logged so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default()
+    }
+
     /// Unmounts and returns the mount process's exit status.
     pub fn unmount(&mut self) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
@@ -576,7 +581,7 @@ impl Mount {
 
     /// Asserts (from the mount's log) that requests came through the io_uring queues.
     fn assert_the_rings_served(&self) {
-        let log = std::fs::read_to_string(self.dir.with_extension("log")).unwrap_or_default();
+        let log = self.log();
         let answered = log
             .lines()
             .find_map(|line| line.split(" requests were answered through io_uring queues").next().filter(|head| head.len() < line.len()))

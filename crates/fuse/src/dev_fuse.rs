@@ -10,9 +10,9 @@ use std::sync::{Arc, mpsc};
 use std::time::SystemTime;
 
 use fuser::{
-    AccessFlags, Errno as FuseErrno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, KernelConfig, LockOwner,
+    AccessFlags, Errno as FuseErrno, FileHandle, Filesystem, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
     OpenFlags as FuseOpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    ReplyIoctl, ReplyLock, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use ringfs_client::Errno;
 
@@ -453,5 +453,13 @@ impl Filesystem for DevFuse {
 
     fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         reply.answer(self.fs.check_access(inode.0, mask.bits() as u32));
+    }
+
+    // (fuser's own answer, ENOSYS, logged a warning for every file Python opened.)
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(&self, _: &Request, _: INodeNo, _: FileHandle, _: IoctlFlags, _: u32, _: &[u8], _: u32, reply: ReplyIoctl) {
+        if let Err(errno) = self.fs.control() {
+            reply.error(fuse_errno(errno));
+        }
     }
 }

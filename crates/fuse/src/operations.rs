@@ -603,6 +603,13 @@ impl RingfsFilesystem {
         self.client.remove_xattr_id(self.inodes.file(inode)?, name)
     }
 
+    /// An `ioctl` on a file of the mount: ringfs files are no devices, so none applies
+    /// (ENOTTY, as a local file system answers — Python asks every file it opens whether
+    /// it is a terminal, `TCGETS`).
+    pub fn control(&self) -> Result<(), Errno> {
+        Err(Errno::ENOTTY)
+    }
+
     pub fn check_access(&self, inode: u64, mask: u32) -> Result<(), Errno> {
         self.inodes.path(inode).and_then(|path| self.client.access(&path, mask))
     }

@@ -39,6 +39,7 @@ pub const SETLK: u32 = 32;
 pub const SETLKW: u32 = 33;
 pub const ACCESS: u32 = 34;
 pub const CREATE: u32 = 35;
+pub const IOCTL: u32 = 39;
 pub const BATCH_FORGET: u32 = 42;
 pub const FALLOCATE: u32 = 43;
 pub const READDIRPLUS: u32 = 44;

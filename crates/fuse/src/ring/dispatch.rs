@@ -320,6 +320,7 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
             fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, waiter)?
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
+        abi::IOCTL => fs.control()?,
         abi::FALLOCATE => {
             let request: abi::FallocateIn = fixed(op_in)?;
             fs.allocate(request.fh, request.offset, request.length, request.mode as i32)?
