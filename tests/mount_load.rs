@@ -77,6 +77,8 @@ struct Worker {
     random: Random,
     temporaries: u64,
     tally: Tally,
+    /// Also reads under locks, through memory maps, and cuts side files ([`Worker::other_step`]).
+    with_locks_and_maps: bool,
 }
 
 impl Worker {
@@ -129,8 +131,82 @@ impl Worker {
         }
     }
 
+    /// A whole read of `path` under an OFD lock (shared or exclusive, waiting for it).
+    fn locked_read(&mut self, path: &Path) {
+        use std::os::fd::AsRawFd;
+        let exclusive = self.random.below(2) == 0;
+        // (A write lock needs a descriptor open for writing.)
+        let result = std::fs::OpenOptions::new().read(true).write(exclusive).open(path).and_then(|mut file| {
+            let mut lock: libc::flock = unsafe { std::mem::zeroed() };
+            lock.l_type = if exclusive { libc::F_WRLCK } else { libc::F_RDLCK } as libc::c_short;
+            lock.l_whence = libc::SEEK_SET as libc::c_short;
+            // SAFETY: an OFD lock on a descriptor this worker owns.
+            if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &lock) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        self.check_read(path, "locked read", result);
+    }
+
+    /// A whole read of `path` through a shared memory map.
+    fn mapped_read(&mut self, path: &Path) {
+        use std::os::fd::AsRawFd;
+        let result = std::fs::File::open(path).and_then(|file| {
+            let length = file.metadata()?.len() as usize;
+            if length == 0 {
+                return Ok(Vec::new());
+            }
+            // SAFETY: a read-only map of a file this worker opened, copied out and unmapped;
+            // names are only ever renamed over, never cut, so the map stays backed.
+            unsafe {
+                let map = libc::mmap(std::ptr::null_mut(), length, libc::PROT_READ, libc::MAP_SHARED, file.as_raw_fd(), 0);
+                if map == libc::MAP_FAILED {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let bytes = std::slice::from_raw_parts(map as *const u8, length).to_vec();
+                libc::munmap(map, length);
+                Ok(bytes)
+            }
+        });
+        self.check_read(path, "mapped read", result);
+    }
+
+    fn check_read(&mut self, path: &Path, what: &str, result: std::io::Result<Vec<u8>>) {
+        match result {
+            Ok(bytes) => {
+                self.tally.reads += 1;
+                if let Some(problem) = read_problem(&bytes) {
+                    self.tally.wrong_reads.push(format!("{what} {}: {problem}", path.display()));
+                }
+            }
+            Err(error) => self.note(what, path, Err(error)),
+        }
+    }
+
+    /// One of the operations only the load with locks and maps has.
+    fn other_step(&mut self, path: &Path) {
+        match self.random.below(3) {
+            0 => self.locked_read(path),
+            1 => self.mapped_read(path),
+            _ => {
+                let side = path.with_extension("direct");
+                let length = self.random.below(LARGEST_VERSION_BYTES);
+                let result = std::fs::OpenOptions::new().write(true).open(&side).and_then(|file| file.set_len(length));
+                self.note("truncate", &side, result);
+            }
+        }
+    }
+
     fn step(&mut self) {
         let path = self.name();
+        if self.with_locks_and_maps && self.random.below(4) == 0 {
+            self.other_step(&path);
+            self.tally.operations += 1;
+            return;
+        }
         let choice = self.random.below(100);
         match choice {
             0..35 => self.replace(&path),
@@ -152,7 +228,8 @@ impl Worker {
 }
 
 /// Runs `workers` workers on the tree under `root` for `duration` and adds up what they saw.
-fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64) -> Tally {
+/// Panics if a worker is still in an operation 60 s after the load stopped (a hang).
+fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64, with_locks_and_maps: bool) -> Tally {
     for directory in 0..DIRECTORIES {
         std::fs::create_dir_all(root.join(format!("d{directory}"))).unwrap();
     }
@@ -167,6 +244,7 @@ fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64) ->
                 random: Random::new(mix(seed + index as u64)),
                 temporaries: 0,
                 tally: Tally::default(),
+                with_locks_and_maps,
             };
             std::thread::spawn(move || {
                 start.wait();
@@ -180,6 +258,15 @@ fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64) ->
     start.wait();
     std::thread::sleep(duration);
     stop.store(true, Ordering::Relaxed);
+    let stopped = std::time::Instant::now();
+    while !threads.iter().all(|thread| thread.is_finished()) {
+        let busy = threads.iter().filter(|thread| !thread.is_finished()).count();
+        assert!(
+            stopped.elapsed() < Duration::from_secs(60),
+            "seed {seed}: {busy} workers still in an operation 60 s after the load stopped"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let mut tally = Tally::default();
     for thread in threads {
         tally.add(thread.join().expect("a worker panicked"));
@@ -227,7 +314,23 @@ fn eight_workers_mixing_renames_overwrites_reads_unlinks_and_listings_read_only_
     let cluster = TestCluster::start(3);
     let mount = cluster.mount(&[]);
     let seed = seed();
-    let tally = run_mixed_load(&mount.path("load"), 8, Duration::from_secs(load_seconds()), seed);
+    let tally = run_mixed_load(&mount.path("load"), 8, Duration::from_secs(load_seconds()), seed, false);
+    assert_whole(&tally, seed);
+}
+
+/// The load with reads under OFD locks, reads through memory maps and cuts of side files
+/// beside it (a quarter of the operations), for a third of the load's time: whole versions
+/// only, and no worker hangs (lock grants drop the kernel's pages of a file while other
+/// workers read it: `locks.rs: reads_beside_lock_grants_keep_going`).
+#[test]
+fn eight_workers_mixing_in_locked_and_mapped_reads_read_only_whole_versions_and_never_hang() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let mount = cluster.mount(&[]);
+    let seed = seed();
+    let tally = run_mixed_load(&mount.path("load"), 8, Duration::from_secs(load_seconds().div_ceil(3)), seed, true);
     assert_whole(&tally, seed);
 }
 
@@ -241,7 +344,7 @@ fn the_mixed_load_on_a_given_directory_reads_only_whole_versions() {
     let root = given.clone().unwrap_or_else(|| scratch.to_path_buf()).join("load");
     let seconds = if given.is_some() { load_seconds() } else { load_seconds().min(10) };
     let seed = seed();
-    let tally = run_mixed_load(&root, 8, Duration::from_secs(seconds), seed);
+    let tally = run_mixed_load(&root, 8, Duration::from_secs(seconds), seed, given.is_some());
     let _ = std::fs::remove_dir_all(&root);
     assert_whole(&tally, seed);
 }
