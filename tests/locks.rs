@@ -230,6 +230,26 @@ fn locks_hold_between_two_mounts() {
     assert_eq!(ask_until(&mut b, &format!("flock {fd_b} EX_NB"), "ok"), "ok", "upgraded once the other description closed");
 }
 
+/// A holder of a write lock on the whole of `path` and `count` agents sent a `SETLKW` of
+/// `kind` on it (not answered yet), each agent made by `spawn`: the holder, its descriptor and
+/// the waiters with theirs. (Only waits from then on: every answer is awaited with a bound.)
+fn holder_and_waiters(path: &str, count: usize, kind: &str, spawn: fn() -> Agent) -> (Agent, u32, Vec<(Agent, u32)>) {
+    let mut holder = spawn();
+    let fd = holder.open(path);
+    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
+    let mut waiters: Vec<(Agent, u32)> = (0..count)
+        .map(|_| {
+            let mut waiter = spawn();
+            let fd = waiter.open(path);
+            (waiter, fd)
+        })
+        .collect();
+    for (waiter, fd) in &mut waiters {
+        waiter.send(&format!("lock {fd} SETLKW {kind} 0 0"));
+    }
+    (holder, fd, waiters)
+}
+
 /// Owners waiting for a lock do not hold up the other requests of their CPU: the holder and
 /// three waiters all on CPU 0, the holder's unlock gets through and every waiter is granted.
 /// (With FUSE over io_uring the kernel hands a CPU's requests to that CPU's queue only, whose
@@ -242,20 +262,7 @@ fn a_holders_unlock_gets_through_while_waiters_on_its_cpu_wait() {
     let cluster = TestCluster::start(1);
     let mount = cluster.mount(&[]);
     let path = mount.path("contended").display().to_string();
-    let mut holder = Agent::kernel_on_first_cpu();
-    let fd = holder.open(&path);
-    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
-    let mut waiters: Vec<(Agent, u32)> = (0..3)
-        .map(|_| {
-            let mut waiter = Agent::kernel_on_first_cpu();
-            let fd = waiter.open(&path);
-            (waiter, fd)
-        })
-        .collect();
-    // (Only waits from here on: every answer is awaited with a bound.)
-    for (waiter, fd) in &mut waiters {
-        waiter.send(&format!("lock {fd} SETLKW R 0 0"));
-    }
+    let (mut holder, fd, mut waiters) = holder_and_waiters(&path, 3, "R", Agent::kernel_on_first_cpu);
     std::thread::sleep(Duration::from_millis(500));
     holder.send(&format!("lock {fd} SETLK U 0 0"));
     assert_eq!(answer_within(&mut holder, Duration::from_secs(10)).as_deref(), Some("ok"), "the unlock got through");
@@ -275,20 +282,7 @@ fn a_holders_unlock_gets_through_past_more_waiters_than_request_threads() {
     let cluster = TestCluster::start(1);
     let mount = cluster.mount(&[]);
     let path = mount.path("contended").display().to_string();
-    let mut holder = Agent::kernel();
-    let fd = holder.open(&path);
-    assert_eq!(holder.ask(&format!("lock {fd} SETLK W 0 0")), "ok");
-    let mut waiters: Vec<(Agent, u32)> = (0..8)
-        .map(|_| {
-            let mut waiter = Agent::kernel();
-            let fd = waiter.open(&path);
-            (waiter, fd)
-        })
-        .collect();
-    // (Only waits from here on: every answer is awaited with a bound.)
-    for (waiter, fd) in &mut waiters {
-        waiter.send(&format!("lock {fd} SETLKW W 0 0"));
-    }
+    let (mut holder, fd, mut waiters) = holder_and_waiters(&path, 8, "W", Agent::kernel);
     std::thread::sleep(Duration::from_millis(500));
     // The mount answers other requests while the owners wait.
     let (sender, listed) = mpsc::channel();

@@ -17,7 +17,7 @@ use fuser::{
 };
 use ringfs_client::Errno;
 
-use crate::operations::{AttributeChanges, Caller, Entry, LockFound, Opened, Usage, Xattr};
+use crate::operations::{AttributeChanges, Caller, Entry, LockFound, LockRequest, Opened, Usage, Xattr};
 use crate::{MAX_TRANSFER, RingfsFilesystem};
 
 thread_local! {
@@ -390,9 +390,9 @@ impl Filesystem for DevFuse {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let (inode, handle, lock_owner) = (inode.0, handle.0, lock_owner.0);
-        match self.fs.set_lock_keeping_cache(inode, handle, lock_owner, start, end, typ, None) {
-            Ok(true) => self.grant(inode, reply),
+        let lock = LockRequest { inode: inode.0, handle: handle.0, owner: lock_owner.0, start, end, typ };
+        match self.fs.set_lock_keeping_cache(lock, None) {
+            Ok(true) => self.grant(lock.inode, reply),
             Ok(false) => reply.ok(),
             Err(Errno::EAGAIN) if sleep => {
                 // The wait goes to a thread of its own: on one of the few request threads
@@ -400,7 +400,7 @@ impl Filesystem for DevFuse {
                 // once as many owners wait as there are threads.
                 let (filesystem, waiter) = (self.fs.clone(), request.pid());
                 let waiting = std::thread::Builder::new().name("ringfs-lock-wait".into()).spawn(move || {
-                    reply.answer(filesystem.set_lock(inode, handle, lock_owner, start, end, typ, Some(waiter)));
+                    reply.answer(filesystem.set_lock(lock, Some(waiter)));
                 });
                 if let Err(error) = waiting {
                     // (The reply went with the closure: fuser answers a dropped reply EIO.)

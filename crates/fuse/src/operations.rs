@@ -64,6 +64,18 @@ pub struct LockFound {
     pub pid: u32,
 }
 
+/// A `setlk` as the kernel sends it: lock (`typ` `F_RDLCK`, `F_WRLCK`) or unlock
+/// (`F_UNLCK`) bytes `start..=end` of `inode`, for `owner`, through the open `handle`.
+#[derive(Clone, Copy, Debug)]
+pub struct LockRequest {
+    pub inode: u64,
+    pub handle: u64,
+    pub owner: u64,
+    pub start: u64,
+    pub end: u64,
+    pub typ: i32,
+}
+
 /// The changes a `setattr` asks for.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct AttributeChanges {
@@ -404,19 +416,9 @@ impl RingfsFilesystem {
     /// kernel sent the request for) waits for a lock in the way to go — until the waiter
     /// has a signal to handle or is gone (EINTR: see [`crate::interrupts`]). A lock taken,
     /// the kernel drops what it cached of the file ([`RingfsFilesystem::forget_cached`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_lock(
-        &self,
-        inode: u64,
-        handle: u64,
-        lock_owner: u64,
-        start: u64,
-        end: u64,
-        typ: i32,
-        waiter: Option<u32>,
-    ) -> Result<(), Errno> {
-        if self.set_lock_keeping_cache(inode, handle, lock_owner, start, end, typ, waiter)? {
-            self.forget_cached(inode);
+    pub fn set_lock(&self, lock: LockRequest, waiter: Option<u32>) -> Result<(), Errno> {
+        if self.set_lock_keeping_cache(lock, waiter)? {
+            self.forget_cached(lock.inode);
         }
         Ok(())
     }
@@ -424,31 +426,22 @@ impl RingfsFilesystem {
     /// [`RingfsFilesystem::set_lock`] without the drop of the kernel's cache: whether a lock
     /// was taken (rather than given back), in which case the caller has the cache dropped
     /// before it answers.
-    #[allow(clippy::too_many_arguments)]
-    pub fn set_lock_keeping_cache(
-        &self,
-        inode: u64,
-        handle: u64,
-        lock_owner: u64,
-        start: u64,
-        end: u64,
-        typ: i32,
-        waiter: Option<u32>,
-    ) -> Result<bool, Errno> {
+    pub fn set_lock_keeping_cache(&self, lock: LockRequest, waiter: Option<u32>) -> Result<bool, Errno> {
+        let LockRequest { inode, handle, owner, start, end, typ } = lock;
         let kind = ringfs_client::lock_kind_of(typ)?;
         if kind != LockKind::Unlock {
             let mut owners = self.lock_owners.lock();
             let owners = owners.entry(inode).or_default();
-            if !owners.contains(&(lock_owner, handle)) {
-                owners.push((lock_owner, handle));
+            if !owners.contains(&(owner, handle)) {
+                owners.push((owner, handle));
             }
         }
         let (fd, range) = (fd_of(handle), lock_range(start, end));
         match waiter {
-            None => self.client.set_lock(fd, lock_owner, kind, range, false)?,
+            None => self.client.set_lock(fd, owner, kind, range, false)?,
             Some(thread) => {
                 let interrupted = || crate::interrupts::signal_pending(thread);
-                self.client.set_lock_waiting(fd, lock_owner, kind, range, WaitEnds::When(&interrupted))?
+                self.client.set_lock_waiting(fd, owner, kind, range, WaitEnds::When(&interrupted))?
             }
         }
         Ok(kind != LockKind::Unlock)

@@ -12,7 +12,7 @@ use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
 
 use super::abi::{self, InHeader};
 use crate::RingfsFilesystem;
-use crate::operations::{AttributeChanges, Caller, Entry, Listing, Opened, Xattr};
+use crate::operations::{AttributeChanges, Caller, Entry, Listing, LockRequest, Opened, Xattr};
 
 /// Who may send requests, as fuser's session checks it.
 #[derive(Clone, Copy, Debug)]
@@ -317,7 +317,9 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
             let request: abi::LkIn = fixed(op_in)?;
             let lock = request.lock;
             let waiter = (opcode == abi::SETLKW).then_some(header.pid);
-            fs.set_lock(inode, request.fh, request.owner, lock.start, lock.end, lock.typ as i32, waiter)?
+            let lock =
+                LockRequest { inode, handle: request.fh, owner: request.owner, start: lock.start, end: lock.end, typ: lock.typ as i32 };
+            fs.set_lock(lock, waiter)?
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
         abi::IOCTL => fs.control()?,
