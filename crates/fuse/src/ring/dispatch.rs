@@ -315,10 +315,10 @@ pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
         }
         abi::SETLK | abi::SETLKW => {
             let request: abi::LkIn = fixed(op_in)?;
-            let lock = request.lock;
+            let asked = request.lock;
             let waiter = (opcode == abi::SETLKW).then_some(header.pid);
             let lock =
-                LockRequest { inode, handle: request.fh, owner: request.owner, start: lock.start, end: lock.end, typ: lock.typ as i32 };
+                LockRequest { inode, handle: request.fh, owner: request.owner, start: asked.start, end: asked.end, typ: asked.typ as i32 };
             fs.set_lock(lock, waiter)?
         }
         abi::ACCESS => fs.check_access(inode, fixed::<abi::AccessIn>(op_in)?.mask)?,
