@@ -6,7 +6,7 @@ mod common;
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{TestCluster, fuse_available};
@@ -334,6 +334,18 @@ fn small_files_on_live_servers_read_through_the_mount_while_another_server_is_do
     assert!(failed.is_empty(), "{} reads failed, e.g. {:?}", failed.len(), &failed[..failed.len().min(3)]);
 }
 
+/// Names in the root directory whose entries server `index` holds (`prefix-N`).
+fn names_on_server(cluster: &TestCluster, index: usize, prefix: &str) -> impl Iterator<Item = String> {
+    let list = cluster.client().members();
+    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
+    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
+    let server = cluster.name(index);
+    let prefix = prefix.to_string();
+    (0..10_000)
+        .map(move |index| format!("{prefix}-{index}"))
+        .filter(move |name| placement.ring()[placement.owner_of_path(&format!("/{name}"))] == server)
+}
+
 /// `cat` of a file whose server is stopped (SIGSTOP) fails with EIO within one request
 /// deadline (the mount's is 3 s), not one deadline per request the kernel sends.
 #[test]
@@ -343,14 +355,7 @@ fn cat_of_a_file_on_a_stopped_server_fails_within_one_deadline() {
     }
     let cluster = TestCluster::start(2);
     let mount = cluster.mount(&[]);
-    let client = cluster.client();
-    let list = client.members();
-    let (scheme, hash) = ringfs_placement::parse_description(&list.placement).unwrap();
-    let placement = ringfs_placement::Placement::new(list.members.iter().map(|member| member.name.clone()), hash, scheme).unwrap();
-    let name = (0..100)
-        .map(|index| format!("stopped-{index}"))
-        .find(|name| placement.ring()[placement.owner_of_path(&format!("/{name}"))] == cluster.name(1))
-        .unwrap();
+    let name = names_on_server(&cluster, 1, "stopped").next().unwrap();
     std::fs::write(mount.path(&name), b"data").unwrap();
     // Let the kernel's cached attributes expire, so cat has to ask.
     std::thread::sleep(Duration::from_millis(1500));
@@ -367,4 +372,59 @@ fn cat_of_a_file_on_a_stopped_server_fails_within_one_deadline() {
         assert!(elapsed < Duration::from_millis(4500), "cat of {} failed after {elapsed:?}; the deadline is 3 s", path.display());
     }
     cluster.signal(1, libc::SIGCONT);
+}
+
+/// A program killed while the mount waits for a stopped server on its behalf — `kill -9` of
+/// `cat`, Ctrl-C of `stat` (which does not handle it) — is gone within moments, not at the
+/// request's deadline (3 s here: the kernel keeps it until the mount answers). A program
+/// that handles the signal is not killed, so its read goes on as on a local disk and gets
+/// its bytes once the server runs again; and the server, whose answers were given up, is
+/// not taken for dead.
+#[test]
+fn programs_killed_while_a_server_is_stopped_are_gone_at_once() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    let mut names = names_on_server(&cluster, 1, "waited");
+    let file = names.next().unwrap();
+    std::fs::write(mount.path(&file), b"data").unwrap();
+    let not_looked_up = names.next().unwrap();
+    let still_waiting = |program: &mut std::process::Child, what: &str| {
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(program.try_wait().unwrap().is_none(), "{what} did not wait for the stopped server");
+    };
+    let gone_at_once = |mut program: std::process::Child, signal: i32, what: &str| {
+        still_waiting(&mut program, what);
+        let signalled = Instant::now();
+        assert_eq!(unsafe { libc::kill(program.id() as i32, signal) }, 0);
+        let status = program.wait().unwrap();
+        let took = signalled.elapsed();
+        assert!(!status.success(), "{what}: {status}");
+        assert!(took < Duration::from_secs(1), "{what} went {took:?} after its signal; the request's deadline is 3 s");
+    };
+    cluster.signal(1, libc::SIGSTOP);
+    // A read (the mount drops a file's pages at open: cat reads from the server).
+    gone_at_once(Command::new("cat").arg(mount.path(&file)).stdout(Stdio::null()).spawn().unwrap(), libc::SIGKILL, "cat (kill -9)");
+    // A lookup.
+    let stat = Command::new("stat").arg(mount.path(&not_looked_up)).stderr(Stdio::null()).spawn().unwrap();
+    gone_at_once(stat, libc::SIGINT, "stat (Ctrl-C)");
+    cluster.signal(1, libc::SIGCONT);
+    assert_eq!(std::fs::read(mount.path(&file)).unwrap(), b"data", "the mount reads from the server again");
+
+    // Perl's handler runs after the read: the read's result tells whether the mount gave up.
+    let script = r#"$SIG{INT} = sub { print "handled\n" }; open(F, "<", $ARGV[0]) or die "open: $!";
+        my $n = sysread(F, my $bytes, 100); print defined $n ? "read $n\n" : "error $!\n";"#;
+    cluster.signal(1, libc::SIGSTOP);
+    let mut perl = Command::new("perl").args(["-e", script]).arg(mount.path(&file)).stdout(Stdio::piped()).spawn().unwrap();
+    still_waiting(&mut perl, "perl");
+    assert_eq!(unsafe { libc::kill(perl.id() as i32, libc::SIGINT) }, 0);
+    still_waiting(&mut perl, "perl, its SIGINT handled");
+    cluster.signal(1, libc::SIGCONT);
+    let output = perl.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(said.contains("read 4") && said.contains("handled"), "perl said {said:?} ({})", output.status);
+    let missing = std::fs::metadata(mount.path(&not_looked_up)).unwrap_err();
+    assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
 }

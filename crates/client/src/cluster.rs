@@ -200,8 +200,12 @@ impl Cluster {
         }
     }
 
-    /// Records a failure of a request to `server`: a timeout makes it a suspect.
+    /// Records a failure of a request to `server`: a timeout makes it a suspect. A wait given
+    /// up for a caller being killed says nothing about the server.
     fn note_failure(&self, server: &str, error: &ringfs_rpc::RpcError) {
+        if error.is_abandoned() {
+            return;
+        }
         if error.is_timeout() {
             self.suspects.lock().insert(server.to_string(), Instant::now() + self.config.timeout);
         }

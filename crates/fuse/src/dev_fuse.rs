@@ -17,6 +17,7 @@ use fuser::{
 };
 use ringfs_client::Errno;
 
+use crate::interrupts::reading_for;
 use crate::operations::{AttributeChanges, Caller, Entry, LockFound, LockRequest, Opened, Usage, Xattr};
 use crate::{MAX_TRANSFER, RingfsFilesystem};
 
@@ -224,16 +225,16 @@ impl Filesystem for DevFuse {
         Ok(())
     }
 
-    fn lookup(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply.answer(self.fs.lookup_entry(parent.0, name));
+    fn lookup(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        reply.answer(reading_for(request.pid(), || self.fs.lookup_entry(parent.0, name)));
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
         self.fs.forget_inode(inode.0, lookups);
     }
 
-    fn getattr(&self, _request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
-        reply.answer(self.fs.attributes(inode.0, handle.map(|handle| handle.0)));
+    fn getattr(&self, request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
+        reply.answer(reading_for(request.pid(), || self.fs.attributes(inode.0, handle.map(|handle| handle.0))));
     }
 
     fn setattr(
@@ -258,8 +259,8 @@ impl Filesystem for DevFuse {
         reply.answer(self.fs.set_attributes(inode.0, changes));
     }
 
-    fn readlink(&self, _request: &Request, inode: INodeNo, reply: ReplyData) {
-        reply.answer(self.fs.link_target(inode.0));
+    fn readlink(&self, request: &Request, inode: INodeNo, reply: ReplyData) {
+        reply.answer(reading_for(request.pid(), || self.fs.link_target(inode.0)));
     }
 
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
@@ -309,7 +310,7 @@ impl Filesystem for DevFuse {
 
     fn read(
         &self,
-        _request: &Request,
+        request: &Request,
         _inode: INodeNo,
         handle: FileHandle,
         offset: u64,
@@ -323,7 +324,7 @@ impl Filesystem for DevFuse {
             if buffer.len() < size as usize {
                 buffer.resize(size as usize, 0);
             }
-            match self.fs.read_into(handle.0, offset, &mut buffer[..size as usize]) {
+            match reading_for(request.pid(), || self.fs.read_into(handle.0, offset, &mut buffer[..size as usize])) {
                 Ok(count) => reply.data(&buffer[..count]),
                 Err(errno) => reply.error(fuse_errno(errno)),
             }
@@ -419,20 +420,25 @@ impl Filesystem for DevFuse {
         reply.answer(self.fs.allocate(handle.0, offset, length, mode));
     }
 
-    fn opendir(&self, _request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        reply.answer(self.fs.open_directory(inode.0));
+    fn opendir(&self, request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
+        reply.answer(reading_for(request.pid(), || self.fs.open_directory(inode.0)));
     }
 
-    fn readdir(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        match self.fs.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name)) {
+    fn readdir(&self, request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+        let listed = reading_for(request.pid(), || {
+            self.fs.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name))
+        });
+        match listed {
             Ok(()) => reply.ok(),
             Err(errno) => reply.error(fuse_errno(errno)),
         }
     }
 
-    fn readdirplus(&self, _request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = self.fs.list_plus(inode.0, handle.0, offset, |listing, entry| {
-            reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &entry.valid_for, &entry.attr, Generation(0))
+    fn readdirplus(&self, request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let listed = reading_for(request.pid(), || {
+            self.fs.list_plus(inode.0, handle.0, offset, |listing, entry| {
+                reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &entry.valid_for, &entry.attr, Generation(0))
+            })
         });
         match listed {
             Ok(()) => reply.ok(),
@@ -449,28 +455,28 @@ impl Filesystem for DevFuse {
         reply.answer(self.fs.sync_directory(inode.0));
     }
 
-    fn statfs(&self, _request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
-        reply.answer(self.fs.usage());
+    fn statfs(&self, request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
+        reply.answer(reading_for(request.pid(), || self.fs.usage()));
     }
 
     fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
         reply.answer(self.fs.set_xattr(inode.0, name, value, flags));
     }
 
-    fn getxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply.answer(self.fs.xattr(inode.0, name, size));
+    fn getxattr(&self, request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        reply.answer(reading_for(request.pid(), || self.fs.xattr(inode.0, name, size)));
     }
 
     fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
-        reply.answer(self.fs.xattr_names(caller(request), inode.0, size));
+        reply.answer(reading_for(request.pid(), || self.fs.xattr_names(caller(request), inode.0, size)));
     }
 
     fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         reply.answer(self.fs.remove_xattr(inode.0, name));
     }
 
-    fn access(&self, _request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply.answer(self.fs.check_access(inode.0, mask.bits() as u32));
+    fn access(&self, request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        reply.answer(reading_for(request.pid(), || self.fs.check_access(inode.0, mask.bits() as u32)));
     }
 
     // (fuser's own answer, ENOSYS, logged a warning for every file Python opened.)

@@ -9,6 +9,12 @@
 //! a signal pending that the caller does not block, or a caller that is gone, ends the wait
 //! with EINTR. The kernel then returns EINTR to the program (which runs its handler), or lets
 //! a killed one die.
+//!
+//! Any other request waits for servers at most the client's deadline (seconds, if a server
+//! is stopped or cut off). For a request that only reads (a lookup, a stat, a listing, a
+//! read), a caller that is being killed — `kill -9`, Ctrl-C of a program that does not
+//! handle it — ends that wait too ([`reading_for`]), as `kill -9` ends a wait on an NFS
+//! server.
 
 use std::io::ErrorKind;
 
@@ -26,12 +32,44 @@ pub fn signal_pending(tid: u32) -> bool {
     }
 }
 
+/// Whether thread `tid` is being killed: SIGKILL is pending for it. That is `kill -9`, and
+/// any signal whose default action ends the process and which the process neither handles,
+/// blocks nor ignores (SIGINT at a terminal, SIGTERM): the kernel turns those into SIGKILL
+/// for every thread of the process when it sends them. The program will never see the
+/// answer, so any wait for a server on its behalf may end (`ringfs_client::on_behalf_of`). A
+/// program that handles the signal is not being killed: as on a local file system, its
+/// system call goes on. A `tid` of 0, or one that cannot be read, is not being killed (a
+/// request the kernel sends on its own behalf, such as a `RELEASE`, must finish).
+pub fn being_killed(tid: u32) -> bool {
+    if tid == 0 {
+        return false;
+    }
+    std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|status| kill_pending(&status))
+}
+
+/// Runs `work`, a request that only reads, for thread `caller`: its waits for servers end
+/// (EINTR) once the caller is [`being_killed`]. Requests that change something are left to
+/// finish: the mount's own account of names and times follows their answers.
+pub fn reading_for<T>(caller: u32, work: impl FnOnce() -> T) -> T {
+    ringfs_client::on_behalf_of(caller, being_killed, work)
+}
+
+/// Bit of SIGKILL in the masks of `/proc/TID/status`.
+const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+
+fn status_mask(status: &str, field: &str) -> u64 {
+    status.lines().find_map(|line| line.strip_prefix(field)).and_then(|value| u64::from_str_radix(value.trim(), 16).ok()).unwrap_or(0)
+}
+
+/// From the text of `/proc/TID/status`: SIGKILL pending for the thread or its process.
+fn kill_pending(status: &str) -> bool {
+    (status_mask(status, "SigPnd:") | status_mask(status, "ShdPnd:")) & SIGKILL_BIT != 0
+}
+
 /// From the text of `/proc/TID/status`: a signal pending for the thread (`SigPnd`) or its
 /// process (`ShdPnd`) that the thread does not block (`SigBlk`; SIGKILL cannot be blocked).
 fn unblocked_signal_pending(status: &str) -> bool {
-    let mask = |field: &str| {
-        status.lines().find_map(|line| line.strip_prefix(field)).and_then(|value| u64::from_str_radix(value.trim(), 16).ok()).unwrap_or(0)
-    };
+    let mask = |field: &str| status_mask(status, field);
     (mask("SigPnd:") | mask("ShdPnd:")) & !mask("SigBlk:") != 0
 }
 
@@ -54,6 +92,21 @@ mod tests {
         assert!(!unblocked_signal_pending(&status("0000000000000200", "0000000000000002", "0000000000000202")));
         // SIGKILL (9) is pending even where a blocked mask would claim it.
         assert!(unblocked_signal_pending(&status("0000000000000000", "0000000000000100", "fffffffffffffeff")));
+    }
+
+    #[test]
+    fn only_a_pending_kill_counts_as_being_killed() {
+        let status = |pending: &str, shared: &str, caught: &str| {
+            format!("Name:\tpython3\nSigPnd:\t{pending}\nShdPnd:\t{shared}\nSigBlk:\t0000000000000000\nSigCgt:\t{caught}\n")
+        };
+        assert!(!kill_pending(&status("0000000000000000", "0000000000000000", "0000000000000000")));
+        // SIGINT to a program that handles it (Python's KeyboardInterrupt): its call goes on.
+        assert!(!kill_pending(&status("0000000000000000", "0000000000000002", "0000000000000002")));
+        // `kill -9`, or a fatal signal the kernel turned into SIGKILL for the thread.
+        assert!(kill_pending(&status("0000000000000000", "0000000000000100", "0000000000000000")));
+        assert!(kill_pending(&status("0000000000000100", "0000000000000000", "0000000000000002")));
+        assert!(!being_killed(0));
+        assert!(!being_killed(std::process::id()), "this test is not being killed");
     }
 
     /// A real process: nothing pending, then a signal it cannot handle yet (it is stopped),

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use ringfs_proto::{FrameHeader, Hello, HelloReply, PROTOCOL_VERSION, Request, Response};
 
-use crate::RpcError;
 use crate::frame_io::{FrameReadError, FrameReader, PollBudget, write_frame};
 use crate::memory::{ProcessMemory, memory_probe};
 use crate::transport::{self, Endpoint, WriteHalf};
@@ -39,6 +38,7 @@ use crate::ucx::{
     self,
     client::{Channel, Received},
 };
+use crate::{RpcError, abandon};
 
 /// How often a waiting reader wakes up to check deadlines.
 const TICK: Duration = Duration::from_millis(50);
@@ -332,6 +332,9 @@ impl Connection {
     /// Sends a request without waiting. Response data up to `destination.len()` bytes is
     /// written into `destination`; larger data arrives in [`Reply::data`].
     pub fn start<'a>(&'a self, request: &Request, data: &[u8], destination: Option<&'a mut [u8]>) -> Result<PendingCall<'a>, RpcError> {
+        if abandon::given_up() {
+            return Err(RpcError::Abandoned { endpoint: self.endpoint.to_string() });
+        }
         let request_id = new_request_id();
         let lent = {
             let mut pending = self.pending.lock();
@@ -424,8 +427,10 @@ impl Connection {
         error
     }
 
-    /// Waits for the response to `request_id` until `deadline`.
+    /// Waits for the response to `request_id` until `deadline`, or until the caller the
+    /// thread serves is found being killed (see [`abandon`]).
     fn finish(&self, request_id: u64, deadline: Instant) -> Result<Reply, RpcError> {
+        let mut next_look = Instant::now() + abandon::FIRST_LOOK;
         let mut pending = self.pending.lock();
         loop {
             match pending.slots.get(&request_id) {
@@ -433,12 +438,23 @@ impl Connection {
                     Some(Slot::Done(result)) => return result,
                     _ => unreachable!("slot was just seen done"),
                 },
-                Some(Slot::Waiting(_)) if Instant::now() >= deadline => {
-                    pending.slots.remove(&request_id);
-                    pending.abandoned += 1;
-                    drop(pending);
-                    self.forget(request_id);
-                    return Err(RpcError::Timeout { endpoint: self.endpoint.to_string(), timeout_ms: self.timeout.as_millis() as u64 });
+                Some(Slot::Waiting(_)) => {
+                    let now = Instant::now();
+                    let given_up = if now >= deadline {
+                        Some(RpcError::Timeout { endpoint: self.endpoint.to_string(), timeout_ms: self.timeout.as_millis() as u64 })
+                    } else if now >= next_look {
+                        next_look = now + abandon::LOOK_EVERY;
+                        abandon::caller_being_killed().then(|| RpcError::Abandoned { endpoint: self.endpoint.to_string() })
+                    } else {
+                        None
+                    };
+                    if let Some(error) = given_up {
+                        pending.slots.remove(&request_id);
+                        pending.abandoned += 1;
+                        drop(pending);
+                        self.forget(request_id);
+                        return Err(error);
+                    }
                 }
                 Some(_) => {}
                 None => return Err(RpcError::Broken { endpoint: self.endpoint.to_string(), reason: "request lost".into() }),

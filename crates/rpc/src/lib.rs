@@ -22,6 +22,7 @@
 //! println!("{:?}", reply.response);
 //! ```
 
+pub mod abandon;
 mod connection;
 pub mod frame_io;
 pub mod link;
@@ -57,6 +58,10 @@ pub enum RpcError {
     Broken { endpoint: String, reason: Arc<str> },
     #[error("no answer from {endpoint} within {timeout_ms} ms")]
     Timeout { endpoint: String, timeout_ms: u64 },
+    /// The wait was given up because the program it was for is being killed (see
+    /// [`abandon`]); the request may still run at the server.
+    #[error("gave up waiting for {endpoint}: the caller is being killed")]
+    Abandoned { endpoint: String },
 }
 
 impl RpcError {
@@ -66,11 +71,18 @@ impl RpcError {
         matches!(self, RpcError::Timeout { .. })
     }
 
+    /// The caller gave up waiting (see [`abandon`]): nothing is known of the server.
+    pub fn is_abandoned(&self) -> bool {
+        matches!(self, RpcError::Abandoned { .. })
+    }
+
     /// What a file-system caller sees: EIO for every transport failure (the server is dead,
-    /// unreachable or too slow), the server's own errno when it refused the connection.
+    /// unreachable or too slow), the server's own errno when it refused the connection, EINTR
+    /// for a wait given up for a caller being killed (who never sees it).
     pub fn errno(&self) -> Errno {
         match self {
             RpcError::Refused { errno, .. } => *errno,
+            RpcError::Abandoned { .. } => Errno::EINTR,
             _ => Errno::EIO,
         }
     }

@@ -171,9 +171,36 @@ pub struct Request<'a> {
     pub payload_len: usize,
 }
 
+/// Requests that only read: their waits for servers end once the caller is being killed
+/// (see [`crate::interrupts::reading_for`]).
+fn only_reads(opcode: u32) -> bool {
+    matches!(
+        opcode,
+        abi::LOOKUP
+            | abi::GETATTR
+            | abi::READLINK
+            | abi::READ
+            | abi::STATFS
+            | abi::GETXATTR
+            | abi::LISTXATTR
+            | abi::OPENDIR
+            | abi::READDIR
+            | abi::READDIRPLUS
+            | abi::ACCESS
+    )
+}
+
 /// Answers `request`: the length of the out-arguments written to the front of `payload`,
 /// or the error to answer.
 pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payload: &mut [u8]) -> Result<usize, Errno> {
+    if only_reads(request.header.opcode) {
+        crate::interrupts::reading_for(request.header.pid, || answer_now(fs, access, request, payload))
+    } else {
+        answer_now(fs, access, request, payload)
+    }
+}
+
+fn answer_now(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payload: &mut [u8]) -> Result<usize, Errno> {
     let Request { header, op_in, payload_len } = *request;
     let opcode = header.opcode;
     if !access.anyone && header.uid != access.owner && !allowed_without_owner(opcode) {
