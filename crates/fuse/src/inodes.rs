@@ -21,7 +21,7 @@
 //! answered here, as fresh as the attributes the kernel caches.
 
 use parking_lot::Mutex;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant, SystemTime};
 
 use fuser::FileAttr;
@@ -69,20 +69,58 @@ struct Inodes {
     entries: HashMap<u64, Entry>,
     /// Invariant: `by_path[p] == i` only if `entries[i].path == p`.
     by_path: HashMap<String, u64>,
+    /// The inodes in each directory, by the directory's path: `children[d]` holds `i` exactly
+    /// when `entries[i].path`'s parent is `d` (a lock grant's names beside).
+    children: HashMap<String, HashSet<u64>>,
+    /// Every `(entries[i].path, i)`, in order: a tree's paths are one range of it (a
+    /// rename's moves). Neither index makes an operation scan every entry (the kernel may
+    /// hold millions), and neither needs a tree's directories to be known.
+    sorted: BTreeSet<(String, u64)>,
     /// Names the kernel was told are missing (in a directory, by inode), and when: the
     /// kernel caches those too, and only they can be told to drop them.
     missing: HashMap<(u64, String), Instant>,
 }
 
 impl Inodes {
-    /// Points `inode`'s path to `path` (and the index with it).
+    /// Points `inode`'s path to `path` (and the indexes with it).
     fn move_to(&mut self, inode: u64, path: String) {
         let Some(entry) = self.entries.get_mut(&inode) else { return };
-        if self.by_path.get(&entry.path) == Some(&inode) {
-            self.by_path.remove(&entry.path);
-        }
+        let old = std::mem::replace(&mut entry.path, path.clone());
+        self.unindex(inode, &old);
         self.by_path.insert(path.clone(), inode);
-        entry.path = path;
+        if let Some(parent) = ringfs_proto::path::parent(&path) {
+            self.children.entry(parent.to_string()).or_default().insert(inode);
+        }
+        self.sorted.insert((path, inode));
+    }
+
+    /// Takes `inode`, which was at `path`, out of the indexes.
+    fn unindex(&mut self, inode: u64, path: &str) {
+        if self.by_path.get(path) == Some(&inode) {
+            self.by_path.remove(path);
+        }
+        self.sorted.remove(&(path.to_string(), inode));
+        let Some(parent) = ringfs_proto::path::parent(path) else { return };
+        if let Some(inodes) = self.children.get_mut(parent) {
+            inodes.remove(&inode);
+            if inodes.is_empty() {
+                self.children.remove(parent);
+            }
+        }
+    }
+
+    /// The inodes at `root` and below it: the paths equal to `root`, then those that begin
+    /// with `root/` (and sort before `root0`, `0` following `/`).
+    fn at_or_below(&self, root: &str) -> Vec<u64> {
+        let at = self.sorted.range((root.to_string(), 0)..=(root.to_string(), u64::MAX));
+        let inside = if root == "/" {
+            self.sorted.range(("/".to_string(), 0)..)
+        } else {
+            self.sorted.range((format!("{root}/"), 0)..(format!("{root}0"), 0))
+        };
+        let mut found: Vec<u64> = at.chain(inside).map(|(_, inode)| *inode).collect();
+        found.dedup();
+        found
     }
 }
 
@@ -98,6 +136,7 @@ impl Default for InodeTable {
             Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, held: None, directory: None, no_xattrs_since: None, names: None };
         inodes.entries.insert(ROOT_INODE, root);
         inodes.by_path.insert("/".into(), ROOT_INODE);
+        inodes.sorted.insert(("/".into(), ROOT_INODE));
         InodeTable { inodes: Mutex::new(inodes) }
     }
 }
@@ -151,18 +190,23 @@ impl InodeTable {
 
     /// The directory holding `inode` (by the path it was last seen at) and the names in it
     /// the kernel knows: the names a lock on `inode` revalidates (see the lock handlers).
-    /// `None` if the directory's inode is not known. Scans the table (locks are rare).
+    /// `None` if the directory's inode is not known.
     pub fn names_beside(&self, inode: u64) -> Option<(u64, Vec<String>)> {
         let inodes = self.inodes();
         let path = &inodes.entries.get(&inode)?.path;
         let directory = ringfs_proto::path::parent(path)?;
         let directory_inode = *inodes.by_path.get(directory)?;
-        let names = inodes
-            .entries
-            .values()
-            .filter(|entry| ringfs_proto::path::parent(&entry.path) == Some(directory))
+        let mut names: Vec<String> = inodes
+            .children
+            .get(directory)
+            .into_iter()
+            .flatten()
+            .filter_map(|inode| inodes.entries.get(inode))
             .map(|entry| ringfs_proto::path::file_name(&entry.path).to_string())
             .collect();
+        // (Two inodes may have been seen at one name: the kernel is told once.)
+        names.sort_unstable();
+        names.dedup();
         Some((directory_inode, names))
     }
 
@@ -232,9 +276,7 @@ impl InodeTable {
             return None;
         }
         let entry = inodes.entries.remove(&inode)?;
-        if inodes.by_path.get(&entry.path) == Some(&inode) {
-            inodes.by_path.remove(&entry.path);
-        }
+        inodes.unindex(inode, &entry.path);
         entry.held
     }
 
@@ -347,28 +389,25 @@ impl InodeTable {
             }
         };
         let mut inodes = self.inodes();
-        let moves: Vec<(u64, String)> = inodes
-            .entries
-            .iter()
-            .filter_map(|(inode, entry)| {
-                let path = moved(&entry.path, from, to).or_else(|| if exchange { moved(&entry.path, to, from) } else { None });
-                path.map(|path| (*inode, path))
+        let mut candidates = inodes.at_or_below(from);
+        if exchange {
+            candidates.extend(inodes.at_or_below(to));
+        }
+        let moves: Vec<(u64, String)> = candidates
+            .into_iter()
+            .filter_map(|inode| {
+                let path = &inodes.entries.get(&inode)?.path;
+                let path = moved(path, from, to).or_else(|| if exchange { moved(path, to, from) } else { None });
+                path.map(|path| (inode, path))
             })
             .collect();
-        for (inode, _) in &moves {
-            let entry = inodes.entries.get_mut(inode).expect("listed above");
-            // (A moved directory's ctime changed.)
-            entry.directory = None;
-            let old = entry.path.clone();
-            if inodes.by_path.get(&old) == Some(inode) {
-                inodes.by_path.remove(&old);
-            }
-        }
         for (inode, path) in moves {
-            inodes.by_path.insert(path.clone(), inode);
             if let Some(entry) = inodes.entries.get_mut(&inode) {
-                entry.path = path;
+                // (A moved directory's ctime changed.)
+                entry.directory = None;
             }
+            // (An index entry of another inode moved here in the same rename is left alone.)
+            inodes.move_to(inode, path);
         }
     }
 }
@@ -523,5 +562,120 @@ mod tests {
 
     fn file(serial: u64) -> FileId {
         FileId { anchor: 9, serial }
+    }
+
+    impl InodeTable {
+        /// Panics unless the indexes say what a scan of every entry says.
+        fn check_indexes(&self) {
+            let inodes = self.inodes();
+            let mut children: HashMap<String, HashSet<u64>> = HashMap::new();
+            for (inode, entry) in &inodes.entries {
+                if let Some(parent) = ringfs_proto::path::parent(&entry.path) {
+                    children.entry(parent.to_string()).or_default().insert(*inode);
+                }
+            }
+            assert_eq!(inodes.children, children, "the directories' index");
+            let sorted: BTreeSet<(String, u64)> =
+                inodes.entries.iter().map(|(inode, entry)| (entry.path.clone(), *inode)).filter(|(path, _)| !path.is_empty()).collect();
+            assert_eq!(inodes.sorted, sorted, "the sorted paths");
+            for (path, inode) in &inodes.by_path {
+                assert_eq!(&inodes.entries[inode].path, path, "the paths' index");
+            }
+        }
+    }
+
+    /// Random lookups, renames (of files and trees, exchanges too) and forgets on a small
+    /// tree of names, against a model that moves every path by scanning them all.
+    #[test]
+    fn renames_and_lock_neighbours_agree_with_a_scan_of_every_entry() {
+        let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut random = |below: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % below
+        };
+        let components = ["a", "b", "c"];
+        let mut random_path = |random: &mut dyn FnMut(u64) -> u64| {
+            let depth = 1 + random(3);
+            (0..depth).map(|_| format!("/{}", components[random(3) as usize])).collect::<String>()
+        };
+        let moved = |path: &str, old: &str, new: &str| -> Option<String> {
+            if path == old {
+                Some(new.to_string())
+            } else if ringfs_proto::path::is_inside(path, old) {
+                Some(format!("{new}{}", &path[old.len()..]))
+            } else {
+                None
+            }
+        };
+        let table = InodeTable::default();
+        let mut model: HashMap<u64, String> = HashMap::new();
+        for step in 0..5_000 {
+            match random(10) {
+                0..=4 => {
+                    let (inode, path) = (2 + random(12), random_path(&mut random));
+                    table.remember(file(inode), &path, None);
+                    model.insert(inode, path);
+                }
+                5..=7 => {
+                    let (from, to) = (random_path(&mut random), random_path(&mut random));
+                    if ringfs_proto::path::is_inside(&to, &from) || ringfs_proto::path::is_inside(&from, &to) {
+                        continue;
+                    }
+                    let exchange = random(3) == 0;
+                    table.renamed(&from, &to, exchange);
+                    for path in model.values_mut() {
+                        let new = moved(path, &from, &to).or_else(|| if exchange { moved(path, &to, &from) } else { None });
+                        if let Some(new) = new {
+                            *path = new;
+                        }
+                    }
+                }
+                _ => {
+                    let inode = 2 + random(12);
+                    while table.forget(inode, 1).is_none() && table.path(inode).is_ok() {}
+                    model.remove(&inode);
+                }
+            }
+            table.check_indexes();
+            for (inode, path) in &model {
+                assert_eq!(&table.path(*inode).unwrap(), path, "step {step}: inode {inode}");
+                let parent = ringfs_proto::path::parent(path).unwrap();
+                let mut beside: Vec<String> = model
+                    .values()
+                    .filter(|other| ringfs_proto::path::parent(other) == Some(parent))
+                    .map(|other| ringfs_proto::path::file_name(other).to_string())
+                    .collect();
+                beside.sort_unstable();
+                beside.dedup();
+                let directory = table.inode_at(parent);
+                assert_eq!(table.names_beside(*inode), directory.map(|directory| (directory, beside)), "step {step}: beside {path}");
+            }
+        }
+    }
+}
+#[cfg(test)]
+mod scratch_bench {
+    use super::*;
+    #[test]
+    #[ignore]
+    fn scan_cost() {
+        let table = InodeTable::default();
+        for index in 0..300_000u64 {
+            table.remember(FileId { anchor: 9, serial: index + 2 }, &format!("/tree/d{}/f{index}", index % 100), None);
+        }
+        table.remember(FileId { anchor: 9, serial: 1_000_000 }, "/work/a", None);
+        let started = Instant::now();
+        for _ in 0..500 {
+            table.renamed("/work/a", "/work/b", false);
+            table.renamed("/work/b", "/work/a", false);
+        }
+        eprintln!("renamed: {:?} each", started.elapsed() / 1000);
+        let started = Instant::now();
+        for _ in 0..1000 {
+            std::hint::black_box(table.names_beside(1_000_000));
+        }
+        eprintln!("names_beside: {:?} each", started.elapsed() / 1000);
     }
 }
