@@ -124,6 +124,17 @@ impl Inodes {
     }
 }
 
+/// Where `path` is after a rename of `old` to `new`: `None` unless it is `old` or below it.
+fn moved(path: &str, old: &str, new: &str) -> Option<String> {
+    if path == old {
+        Some(new.to_string())
+    } else if ringfs_proto::path::is_inside(path, old) {
+        Some(format!("{new}{}", &path[old.len()..]))
+    } else {
+        None
+    }
+}
+
 /// The paths of the inodes the kernel knows.
 pub struct InodeTable {
     inodes: Mutex<Inodes>,
@@ -379,15 +390,6 @@ impl InodeTable {
     /// A rename through this mount: every inode at `from` or below now lives under `to`;
     /// with `exchange`, those at `to` or below under `from` too.
     pub fn renamed(&self, from: &str, to: &str, exchange: bool) {
-        let moved = |path: &str, old: &str, new: &str| -> Option<String> {
-            if path == old {
-                Some(new.to_string())
-            } else if ringfs_proto::path::is_inside(path, old) {
-                Some(format!("{new}{}", &path[old.len()..]))
-            } else {
-                None
-            }
-        };
         let mut inodes = self.inodes();
         let mut candidates = inodes.at_or_below(from);
         if exchange {
@@ -599,15 +601,6 @@ mod tests {
         let mut random_path = |random: &mut dyn FnMut(u64) -> u64| {
             let depth = 1 + random(3);
             (0..depth).map(|_| format!("/{}", components[random(3) as usize])).collect::<String>()
-        };
-        let moved = |path: &str, old: &str, new: &str| -> Option<String> {
-            if path == old {
-                Some(new.to_string())
-            } else if ringfs_proto::path::is_inside(path, old) {
-                Some(format!("{new}{}", &path[old.len()..]))
-            } else {
-                None
-            }
         };
         let table = InodeTable::default();
         let mut model: HashMap<u64, String> = HashMap::new();
