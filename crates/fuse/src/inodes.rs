@@ -598,7 +598,7 @@ mod tests {
             state % below
         };
         let components = ["a", "b", "c"];
-        let mut random_path = |random: &mut dyn FnMut(u64) -> u64| {
+        let random_path = |random: &mut dyn FnMut(u64) -> u64| {
             let depth = 1 + random(3);
             (0..depth).map(|_| format!("/{}", components[random(3) as usize])).collect::<String>()
         };
@@ -646,29 +646,5 @@ mod tests {
                 assert_eq!(table.names_beside(*inode), directory.map(|directory| (directory, beside)), "step {step}: beside {path}");
             }
         }
-    }
-}
-#[cfg(test)]
-mod scratch_bench {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn scan_cost() {
-        let table = InodeTable::default();
-        for index in 0..300_000u64 {
-            table.remember(FileId { anchor: 9, serial: index + 2 }, &format!("/tree/d{}/f{index}", index % 100), None);
-        }
-        table.remember(FileId { anchor: 9, serial: 1_000_000 }, "/work/a", None);
-        let started = Instant::now();
-        for _ in 0..500 {
-            table.renamed("/work/a", "/work/b", false);
-            table.renamed("/work/b", "/work/a", false);
-        }
-        eprintln!("renamed: {:?} each", started.elapsed() / 1000);
-        let started = Instant::now();
-        for _ in 0..1000 {
-            std::hint::black_box(table.names_beside(1_000_000));
-        }
-        eprintln!("names_beside: {:?} each", started.elapsed() / 1000);
     }
 }
