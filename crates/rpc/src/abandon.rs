@@ -13,7 +13,7 @@
 //! Outside [`on_behalf_of`] (every other client, every server) nothing changes.
 
 use std::cell::Cell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a wait goes on before it first asks whether its caller is being killed: a
 /// request answered sooner costs nothing more.
@@ -48,13 +48,36 @@ pub fn on_behalf_of<T>(id: u32, being_killed: fn(u32) -> bool, work: impl FnOnce
     work()
 }
 
+/// When a wait that began at its creation next asks whether its caller is being killed.
+pub(crate) struct Looks {
+    next: Instant,
+}
+
+impl Looks {
+    /// For a wait beginning now: the first look after [`FIRST_LOOK`].
+    pub(crate) fn new() -> Looks {
+        Looks { next: Instant::now() + FIRST_LOOK }
+    }
+
+    /// Whether the wait should end because its caller is being killed: asked at most every
+    /// [`LOOK_EVERY`] once [`FIRST_LOOK`] has passed, `false` in between.
+    pub(crate) fn caller_being_killed(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.next {
+            return false;
+        }
+        self.next = now + LOOK_EVERY;
+        caller_being_killed()
+    }
+}
+
 /// Whether the thread's caller was found being killed already (no new test).
 pub(crate) fn given_up() -> bool {
     CALLER.get().is_some_and(|caller| caller.given_up)
 }
 
 /// Whether the thread's caller is being killed (a test, remembered once it says yes).
-pub(crate) fn caller_being_killed() -> bool {
+fn caller_being_killed() -> bool {
     let Some(mut caller) = CALLER.get() else { return false };
     if !caller.given_up && (caller.being_killed)(caller.id) {
         caller.given_up = true;

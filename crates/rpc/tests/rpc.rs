@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ringfs_proto::{Errno, Hello, PROTOCOL_VERSION, Request, Response};
+use ringfs_rpc::abandon::{FIRST_LOOK, on_behalf_of};
 use ringfs_rpc::{Connection, Endpoint, RpcError};
 
 mod common;
@@ -97,6 +98,33 @@ fn a_slow_answer_times_out_without_breaking_the_connection() {
     // Once the late answer has arrived it is discarded, and the connection still works.
     std::thread::sleep(Duration::from_millis(700));
     assert_eq!(connection.call(&stat(0), &[]).unwrap().response, Response::Count(0));
+}
+
+/// A wait made on behalf of a caller that is being killed (`abandon`) ends soon after its
+/// first look, with EINTR, leaving the connection usable; a caller that is not being killed
+/// waits for its answer; and a handshake with a server that never answers is given up too.
+#[test]
+fn waits_for_a_caller_being_killed_are_given_up() {
+    let (_server, endpoint, _) = start_server(Endpoint::Tcp("127.0.0.1:0".into()));
+    let connection = Connection::open(&endpoint, &config(SECRET, 3000)).unwrap();
+    let killed = |_: u32| true;
+    let alive = |_: u32| false;
+    let started = Instant::now();
+    let error = on_behalf_of(7, killed, || connection.call(&stat(2000), &[])).unwrap_err();
+    let waited = started.elapsed();
+    assert!(error.is_abandoned(), "{error}");
+    assert_eq!(error.errno(), Errno::EINTR);
+    assert!(waited >= FIRST_LOOK && waited < FIRST_LOOK + Duration::from_millis(500), "gave up after {waited:?}");
+    let answer = on_behalf_of(7, alive, || connection.call(&stat(400), &[])).unwrap();
+    assert_eq!(answer.response, Response::Count(400), "a caller not being killed gets its answer");
+    assert!(connection.call(&stat(0), &[]).is_ok(), "outside any caller, as before");
+
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_endpoint = Endpoint::Tcp(silent.local_addr().unwrap().to_string());
+    let started = Instant::now();
+    let error = on_behalf_of(7, killed, || Connection::open(&silent_endpoint, &config(SECRET, 3000))).err().expect("no handshake");
+    assert!(error.is_abandoned(), "{error}");
+    assert!(started.elapsed() < Duration::from_secs(1), "gave the handshake up after {:?}", started.elapsed());
 }
 
 #[test]
