@@ -407,8 +407,18 @@ fn programs_killed_while_a_server_is_stopped_are_gone_at_once() {
     cluster.signal(1, libc::SIGSTOP);
     // A read (the mount drops a file's pages at open: cat reads from the server).
     gone_at_once(Command::new("cat").arg(mount.path(&file)).stdout(Stdio::null()).spawn().unwrap(), libc::SIGKILL, "cat (kill -9)");
-    // A lookup.
-    let stat = Command::new("stat").arg(mount.path(&not_looked_up)).stderr(Stdio::null()).spawn().unwrap();
+    // A lookup. (SIGINT as a terminal's Ctrl-C finds it: a test started in the background
+    // by a shell without job control inherits it ignored.)
+    let mut stat = Command::new("stat");
+    stat.arg(mount.path(&not_looked_up)).stderr(Stdio::null());
+    // SAFETY: only `signal`, which is async-signal-safe, runs between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut stat, || {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let stat = stat.spawn().unwrap();
     gone_at_once(stat, libc::SIGINT, "stat (Ctrl-C)");
     cluster.signal(1, libc::SIGCONT);
     assert_eq!(std::fs::read(mount.path(&file)).unwrap(), b"data", "the mount reads from the server again");
