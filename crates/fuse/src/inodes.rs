@@ -86,27 +86,36 @@ impl Inodes {
     fn move_to(&mut self, inode: u64, path: String) {
         let Some(entry) = self.entries.get_mut(&inode) else { return };
         let old = std::mem::replace(&mut entry.path, path.clone());
-        self.unindex(inode, &old);
+        self.unindex(inode, old);
         self.by_path.insert(path.clone(), inode);
         if let Some(parent) = ringfs_proto::path::parent(&path) {
-            self.children.entry(parent.to_string()).or_default().insert(inode);
+            match self.children.get_mut(parent) {
+                Some(inodes) => {
+                    inodes.insert(inode);
+                }
+                None => {
+                    self.children.insert(parent.to_string(), HashSet::from([inode]));
+                }
+            }
         }
         self.sorted.insert((path, inode));
     }
 
     /// Takes `inode`, which was at `path`, out of the indexes.
-    fn unindex(&mut self, inode: u64, path: &str) {
-        if self.by_path.get(path) == Some(&inode) {
-            self.by_path.remove(path);
+    fn unindex(&mut self, inode: u64, path: String) {
+        if self.by_path.get(&path) == Some(&inode) {
+            self.by_path.remove(&path);
         }
-        self.sorted.remove(&(path.to_string(), inode));
-        let Some(parent) = ringfs_proto::path::parent(path) else { return };
-        if let Some(inodes) = self.children.get_mut(parent) {
+        if let Some(parent) = ringfs_proto::path::parent(&path)
+            && let Some(inodes) = self.children.get_mut(parent)
+        {
             inodes.remove(&inode);
             if inodes.is_empty() {
                 self.children.remove(parent);
             }
         }
+        // (The path's own allocation is the key looked up: none is made.)
+        self.sorted.remove(&(path, inode));
     }
 
     /// The inodes at `root` and below it: the paths equal to `root`, then those that begin
@@ -287,7 +296,7 @@ impl InodeTable {
             return None;
         }
         let entry = inodes.entries.remove(&inode)?;
-        inodes.unindex(inode, &entry.path);
+        inodes.unindex(inode, entry.path);
         entry.held
     }
 

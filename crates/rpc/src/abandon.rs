@@ -48,26 +48,30 @@ pub fn on_behalf_of<T>(id: u32, being_killed: fn(u32) -> bool, work: impl FnOnce
     work()
 }
 
-/// When a wait that began at its creation next asks whether its caller is being killed.
+/// When a wait next asks whether its caller is being killed. It goes by the times its
+/// waiting loop reads anyway: no clock read of its own.
+#[derive(Default)]
 pub(crate) struct Looks {
-    next: Instant,
+    /// Unset until the wait's first turn, which sets it [`FIRST_LOOK`] later.
+    next: Option<Instant>,
 }
 
 impl Looks {
-    /// For a wait beginning now: the first look after [`FIRST_LOOK`].
-    pub(crate) fn new() -> Looks {
-        Looks { next: Instant::now() + FIRST_LOOK }
-    }
-
-    /// Whether the wait should end because its caller is being killed: asked at most every
-    /// [`LOOK_EVERY`] once [`FIRST_LOOK`] has passed, `false` in between.
-    pub(crate) fn caller_being_killed(&mut self) -> bool {
-        let now = Instant::now();
-        if now < self.next {
-            return false;
+    /// Whether the wait should end, at `now`, because its caller is being killed: asked at
+    /// most every [`LOOK_EVERY`] once [`FIRST_LOOK`] has passed since the first turn,
+    /// `false` in between.
+    pub(crate) fn caller_being_killed(&mut self, now: Instant) -> bool {
+        match self.next {
+            None => {
+                self.next = Some(now + FIRST_LOOK);
+                false
+            }
+            Some(next) if now < next => false,
+            Some(_) => {
+                self.next = Some(now + LOOK_EVERY);
+                caller_being_killed()
+            }
         }
-        self.next = now + LOOK_EVERY;
-        caller_being_killed()
     }
 }
 

@@ -182,11 +182,13 @@ impl Connection {
         write_frame(writer.as_mut(), &header, &body, &[]).map_err(|error| connect_error(error.to_string()))?;
 
         let deadline = Instant::now() + config.timeout;
-        let mut looks = abandon::Looks::new();
+        let mut looks = abandon::Looks::default();
         let header = loop {
             match reader.next_header() {
                 Ok(Some(header)) => break header,
-                Ok(None) if looks.caller_being_killed() => return Err(RpcError::Abandoned { endpoint: endpoint.to_string() }),
+                Ok(None) if looks.caller_being_killed(Instant::now()) => {
+                    return Err(RpcError::Abandoned { endpoint: endpoint.to_string() });
+                }
                 Ok(None) if Instant::now() < deadline => continue,
                 Ok(None) => return Err(timed_out()),
                 Err(error) => return Err(connect_error(format!("handshake failed: {error}"))),
@@ -210,11 +212,11 @@ impl Connection {
         let channel = wire_up_ucx(address, config.poll, deadline).map_err(|error| connect_error(error.to_string()))?;
         let (header, body) = hello_frame(config, false);
         channel.send(header, &body, &[], None, deadline).map_err(|error| connect_error(error.to_string()))?;
-        let mut looks = abandon::Looks::new();
+        let mut looks = abandon::Looks::default();
         let reply = loop {
             match channel.receive(deadline.saturating_duration_since(Instant::now()).min(TICK)) {
                 Ok(Some(received)) if received.frame.request_id == header.request_id => break received,
-                Ok(_) if looks.caller_being_killed() => return Err(RpcError::Abandoned { endpoint: endpoint.to_string() }),
+                Ok(_) if looks.caller_being_killed(Instant::now()) => return Err(RpcError::Abandoned { endpoint: endpoint.to_string() }),
                 Ok(_) if Instant::now() < deadline => continue,
                 Ok(_) => return Err(RpcError::Timeout { endpoint: endpoint.to_string(), timeout_ms: config.timeout.as_millis() as u64 }),
                 Err(reason) => return Err(connect_error(format!("handshake failed: {reason}"))),
@@ -434,7 +436,7 @@ impl Connection {
     /// Waits for the response to `request_id` until `deadline`, or until the caller the
     /// thread serves is found being killed (see [`abandon`]).
     fn finish(&self, request_id: u64, deadline: Instant) -> Result<Reply, RpcError> {
-        let mut looks = abandon::Looks::new();
+        let mut looks = abandon::Looks::default();
         let mut pending = self.pending.lock();
         loop {
             match pending.slots.get(&request_id) {
@@ -446,7 +448,7 @@ impl Connection {
                     let now = Instant::now();
                     let given_up = if now >= deadline {
                         Some(RpcError::Timeout { endpoint: self.endpoint.to_string(), timeout_ms: self.timeout.as_millis() as u64 })
-                    } else if looks.caller_being_killed() {
+                    } else if looks.caller_being_killed(now) {
                         Some(RpcError::Abandoned { endpoint: self.endpoint.to_string() })
                     } else {
                         None

@@ -172,7 +172,7 @@ pub struct Request<'a> {
 }
 
 /// Requests that only read: their waits for servers end once the caller is being killed
-/// (see [`crate::interrupts::reading_for`]).
+/// (see [`crate::interrupts::reading_for`]; `dev_fuse.rs` wraps the same requests' methods).
 fn only_reads(opcode: u32) -> bool {
     matches!(
         opcode,
