@@ -374,6 +374,25 @@ fn cat_of_a_file_on_a_stopped_server_fails_within_one_deadline() {
     cluster.signal(1, libc::SIGCONT);
 }
 
+/// Waits half a second and asserts that `program` is still running (waiting for a stopped
+/// server).
+fn still_waiting(program: &mut std::process::Child, what: &str) {
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(program.try_wait().unwrap().is_none(), "{what} did not wait for the stopped server");
+}
+
+/// Asserts that `program`, waiting for a stopped server, ends within a second of `signal`
+/// (the request's deadline is 3 s).
+fn gone_at_once(mut program: std::process::Child, signal: i32, what: &str) {
+    still_waiting(&mut program, what);
+    let signalled = Instant::now();
+    assert_eq!(unsafe { libc::kill(program.id() as i32, signal) }, 0);
+    let status = program.wait().unwrap();
+    let took = signalled.elapsed();
+    assert!(!status.success(), "{what}: {status}");
+    assert!(took < Duration::from_secs(1), "{what} went {took:?} after its signal; the request's deadline is 3 s");
+}
+
 /// A program killed while the mount waits for a stopped server on its behalf — `kill -9` of
 /// `cat`, Ctrl-C of `stat` (which does not handle it) — is gone within moments, not at the
 /// request's deadline (3 s here: the kernel keeps it until the mount answers). A program
@@ -391,19 +410,6 @@ fn programs_killed_while_a_server_is_stopped_are_gone_at_once() {
     let file = names.next().unwrap();
     std::fs::write(mount.path(&file), b"data").unwrap();
     let not_looked_up = names.next().unwrap();
-    let still_waiting = |program: &mut std::process::Child, what: &str| {
-        std::thread::sleep(Duration::from_millis(500));
-        assert!(program.try_wait().unwrap().is_none(), "{what} did not wait for the stopped server");
-    };
-    let gone_at_once = |mut program: std::process::Child, signal: i32, what: &str| {
-        still_waiting(&mut program, what);
-        let signalled = Instant::now();
-        assert_eq!(unsafe { libc::kill(program.id() as i32, signal) }, 0);
-        let status = program.wait().unwrap();
-        let took = signalled.elapsed();
-        assert!(!status.success(), "{what}: {status}");
-        assert!(took < Duration::from_secs(1), "{what} went {took:?} after its signal; the request's deadline is 3 s");
-    };
     cluster.signal(1, libc::SIGSTOP);
     // A read (the mount drops a file's pages at open: cat reads from the server).
     gone_at_once(Command::new("cat").arg(mount.path(&file)).stdout(Stdio::null()).spawn().unwrap(), libc::SIGKILL, "cat (kill -9)");
@@ -437,4 +443,85 @@ fn programs_killed_while_a_server_is_stopped_are_gone_at_once() {
     assert!(said.contains("read 4") && said.contains("handled"), "perl said {said:?} ({})", output.status);
     let missing = std::fs::metadata(mount.path(&not_looked_up)).unwrap_err();
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// Changes are given up for a killed program too (`mkdir`, `rm`, `truncate` killed while
+/// the server of their name or file is stopped: gone within a second), and the mount does
+/// not take a change it stopped waiting for as not made: the request may still reach the
+/// server, which makes it once it runs again. What the mount shows afterwards is what the
+/// servers hold — in a directory made through the mount, whose missing names the mount
+/// answers itself, and with names and sizes the kernel had cached. (The kernel drops the
+/// name of an interrupted unlink and the attributes of an interrupted setattr itself; a
+/// `mkdir` — the name cached as missing, in the kernel and in the mount — is the case the
+/// mount must make good: the test fails there when it does not.)
+#[test]
+fn changes_of_killed_programs_are_given_up_and_not_taken_as_undone() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    std::fs::create_dir(mount.path("made")).unwrap();
+    let mut names = names_on_server(&cluster, 1, "made/killed");
+    let (directory, removed, truncated) = (names.next().unwrap(), names.next().unwrap(), names.next().unwrap());
+    std::fs::write(mount.path(&removed), b"to remove").unwrap();
+    std::fs::write(mount.path(&truncated), b"to truncate").unwrap();
+    assert_eq!(std::fs::metadata(mount.path(&truncated)).unwrap().len(), 11);
+    // (The mount answers this itself: every name of the directory came through it.)
+    assert!(std::fs::metadata(mount.path(&directory)).is_err());
+
+    let client = cluster.client();
+    let within = |bound: Duration, what: &str, done: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < bound, "{what} not seen within {bound:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    type Check<'a> = (&'a str, &'a [&'a str], &'a str, Box<dyn Fn() -> bool + 'a>, Box<dyn Fn() -> bool + 'a>);
+    let changes: Vec<Check> = vec![
+        (
+            "mkdir",
+            &[],
+            &directory,
+            Box::new(|| client.stat(&format!("/{directory}")).is_ok_and(|stat| stat.is_dir())),
+            Box::new(|| std::fs::metadata(mount.path(&directory)).is_ok_and(|metadata| metadata.is_dir())),
+        ),
+        (
+            "rm",
+            &[],
+            &removed,
+            Box::new(|| client.stat(&format!("/{removed}")) == Err(ringfs_client::Errno::ENOENT)),
+            Box::new(|| std::fs::metadata(mount.path(&removed)).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)),
+        ),
+        (
+            "truncate",
+            &["-s", "2"],
+            &truncated,
+            Box::new(|| client.stat(&format!("/{truncated}")).is_ok_and(|stat| stat.size == 2)),
+            Box::new(|| std::fs::metadata(mount.path(&truncated)).is_ok_and(|metadata| metadata.len() == 2)),
+        ),
+    ];
+    // One change at a time: a connection whose request was given up is not used again
+    // until its answer came, and a new one cannot be made to a stopped server.
+    for (program, args, path, made, shown) in changes {
+        // (So that the program's first request to the stopped server is its change: the
+        // kernel answers its `stat` from what it cached.)
+        let _ = std::fs::metadata(mount.path(path));
+        cluster.signal(1, libc::SIGSTOP);
+        let mut command = Command::new(program);
+        command.args(args).arg(mount.path(path)).stderr(Stdio::null());
+        gone_at_once(command.spawn().unwrap(), libc::SIGKILL, &format!("{program} (kill -9)"));
+        cluster.signal(1, libc::SIGCONT);
+        // The server makes the change when it runs again (it came well within the request's
+        // deadline): the native client sees it, and so does the mount at once (its kernel
+        // caches names and sizes for 60 s, and changes this mount made are not among those
+        // it hears of from the servers).
+        within(Duration::from_secs(10), &format!("{program}'s change through the native client"), &*made);
+        within(Duration::from_secs(2), &format!("{program}'s change through the mount"), &*shown);
+    }
+    assert_eq!(std::fs::read(mount.path(&truncated)).unwrap(), b"to");
+    let listed: Vec<String> =
+        std::fs::read_dir(mount.path("made")).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    assert_eq!(listed.len(), 2, "{listed:?}");
 }

@@ -17,7 +17,7 @@ use fuser::{
 };
 use ringfs_client::Errno;
 
-use crate::interrupts::reading_for;
+use crate::interrupts::waiting_for;
 use crate::operations::{AttributeChanges, Caller, Entry, LockFound, LockRequest, Opened, Usage, Xattr};
 use crate::{MAX_TRANSFER, RingfsFilesystem};
 
@@ -226,7 +226,7 @@ impl Filesystem for DevFuse {
     }
 
     fn lookup(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        reply.answer(reading_for(request.pid(), || self.fs.lookup_entry(parent.0, name)));
+        reply.answer(waiting_for(request.pid(), || self.fs.lookup_entry(parent.0, name)));
     }
 
     fn forget(&self, _request: &Request, inode: INodeNo, lookups: u64) {
@@ -234,12 +234,12 @@ impl Filesystem for DevFuse {
     }
 
     fn getattr(&self, request: &Request, inode: INodeNo, handle: Option<FileHandle>, reply: ReplyAttr) {
-        reply.answer(reading_for(request.pid(), || self.fs.attributes(inode.0, handle.map(|handle| handle.0))));
+        reply.answer(waiting_for(request.pid(), || self.fs.attributes(inode.0, handle.map(|handle| handle.0))));
     }
 
     fn setattr(
         &self,
-        _request: &Request,
+        request: &Request,
         inode: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -256,35 +256,35 @@ impl Filesystem for DevFuse {
         reply: ReplyAttr,
     ) {
         let changes = AttributeChanges { mode, uid, gid, size, atime, mtime, handle: handle.map(|handle| handle.0) };
-        reply.answer(self.fs.set_attributes(inode.0, changes));
+        reply.answer(waiting_for(request.pid(), || self.fs.set_attributes(inode.0, changes)));
     }
 
     fn readlink(&self, request: &Request, inode: INodeNo, reply: ReplyData) {
-        reply.answer(reading_for(request.pid(), || self.fs.link_target(inode.0)));
+        reply.answer(waiting_for(request.pid(), || self.fs.link_target(inode.0)));
     }
 
     fn mkdir(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        reply.answer(self.fs.make_directory(caller(request), parent.0, name, mode, umask));
+        reply.answer(waiting_for(request.pid(), || self.fs.make_directory(caller(request), parent.0, name, mode, umask)));
     }
 
-    fn unlink(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.fs.remove_name(parent.0, name));
+    fn unlink(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.remove_name(parent.0, name)));
     }
 
-    fn rmdir(&self, _request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.fs.remove_directory(parent.0, name));
+    fn rmdir(&self, request: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.remove_directory(parent.0, name)));
     }
 
     fn symlink(&self, request: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        reply.answer(self.fs.make_symlink(caller(request), parent.0, link_name, target.as_os_str()));
+        reply.answer(waiting_for(request.pid(), || self.fs.make_symlink(caller(request), parent.0, link_name, target.as_os_str())));
     }
 
     fn mknod(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        reply.answer(self.fs.make_node(caller(request), parent.0, name, mode, umask, rdev));
+        reply.answer(waiting_for(request.pid(), || self.fs.make_node(caller(request), parent.0, name, mode, umask, rdev)));
     }
 
-    fn link(&self, _request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
-        reply.answer(self.fs.make_link(inode.0, new_parent.0, new_name));
+    fn link(&self, request: &Request, inode: INodeNo, new_parent: INodeNo, new_name: &OsStr, reply: ReplyEntry) {
+        reply.answer(waiting_for(request.pid(), || self.fs.make_link(inode.0, new_parent.0, new_name)));
     }
 
     fn rename(
@@ -324,7 +324,7 @@ impl Filesystem for DevFuse {
             if buffer.len() < size as usize {
                 buffer.resize(size as usize, 0);
             }
-            match reading_for(request.pid(), || self.fs.read_into(handle.0, offset, &mut buffer[..size as usize])) {
+            match waiting_for(request.pid(), || self.fs.read_into(handle.0, offset, &mut buffer[..size as usize])) {
                 Ok(count) => reply.data(&buffer[..count]),
                 Err(errno) => reply.error(fuse_errno(errno)),
             }
@@ -333,8 +333,8 @@ impl Filesystem for DevFuse {
 
     fn write(
         &self,
-        _request: &Request,
-        _inode: INodeNo,
+        request: &Request,
+        inode: INodeNo,
         handle: FileHandle,
         offset: u64,
         data: &[u8],
@@ -343,7 +343,7 @@ impl Filesystem for DevFuse {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        reply.answer(self.fs.write_at(handle.0, offset, data));
+        reply.answer(waiting_for(request.pid(), || self.fs.write_at(inode.0, handle.0, offset, data)));
     }
 
     fn flush(&self, _request: &Request, inode: INodeNo, handle: FileHandle, lock_owner: LockOwner, reply: ReplyEmpty) {
@@ -412,20 +412,20 @@ impl Filesystem for DevFuse {
         }
     }
 
-    fn fsync(&self, _request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.answer(self.fs.sync_file(inode.0, handle.0));
+    fn fsync(&self, request: &Request, inode: INodeNo, handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.sync_file(inode.0, handle.0)));
     }
 
-    fn fallocate(&self, _request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
-        reply.answer(self.fs.allocate(handle.0, offset, length, mode));
+    fn fallocate(&self, request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, length: u64, mode: i32, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.allocate(inode.0, handle.0, offset, length, mode)));
     }
 
     fn opendir(&self, request: &Request, inode: INodeNo, _flags: FuseOpenFlags, reply: ReplyOpen) {
-        reply.answer(reading_for(request.pid(), || self.fs.open_directory(inode.0)));
+        reply.answer(waiting_for(request.pid(), || self.fs.open_directory(inode.0)));
     }
 
     fn readdir(&self, request: &Request, _inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let listed = reading_for(request.pid(), || {
+        let listed = waiting_for(request.pid(), || {
             self.fs.list(handle.0, offset, |listing| reply.add(INodeNo(listing.ino), listing.cookie, listing.kind, listing.name))
         });
         match listed {
@@ -435,7 +435,7 @@ impl Filesystem for DevFuse {
     }
 
     fn readdirplus(&self, request: &Request, inode: INodeNo, handle: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let listed = reading_for(request.pid(), || {
+        let listed = waiting_for(request.pid(), || {
             self.fs.list_plus(inode.0, handle.0, offset, |listing, entry| {
                 reply.add(INodeNo(listing.ino), listing.cookie, listing.name, &entry.valid_for, &entry.attr, Generation(0))
             })
@@ -451,32 +451,32 @@ impl Filesystem for DevFuse {
         reply.ok();
     }
 
-    fn fsyncdir(&self, _request: &Request, inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
-        reply.answer(self.fs.sync_directory(inode.0));
+    fn fsyncdir(&self, request: &Request, inode: INodeNo, _handle: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.sync_directory(inode.0)));
     }
 
     fn statfs(&self, request: &Request, _inode: INodeNo, reply: ReplyStatfs) {
-        reply.answer(reading_for(request.pid(), || self.fs.usage()));
+        reply.answer(waiting_for(request.pid(), || self.fs.usage()));
     }
 
-    fn setxattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
-        reply.answer(self.fs.set_xattr(inode.0, name, value, flags));
+    fn setxattr(&self, request: &Request, inode: INodeNo, name: &OsStr, value: &[u8], flags: i32, _position: u32, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.set_xattr(inode.0, name, value, flags)));
     }
 
     fn getxattr(&self, request: &Request, inode: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        reply.answer(reading_for(request.pid(), || self.fs.xattr(inode.0, name, size)));
+        reply.answer(waiting_for(request.pid(), || self.fs.xattr(inode.0, name, size)));
     }
 
     fn listxattr(&self, request: &Request, inode: INodeNo, size: u32, reply: ReplyXattr) {
-        reply.answer(reading_for(request.pid(), || self.fs.xattr_names(caller(request), inode.0, size)));
+        reply.answer(waiting_for(request.pid(), || self.fs.xattr_names(caller(request), inode.0, size)));
     }
 
-    fn removexattr(&self, _request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply.answer(self.fs.remove_xattr(inode.0, name));
+    fn removexattr(&self, request: &Request, inode: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply.answer(waiting_for(request.pid(), || self.fs.remove_xattr(inode.0, name)));
     }
 
     fn access(&self, request: &Request, inode: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        reply.answer(reading_for(request.pid(), || self.fs.check_access(inode.0, mask.bits() as u32)));
+        reply.answer(waiting_for(request.pid(), || self.fs.check_access(inode.0, mask.bits() as u32)));
     }
 
     // (fuser's own answer, ENOSYS, logged a warning for every file Python opened.)

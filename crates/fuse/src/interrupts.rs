@@ -11,10 +11,14 @@
 //! a killed one die.
 //!
 //! Any other request waits for servers at most the client's deadline (seconds, if a server
-//! is stopped or cut off). For a request that only reads (a lookup, a stat, a listing, a
-//! read), a caller that is being killed — `kill -9`, Ctrl-C of a program that does not
-//! handle it — ends that wait too ([`reading_for`]), as `kill -9` ends a wait on an NFS
-//! server.
+//! is stopped or cut off). For most requests a caller that is being killed — `kill -9`,
+//! Ctrl-C of a program that does not handle it — ends that wait too ([`waiting_for`]), as
+//! `kill -9` ends a wait on an NFS server: those that only read (a lookup, a stat, a
+//! listing, a read), and the changes whose unknown outcome the mount makes good afterwards
+//! (`operations.rs`, `outcome_unknown`: it forgets what it assumed and has the kernel drop
+//! the name or file). Creates, opens and renames are not given up: an open registered at a
+//! server whose answer the mount dropped would stay registered until the mount disconnects,
+//! and a rename moves the paths of the inodes the mount holds.
 
 use std::io::ErrorKind;
 
@@ -47,10 +51,9 @@ pub fn being_killed(tid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{tid}/status")).is_ok_and(|status| kill_pending(&status))
 }
 
-/// Runs `work`, a request that only reads, for thread `caller`: its waits for servers end
-/// (EINTR) once the caller is [`being_killed`]. Requests that change something are left to
-/// finish: the mount's own account of names and times follows their answers.
-pub fn reading_for<T>(caller: u32, work: impl FnOnce() -> T) -> T {
+/// Runs `work`, a request for thread `caller` that may be given up (see the module doc):
+/// its waits for servers end (EINTR) once the caller is [`being_killed`].
+pub fn waiting_for<T>(caller: u32, work: impl FnOnce() -> T) -> T {
     ringfs_client::on_behalf_of(caller, being_killed, work)
 }
 

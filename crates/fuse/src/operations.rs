@@ -101,6 +101,22 @@ pub(crate) fn fd_of(handle: u64) -> Fd {
     Fd(handle as u32)
 }
 
+/// Whether a change that failed with `errno` may have been made all the same: its answer
+/// was lost (EIO, ETIMEDOUT: a server stopped or was cut off while it worked), or the mount
+/// stopped waiting for it because its caller is being killed (EINTR, see
+/// [`crate::interrupts`]; the request may still reach its server).
+fn outcome_unknown(errno: Errno) -> bool {
+    matches!(errno, Errno::EIO | Errno::ETIMEDOUT | Errno::EINTR)
+}
+
+/// What the kernel is told to drop after a change whose outcome is unknown.
+enum KernelDrop {
+    /// A name in a directory, and the directory's attributes.
+    Name(u64, std::ffi::OsString),
+    /// A file's attributes and pages.
+    File(u64),
+}
+
 impl RingfsFilesystem {
     pub(crate) fn child_path(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
         Ok(ringfs_proto::path::join(&self.inodes.path(parent)?, name_str(name)?))
@@ -165,6 +181,51 @@ impl RingfsFilesystem {
         OpenFlags::from_posix(flags)
     }
 
+    /// A change of the name `name` in `parent` failed with `errno` (passed on): if it may
+    /// have been made all the same, the mount forgets what it assumed of the directory (its
+    /// names, times and link count) and has the kernel drop the name, whose next lookup asks
+    /// a server.
+    fn name_change_failed(&self, parent: u64, name: &OsStr, errno: Errno) -> Errno {
+        if outcome_unknown(errno) {
+            self.inodes.lose_names(parent);
+            self.inodes.forget_attr(parent);
+            self.kernel_drop_later(KernelDrop::Name(parent, name.to_os_string()));
+        }
+        errno
+    }
+
+    /// A change of the file `inode` failed with `errno` (passed on): if it may have been
+    /// made all the same, the kernel drops the file's attributes (its size) and pages.
+    fn file_change_failed(&self, inode: u64, errno: Errno) -> Errno {
+        if outcome_unknown(errno) {
+            self.inodes.forget_attr(inode);
+            self.kernel_drop_later(KernelDrop::File(inode));
+        }
+        errno
+    }
+
+    /// Has the kernel drop `what` from a thread of its own, once the request being answered
+    /// is: until its answer the kernel holds the directory's lock (a name's drop waits for
+    /// it) and the pages being written (a file's drop waits for those).
+    fn kernel_drop_later(&self, what: KernelDrop) {
+        let Some(notifier) = self.notifier.get().cloned() else { return };
+        let dropping = std::thread::Builder::new().name("ringfs-drop".into()).spawn(move || {
+            // (ENOENT from the kernel: it held nothing to drop.)
+            match what {
+                KernelDrop::Name(directory, name) => {
+                    let _ = notifier.inval_entry(INodeNo(directory), &name);
+                    let _ = notifier.inval_inode(INodeNo(directory), 0, 0);
+                }
+                KernelDrop::File(inode) => {
+                    let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
+                }
+            }
+        });
+        if let Err(error) = dropping {
+            log::warn!("no thread to have the kernel drop what a change of unknown outcome touched: {error}");
+        }
+    }
+
     fn opened(&self, fd: Fd) -> Opened {
         let flags = if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
         Opened { handle: u64::from(fd.0), flags }
@@ -221,6 +282,10 @@ impl RingfsFilesystem {
     }
 
     pub fn set_attributes(&self, inode: u64, changes: AttributeChanges) -> Result<Entry, Errno> {
+        self.change_attributes(inode, changes).map_err(|errno| self.file_change_failed(inode, errno))
+    }
+
+    fn change_attributes(&self, inode: u64, changes: AttributeChanges) -> Result<Entry, Errno> {
         let file = self.inodes.file(inode)?;
         if let Some(size) = changes.size {
             match changes.handle {
@@ -256,13 +321,15 @@ impl RingfsFilesystem {
             self.client_for(caller).mkdir(&path, mode & !umask)?;
             self.created_entry(parent, &path)
         });
-        self.entry_answer(dropped, result)
+        self.entry_answer(dropped, result.map_err(|errno| self.name_change_failed(parent, name, errno)))
     }
 
     pub fn remove_name(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let time = SystemTime::now();
         // (The mount closes the file it keeps when the kernel forgets it, after this.)
-        self.child_path(parent, name).and_then(|path| self.client.unlink_leaving_closes_batched(&path))?;
+        self.child_path(parent, name)
+            .and_then(|path| self.client.unlink_leaving_closes_batched(&path))
+            .map_err(|errno| self.name_change_failed(parent, name, errno))?;
         self.inodes.names_changed(parent, time, 0);
         self.inodes.name_removed(parent, &name.to_string_lossy());
         Ok(())
@@ -270,7 +337,9 @@ impl RingfsFilesystem {
 
     pub fn remove_directory(&self, parent: u64, name: &OsStr) -> Result<(), Errno> {
         let time = SystemTime::now();
-        self.child_path(parent, name).and_then(|path| self.client.rmdir(&path))?;
+        self.child_path(parent, name)
+            .and_then(|path| self.client.rmdir(&path))
+            .map_err(|errno| self.name_change_failed(parent, name, errno))?;
         self.inodes.names_changed(parent, time, -1);
         self.inodes.name_removed(parent, &name.to_string_lossy());
         Ok(())
@@ -282,7 +351,7 @@ impl RingfsFilesystem {
             self.client_for(caller).symlink(target.to_str().ok_or(Errno::EINVAL)?, &path)?;
             self.created_entry(parent, &path)
         });
-        self.entry_answer(dropped, result)
+        self.entry_answer(dropped, result.map_err(|errno| self.name_change_failed(parent, name, errno)))
     }
 
     pub fn make_node(&self, caller: Caller, parent: u64, name: &OsStr, mode: u32, umask: u32, rdev: u32) -> Result<Entry, Errno> {
@@ -292,7 +361,7 @@ impl RingfsFilesystem {
             self.client_for(caller).mknod(&path, mode, u64::from(rdev))?;
             self.created_entry(parent, &path)
         });
-        self.entry_answer(dropped, result)
+        self.entry_answer(dropped, result.map_err(|errno| self.name_change_failed(parent, name, errno)))
     }
 
     pub fn make_link(&self, inode: u64, new_parent: u64, new_name: &OsStr) -> Result<Entry, Errno> {
@@ -305,6 +374,8 @@ impl RingfsFilesystem {
             self.client.link_file(file, &to)?;
             self.created_entry(new_parent, &to)
         })();
+        // (The file's link count may have changed too.)
+        let result = result.map_err(|errno| self.file_change_failed(inode, self.name_change_failed(new_parent, new_name, errno)));
         self.entry_answer(dropped, result)
     }
 
@@ -324,12 +395,7 @@ impl RingfsFilesystem {
             ringfs_flags |= ringfs_client::RenameFlags::EXCHANGE;
         }
         if let Err(errno) = self.client.rename_leaving_closes_batched(&from, &to, ringfs_flags) {
-            if errno == Errno::EIO || errno == Errno::ETIMEDOUT {
-                // (It may have happened.)
-                self.inodes.lose_names(parent);
-                self.inodes.lose_names(new_parent);
-            }
-            return Err(errno);
+            return Err(self.name_change_failed(new_parent, new_name, self.name_change_failed(parent, name, errno)));
         }
         if !exchange {
             self.inodes.name_removed(parent, &name.to_string_lossy());
@@ -365,7 +431,10 @@ impl RingfsFilesystem {
     ) -> Result<(Entry, Opened), Errno> {
         let dropped = self.watch.dropped();
         let path = self.child_path(parent, name)?;
-        let (fd, stat) = self.client_for(caller).open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)?;
+        let (fd, stat) = self
+            .client_for(caller)
+            .open_with_stat(&path, self.kernel_open_flags(flags) | OpenFlags::CREATE, mode & !umask)
+            .map_err(|errno| self.name_change_failed(parent, name, errno))?;
         self.inodes.remember(stat.file, &path, None);
         let attr = self.read(&stat);
         self.inodes.names_changed(parent, attr.ctime, 0);
@@ -378,8 +447,8 @@ impl RingfsFilesystem {
         self.client.pread(fd_of(handle), buffer, offset)
     }
 
-    pub fn write_at(&self, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
-        self.client.pwrite(fd_of(handle), data, offset).map(|count| count as u32)
+    pub fn write_at(&self, inode: u64, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
+        self.client.pwrite(fd_of(handle), data, offset).map(|count| count as u32).map_err(|errno| self.file_change_failed(inode, errno))
     }
 
     pub fn flush_handle(&self, inode: u64, handle: u64, lock_owner: u64) -> Result<(), Errno> {
@@ -455,8 +524,8 @@ impl RingfsFilesystem {
         }
     }
 
-    pub fn allocate(&self, handle: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
-        self.client.fallocate(fd_of(handle), mode as u32, offset, length)
+    pub fn allocate(&self, inode: u64, handle: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
+        self.client.fallocate(fd_of(handle), mode as u32, offset, length).map_err(|errno| self.file_change_failed(inode, errno))
     }
 
     /// Opens directory `inode` for listing: its handle.
@@ -607,9 +676,6 @@ impl RingfsFilesystem {
         self.inodes.path(inode).and_then(|path| self.client.access(&path, mask))
     }
 
-    /// Makes the kernel drop its cached pages and attributes of `inode` and the names it
-    /// knows in the same directory (a database's journal beside it may have been removed and
-    /// made again through another mount).
     /// Has the kernel drop what it cached of `inode` (pages, attributes) and of the names
     /// beside it, before a lock on it is granted: what the lock protects may have been
     /// changed through another mount (node) meanwhile (as NFS revalidates on locking). The

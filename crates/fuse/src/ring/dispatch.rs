@@ -171,9 +171,10 @@ pub struct Request<'a> {
     pub payload_len: usize,
 }
 
-/// Requests that only read: their waits for servers end once the caller is being killed
-/// (see [`crate::interrupts::reading_for`]; `dev_fuse.rs` wraps the same requests' methods).
-fn only_reads(opcode: u32) -> bool {
+/// Requests whose waits for servers end once the caller is being killed (see
+/// [`crate::interrupts::waiting_for`]; `dev_fuse.rs` wraps the same requests' methods):
+/// those that only read, and the changes whose unknown outcome the mount makes good.
+fn may_be_given_up(opcode: u32) -> bool {
     matches!(
         opcode,
         abi::LOOKUP
@@ -187,14 +188,27 @@ fn only_reads(opcode: u32) -> bool {
             | abi::READDIR
             | abi::READDIRPLUS
             | abi::ACCESS
+            | abi::SETATTR
+            | abi::MKDIR
+            | abi::MKNOD
+            | abi::SYMLINK
+            | abi::LINK
+            | abi::UNLINK
+            | abi::RMDIR
+            | abi::WRITE
+            | abi::FALLOCATE
+            | abi::FSYNC
+            | abi::FSYNCDIR
+            | abi::SETXATTR
+            | abi::REMOVEXATTR
     )
 }
 
 /// Answers `request`: the length of the out-arguments written to the front of `payload`,
 /// or the error to answer.
 pub fn answer(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payload: &mut [u8]) -> Result<usize, Errno> {
-    if only_reads(request.header.opcode) {
-        crate::interrupts::reading_for(request.header.pid, || answer_now(fs, access, request, payload))
+    if may_be_given_up(request.header.opcode) {
+        crate::interrupts::waiting_for(request.header.pid, || answer_now(fs, access, request, payload))
     } else {
         answer_now(fs, access, request, payload)
     }
@@ -212,7 +226,7 @@ fn answer_now(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
     if opcode == abi::WRITE {
         // The written bytes are used where they lie; the answer goes after the write.
         let request: abi::WriteIn = fixed(op_in)?;
-        let written = fs.write_at(request.fh, request.offset, input.get(..request.size as usize).ok_or(Errno::EINVAL)?)?;
+        let written = fs.write_at(inode, request.fh, request.offset, input.get(..request.size as usize).ok_or(Errno::EINVAL)?)?;
         let answer = abi::WriteOut { size: written, padding: 0 };
         payload[..size_of::<abi::WriteOut>()].copy_from_slice(answer.as_bytes());
         return Ok(size_of::<abi::WriteOut>());
@@ -352,7 +366,7 @@ fn answer_now(fs: &RingfsFilesystem, access: Access, request: &Request<'_>, payl
         abi::IOCTL => fs.control()?,
         abi::FALLOCATE => {
             let request: abi::FallocateIn = fixed(op_in)?;
-            fs.allocate(request.fh, request.offset, request.length, request.mode as i32)?
+            fs.allocate(inode, request.fh, request.offset, request.length, request.mode as i32)?
         }
         _ => return Err(Errno::ENOSYS),
     }
