@@ -445,6 +445,64 @@ fn programs_killed_while_a_server_is_stopped_are_gone_at_once() {
     assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
 }
 
+/// A create and a rename must not be given up (an open registered at a server would stay
+/// registered, the mount's paths would not follow the rename), yet their killed programs are
+/// gone at once too: the mount answers the program and finishes the request. Once the
+/// server runs again the file is made and the name moved, the mount shows both, and the
+/// open the killed `touch` never got is closed (the file goes when its name is removed).
+#[test]
+fn creates_and_renames_of_killed_programs_are_answered_at_once_and_finished() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    std::fs::create_dir(mount.path("made")).unwrap();
+    let mut names = names_on_server(&cluster, 1, "made/finished");
+    let (created, from, to) = (names.next().unwrap(), names.next().unwrap(), names.next().unwrap());
+    std::fs::write(mount.path(&from), b"moved").unwrap();
+    for path in [&created, &from, &to] {
+        // (Cached by the kernel: the programs' first request to the server is their change.)
+        let _ = std::fs::metadata(mount.path(path));
+    }
+    let client = cluster.client();
+    let within = |bound: Duration, what: &str, done: &dyn Fn() -> bool| {
+        let started = Instant::now();
+        while !done() {
+            assert!(started.elapsed() < bound, "{what} not seen within {bound:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+
+    cluster.signal(1, libc::SIGSTOP);
+    let touch = Command::new("touch").arg(mount.path(&created)).stderr(Stdio::null()).spawn().unwrap();
+    gone_at_once(touch, libc::SIGKILL, "touch of a new name (kill -9)");
+    cluster.signal(1, libc::SIGCONT);
+    within(Duration::from_secs(10), "the create through the native client", &|| client.lstat(&format!("/{created}")).is_ok());
+    // The open the kernel never got is closed: the file goes with its only name.
+    let file = client.lstat(&format!("/{created}")).unwrap().file;
+    client.unlink(&format!("/{created}")).unwrap();
+    within(Duration::from_secs(2), "the created file gone after its unlink (its open closed)", &|| client.stat_id(file).is_err());
+    std::fs::write(mount.path(&created), b"again").unwrap();
+    assert_eq!(std::fs::read(mount.path(&created)).unwrap(), b"again");
+
+    cluster.signal(1, libc::SIGSTOP);
+    let mv = Command::new("mv").arg(mount.path(&from)).arg(mount.path(&to)).stderr(Stdio::null()).spawn().unwrap();
+    gone_at_once(mv, libc::SIGKILL, "mv (kill -9)");
+    cluster.signal(1, libc::SIGCONT);
+    within(Duration::from_secs(10), "the rename through the native client", &|| client.lstat(&format!("/{to}")).is_ok());
+    within(Duration::from_secs(2), "the rename through the mount", &|| {
+        std::fs::read(mount.path(&to)).is_ok_and(|bytes| bytes == b"moved")
+            && std::fs::metadata(mount.path(&from)).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
+    });
+    let mut listed: Vec<String> =
+        std::fs::read_dir(mount.path("made")).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    listed.sort();
+    let mut expected = vec![created.trim_start_matches("made/").to_string(), to.trim_start_matches("made/").to_string()];
+    expected.sort();
+    assert_eq!(listed, expected);
+}
+
 /// Changes are given up for a killed program too (`mkdir`, `rm`, `truncate` killed while
 /// the server of their name or file is stopped: gone within a second), and the mount does
 /// not take a change it stopped waiting for as not made: the request may still reach the

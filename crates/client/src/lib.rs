@@ -43,7 +43,7 @@ pub use links::{LEADS_OUT, LinkDestination, link_destination};
 pub use locks::{LockConflict, LockRange, WaitEnds, lock_kind_of};
 pub use namespace::RenameFlags;
 pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
-pub use ringfs_rpc::abandon::on_behalf_of;
+pub use ringfs_rpc::abandon::{on_behalf_of, releasing_for};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -17,7 +17,7 @@ use fuser::{
 };
 use ringfs_client::Errno;
 
-use crate::interrupts::waiting_for;
+use crate::interrupts::{releasing_for, waiting_for};
 use crate::operations::{AttributeChanges, Caller, Entry, LockFound, LockRequest, Opened, Usage, Xattr};
 use crate::{MAX_TRANSFER, RingfsFilesystem};
 
@@ -37,6 +37,30 @@ fn caller(request: &Request) -> Caller {
 /// How a fuser reply answers an operation's result.
 trait Answer<T> {
     fn answer(self, result: Result<T, Errno>);
+}
+
+/// Answers `reply` with what `work`, run for thread `caller`, returns — or, once the caller
+/// is found being killed while `work` waits for a server, with EINTR at once, `work` going on
+/// to its end (see [`crate::interrupts::releasing_for`]); `unanswered` then gets the result
+/// the kernel never saw, to undo what only the kernel would have ended (an open).
+fn answer_or_release<T, R: Answer<T> + 'static>(
+    caller: u32,
+    reply: R,
+    work: impl FnOnce() -> Result<T, Errno>,
+    unanswered: impl FnOnce(Result<T, Errno>),
+) {
+    let reply = std::rc::Rc::new(std::cell::Cell::new(Some(reply)));
+    let released = reply.clone();
+    let release = move || {
+        if let Some(reply) = released.take() {
+            reply.answer(Err(Errno::EINTR));
+        }
+    };
+    let result = releasing_for(caller, release, work);
+    match reply.take() {
+        Some(reply) => reply.answer(result),
+        None => unanswered(result),
+    }
 }
 
 impl Answer<Entry> for ReplyEntry {
@@ -289,7 +313,7 @@ impl Filesystem for DevFuse {
 
     fn rename(
         &self,
-        _request: &Request,
+        request: &Request,
         parent: INodeNo,
         name: &OsStr,
         new_parent: INodeNo,
@@ -297,15 +321,18 @@ impl Filesystem for DevFuse {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        reply.answer(self.fs.rename_entry(parent.0, name, new_parent.0, new_name, flags.bits()));
+        let work = || self.fs.rename_entry(parent.0, name, new_parent.0, new_name, flags.bits());
+        answer_or_release(request.pid(), reply, work, |result| self.fs.unanswered_rename(parent.0, name, new_parent.0, new_name, result));
     }
 
-    fn open(&self, _request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
-        reply.answer(self.fs.open_file(inode.0, flags.0));
+    fn open(&self, request: &Request, inode: INodeNo, flags: FuseOpenFlags, reply: ReplyOpen) {
+        let work = || self.fs.open_file(inode.0, flags.0);
+        answer_or_release(request.pid(), reply, work, |result| self.fs.unanswered_open(inode.0, result));
     }
 
     fn create(&self, request: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, flags: i32, reply: ReplyCreate) {
-        reply.answer(self.fs.create_file(caller(request), parent.0, name, mode, umask, flags));
+        let work = || self.fs.create_file(caller(request), parent.0, name, mode, umask, flags);
+        answer_or_release(request.pid(), reply, work, |result| self.fs.unanswered_create(parent.0, name, result));
     }
 
     fn read(

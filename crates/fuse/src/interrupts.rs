@@ -16,9 +16,13 @@
 //! `kill -9` ends a wait on an NFS server: those that only read (a lookup, a stat, a
 //! listing, a read), and the changes whose unknown outcome the mount makes good afterwards
 //! (`operations.rs`, `outcome_unknown`: it forgets what it assumed and has the kernel drop
-//! the name or file). Creates, opens and renames are not given up: an open registered at a
-//! server whose answer the mount dropped would stay registered until the mount disconnects,
-//! and a rename moves the paths of the inodes the mount holds.
+//! the name or file). Creates, opens and renames must not be given up — an open registered
+//! at a server whose answer the mount dropped would stay registered until the mount
+//! disconnects, and a rename moves the paths of the inodes the mount holds — so through
+//! `/dev/fuse` they run [`releasing_for`] their caller: a caller being killed is answered
+//! EINTR at once, and the request goes on to its end, its outcome applied (and an open the
+//! kernel never got closed). Through the io_uring queues, whose entry is answered by the
+//! thread that waits, they wait for their answer.
 
 use std::io::ErrorKind;
 
@@ -55,6 +59,13 @@ pub fn being_killed(tid: u32) -> bool {
 /// its waits for servers end (EINTR) once the caller is [`being_killed`].
 pub fn waiting_for<T>(caller: u32, work: impl FnOnce() -> T) -> T {
     ringfs_client::on_behalf_of(caller, being_killed, work)
+}
+
+/// Runs `work`, a request for thread `caller` whose outcome must be known (see the module
+/// doc), to its end; `release` (which answers the caller) runs once the caller is found
+/// [`being_killed`] while `work` waits for a server.
+pub fn releasing_for<T>(caller: u32, release: impl FnOnce() + 'static, work: impl FnOnce() -> T) -> T {
+    ringfs_client::releasing_for(caller, being_killed, release, work)
 }
 
 /// Bit of SIGKILL in the masks of `/proc/TID/status`.

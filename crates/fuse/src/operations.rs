@@ -408,6 +408,42 @@ impl RingfsFilesystem {
         Ok(())
     }
 
+    /// A rename whose caller was answered EINTR while it went on (the caller was being
+    /// killed: see [`crate::interrupts`]): the mount applied its outcome; the kernel, told it
+    /// failed, drops both names.
+    pub fn unanswered_rename(&self, parent: u64, name: &OsStr, new_parent: u64, new_name: &OsStr, result: Result<(), Errno>) {
+        if result.is_ok() {
+            self.kernel_drop_later(KernelDrop::Name(parent, name.to_os_string()));
+            self.kernel_drop_later(KernelDrop::Name(new_parent, new_name.to_os_string()));
+        }
+    }
+
+    /// An open whose caller was answered EINTR while it went on: the kernel never got the
+    /// handle, so the mount ends the open itself, as at the kernel's release (an `O_TRUNC`
+    /// may have cut the file: the kernel drops what it cached of it).
+    pub fn unanswered_open(&self, inode: u64, result: Result<Opened, Errno>) {
+        if let Ok(opened) = result {
+            if let Err(errno) = self.release_handle(inode, opened.handle) {
+                log::debug!("closing an open its caller never got: {errno}");
+            }
+            self.kernel_drop_later(KernelDrop::File(inode));
+        }
+    }
+
+    /// A create whose caller was answered EINTR while it went on: the kernel got neither the
+    /// inode nor the handle. The mount ends the open, gives back the lookup it counted for
+    /// the kernel, and has the kernel drop the name (which it may hold as missing).
+    pub fn unanswered_create(&self, parent: u64, name: &OsStr, result: Result<(Entry, Opened), Errno>) {
+        if let Ok((entry, opened)) = result {
+            let inode = entry.attr.ino.0;
+            if let Err(errno) = self.release_handle(inode, opened.handle) {
+                log::debug!("closing a create's open its caller never got: {errno}");
+            }
+            self.forget_inode(inode, 1);
+            self.kernel_drop_later(KernelDrop::Name(parent, name.to_os_string()));
+        }
+    }
+
     /// `flags`: the caller's `open` flags.
     pub fn open_file(&self, inode: u64, flags: i32) -> Result<Opened, Errno> {
         // By id: the file the kernel holds, whatever its names are now; beside the

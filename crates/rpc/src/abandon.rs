@@ -10,9 +10,15 @@
 //! with [`crate::RpcError::Abandoned`] (the requests already sent still run at their servers;
 //! their answers are dropped when they come).
 //!
-//! Outside [`on_behalf_of`] (every other client, every server) nothing changes.
+//! Some requests must not be given up: their outcome has to be known (a create whose open
+//! is registered at a server, to be closed if the caller never gets it). Those run
+//! [`releasing_for`] their caller: once it is found being killed, a release runs instead —
+//! the mount answers the caller there — and the waits go on to their answers.
+//!
+//! Outside [`on_behalf_of`] and [`releasing_for`] (every other client, every server)
+//! nothing changes.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::time::{Duration, Instant};
 
 /// How long a wait goes on before it first asks whether its caller is being killed: a
@@ -27,25 +33,47 @@ pub const LOOK_EVERY: Duration = Duration::from_millis(50);
 struct Caller {
     id: u32,
     being_killed: fn(u32) -> bool,
-    /// The test said yes once: every later wait ends at once.
+    /// Found being killed, the caller is released ([`RELEASE`]) and the waits go on.
+    releases: bool,
+    /// The test said yes once: every later wait ends at once (or, for a caller that is
+    /// released, no wait asks again).
     given_up: bool,
 }
 
+/// What releases a caller served [`releasing_for`].
+type Release = Box<dyn FnOnce()>;
+
 thread_local! {
     static CALLER: Cell<Option<Caller>> = const { Cell::new(None) };
+    /// The release of the caller served [`releasing_for`], until it has run.
+    static RELEASE: RefCell<Option<Release>> = const { RefCell::new(None) };
+}
+
+/// Runs `work` as `caller`'s (with `release` for it, if any), then makes the thread's caller
+/// before its own again, also when `work` unwinds.
+fn serving<T>(caller: Caller, release: Option<Release>, work: impl FnOnce() -> T) -> T {
+    struct Restore(Option<Caller>, Option<Release>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CALLER.set(self.0);
+            RELEASE.set(self.1.take());
+        }
+    }
+    let _restore = Restore(CALLER.replace(Some(caller)), RELEASE.replace(release));
+    work()
 }
 
 /// Runs `work` (which makes requests) for caller `id`; its waits end when `being_killed(id)`
 /// says so. Nests: the caller before is the thread's again when `work` returns or unwinds.
 pub fn on_behalf_of<T>(id: u32, being_killed: fn(u32) -> bool, work: impl FnOnce() -> T) -> T {
-    struct Restore(Option<Caller>);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            CALLER.set(self.0);
-        }
-    }
-    let _restore = Restore(CALLER.replace(Some(Caller { id, being_killed, given_up: false })));
-    work()
+    serving(Caller { id, being_killed, releases: false, given_up: false }, None, work)
+}
+
+/// Runs `work` (which makes requests) for caller `id` to its end: when a wait finds
+/// `being_killed(id)`, `release` runs once, inside that wait, and the wait goes on. (A
+/// release should not block: it runs while the connection's state is locked.)
+pub fn releasing_for<T>(id: u32, being_killed: fn(u32) -> bool, release: impl FnOnce() + 'static, work: impl FnOnce() -> T) -> T {
+    serving(Caller { id, being_killed, releases: true, given_up: false }, Some(Box::new(release)), work)
 }
 
 /// When a wait next asks whether its caller is being killed. It goes by the times its
@@ -75,19 +103,27 @@ impl Looks {
     }
 }
 
-/// Whether the thread's caller was found being killed already (no new test).
+/// Whether the thread's caller was found being killed already and its waits end (no new
+/// test).
 pub(crate) fn given_up() -> bool {
-    CALLER.get().is_some_and(|caller| caller.given_up)
+    CALLER.get().is_some_and(|caller| caller.given_up && !caller.releases)
 }
 
-/// Whether the thread's caller is being killed (a test, remembered once it says yes).
+/// Whether the thread's waits for its caller end because the caller is being killed (a
+/// test, remembered once it says yes). A caller served [`releasing_for`] is released
+/// instead, and its waits go on.
 fn caller_being_killed() -> bool {
     let Some(mut caller) = CALLER.get() else { return false };
     if !caller.given_up && (caller.being_killed)(caller.id) {
         caller.given_up = true;
         CALLER.set(Some(caller));
+        if caller.releases
+            && let Some(release) = RELEASE.take()
+        {
+            release();
+        }
     }
-    caller.given_up
+    caller.given_up && !caller.releases
 }
 
 #[cfg(test)]
@@ -121,5 +157,33 @@ mod tests {
         let unwound = std::panic::catch_unwind(|| on_behalf_of(5, killed_when_odd, || panic!("work failed")));
         assert!(unwound.is_err());
         assert!(!caller_being_killed(), "a scope that unwound is gone too");
+    }
+
+    #[test]
+    fn a_caller_found_being_killed_is_released_once_and_its_waits_go_on() {
+        let released = std::rc::Rc::new(Cell::new(0));
+        let count = released.clone();
+        releasing_for(
+            3,
+            killed_when_odd,
+            move || count.set(count.get() + 1),
+            || {
+                assert!(!caller_being_killed(), "a released caller's waits go on");
+                assert_eq!(released.get(), 1);
+                let tests = TESTS.load(Ordering::Relaxed);
+                assert!(!caller_being_killed());
+                assert!(!given_up(), "later requests are made too");
+                assert_eq!(released.get(), 1, "released once");
+                assert_eq!(TESTS.load(Ordering::Relaxed), tests, "once released, no new test");
+                // A scope inside gives up as before, and the outer one is released no more.
+                on_behalf_of(5, killed_when_odd, || assert!(caller_being_killed()));
+                assert!(!caller_being_killed());
+            },
+        );
+        let kept = std::rc::Rc::new(Cell::new(false));
+        let flag = kept.clone();
+        releasing_for(4, killed_when_odd, move || flag.set(true), || assert!(!caller_being_killed()));
+        assert!(!kept.get(), "a caller not being killed is not released");
+        assert!(RELEASE.take().is_none(), "a release not run goes with its scope");
     }
 }
