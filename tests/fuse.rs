@@ -393,6 +393,15 @@ fn gone_at_once(mut program: std::process::Child, signal: i32, what: &str) {
     assert!(took < Duration::from_secs(1), "{what} went {took:?} after its signal; the request's deadline is 3 s");
 }
 
+/// Waits until `done` says yes, for at most `bound` (a failure names `what`).
+fn seen_within(bound: Duration, what: &str, done: &dyn Fn() -> bool) {
+    let started = Instant::now();
+    while !done() {
+        assert!(started.elapsed() < bound, "{what} not seen within {bound:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A program killed while the mount waits for a stopped server on its behalf — `kill -9` of
 /// `cat`, Ctrl-C of `stat` (which does not handle it) — is gone within moments, not at the
 /// request's deadline (3 s here: the kernel keeps it until the mount answers). A program
@@ -466,23 +475,16 @@ fn creates_and_renames_of_killed_programs_are_answered_at_once_and_finished() {
         let _ = std::fs::metadata(mount.path(path));
     }
     let client = cluster.client();
-    let within = |bound: Duration, what: &str, done: &dyn Fn() -> bool| {
-        let started = Instant::now();
-        while !done() {
-            assert!(started.elapsed() < bound, "{what} not seen within {bound:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
 
     cluster.signal(1, libc::SIGSTOP);
     let touch = Command::new("touch").arg(mount.path(&created)).stderr(Stdio::null()).spawn().unwrap();
     gone_at_once(touch, libc::SIGKILL, "touch of a new name (kill -9)");
     cluster.signal(1, libc::SIGCONT);
-    within(Duration::from_secs(10), "the create through the native client", &|| client.lstat(&format!("/{created}")).is_ok());
+    seen_within(Duration::from_secs(10), "the create through the native client", &|| client.lstat(&format!("/{created}")).is_ok());
     // The open the kernel never got is closed: the file goes with its only name.
     let file = client.lstat(&format!("/{created}")).unwrap().file;
     client.unlink(&format!("/{created}")).unwrap();
-    within(Duration::from_secs(2), "the created file gone after its unlink (its open closed)", &|| client.stat_id(file).is_err());
+    seen_within(Duration::from_secs(2), "the created file gone after its unlink (its open closed)", &|| client.stat_id(file).is_err());
     std::fs::write(mount.path(&created), b"again").unwrap();
     assert_eq!(std::fs::read(mount.path(&created)).unwrap(), b"again");
 
@@ -490,8 +492,8 @@ fn creates_and_renames_of_killed_programs_are_answered_at_once_and_finished() {
     let mv = Command::new("mv").arg(mount.path(&from)).arg(mount.path(&to)).stderr(Stdio::null()).spawn().unwrap();
     gone_at_once(mv, libc::SIGKILL, "mv (kill -9)");
     cluster.signal(1, libc::SIGCONT);
-    within(Duration::from_secs(10), "the rename through the native client", &|| client.lstat(&format!("/{to}")).is_ok());
-    within(Duration::from_secs(2), "the rename through the mount", &|| {
+    seen_within(Duration::from_secs(10), "the rename through the native client", &|| client.lstat(&format!("/{to}")).is_ok());
+    seen_within(Duration::from_secs(2), "the rename through the mount", &|| {
         std::fs::read(mount.path(&to)).is_ok_and(|bytes| bytes == b"moved")
             && std::fs::metadata(mount.path(&from)).is_err_and(|error| error.kind() == std::io::ErrorKind::NotFound)
     });
@@ -529,13 +531,6 @@ fn changes_of_killed_programs_are_given_up_and_not_taken_as_undone() {
     assert!(std::fs::metadata(mount.path(&directory)).is_err());
 
     let client = cluster.client();
-    let within = |bound: Duration, what: &str, done: &dyn Fn() -> bool| {
-        let started = Instant::now();
-        while !done() {
-            assert!(started.elapsed() < bound, "{what} not seen within {bound:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    };
     type Check<'a> = (&'a str, &'a [&'a str], &'a str, Box<dyn Fn() -> bool + 'a>, Box<dyn Fn() -> bool + 'a>);
     let changes: Vec<Check> = vec![
         (
@@ -575,8 +570,8 @@ fn changes_of_killed_programs_are_given_up_and_not_taken_as_undone() {
         // deadline): the native client sees it, and so does the mount at once (its kernel
         // caches names and sizes for 60 s, and changes this mount made are not among those
         // it hears of from the servers).
-        within(Duration::from_secs(10), &format!("{program}'s change through the native client"), &*made);
-        within(Duration::from_secs(2), &format!("{program}'s change through the mount"), &*shown);
+        seen_within(Duration::from_secs(10), &format!("{program}'s change through the native client"), &*made);
+        seen_within(Duration::from_secs(2), &format!("{program}'s change through the mount"), &*shown);
     }
     assert_eq!(std::fs::read(mount.path(&truncated)).unwrap(), b"to");
     let listed: Vec<String> =
