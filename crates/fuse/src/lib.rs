@@ -121,6 +121,9 @@ pub struct RingfsFilesystem {
     lock_owners: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
     /// Tells the kernel to drop what it caches of a file (set once the session runs).
     notifier: OnceLock<fuser::Notifier>,
+    /// Hands what the kernel must drop after a change of unknown outcome to the thread that
+    /// tells it (started at the first; see `operations.rs`, `kernel_drop_later`).
+    kernel_drops: OnceLock<std::sync::mpsc::Sender<operations::KernelDrop>>,
     /// Whether the kernel took FUSE over io_uring at `INIT` (set then, when asked for).
     ring_offered: OnceLock<bool>,
 }
@@ -207,6 +210,7 @@ impl RingfsFilesystem {
             directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
             notifier: OnceLock::new(),
+            kernel_drops: OnceLock::new(),
             ring_offered: OnceLock::new(),
         }
     }

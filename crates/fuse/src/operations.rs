@@ -110,7 +110,7 @@ fn outcome_unknown(errno: Errno) -> bool {
 }
 
 /// What the kernel is told to drop after a change whose outcome is unknown.
-enum KernelDrop {
+pub(crate) enum KernelDrop {
     /// A name in a directory, and the directory's attributes.
     Name(u64, std::ffi::OsString),
     /// A file's attributes and pages.
@@ -204,26 +204,36 @@ impl RingfsFilesystem {
         errno
     }
 
-    /// Has the kernel drop `what` from a thread of its own, once the request being answered
-    /// is: until its answer the kernel holds the directory's lock (a name's drop waits for
-    /// it) and the pages being written (a file's drop waits for those).
+    /// Has the kernel drop `what` from a thread of its own (`ringfs-drops`, started at the
+    /// first drop, gone with the mount), once the request being answered is: until its
+    /// answer the kernel holds the directory's lock (a name's drop waits for it) and the
+    /// pages being written (a file's drop waits for those).
     fn kernel_drop_later(&self, what: KernelDrop) {
-        let Some(notifier) = self.notifier.get().cloned() else { return };
-        let dropping = std::thread::Builder::new().name("ringfs-drop".into()).spawn(move || {
-            // (ENOENT from the kernel: it held nothing to drop.)
-            match what {
-                KernelDrop::Name(directory, name) => {
-                    let _ = notifier.inval_entry(INodeNo(directory), &name);
-                    let _ = notifier.inval_inode(INodeNo(directory), 0, 0);
+        let Some(notifier) = self.notifier.get() else { return };
+        let drops = self.kernel_drops.get_or_init(|| {
+            let (sender, drops) = std::sync::mpsc::channel::<KernelDrop>();
+            let notifier = notifier.clone();
+            let started = std::thread::Builder::new().name("ringfs-drops".into()).spawn(move || {
+                // (ENOENT from the kernel: it held nothing to drop.)
+                for what in drops {
+                    match what {
+                        KernelDrop::Name(directory, name) => {
+                            let _ = notifier.inval_entry(INodeNo(directory), &name);
+                            let _ = notifier.inval_inode(INodeNo(directory), 0, 0);
+                        }
+                        KernelDrop::File(inode) => {
+                            let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
+                        }
+                    }
                 }
-                KernelDrop::File(inode) => {
-                    let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
-                }
+            });
+            if let Err(error) = started {
+                log::warn!("no thread to have the kernel drop what changes of unknown outcome touched: {error}");
             }
+            sender
         });
-        if let Err(error) = dropping {
-            log::warn!("no thread to have the kernel drop what a change of unknown outcome touched: {error}");
-        }
+        // (Fails only if the thread could not start: the kernel's caches then expire.)
+        let _ = drops.send(what);
     }
 
     fn opened(&self, fd: Fd) -> Opened {
