@@ -505,6 +505,52 @@ fn creates_and_renames_of_killed_programs_are_answered_at_once_and_finished() {
     assert_eq!(listed, expected);
 }
 
+/// A shell whose working directory another client renames goes on working in it, as on a
+/// local disk: the kernel keeps using the directory's inode, and the mount follows the
+/// rename (it hears of it within the watch's interval) so that what the kernel asks of that
+/// inode goes to its new name — here a rename of the directory's parent.
+#[test]
+fn a_working_directory_renamed_elsewhere_keeps_working() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    std::fs::create_dir_all(mount.path("run/out")).unwrap();
+    std::fs::write(mount.path("run/input"), b"input\n").unwrap();
+    let script = r#"cd "$1" && echo in && read go && echo made > f && cat ../input && ls"#;
+    let mut shell = Command::new("sh")
+        .args(["-c", script, "sh"])
+        .arg(mount.path("run/out"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(shell.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line, "in\n", "the shell is in its directory");
+    let client = cluster.client();
+    client.rename("/run", "/moved").unwrap();
+    // (The watch asks a quiet server at least once a second.)
+    std::thread::sleep(Duration::from_millis(2500));
+    shell.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let status = shell.wait().unwrap();
+    let mut errors = String::new();
+    shell.stderr.take().unwrap().read_to_string(&mut errors).unwrap();
+    assert!(status.success(), "the shell failed in its renamed directory: {errors}");
+    assert_eq!(rest, "input\nf\n");
+    assert_eq!(std::fs::read(mount.path("moved/out/f")).unwrap(), b"made\n");
+    let mut made = vec![0u8; 16];
+    let fd = client.open("/moved/out/f", ringfs_client::OpenFlags::READ, 0).unwrap();
+    let count = client.pread(fd, &mut made, 0).unwrap();
+    assert_eq!(&made[..count], b"made\n", "the file is where the directory is now");
+    assert!(std::fs::metadata(mount.path("run")).is_err());
+}
+
 /// Changes are given up for a killed program too (`mkdir`, `rm`, `truncate` killed while
 /// the server of their name or file is stopped: gone within a second), and the mount does
 /// not take a change it stopped waiting for as not made: the request may still reach the

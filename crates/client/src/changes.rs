@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{ChangesSince, Errno, FileId, Request, Response};
+use ringfs_proto::{ChangesSince, Errno, FileId, NameMove, Request, Response};
 
 use crate::{Client, Result};
 
@@ -78,6 +78,8 @@ pub struct Changes {
     pub files: Vec<FileId>,
     /// Names created, removed or replaced.
     pub names: Vec<String>,
+    /// Renames made, each server's in the order it made them.
+    pub moves: Vec<NameMove>,
     /// False when a server could not tell (first look, a restart, or more changes since the
     /// last look than it keeps): anything may have changed.
     pub complete: bool,
@@ -112,10 +114,12 @@ impl Client {
         let mut changes = Changes { complete: true, ..Changes::default() };
         for (member, list) in members.iter().zip(lists) {
             watch.positions.insert(member.name.clone(), (list.epoch, list.last));
-            watch.asked(&member.name, servers, !list.complete || !list.files.is_empty() || !list.names.is_empty(), now);
+            let news = !list.complete || !list.files.is_empty() || !list.names.is_empty() || !list.moves.is_empty();
+            watch.asked(&member.name, servers, news, now);
             changes.complete &= list.complete;
             changes.files.extend(list.files);
             changes.names.extend(list.names);
+            changes.moves.extend(list.moves);
         }
         Ok(changes)
     }

@@ -42,7 +42,7 @@ pub use changes::{ChangeWatch, Changes};
 pub use links::{LEADS_OUT, LinkDestination, link_destination};
 pub use locks::{LockConflict, LockRange, WaitEnds, lock_kind_of};
 pub use namespace::RenameFlags;
-pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, ServerStats, XattrFlags};
+pub use ringfs_proto::{CacheStats, Errno, FileId, FileKind, FindFilter, LockKind, MemberList, NameMove, ServerStats, XattrFlags};
 pub use ringfs_rpc::abandon::{on_behalf_of, releasing_for};
 
 use std::sync::Arc;

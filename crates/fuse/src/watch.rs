@@ -11,6 +11,11 @@
 //! server cannot tell (it restarted, or more changed than it keeps), the kernel drops
 //! everything the mount gave it.
 //!
+//! A rename made elsewhere of a file or directory the kernel holds moves its path in the
+//! inode table ([`follow_moves`]): the kernel goes on using the inode (a shell whose working
+//! directory was renamed on another node creates files in it), and the mount must send
+//! those requests to the new name.
+//!
 //! An answer read from the servers before a change but given to the kernel after the change
 //! was dropped would stay cached: so every batch of drops is counted ([`Watch::dropped`]),
 //! and an answer is cached for long only if no batch came while it was read
@@ -23,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use fuser::{INodeNo, Notifier};
-use ringfs_client::{ChangeWatch, Changes, Client};
+use ringfs_client::{ChangeWatch, Changes, Client, NameMove};
 
 use crate::inodes::InodeTable;
 
@@ -96,7 +101,10 @@ pub fn spawn(
             position.pace(interval, QUIET_INTERVAL, pace.budget);
             while !watch.stop.load(Ordering::Acquire) {
                 match client.changes(&mut position) {
-                    Ok(changes) => drop_changed(&watch, &inodes, &notifier, changes),
+                    Ok(changes) => {
+                        follow_moves(&inodes, &client, &changes.moves);
+                        drop_changed(&watch, &inodes, &notifier, changes);
+                    }
                     // Asked again next time: the servers keep the changes meanwhile.
                     Err(errno) => log::debug!("could not ask the servers what changed: {errno}"),
                 }
@@ -106,10 +114,24 @@ pub fn spawn(
         .expect("a thread can be started")
 }
 
+/// Follows renames others made (see the module doc): a held inode at a rename's old name is
+/// moved in the table to the new one (with what the table holds below it), if the new name
+/// names its file now. (Not otherwise: the old name may have been made again since, here.)
+fn follow_moves(inodes: &InodeTable, client: &Client, moves: &[NameMove]) {
+    for moved in moves {
+        let Some(file) = inodes.inode_at(&moved.from).and_then(|inode| inodes.file(inode).ok()) else { continue };
+        match client.lstat(&moved.to) {
+            Ok(stat) if stat.file == file => inodes.renamed(&moved.from, &moved.to, moved.exchange),
+            Ok(_) => {}
+            Err(errno) => log::debug!("could not follow the rename of {} to {}: {errno}", moved.from, moved.to),
+        }
+    }
+}
+
 /// Tells the kernel to drop its copies of what `changes` names (of everything, if they are
 /// not complete), and the inode table its own.
 fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes: Changes) {
-    let Changes { files, names, complete } = changes;
+    let Changes { files, names, complete, .. } = changes;
     if complete && files.is_empty() && names.is_empty() {
         return;
     }

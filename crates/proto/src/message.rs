@@ -18,7 +18,7 @@ use crate::{Attr, Errno, wire_enum, wire_struct};
 /// First four bytes of a `Hello` body after its tag: "RNGF".
 pub const HELLO_MAGIC: u32 = u32::from_le_bytes(*b"RNGF");
 /// Version of this protocol. A server refuses a `Hello` with another version.
-pub const PROTOCOL_VERSION: u16 = 17;
+pub const PROTOCOL_VERSION: u16 = 18;
 
 impl Wire for Attr {
     const MIN_BYTES: usize = ATTR_BYTES;
@@ -567,9 +567,9 @@ pub struct ChangesSince {
 wire_struct!(ChangesSince { epoch, after, client });
 
 /// Answer to `Changes`: the files whose attributes or bytes changed and the names created
-/// or removed (each once) after the position asked, up to position `last`; `complete` is
-/// false when the log no longer reaches back there (or is another epoch's): then anything
-/// may have changed.
+/// or removed (each once) after the position asked, up to position `last`, and the renames
+/// made (in order); `complete` is false when the log no longer reaches back there (or is
+/// another epoch's): then anything may have changed.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct ChangeList {
     pub epoch: u64,
@@ -577,8 +577,19 @@ pub struct ChangeList {
     pub complete: bool,
     pub files: Vec<FileId>,
     pub names: Vec<String>,
+    pub moves: Vec<NameMove>,
 }
-wire_struct!(ChangeList { epoch, last, complete, files, names });
+wire_struct!(ChangeList { epoch, last, complete, files, names, moves });
+
+/// A rename made (and done): what was named `from` is named `to` (with `exchange`, and what
+/// was named `to` is named `from`). A mount that holds the file by its old name follows it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct NameMove {
+    pub from: String,
+    pub to: String,
+    pub exchange: bool,
+}
+wire_struct!(NameMove { from, to, exchange });
 
 /// A file alone (requests to the file's inode, or broadcasts about it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

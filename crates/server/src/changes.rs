@@ -1,6 +1,8 @@
 //! The change log: which files and names changed here lately, for the FUSE mounts that let
 //! the kernel cache names and attributes long and ask every server, a few times a second,
 //! what other clients changed (`Changes`; the mount then tells the kernel to drop those).
+//! Renames made here are noted too, once done: a mount that holds the renamed file or
+//! directory by its old name (a shell whose working directory it is) follows it.
 //!
 //! A change is noted once the request that makes it has run, with the client that sent it
 //! (0: a server's step), whether or not it succeeded (a notice too many only makes a mount
@@ -15,7 +17,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use ringfs_proto::{ChangeList, ChangesSince, FileId, Request};
+use ringfs_proto::{ChangeList, ChangesSince, FileId, NameMove, Request, Response};
 
 /// Changes kept.
 const CAPACITY: usize = 200_000;
@@ -31,6 +33,8 @@ pub enum Change {
     File(FileId),
     /// A name was created, removed or replaced.
     Name(String),
+    /// A rename was made.
+    Moved(NameMove),
 }
 
 struct Noted {
@@ -91,6 +95,22 @@ impl ChangeLog {
         if may_change(request) { changes_made_by(request) } else { Vec::new() }
     }
 
+    /// The rename `request` makes, if it is one, to be noted with its changes if `response`
+    /// says it was done.
+    pub fn move_of(&self, request: &Request) -> Option<Change> {
+        let Request::Rename(rename) = request else { return None };
+        let exchange = rename.flags & ringfs_proto::RenameFlags::EXCHANGE != 0;
+        Some(Change::Moved(NameMove { from: rename.from.clone(), to: rename.to.clone(), exchange }))
+    }
+
+    /// `changes` and, if `response` says the request was done, its rename (`moved`).
+    pub fn with_move(mut changes: Vec<Change>, moved: Option<Change>, response: &Response) -> Vec<Change> {
+        if !matches!(response, Response::Error(_)) {
+            changes.extend(moved);
+        }
+        changes
+    }
+
     /// Notes `changes` (from [`ChangeLog::changes_of`]), made by `client` (0: a server), if
     /// anybody listens.
     pub fn note(&self, client: u64, changes: Vec<Change>) {
@@ -129,7 +149,7 @@ impl ChangeLog {
         let (mut files, mut names) = (HashSet::new(), HashSet::new());
         let start = (asked.after - log.dropped) as usize;
         for (offset, noted) in log.entries.range(start..).enumerate() {
-            if files.len() + names.len() >= MOST_PER_ANSWER {
+            if files.len() + names.len() + answer.moves.len() >= MOST_PER_ANSWER {
                 answer.last = asked.after + offset as u64;
                 break;
             }
@@ -143,6 +163,8 @@ impl ChangeLog {
                 Change::Name(path) => {
                     names.insert(path.as_str());
                 }
+                // (In order: a later rename may move the name an earlier one made.)
+                Change::Moved(moved) => answer.moves.push(moved.clone()),
             }
         }
         answer.files = files.into_iter().collect();
@@ -236,6 +258,29 @@ mod tests {
         let third = ask(&log, second.epoch, second.last, 7);
         assert!(third.complete && third.files.is_empty() && third.names.is_empty());
         assert!(!ask(&log, second.epoch + 2, second.last, 7).complete, "another epoch");
+    }
+
+    #[test]
+    fn renames_are_told_in_order_once_done() {
+        let log = ChangeLog::default();
+        let start = ask(&log, 0, 0, 7);
+        let rename = |from: &str, to: &str, flags: u32| {
+            Request::Rename(ringfs_proto::Rename { from: from.into(), to: to.into(), time_ns: 1, flags })
+        };
+        let done = Response::Done;
+        let failed = Response::Error(ringfs_proto::Errno::ENOENT);
+        for (request, response, client) in [
+            (rename("/a", "/b", 0), &done, 9),
+            (rename("/c", "/d", 0), &failed, 9),
+            (rename("/b", "/a", ringfs_proto::RenameFlags::EXCHANGE), &done, 9),
+            (rename("/e", "/f", 0), &done, 7),
+        ] {
+            log.note(client, ChangeLog::with_move(log.changes_of(&request), log.move_of(&request), response));
+        }
+        let moves = ask(&log, start.epoch, start.last, 7).moves;
+        let moved = |from: &str, to: &str, exchange: bool| NameMove { from: from.into(), to: to.into(), exchange };
+        assert_eq!(moves, vec![moved("/a", "/b", false), moved("/b", "/a", true)], "done ones, in order, not the asker's own");
+        assert!(log.move_of(&Request::Unlink(ringfs_proto::Unlink { path: "/a".into(), time_ns: 1 })).is_none());
     }
 
     #[test]

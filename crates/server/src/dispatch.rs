@@ -472,7 +472,7 @@ impl Service for Dispatcher {
         }
         let deadline = session.patience.map(|patience| client_deadline(session, &request, patience));
         // What the request changes, for FUSE mounts watching (see `changes`).
-        let changes = self.changes.changes_of(&request);
+        let (changes, moved) = (self.changes.changes_of(&request), self.changes.move_of(&request));
         // (Failed requests are logged at debug level, for whoever hunts a failure.)
         let described = log::log_enabled!(log::Level::Debug).then(|| format!("{request:?}"));
         let mut response = with_request_deadline(deadline, || {
@@ -481,7 +481,7 @@ impl Service for Dispatcher {
         if let (Response::Error(errno), Some(described)) = (&response, described) {
             log::debug!("{} answered {errno}", described.chars().take(240).collect::<String>());
         }
-        self.changes.note(session.client_id.unwrap_or(0), changes);
+        self.changes.note(session.client_id.unwrap_or(0), ChangeLog::with_move(changes, moved, &response));
         // Directories' times: what the response shows includes every change of names before
         // it, and a change of names answers once its directories' times have moved.
         self.dir_times.settle_dir_times(&mut response, deadline);
