@@ -681,6 +681,40 @@ fn changes_made_elsewhere_show_through_a_mount_that_caches_for_a_minute() {
     assert_eq!(std::fs::metadata(mount.path("own")).unwrap().size(), 4);
 }
 
+/// `tail -f` through a mount of a file another node appends to (through its own mount):
+/// every append shows, the third and later too. The servers' change logs note a run of
+/// writes to one file once; a write after the mount had read that note was not noted
+/// again, so the mount showed the file as it was for as long as the kernel kept its
+/// attributes (60 s). (Opening the file again between appends hid it: something else was
+/// noted in between.)
+#[test]
+fn appends_made_elsewhere_show_one_after_another() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(2);
+    let mount = cluster.mount(&[]);
+    // The other node: appends through its own mount (`echo >> log`).
+    let elsewhere = cluster.mount(&[]);
+    let log = mount.path("log");
+    std::fs::write(&log, b"first\n").unwrap();
+    // As `tail -f`: the file stays open, and its size is asked through the open descriptor.
+    let tail = std::fs::File::open(&log).unwrap();
+    let mut expected = b"first\n".to_vec();
+    for line in 1..=4 {
+        let text = format!("line {line}\n");
+        let mut appending = std::fs::OpenOptions::new().append(true).open(elsewhere.path("log")).unwrap();
+        std::io::Write::write_all(&mut appending, text.as_bytes()).unwrap();
+        drop(appending);
+        expected.extend_from_slice(text.as_bytes());
+        let size = || tail.metadata().map(|metadata| metadata.len()).unwrap_or(0);
+        assert!(within_two_seconds(|| size() == expected.len() as u64), "append {line} not seen through the mount: its size is {}", size());
+        // (The lines come a moment apart, as a program's log lines do.)
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert_eq!(std::fs::read(&log).unwrap(), expected);
+}
+
 /// A mount whose job is busy elsewhere (computing) costs the servers little: it asks a
 /// server with nothing new less and less often, down to once a second (it asked every
 /// server every 100 ms: with a mount on every node of a 1,000-node job, 10,000 requests a

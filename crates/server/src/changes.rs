@@ -48,6 +48,8 @@ struct Log {
     /// The position of `entries[0]` minus one: positions count from 1.
     dropped: u64,
     entries: VecDeque<Noted>,
+    /// The last position an answer reached: a watcher may have read every entry up to it.
+    told: u64,
 }
 
 impl Log {
@@ -70,7 +72,7 @@ pub struct ChangeLog {
 impl Default for ChangeLog {
     fn default() -> ChangeLog {
         ChangeLog {
-            log: Mutex::new(Log { epoch: ringfs_rpc::memory::random_u64() | 1, dropped: 0, entries: VecDeque::new() }),
+            log: Mutex::new(Log { epoch: ringfs_rpc::memory::random_u64() | 1, dropped: 0, entries: VecDeque::new(), told: 0 }),
             started: Instant::now(),
             listening_until_ms: AtomicU64::new(0),
         }
@@ -119,8 +121,10 @@ impl ChangeLog {
         }
         let mut log = self.log();
         for change in changes {
-            // A repeat of the last change (a run of writes to one file) adds nothing.
-            if log.entries.back().is_some_and(|last| last.client == client && last.change == change) {
+            // A repeat of the last change (a run of writes to one file) adds nothing — unless
+            // a watcher may have read that one already: for it the repeat is news.
+            let unread = log.dropped + log.entries.len() as u64 > log.told;
+            if unread && log.entries.back().is_some_and(|last| last.client == client && last.change == change) {
                 continue;
             }
             if log.entries.len() == CAPACITY {
@@ -143,6 +147,8 @@ impl ChangeLog {
         }
         let last = log.dropped + log.entries.len() as u64;
         if asked.epoch != log.epoch || asked.after < log.dropped || asked.after > last {
+            // (The watcher goes on from `last`, as if it had read everything before.)
+            log.told = log.told.max(last);
             return ChangeList { epoch: log.epoch, last, complete: false, ..ChangeList::default() };
         }
         let mut answer = ChangeList { epoch: log.epoch, last, complete: true, ..ChangeList::default() };
@@ -169,6 +175,7 @@ impl ChangeLog {
         }
         answer.files = files.into_iter().collect();
         answer.names = names.into_iter().map(str::to_string).collect();
+        log.told = log.told.max(answer.last);
         answer
     }
 }
@@ -258,6 +265,42 @@ mod tests {
         let third = ask(&log, second.epoch, second.last, 7);
         assert!(third.complete && third.files.is_empty() && third.names.is_empty());
         assert!(!ask(&log, second.epoch + 2, second.last, 7).complete, "another epoch");
+    }
+
+    /// A run of writes to one file is noted once — but a write after a mount has read the
+    /// run's note is news to that mount (`tail -f` of a file appended on another node showed
+    /// no line after the first one it saw).
+    #[test]
+    fn a_change_repeated_after_a_mount_read_it_is_told_again() {
+        let log = ChangeLog::default();
+        let start = ask(&log, 0, 0, 7);
+        log.note(9, vec![Change::File(file(3))]);
+        log.note(9, vec![Change::File(file(3))]);
+        let first = ask(&log, start.epoch, start.last, 7);
+        assert_eq!((first.files, first.last), (vec![file(3)], start.last + 1), "a run is noted once");
+        // (A watcher that starts now, told only where the log stands, hears of later ones.)
+        let late = ask(&log, 0, 0, 8);
+        assert!(!late.complete);
+        log.note(9, vec![Change::File(file(3))]);
+        let second = ask(&log, first.epoch, first.last, 7);
+        assert_eq!(second.files, vec![file(3)], "the write after the mount looked");
+        log.note(9, vec![Change::File(file(3))]);
+        log.note(9, vec![Change::File(file(3))]);
+        assert_eq!(ask(&log, second.epoch, second.last, 7).files, vec![file(3)]);
+        assert_eq!(ask(&log, late.epoch, late.last, 8).files, vec![file(3)]);
+    }
+
+    #[test]
+    fn a_change_repeated_after_a_mount_was_told_where_the_log_stands_is_told_again() {
+        let log = ChangeLog::default();
+        let start = ask(&log, 0, 0, 7);
+        log.note(9, vec![Change::File(file(3))]);
+        // A mount that starts now learns only where the log stands: it read nothing.
+        let late = ask(&log, 0, 0, 8);
+        assert!(!late.complete);
+        log.note(9, vec![Change::File(file(3))]);
+        assert_eq!(ask(&log, late.epoch, late.last, 8).files, vec![file(3)], "news for the mount that started");
+        assert_eq!(ask(&log, start.epoch, start.last, 7).files, vec![file(3)]);
     }
 
     #[test]
