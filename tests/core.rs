@@ -292,6 +292,55 @@ fn namespace_operations_fail_with_posix_errors() {
     assert_eq!(client.close(ringfs_client::Fd(9999)).unwrap_err(), Errno::EBADF);
 }
 
+/// Appends from several clients at once — the nodes of a job adding lines to one log —
+/// never overwrite each other: each client found the file's size and wrote there, so two
+/// appends at once landed on the same bytes (lines lost). The file's inode server now
+/// places each append after those placed before it. Also across chunks (small chunks
+/// here), through `pwrite` on an append descriptor (Linux appends there too), and after a
+/// truncation (the next append goes at the new end).
+#[test]
+fn appends_from_several_clients_at_once_all_land_whole() {
+    let cluster = TestCluster::start(3);
+    // (4-KiB chunks: the records cross chunks.)
+    let setup = client_with_chunks(&cluster, 4096);
+    setup.close(setup.create("/log", 0o644).unwrap()).unwrap();
+    const RECORDS: usize = 150;
+    let record = |writer: usize, index: usize| format!("writer {writer} record {index:04}\n");
+    std::thread::scope(|scope| {
+        for writer in 0..3 {
+            // (One client each, as separate processes or nodes have.)
+            let client = cluster.client();
+            scope.spawn(move || {
+                let fd = client.open("/log", OpenFlags::WRITE | OpenFlags::APPEND, 0).unwrap();
+                for index in 0..RECORDS {
+                    let bytes = record(writer, index);
+                    let written = if index % 2 == 0 { client.write(fd, bytes.as_bytes()) } else { client.pwrite(fd, bytes.as_bytes(), 0) };
+                    assert_eq!(written.unwrap(), bytes.len());
+                }
+                client.close(fd).unwrap();
+            });
+        }
+    });
+    let text = String::from_utf8(common::read_file(&setup, "/log").unwrap()).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3 * RECORDS, "every append is there once: {} bytes", text.len());
+    lines.sort_unstable();
+    let mut expected: Vec<String> = (0..3).flat_map(|writer| (0..RECORDS).map(move |index| record(writer, index))).collect();
+    expected.sort_unstable();
+    assert_eq!(lines, expected.iter().map(|line| line.trim_end()).collect::<Vec<_>>());
+    // Each writer's records are in its order.
+    for writer in 0..3 {
+        let own: Vec<&str> = text.lines().filter(|line| line.starts_with(&format!("writer {writer} "))).collect();
+        assert!(own.windows(2).all(|pair| pair[0] < pair[1]), "writer {writer}'s records out of order");
+    }
+    // After a truncation, appends start at the new end.
+    setup.truncate("/log", 5).unwrap();
+    let fd = setup.open("/log", OpenFlags::WRITE | OpenFlags::APPEND, 0).unwrap();
+    setup.write(fd, b"+").unwrap();
+    setup.close(fd).unwrap();
+    assert_eq!(common::read_file(&setup, "/log").unwrap(), b"write+");
+}
+
 #[test]
 fn file_positions_append_and_attributes_work() {
     let cluster = TestCluster::start(2);

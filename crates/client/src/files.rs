@@ -393,12 +393,27 @@ impl Client {
     pub fn write(&self, fd: Fd, bytes: &[u8]) -> Result<usize> {
         let file = self.file(fd)?;
         let mut position = file.position.lock();
-        if file.append {
-            *position = self.file_size(file.file)?;
-        }
-        let written = self.write_at(&file, bytes, *position)?;
-        *position += written as u64;
+        let (offset, written) = if file.append { self.append(&file, bytes)? } else { (*position, self.write_at(&file, bytes, *position)?) };
+        *position = offset + written as u64;
         Ok(written)
+    }
+
+    /// Appends `bytes` through `fd` (whatever flags it was opened with): at the file's end,
+    /// after every other client's append placed before (the file's inode server places it:
+    /// `crates/server/src/appends.rs`), so that appends from several nodes at once never
+    /// overwrite each other. Where they went, and how many were written.
+    pub fn append_to(&self, fd: Fd, bytes: &[u8]) -> Result<(u64, usize)> {
+        self.append(&*self.file(fd)?, bytes)
+    }
+
+    fn append(&self, file: &OpenFile, bytes: &[u8]) -> Result<(u64, usize)> {
+        let size = self.file_size(file.file)?;
+        let place = Request::PlaceAppend(ringfs_proto::AppendPlace { file: file.file, size, len: bytes.len() as u64 });
+        let offset = match self.inner.cluster.call_home(file.file, &place)? {
+            Response::Count(offset) => offset,
+            _ => return Err(Errno::EPROTO),
+        };
+        Ok((offset, self.write_at(file, bytes, offset)?))
     }
 
     /// Reads at the current position.
@@ -410,8 +425,15 @@ impl Client {
         Ok(count)
     }
 
+    /// Writes at `offset` — or, on a descriptor opened with [`OpenFlags::APPEND`], at the
+    /// end, as Linux's `pwrite(2)` does (and as the FUSE mount needs: the kernel sends an
+    /// append at the end it last knew of).
     pub fn pwrite(&self, fd: Fd, bytes: &[u8], offset: u64) -> Result<usize> {
-        self.write_at(&*self.file(fd)?, bytes, offset)
+        let file = self.file(fd)?;
+        if file.append {
+            return self.append(&file, bytes).map(|(_, written)| written);
+        }
+        self.write_at(&file, bytes, offset)
     }
 
     pub fn pread(&self, fd: Fd, buffer: &mut [u8], offset: u64) -> Result<usize> {

@@ -236,8 +236,14 @@ impl RingfsFilesystem {
         let _ = drops.send(what);
     }
 
-    fn opened(&self, fd: Fd) -> Opened {
-        let flags = if self.options.direct_io { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+    /// The answer to an open with the caller's `flags`. An `O_APPEND` open (without the
+    /// writeback cache) bypasses the kernel's page cache: the kernel sends an append at the
+    /// end it last knew of, the client appends at the file's real end (placed with other
+    /// nodes' appends: `Client::append_to`), and the bytes the kernel would have cached at
+    /// its own offset would be wrong there.
+    fn opened(&self, fd: Fd, flags: i32) -> Opened {
+        let appends = flags & libc::O_APPEND != 0 && !self.options.writeback_cache;
+        let flags = if self.options.direct_io || appends { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
         Opened { handle: u64::from(fd.0), flags }
     }
 
@@ -458,12 +464,12 @@ impl RingfsFilesystem {
     pub fn open_file(&self, inode: u64, flags: i32) -> Result<Opened, Errno> {
         // By id: the file the kernel holds, whatever its names are now; beside the
         // descriptor the mount keeps on it if there is one (no round trip: see `inodes`).
-        let flags = self.kernel_open_flags(flags);
+        let open_flags = self.kernel_open_flags(flags);
         let fd = match self.inodes.held(inode) {
-            Some(held) => self.client.open_beside(held, flags),
-            None => self.inodes.file(inode).and_then(|file| self.client.open_file(file, flags)),
+            Some(held) => self.client.open_beside(held, open_flags),
+            None => self.inodes.file(inode).and_then(|file| self.client.open_file(file, open_flags)),
         }?;
-        Ok(self.opened(fd))
+        Ok(self.opened(fd, flags))
     }
 
     pub fn create_file(
@@ -485,7 +491,7 @@ impl RingfsFilesystem {
         let attr = self.read(&stat);
         self.inodes.names_changed(parent, attr.ctime, 0);
         self.inodes.name_added(parent, &name.to_string_lossy());
-        Ok((Entry { attr, valid_for: self.cache_time(dropped) }, self.opened(fd)))
+        Ok((Entry { attr, valid_for: self.cache_time(dropped) }, self.opened(fd, flags)))
     }
 
     /// Reads into `buffer` from `offset`: the count read.

@@ -196,14 +196,21 @@ fn read_at(client: &Client, description: &OpenDescription, buffer: &mut [u8], of
     client.pread(description.handle(client)?, buffer, offset)
 }
 
-fn write_at(client: &Client, description: &OpenDescription, bytes: &[u8], offset: u64) -> Result<usize, Errno> {
+/// Writes at `offset` — at the end for a descriptor opened with `O_APPEND`, as Linux's
+/// `pwrite(2)` does; where the bytes went, and how many.
+fn write_at(client: &Client, description: &OpenDescription, bytes: &[u8], offset: u64) -> Result<(u64, usize), Errno> {
     if !description.writable() {
         return Err(Errno::EBADF);
     }
     if bytes.is_empty() {
-        return Ok(0);
+        return Ok((offset, 0));
     }
-    client.pwrite(description.handle(client)?, bytes, offset)
+    let handle = description.handle(client)?;
+    if description.flags() & libc::O_APPEND != 0 {
+        // (Placed by the file's inode server: appends from other nodes never overlap it.)
+        return client.append_to(handle, bytes);
+    }
+    client.pwrite(handle, bytes, offset).map(|count| (offset, count))
 }
 
 /// Reads at the position of descriptor `fd`, which advances.
@@ -218,12 +225,8 @@ fn read_here(client: &Client, description: &OpenDescription, fd: c_int, buffer: 
 /// Writes at the position of descriptor `fd` (at the end with `O_APPEND`), which advances.
 fn write_here(client: &Client, description: &OpenDescription, fd: c_int, bytes: &[u8]) -> Result<usize, Errno> {
     let mut held = description.position.lock();
-    let at = if description.flags() & libc::O_APPEND != 0 && description.writable() {
-        description.stat(client)?.size
-    } else {
-        description.position_at(&held, fd)?
-    };
-    let count = write_at(client, description, bytes, at)?;
+    let at = description.position_at(&held, fd)?;
+    let (at, count) = write_at(client, description, bytes, at)?;
     description.move_to(&mut held, fd, at + count as u64)?;
     Ok(count)
 }
@@ -275,7 +278,7 @@ pub unsafe extern "C" fn pread64(fd: c_int, buffer: *mut c_void, count: usize, a
 pub unsafe extern "C" fn pwrite(fd: c_int, bytes: *const c_void, count: usize, at: libc::off_t) -> isize {
     with_description(fd, -1, |client, description| {
         // SAFETY: the caller's buffer.
-        write_at(client, description, unsafe { arguments::bytes(bytes, count) }?, offset(at)?).map(|n| n as isize)
+        write_at(client, description, unsafe { arguments::bytes(bytes, count) }?, offset(at)?).map(|(_, n)| n as isize)
     })
     .unwrap_or_else(|| real!("pwrite64", fn(c_int, *const c_void, usize, libc::off_t) -> isize; fd, bytes, count, at))
 }
@@ -327,7 +330,7 @@ fn write_vectors(client: &Client, description: &OpenDescription, vectors: &[libc
         // SAFETY: each iovec describes the caller's readable memory.
         gathered.extend_from_slice(unsafe { bytes(vector.iov_base, vector.iov_len) }?);
     }
-    write_at(client, description, &gathered, at)
+    write_at(client, description, &gathered, at).map(|(_, count)| count)
 }
 
 /// # Safety

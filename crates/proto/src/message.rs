@@ -732,6 +732,17 @@ pub struct Reservation {
 }
 wire_struct!(Reservation { file, offset, end, chunk_size, bytes, release });
 
+/// Where an append of `len` bytes to `file` goes, whose size the client found to be `size`
+/// (`PlaceAppend`, to the file's inode: `O_APPEND` from several clients at once; answered
+/// `Count`, the offset to write at).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AppendPlace {
+    pub file: FileId,
+    pub size: u64,
+    pub len: u64,
+}
+wire_struct!(AppendPlace { file, size, len });
+
 /// Files a client closes (sent with request id 0: no answer).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Close {
@@ -1161,6 +1172,10 @@ wire_enum! {
         /// applied now (`Done`; EBUSY while a directory rename holds the path), so that it
         /// cannot land after the move and take the moved file away.
         88 => SettleBackendName(PathOnly),
+        /// To a file's inode: where an append goes — after every append placed before it,
+        /// or at the size its client found, whichever is later (answered `Count`: the
+        /// offset; `crates/server/src/appends.rs`).
+        89 => PlaceAppend(AppendPlace),
     }
 }
 
@@ -1261,6 +1276,7 @@ impl Request {
             Request::ReadBackendDir(request) => Route::Path(&request.path),
             Request::NameLock(lock) => Route::Path(&lock.path),
             Request::Open(open) => file(&open.file),
+            Request::PlaceAppend(place) => file(&place.file),
             Request::MarkExtended(request) => file(&request.file),
             Request::Stat(request) | Request::FlushPrepare(request) | Request::BackendOf(request) | Request::ListXattrs(request) => {
                 file(&request.file)

@@ -195,6 +195,7 @@ impl Dispatcher {
             Request::SetLock(lock) => self.files.set_lock(&lock),
             Request::TestLock(lock) => self.files.test_lock(&lock),
             Request::Reserve(reservation) => self.files.reserve(reservation),
+            Request::PlaceAppend(place) => self.files.place_append(&place),
             Request::RemoveChunks(remove) => Ok(Response::Count(store.remove_chunks(remove.file, remove.from_index, remove.cut_at_ns))),
             // Extended attributes, at the inode's server.
             Request::GetXattr(get) => {

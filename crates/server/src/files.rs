@@ -12,6 +12,7 @@ use ringfs_proto::{
 };
 use ringfs_store::{BackendMove, Cut};
 
+use crate::appends::Appends;
 use crate::file_locks::LockTable;
 use crate::node::{Node, store_errno};
 use crate::opens::OpenRegistry;
@@ -31,6 +32,8 @@ pub struct Files {
     /// one file — a truncate and the retry of an earlier one — never interleave (a late
     /// removal landing after a newer truncate's `SetChunkLen` took the chunk it made).
     cutting: Box<[Mutex<()>]>,
+    /// How far the appends placed here reach (see `appends.rs`).
+    appends: Appends,
 }
 
 /// Stripes of [`Files::cutting`].
@@ -41,7 +44,20 @@ impl Files {
         // A restarted `dir` store knows the cuts its crash cut short.
         let unfinished_cuts = Mutex::new(node.store.unfinished_cuts().into_iter().map(|(file, _)| file).collect());
         let cutting = (0..CUT_STRIPES).map(|_| Mutex::new(())).collect();
-        Files { node, opens, file_locks, permissions, unfinished_cuts, cutting }
+        Files { node, opens, file_locks, permissions, unfinished_cuts, cutting, appends: Appends::default() }
+    }
+
+    /// `PlaceAppend`: where an append to `file` (its inode here) goes.
+    pub fn place_append(&self, place: &ringfs_proto::AppendPlace) -> Result<Response, Errno> {
+        // (The file must be here, as for every request about its inode.)
+        self.node.store.stat(place.file).map_err(store_errno)?;
+        Ok(Response::Count(self.appends.place(place.file, place.size, place.len)))
+    }
+
+    /// `file` (its inode here) was truncated, here or at the name server that holds it with
+    /// its name (`O_TRUNC`): appends go at its new end.
+    pub fn truncated(&self, file: FileId) {
+        self.appends.cut(file);
     }
 
     /// `Open`: registers an open of `file` (here at its inode) for `client`.
@@ -288,6 +304,7 @@ impl Files {
         }
         let chunk_size = u64::from(attr.chunk_size);
         let before = self.node.store.truncate_head(file, size.min(chunk_size), size, time_ns).map_err(store_errno)?;
+        self.truncated(file);
         // Chunks past the bound the inode carried do not exist (a write that raises it after
         // this point comes after the truncate).
         self.cut_later_chunks_held(file, Cut { len: size, time_ns }, before.last_chunk, false)?;

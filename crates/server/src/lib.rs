@@ -19,6 +19,7 @@
 //! server.stop();
 //! ```
 
+mod appends;
 mod changes;
 #[cfg(test)]
 mod coordinator_tests;

@@ -213,6 +213,7 @@ impl Names {
                     self.opens.opened(create.open_for, file);
                 }
                 if outcome.truncated {
+                    self.files.truncated(file);
                     // The open stands even if a server of the file's later chunks does not
                     // answer: the cut is finished when it does.
                     let _ = self.files.cut_later_chunks(file, Cut { len: 0, time_ns: create.time_ns }, attr.last_chunk, false);

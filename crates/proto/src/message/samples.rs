@@ -88,6 +88,7 @@ pub fn requests() -> Vec<Request> {
         Request::SetLock(FileLock { file: file(3), client: 9, owner: 7, kind: LockKind::Write, start: 10, end: u64::MAX, pid: 44 }),
         Request::Reserve(Reservation { file: file(3), offset: 5, end: 1 << 40, chunk_size: 1 << 20, bytes: 1 << 39, release: 0 }),
         Request::Reserve(Reservation { file: file(3), offset: 0, end: 0, chunk_size: 0, bytes: 0, release: 77 }),
+        Request::PlaceAppend(AppendPlace { file: file(3), size: 1 << 33, len: 4096 }),
         Request::GmemAlloc(crate::gmem::GmemAlloc {
             job: 5,
             sequence: 1,
