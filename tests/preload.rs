@@ -95,6 +95,27 @@ fn source_tree(dir: &Path) {
     std::os::unix::fs::symlink("hello.txt", dir.join("a/link")).unwrap();
 }
 
+/// Two programs under the library (two clients, as on two nodes) appending lines to one
+/// log at once (`echo >>`): every line lands, none over another.
+#[test]
+fn appends_of_two_programs_at_once_all_land() {
+    let preloaded = Preloaded::start(2);
+    let root = format!("{}/appends", preloaded.prefix);
+    preloaded.script(&preloaded.prefix, &format!("mkdir {root} && : > {root}/log"));
+    let writers: Vec<_> = ["a", "b"]
+        .iter()
+        .map(|writer| {
+            let script = format!("for i in $(seq 100); do echo \"{writer} $i\" >> \"$ROOT/log\"; done");
+            preloaded.command("sh").arg("-euc").arg(script).env("ROOT", &root).spawn().unwrap()
+        })
+        .collect();
+    for mut writer in writers {
+        assert!(writer.wait().unwrap().success());
+    }
+    let listed = preloaded.script(&root, "sort \"$ROOT/log\" | uniq | wc -l; wc -l < \"$ROOT/log\"");
+    assert_eq!(listed.split_whitespace().collect::<Vec<_>>(), ["200", "200"], "distinct lines, then all lines");
+}
+
 #[test]
 fn coreutils_cp_cat_ls_mkdir_mv_find_du_and_rm_work_as_on_a_local_directory() {
     let preloaded = Preloaded::start(3);
