@@ -230,8 +230,14 @@ impl Worker {
 /// Runs `workers` workers on the tree under `root` for `duration` and adds up what they saw.
 /// Panics if a worker is still in an operation 60 s after the load stopped (a hang).
 fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64, with_locks_and_maps: bool) -> Tally {
+    run_mixed_load_through(&[root.to_path_buf()], workers, duration, seed, with_locks_and_maps)
+}
+
+/// [`run_mixed_load`] on one tree seen under several `roots` (the same directory through
+/// several mounts, as on several nodes): worker `i` works under `roots[i % roots.len()]`.
+fn run_mixed_load_through(roots: &[PathBuf], workers: usize, duration: Duration, seed: u64, with_locks_and_maps: bool) -> Tally {
     for directory in 0..DIRECTORIES {
-        std::fs::create_dir_all(root.join(format!("d{directory}"))).unwrap();
+        std::fs::create_dir_all(roots[0].join(format!("d{directory}"))).unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(workers + 1));
@@ -239,7 +245,7 @@ fn run_mixed_load(root: &Path, workers: usize, duration: Duration, seed: u64, wi
         .map(|index| {
             let (stop, start) = (stop.clone(), start.clone());
             let mut worker = Worker {
-                root: root.to_path_buf(),
+                root: roots[index % roots.len()].clone(),
                 index,
                 random: Random::new(mix(seed + index as u64)),
                 temporaries: 0,
@@ -316,6 +322,58 @@ fn eight_workers_mixing_renames_overwrites_reads_unlinks_and_listings_read_only_
     let seed = seed();
     let tally = run_mixed_load(&mount.path("load"), 8, Duration::from_secs(load_seconds()), seed, false);
     assert_whole(&tally, seed);
+}
+
+/// The same load through two mounts of one cluster at once (half the workers on each, as
+/// on two nodes): a mount may show another's change up to a watch interval late, so a read
+/// may find an older version or none — but never a cut or mixed one, and never an error but
+/// ENOENT. Beside it, one more thread per mount appends records to a shared log: each
+/// record lands once, whole.
+#[test]
+fn eight_workers_on_two_mounts_read_only_whole_versions() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let (one, other) = (cluster.mount(&[]), cluster.mount(&[]));
+    let seed = seed();
+    let roots = [one.path("load"), other.path("load")];
+    std::fs::create_dir_all(&roots[0]).unwrap();
+    let stop = AtomicBool::new(false);
+    let (tally, appended) = std::thread::scope(|scope| {
+        let appenders: Vec<_> = roots
+            .iter()
+            .enumerate()
+            .map(|(node, root)| {
+                let (log, stop) = (root.join("log"), &stop);
+                scope.spawn(move || {
+                    let mut records = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&log).unwrap();
+                        file.write_all(format!("node {node} record {records:06}\n").as_bytes()).unwrap();
+                        records += 1;
+                    }
+                    records
+                })
+            })
+            .collect();
+        let tally = run_mixed_load_through(&roots, 8, Duration::from_secs(load_seconds() / 2), seed, false);
+        stop.store(true, Ordering::Relaxed);
+        (tally, appenders.into_iter().map(|appender| appender.join().unwrap()).collect::<Vec<usize>>())
+    });
+    assert_whole(&tally, seed);
+    let log = std::fs::read_to_string(roots[1].join("log")).unwrap();
+    for (node, records) in appended.iter().enumerate() {
+        let expected: Vec<String> = (0..*records).map(|record| format!("node {node} record {record:06}")).collect();
+        let found: Vec<&str> = log.lines().filter(|line| line.starts_with(&format!("node {node} "))).collect();
+        let missing = expected.iter().filter(|record| !found.contains(&record.as_str())).count();
+        assert!(
+            found == expected,
+            "seed {seed}: node {node} appended {records} records; the log holds {} of its lines, {missing} of its records missing",
+            found.len()
+        );
+    }
+    assert_eq!(log.lines().count(), appended.iter().sum::<usize>(), "seed {seed}: torn records in the log");
 }
 
 /// The load with reads under OFD locks, reads through memory maps and cuts of side files
