@@ -366,12 +366,14 @@ fn eight_workers_on_two_mounts_read_only_whole_versions() {
     for (node, records) in appended.iter().enumerate() {
         let expected: Vec<String> = (0..*records).map(|record| format!("node {node} record {record:06}")).collect();
         let found: Vec<&str> = log.lines().filter(|line| line.starts_with(&format!("node {node} "))).collect();
-        let missing = expected.iter().filter(|record| !found.contains(&record.as_str())).count();
-        assert!(
-            found == expected,
-            "seed {seed}: node {node} appended {records} records; the log holds {} of its lines, {missing} of its records missing",
-            found.len()
-        );
+        if found != expected {
+            let present: std::collections::HashSet<&str> = found.iter().copied().collect();
+            let missing = expected.iter().filter(|record| !present.contains(record.as_str())).count();
+            panic!(
+                "seed {seed}: node {node} appended {records} records; the log holds {} of its lines, {missing} of its records missing",
+                found.len()
+            );
+        }
     }
     assert_eq!(log.lines().count(), appended.iter().sum::<usize>(), "seed {seed}: torn records in the log");
 }
