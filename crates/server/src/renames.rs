@@ -47,7 +47,7 @@ impl Renames {
         }
         let source = {
             let _pass = self.names.gate.pass(&[&from], RenameToken::NONE)?;
-            self.node.store.lookup(&from, self.node.anchor_of(&from), false).map_err(store_errno)?.0
+            self.entry_now(&from)?
         };
         if from == to {
             return Ok(Response::Done);
@@ -71,6 +71,22 @@ impl Renames {
             self.dir_times.touch_parent(&to, time_ns);
         }
         outcome
+    }
+
+    /// What `path` (held here) names now. A look that finds the name's file gone — another
+    /// rename replaced it between reading the name and reaching the file: ESTALE from the
+    /// store — reads the name again (a rename of the name to itself beside renames over it
+    /// failed with ESTALE: `core.rs: a_rename_to_itself_beside_renames_over_the_name_never_fails_stale`).
+    fn entry_now(&self, path: &str) -> Result<ringfs_proto::EntryRef, Errno> {
+        const ATTEMPTS: usize = 100;
+        let anchor = self.node.anchor_of(path);
+        for _ in 0..ATTEMPTS {
+            match self.node.store.lookup(path, anchor, false).map_err(store_errno) {
+                Err(Errno::ESTALE) => continue,
+                found => return found.map(|(entry, _)| entry),
+            }
+        }
+        Err(Errno::ESTALE)
     }
 
     /// Renames a file (or link, or special file) whose names are locked.
