@@ -19,8 +19,11 @@ use ringfs_proto::FileId;
 /// longer than any append takes to be written: its client gives up after its deadline).
 const REMEMBERED_FOR: Duration = Duration::from_secs(60);
 
-/// Files past which a placement first forgets the ends not used for [`REMEMBERED_FOR`].
+/// Files past which a placement first forgets the ends not used for [`REMEMBERED_FOR`]
+/// (at most once per [`FORGET_EVERY`]: with more files than that appended to lately, a look
+/// at every one on every append would cost each append the whole table).
 const FORGET_ABOVE: usize = 4096;
+const FORGET_EVERY: Duration = Duration::from_secs(1);
 
 /// How far the appends placed for a file reach, and when the last was placed.
 struct Placed {
@@ -31,7 +34,14 @@ struct Placed {
 /// The appends placed here, by file (see the module doc).
 #[derive(Default)]
 pub struct Appends {
-    placed: Mutex<HashMap<FileId, Placed>>,
+    placed: Mutex<Placements>,
+}
+
+#[derive(Default)]
+struct Placements {
+    by_file: HashMap<FileId, Placed>,
+    /// When ends not used lately were last forgotten.
+    forgotten_at: Option<Instant>,
 }
 
 impl Appends {
@@ -39,18 +49,20 @@ impl Appends {
     /// the offset to write them at.
     pub fn place(&self, file: FileId, size: u64, len: u64) -> u64 {
         let now = crate::sched::now();
-        let mut placed = self.placed.lock();
-        if placed.len() > FORGET_ABOVE {
-            placed.retain(|_, placed| now.duration_since(placed.at) < REMEMBERED_FOR);
+        let mut placements = self.placed.lock();
+        let Placements { by_file, forgotten_at } = &mut *placements;
+        if by_file.len() > FORGET_ABOVE && forgotten_at.is_none_or(|at| now.duration_since(at) >= FORGET_EVERY) {
+            by_file.retain(|_, placed| now.duration_since(placed.at) < REMEMBERED_FOR);
+            *forgotten_at = Some(now);
         }
-        let offset = placed.get(&file).map_or(size, |placed| placed.end.max(size));
-        placed.insert(file, Placed { end: offset.saturating_add(len), at: now });
+        let offset = by_file.get(&file).map_or(size, |placed| placed.end.max(size));
+        by_file.insert(file, Placed { end: offset.saturating_add(len), at: now });
         offset
     }
 
     /// `file` was truncated: later appends go at its new end.
     pub fn cut(&self, file: FileId) {
-        self.placed.lock().remove(&file);
+        self.placed.lock().by_file.remove(&file);
     }
 }
 
@@ -84,10 +96,10 @@ mod tests {
         for serial in 0..=FORGET_ABOVE as u64 {
             appends.place(file(serial), 0, 1);
         }
-        assert_eq!(appends.placed.lock().len(), FORGET_ABOVE + 1);
+        assert_eq!(appends.placed.lock().by_file.len(), FORGET_ABOVE + 1);
         // (All were placed just now: nothing is forgotten.)
         appends.place(file(u64::MAX), 0, 1);
-        assert_eq!(appends.placed.lock().len(), FORGET_ABOVE + 2);
+        assert_eq!(appends.placed.lock().by_file.len(), FORGET_ABOVE + 2);
         assert_eq!(appends.place(file(3), 0, 1), 1, "still remembered");
     }
 }
