@@ -19,6 +19,24 @@
 //! it keeps whether the file had extended attributes when its attributes were last read:
 //! the kernel asks for `security.capability` before every write, and a file with none is
 //! answered here, as fresh as the attributes the kernel caches.
+//!
+//! # Answers the kernel applies late
+//!
+//! The kernel applies an answer's attributes in the requester's own time, after the mount
+//! wrote it, and orders answers by when their *requests* started: an answer applied after
+//! another request started makes the kernel ignore that request's answer. So a listing
+//! (`READDIRPLUS`) read from the servers while another node's file was still empty, applied
+//! while a lookup of the name it was just renamed to is under way, leaves the kernel with
+//! size 0 and drops the lookup's true size: the file reads as empty for as long as the
+//! listing said to keep it. The table therefore keeps, for every file (not directory), what
+//! the attributes last handed to the kernel said ([`AttrStamp`]); an answer that says
+//! something else marks the inode's attributes *stale* ([`InodeTable::read_attr`]), and the
+//! mount has the kernel drop them before it answers: an answer whose request started before
+//! that drop is then ignored whenever it arrives, and the kernel asks again. If the kernel
+//! does not hold the inode yet (the answers handing it over are both on their way), the
+//! drop is tried again until it does ([`crate::kernel`]), and an open of the inode makes it
+//! first. Changes this mount makes itself need none of this: the kernel orders them after
+//! the answers it asked for before ([`InodeTable::changed_here`]).
 
 use parking_lot::Mutex;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -47,6 +65,66 @@ struct Entry {
     /// A directory made through this mount in which every change of names came through it
     /// too (as far as the watch knows): how many of its names have each hash.
     names: Option<HashMap<u64, u32>>,
+    /// What the attributes last handed to the kernel said (of a file, not a directory).
+    told: Option<AttrStamp>,
+    /// Set to a generation while the kernel may hold attributes of the file older than the
+    /// last it was handed, until a drop of them reaches it (0: not stale).
+    stale: u64,
+}
+
+impl Entry {
+    fn new(file: FileId, path: String, lookups: u64) -> Entry {
+        Entry { file, path, lookups, held: None, directory: None, no_xattrs_since: None, names: None, told: None, stale: 0 }
+    }
+}
+
+/// How an answer hands attributes to the kernel ([`InodeTable::read_attr`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handing {
+    /// With an inode (a lookup, a listing's entry, a create): a drop of the inode's
+    /// attributes before the answer costs the kernel one `GETATTR` at most.
+    WithInode,
+    /// As the answer to the kernel's own `GETATTR`: a drop before it would make the kernel
+    /// ignore it, and the call that asked would use the attributes it held before.
+    ToGetattr,
+}
+
+/// What came of [`InodeTable::drop_if_stale`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StaleDrop {
+    /// The kernel dropped the attributes; the mark went.
+    Dropped,
+    /// The kernel does not hold the inode (yet): the mark stays.
+    NotHeld,
+    /// The inode bears no such mark (any more).
+    NotStale,
+}
+
+/// What the kernel may show of a file that could change elsewhere (not its access time:
+/// the mount is `noatime`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttrStamp {
+    size: u64,
+    mtime: SystemTime,
+    ctime: SystemTime,
+    perm: u16,
+    nlink: u32,
+    uid: u32,
+    gid: u32,
+}
+
+impl AttrStamp {
+    fn of(attr: &FileAttr) -> AttrStamp {
+        AttrStamp {
+            size: attr.size,
+            mtime: attr.mtime,
+            ctime: attr.ctime,
+            perm: attr.perm,
+            nlink: attr.nlink,
+            uid: attr.uid,
+            gid: attr.gid,
+        }
+    }
 }
 
 /// Most names a directory's [`Entry::names`] counts (beyond, it is dropped).
@@ -79,9 +157,20 @@ struct Inodes {
     /// Names the kernel was told are missing (in a directory, by inode), and when: the
     /// kernel caches those too, and only they can be told to drop them.
     missing: HashMap<(u64, String), Instant>,
+    /// The last generation given to a stale mark ([`Entry::stale`]).
+    stale_marks: u64,
 }
 
 impl Inodes {
+    /// Gives `inode`'s attributes a new stale mark: its generation (`None` for an inode the
+    /// table does not know).
+    fn mark_stale(&mut self, inode: u64) -> Option<u64> {
+        let entry = self.entries.get_mut(&inode)?;
+        self.stale_marks += 1;
+        entry.stale = self.stale_marks;
+        Some(self.stale_marks)
+    }
+
     /// Points `inode`'s path to `path` (and the indexes with it).
     fn move_to(&mut self, inode: u64, path: String) {
         let Some(entry) = self.entries.get_mut(&inode) else { return };
@@ -152,9 +241,7 @@ pub struct InodeTable {
 impl Default for InodeTable {
     fn default() -> Self {
         let mut inodes = Inodes::default();
-        let root =
-            Entry { file: FileId::ROOT, path: "/".into(), lookups: 1, held: None, directory: None, no_xattrs_since: None, names: None };
-        inodes.entries.insert(ROOT_INODE, root);
+        inodes.entries.insert(ROOT_INODE, Entry::new(FileId::ROOT, "/".into(), 1));
         inodes.by_path.insert("/".into(), ROOT_INODE);
         inodes.sorted.insert(("/".into(), ROOT_INODE));
         InodeTable { inodes: Mutex::new(inodes) }
@@ -239,8 +326,7 @@ impl InodeTable {
         let inode = file.ino();
         let known = inodes.entries.get(&inode).map(|entry| entry.path == path);
         if known.is_none() {
-            let entry = Entry { file, path: String::new(), lookups: 0, held: None, directory: None, no_xattrs_since: None, names: None };
-            inodes.entries.insert(inode, entry);
+            inodes.entries.insert(inode, Entry::new(file, String::new(), 0));
         }
         if known != Some(true) {
             // New, or renamed or linked (by anyone): the file id stays, the name changes.
@@ -253,6 +339,10 @@ impl InodeTable {
             entry.names = None;
         }
         let replaced = entry.file != file;
+        if replaced {
+            // (What the kernel was told was of another file.)
+            entry.told = None;
+        }
         entry.file = file;
         entry.lookups += 1;
         if replaced {
@@ -300,16 +390,63 @@ impl InodeTable {
         entry.held
     }
 
-    /// Attributes of `attr.ino` (an inode the kernel holds) just read from ringfs, and
-    /// whether the file has extended attributes.
-    pub fn read_attr(&self, attr: &FileAttr, has_xattrs: bool) {
+    /// Attributes of `attr.ino` (an inode the kernel holds) just read from ringfs for an
+    /// answer that hands them to the kernel as `handing` says, and whether the file has
+    /// extended attributes. `Some(generation)` if an answer handing over an inode says other
+    /// attributes than the kernel was handed last, which it may still apply after these
+    /// (see "Answers the kernel applies late"): the caller has the kernel drop the inode's
+    /// attributes before it answers ([`crate::kernel::KernelDrops::stale_attributes`]).
+    pub fn read_attr(&self, attr: &FileAttr, has_xattrs: bool, handing: Handing) -> Option<u64> {
         let mut inodes = self.inodes();
-        let Some(entry) = inodes.entries.get_mut(&attr.ino.0) else { return };
+        let entry = inodes.entries.get_mut(&attr.ino.0)?;
         let now = Instant::now();
+        entry.no_xattrs_since = (!has_xattrs).then_some(now);
         if attr.kind == fuser::FileType::Directory {
             entry.directory = Some((*attr, now));
+            return None;
         }
-        entry.no_xattrs_since = (!has_xattrs).then_some(now);
+        let stamp = AttrStamp::of(attr);
+        let differs = entry.told.replace(stamp).is_some_and(|told| told != stamp);
+        (differs && handing == Handing::WithInode).then(|| inodes.mark_stale(attr.ino.0)).flatten()
+    }
+
+    /// This mount changed `inode`'s file through the kernel (a write, a truncation, an
+    /// attribute change): the kernel orders its own changes after the answers it asked for
+    /// before, so the attributes it was handed before no longer count.
+    pub fn changed_here(&self, inode: u64) {
+        if let Some(entry) = self.inodes().entries.get_mut(&inode) {
+            entry.told = None;
+        }
+    }
+
+    /// Marks the attributes of `inode` stale (a drop of them did not reach the kernel, which
+    /// does not hold the inode yet): the generation of the mark, if the table knows the inode.
+    pub fn mark_attributes_stale(&self, inode: u64) -> Option<u64> {
+        self.inodes().mark_stale(inode)
+    }
+
+    /// The generation of the stale mark on `inode`'s attributes, if it has one (its open
+    /// has the kernel drop them first).
+    pub fn attributes_stale(&self, inode: u64) -> Option<u64> {
+        self.inodes().entries.get(&inode).map(|entry| entry.stale).filter(|stale| *stale != 0)
+    }
+
+    /// Has the kernel drop `inode`'s attributes with `drop` (`Ok(false)`: the kernel does
+    /// not hold the inode) if the inode still bears the stale mark `generation`, and takes
+    /// the mark off once the drop reached the kernel. Checked and dropped under the table's
+    /// lock, so that no drop for an old mark reaches the kernel after the mark went: the
+    /// kernel ignores the answer to a `GETATTR` under way when a drop comes, and the call
+    /// that asked (a read after an open) would use the attributes it held.
+    pub fn drop_if_stale(&self, inode: u64, generation: u64, drop: impl FnOnce() -> std::io::Result<bool>) -> std::io::Result<StaleDrop> {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&inode).filter(|entry| entry.stale == generation) else {
+            return Ok(StaleDrop::NotStale);
+        };
+        if !drop()? {
+            return Ok(StaleDrop::NotHeld);
+        }
+        entry.stale = 0;
+        Ok(StaleDrop::Dropped)
     }
 
     /// Whether `inode` had no extended attributes when its attributes were read, less than
@@ -461,6 +598,68 @@ mod tests {
         assert_eq!(table.held(8), None);
     }
 
+    fn attr_of(inode: u64, kind: fuser::FileType, size: u64) -> FileAttr {
+        let time = SystemTime::UNIX_EPOCH;
+        FileAttr {
+            ino: fuser::INodeNo(inode),
+            size,
+            blocks: 0,
+            atime: time,
+            mtime: time,
+            ctime: time,
+            crtime: time,
+            kind,
+            perm: 0o644,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
+    #[test]
+    fn attributes_other_than_the_last_handed_to_the_kernel_mark_them_stale_until_dropped() {
+        let table = InodeTable::default();
+        let regular = fuser::FileType::RegularFile;
+        assert_eq!(table.read_attr(&attr_of(7, regular, 0), false, Handing::WithInode), None, "an inode the kernel was not handed");
+        table.remember(file(7), "/d/.tmp", None);
+        assert_eq!(table.read_attr(&attr_of(7, regular, 0), false, Handing::WithInode), None, "the first answer");
+        assert_eq!(table.read_attr(&attr_of(7, regular, 0), false, Handing::WithInode), None, "the same again");
+        // Written and renamed elsewhere: the lookup of the new name says otherwise.
+        table.remember(file(7), "/d/name", None);
+        let generation =
+            table.read_attr(&attr_of(7, regular, 5000), false, Handing::WithInode).expect("the listing's size 0 may come after it");
+        assert_eq!(table.attributes_stale(7), Some(generation));
+        assert_eq!(table.read_attr(&attr_of(7, regular, 5000), false, Handing::WithInode), None, "nothing new to drop");
+        assert_eq!(table.drop_if_stale(7, generation, || Ok(false)).unwrap(), StaleDrop::NotHeld);
+        assert_eq!(table.attributes_stale(7), Some(generation), "kept until the kernel holds the inode");
+        assert_eq!(table.drop_if_stale(7, generation, || Ok(true)).unwrap(), StaleDrop::Dropped);
+        assert_eq!(table.attributes_stale(7), None);
+        // The kernel's own GETATTR is answered without a drop (it would ignore its answer).
+        assert_eq!(table.read_attr(&attr_of(7, regular, 5500), false, Handing::ToGetattr), None);
+        // A later mark stands until its own drop.
+        let first = table.mark_attributes_stale(7).unwrap();
+        let second = table.read_attr(&attr_of(7, regular, 6000), false, Handing::WithInode).unwrap();
+        let unsent = table.drop_if_stale(7, first, || panic!("no drop for a mark replaced by another")).unwrap();
+        assert_eq!(unsent, StaleDrop::NotStale);
+        assert_eq!(table.attributes_stale(7), Some(second), "an older mark's drop does not clear a newer mark");
+        assert_eq!(table.drop_if_stale(7, second, || Ok(true)).unwrap(), StaleDrop::Dropped);
+        // The kernel orders this mount's own changes itself.
+        table.changed_here(7);
+        assert_eq!(table.read_attr(&attr_of(7, regular, 9000), false, Handing::WithInode), None);
+        // Directories are answered from what the table keeps of them, not marked.
+        table.remember(file(8), "/d", None);
+        let directory = fuser::FileType::Directory;
+        table.read_attr(&attr_of(8, directory, 1), false, Handing::WithInode);
+        assert_eq!(table.read_attr(&attr_of(8, directory, 2), false, Handing::WithInode), None);
+        assert_eq!(table.mark_attributes_stale(9), None, "an inode the table does not know");
+        let third = table.mark_attributes_stale(7).unwrap();
+        table.forget(7, 2);
+        assert_eq!(table.drop_if_stale(7, third, || Ok(false)).unwrap(), StaleDrop::NotStale, "forgotten: nothing left to drop");
+    }
+
     #[test]
     fn renames_move_paths_below_too() {
         let table = InodeTable::default();
@@ -498,7 +697,7 @@ mod tests {
         let table = InodeTable::default();
         table.remember(file(2), "/d", None);
         let read = FileAttr { ino: fuser::INodeNo(2), kind: fuser::FileType::Directory, nlink: 3, ..attr() };
-        table.read_attr(&read, false);
+        table.read_attr(&read, false, Handing::ToGetattr);
         let later = SystemTime::UNIX_EPOCH + Duration::from_secs(50);
         table.names_changed(2, later, 1);
         let (kept, remaining) = table.directory_attr(2, Duration::from_secs(1)).unwrap();
@@ -510,7 +709,7 @@ mod tests {
         assert!(table.directory_attr(2, Duration::ZERO).is_none(), "expired");
         table.renamed("/d", "/e", false);
         assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "a moved directory is read again");
-        table.read_attr(&FileAttr { kind: fuser::FileType::RegularFile, ..read }, false);
+        table.read_attr(&FileAttr { kind: fuser::FileType::RegularFile, ..read }, false, Handing::ToGetattr);
         assert!(table.directory_attr(2, Duration::from_secs(1)).is_none(), "files are not kept");
     }
 
@@ -520,12 +719,12 @@ mod tests {
         table.remember(file(3), "/f", None);
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "nothing known yet");
         let read = FileAttr { ino: fuser::INodeNo(3), ..attr() };
-        table.read_attr(&read, false);
+        table.read_attr(&read, false, Handing::ToGetattr);
         assert!(table.has_no_xattrs(3, Duration::from_secs(1)));
         assert!(!table.has_no_xattrs(3, Duration::ZERO), "expired");
         table.forget_attr(3);
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)), "set through this mount since");
-        table.read_attr(&read, true);
+        table.read_attr(&read, true, Handing::ToGetattr);
         assert!(!table.has_no_xattrs(3, Duration::from_secs(1)));
     }
 

@@ -24,6 +24,7 @@ pub mod dev_fuse;
 pub mod directories;
 pub mod inodes;
 pub mod interrupts;
+pub mod kernel;
 pub mod operations;
 pub mod ring;
 pub mod watch;
@@ -41,6 +42,7 @@ use thiserror::Error;
 
 use crate::directories::OpenDirectories;
 use crate::inodes::InodeTable;
+use crate::kernel::{KernelCache, KernelDrops};
 use crate::watch::Watch;
 
 /// Largest read or write the kernel sends in one request.
@@ -119,11 +121,9 @@ pub struct RingfsFilesystem {
     /// and `flock`, whose owner is the open file description; a process's record locks went
     /// at its close already). No request is sent for an owner that took none.
     lock_owners: Mutex<HashMap<u64, Vec<(u64, u64)>>>,
-    /// Tells the kernel to drop what it caches of a file (set once the session runs).
-    notifier: OnceLock<fuser::Notifier>,
-    /// Hands what the kernel must drop after a change of unknown outcome to the thread that
-    /// tells it (started at the first; see `operations.rs`, `kernel_drop_later`).
-    kernel_drops: OnceLock<std::sync::mpsc::Sender<operations::KernelDrop>>,
+    /// Tells the kernel to drop what it caches, at once or from a thread of its own (set
+    /// once the kernel's `INIT` is answered; see [`kernel`]).
+    drops: OnceLock<Arc<KernelDrops>>,
     /// Whether the kernel took FUSE over io_uring at `INIT` (set then, when asked for).
     ring_offered: OnceLock<bool>,
 }
@@ -209,8 +209,7 @@ impl RingfsFilesystem {
             options,
             directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),
-            notifier: OnceLock::new(),
-            kernel_drops: OnceLock::new(),
+            drops: OnceLock::new(),
             ring_offered: OnceLock::new(),
         }
     }
@@ -294,12 +293,14 @@ pub fn mount(client: Client, directory: &Path, options: &MountOptions) -> Result
     let mount_error = |source| MountError::Mount { path: directory.display().to_string(), source };
     // (`Session::new` mounts and answers the kernel's `INIT`.)
     let session = fuser::Session::new(dev_fuse::DevFuse::new(filesystem.clone()), directory, &config).map_err(mount_error)?;
+    let device = std::os::fd::AsFd::as_fd(&session).try_clone_to_owned().map_err(mount_error)?;
+    let drops = Arc::new(KernelDrops::new(KernelCache::new(device), filesystem.inodes.clone()));
+    let _ = filesystem.drops.set(drops.clone());
     let ring = if filesystem.ring_offered.get() == Some(&true) { start_ring(&filesystem, &session, directory, options) } else { None };
     let session = session.spawn().map_err(mount_error)?;
-    let _ = filesystem.notifier.set(session.notifier());
     let watching = position.map(|position| {
         let pace = watch::Pace { interval: options.watch_interval, budget: options.watch_budget };
-        let thread = watch::spawn(filesystem.watch.clone(), client, position, filesystem.inodes.clone(), session.notifier(), pace);
+        let thread = watch::spawn(filesystem.watch.clone(), client, position, filesystem.inodes.clone(), drops, pace);
         (filesystem.watch.clone(), thread)
     });
     Ok(MountedFs { session: Some(session), ring, watching })

@@ -10,7 +10,8 @@ use fuser::{FileAttr, FileType, FopenFlags, INodeNo, TimeOrNow};
 use ringfs_client::{Client, Credentials, DirEntry, Errno, Fd, LockKind, OpenFlags, Stat, WaitEnds};
 
 use crate::directories::Listed;
-use crate::inodes::ROOT_INODE;
+use crate::inodes::{Handing, ROOT_INODE};
+use crate::kernel::KernelDrop;
 use crate::{RingfsFilesystem, file_attr, lock_range, name_str, nanoseconds, supplementary_groups};
 
 /// Who sent a request (from the request's header).
@@ -109,14 +110,6 @@ fn outcome_unknown(errno: Errno) -> bool {
     matches!(errno, Errno::EIO | Errno::ETIMEDOUT | Errno::EINTR)
 }
 
-/// What the kernel is told to drop after a change whose outcome is unknown.
-pub(crate) enum KernelDrop {
-    /// A name in a directory, and the directory's attributes.
-    Name(u64, std::ffi::OsString),
-    /// A file's attributes and pages.
-    File(u64),
-}
-
 impl RingfsFilesystem {
     pub(crate) fn child_path(&self, parent: u64, name: &OsStr) -> Result<String, Errno> {
         Ok(ringfs_proto::path::join(&self.inodes.path(parent)?, name_str(name)?))
@@ -137,9 +130,31 @@ impl RingfsFilesystem {
     /// The kernel's attributes of a file the kernel holds, just read from ringfs (noted in
     /// the inode table, see [`crate::inodes`]).
     fn read(&self, stat: &Stat) -> FileAttr {
-        let attr = file_attr(stat);
-        self.inodes.read_attr(&attr, stat.has_xattrs);
+        let mut stale = Vec::new();
+        let attr = self.read_noting_stale(stat, Handing::WithInode, &mut stale);
+        self.drop_stale_attributes(stale);
         attr
+    }
+
+    /// [`Self::read`] for an answer that hands the attributes over as `handing` says, the
+    /// drop of stale attributes left to the caller: the inode and the
+    /// generation of its stale mark are added to `stale` (see [`crate::inodes`], "Answers
+    /// the kernel applies late").
+    fn read_noting_stale(&self, stat: &Stat, handing: Handing, stale: &mut Vec<(u64, u64)>) -> FileAttr {
+        let attr = file_attr(stat);
+        if let Some(generation) = self.inodes.read_attr(&attr, stat.has_xattrs, handing) {
+            stale.push((attr.ino.0, generation));
+        }
+        attr
+    }
+
+    /// Has the kernel drop the attributes of the inodes in `stale` (each with the generation
+    /// of its stale mark), before the answer that found them stale is given.
+    fn drop_stale_attributes(&self, stale: Vec<(u64, u64)>) {
+        let Some(drops) = self.drops.get() else { return };
+        for (inode, generation) in stale {
+            drops.stale_attributes(inode, generation);
+        }
     }
 
     /// The client acting for `caller`: what it creates belongs to the caller (the kernel
@@ -204,36 +219,14 @@ impl RingfsFilesystem {
         errno
     }
 
-    /// Has the kernel drop `what` from a thread of its own (`ringfs-drops`, started at the
-    /// first drop, gone with the mount), once the request being answered is: until its
-    /// answer the kernel holds the directory's lock (a name's drop waits for it) and the
-    /// pages being written (a file's drop waits for those).
+    /// Has the kernel drop `what` from the drops thread ([`crate::kernel::KernelDrops`]),
+    /// once the request being answered is: until its answer the kernel holds the
+    /// directory's lock (a name's drop waits for it) and the pages being written (a file's
+    /// drop waits for those).
     fn kernel_drop_later(&self, what: KernelDrop) {
-        let Some(notifier) = self.notifier.get() else { return };
-        let drops = self.kernel_drops.get_or_init(|| {
-            let (sender, drops) = std::sync::mpsc::channel::<KernelDrop>();
-            let notifier = notifier.clone();
-            let started = std::thread::Builder::new().name("ringfs-drops".into()).spawn(move || {
-                // (ENOENT from the kernel: it held nothing to drop.)
-                for what in drops {
-                    match what {
-                        KernelDrop::Name(directory, name) => {
-                            let _ = notifier.inval_entry(INodeNo(directory), &name);
-                            let _ = notifier.inval_inode(INodeNo(directory), 0, 0);
-                        }
-                        KernelDrop::File(inode) => {
-                            let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
-                        }
-                    }
-                }
-            });
-            if let Err(error) = started {
-                log::warn!("no thread to have the kernel drop what changes of unknown outcome touched: {error}");
-            }
-            sender
-        });
-        // (Fails only if the thread could not start: the kernel's caches then expire.)
-        let _ = drops.send(what);
+        if let Some(drops) = self.drops.get() {
+            drops.later(what);
+        }
     }
 
     /// The answer to an open with the caller's `flags`. An `O_APPEND` open (without the
@@ -294,7 +287,9 @@ impl RingfsFilesystem {
             Some(handle) if inode != ROOT_INODE => self.client.fstat(fd_of(handle)),
             _ => self.inodes.file(inode).and_then(|file| self.client.stat_id(file)),
         };
-        stat.map(|stat| Entry { attr: self.read(&stat), valid_for: self.cache_time(dropped) })
+        // (Never stale: see `Handing::ToGetattr`.)
+        let attr = stat.map(|stat| self.read_noting_stale(&stat, Handing::ToGetattr, &mut Vec::new()))?;
+        Ok(Entry { attr, valid_for: self.cache_time(dropped) })
     }
 
     pub fn set_attributes(&self, inode: u64, changes: AttributeChanges) -> Result<Entry, Errno> {
@@ -323,6 +318,7 @@ impl RingfsFilesystem {
                     matches!(atime, Some(TimeOrNow::SpecificTime(_))) || matches!(mtime, Some(TimeOrNow::SpecificTime(_)));
             })?;
         }
+        self.inodes.changed_here(inode);
         let attr = self.read(&self.client.stat_id(file)?);
         Ok(Entry { attr, valid_for: self.options.attr_timeout })
     }
@@ -465,6 +461,13 @@ impl RingfsFilesystem {
         // By id: the file the kernel holds, whatever its names are now; beside the
         // descriptor the mount keeps on it if there is one (no round trip: see `inodes`).
         let open_flags = self.kernel_open_flags(flags);
+        if let Some(generation) = self.inodes.attributes_stale(inode) {
+            // (A drop that could not reach the kernel before it held the inode: it holds it now.)
+            self.drop_stale_attributes(vec![(inode, generation)]);
+        }
+        if flags & libc::O_TRUNC != 0 {
+            self.inodes.changed_here(inode);
+        }
         let fd = match self.inodes.held(inode) {
             Some(held) => self.client.open_beside(held, open_flags),
             None => self.inodes.file(inode).and_then(|file| self.client.open_file(file, open_flags)),
@@ -500,7 +503,9 @@ impl RingfsFilesystem {
     }
 
     pub fn write_at(&self, inode: u64, handle: u64, offset: u64, data: &[u8]) -> Result<u32, Errno> {
-        self.client.pwrite(fd_of(handle), data, offset).map(|count| count as u32).map_err(|errno| self.file_change_failed(inode, errno))
+        let written = self.client.pwrite(fd_of(handle), data, offset).map_err(|errno| self.file_change_failed(inode, errno))?;
+        self.inodes.changed_here(inode);
+        Ok(written as u32)
     }
 
     pub fn flush_handle(&self, inode: u64, handle: u64, lock_owner: u64) -> Result<(), Errno> {
@@ -577,7 +582,9 @@ impl RingfsFilesystem {
     }
 
     pub fn allocate(&self, inode: u64, handle: u64, offset: u64, length: u64, mode: i32) -> Result<(), Errno> {
-        self.client.fallocate(fd_of(handle), mode as u32, offset, length).map_err(|errno| self.file_change_failed(inode, errno))
+        self.client.fallocate(fd_of(handle), mode as u32, offset, length).map_err(|errno| self.file_change_failed(inode, errno))?;
+        self.inodes.changed_here(inode);
+        Ok(())
     }
 
     /// Opens directory `inode` for listing: its handle.
@@ -622,7 +629,8 @@ impl RingfsFilesystem {
     pub fn list_plus(&self, inode: u64, handle: u64, offset: u64, mut add: impl FnMut(Listing<'_>, Entry) -> bool) -> Result<(), Errno> {
         let directory_path = self.inodes.path(inode).map_err(|_| Errno::ESTALE)?;
         let dropped = self.watch.dropped();
-        self.list_page(handle, offset, |name, cookie, listed| match listed {
+        let mut stale = Vec::new();
+        let listed = self.list_page(handle, offset, |name, cookie, listed| match listed {
             Listed::Dot(ino) => {
                 // (The kernel takes no attributes from the dot entries.)
                 let attr = FileAttr { ino: INodeNo(ino), kind: FileType::Directory, ..file_attr(&Stat::default()) };
@@ -635,11 +643,14 @@ impl RingfsFilesystem {
                 if !full {
                     // The kernel now holds a reference to the entry's inode.
                     self.inodes.remember(entry.stat.file, &ringfs_proto::path::join(&directory_path, name), None);
-                    self.read(&entry.stat);
+                    self.read_noting_stale(&entry.stat, Handing::WithInode, &mut stale);
                 }
                 full
             }
-        })
+        });
+        // (Outside the listing's lock, before the reply.)
+        self.drop_stale_attributes(stale);
+        listed
     }
 
     pub fn release_directory(&self, handle: u64) {
@@ -735,14 +746,15 @@ impl RingfsFilesystem {
     /// must not run where it keeps those answers from being given (dev_fuse.rs hands it
     /// to a thread of its own).
     pub fn forget_cached(&self, inode: u64) {
-        let Some(notifier) = self.notifier.get() else { return };
-        if let Err(error) = notifier.inval_inode(INodeNo(inode), 0, 0) {
+        let Some(drops) = self.drops.get() else { return };
+        let kernel = drops.cache();
+        if let Err(error) = kernel.drop_inode(inode, true) {
             log::debug!("the kernel did not drop its cache of inode {inode}: {error}");
         }
         let Some((directory, names)) = self.inodes.names_beside(inode) else { return };
         for name in names {
-            // (ENOENT: the kernel had dropped that name already.)
-            let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));
+            // (`false`: the kernel had dropped that name already.)
+            let _ = kernel.drop_name(directory, OsStr::new(&name));
         }
     }
 

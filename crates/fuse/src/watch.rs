@@ -27,10 +27,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fuser::{INodeNo, Notifier};
 use ringfs_client::{ChangeWatch, Changes, Client, NameMove};
 
 use crate::inodes::InodeTable;
+use crate::kernel::{KernelDrop, KernelDrops};
 
 /// The mount's watch over changes made elsewhere.
 #[derive(Default)]
@@ -91,7 +91,7 @@ pub fn spawn(
     client: Client,
     mut position: ChangeWatch,
     inodes: Arc<InodeTable>,
-    notifier: Notifier,
+    drops: Arc<KernelDrops>,
     pace: Pace,
 ) -> JoinHandle<()> {
     let interval = pace.interval;
@@ -103,7 +103,7 @@ pub fn spawn(
                 match client.changes(&mut position) {
                     Ok(changes) => {
                         follow_moves(&inodes, &client, &changes.moves);
-                        drop_changed(&watch, &inodes, &notifier, changes);
+                        drop_changed(&watch, &inodes, &drops, changes);
                     }
                     // Asked again next time: the servers keep the changes meanwhile.
                     Err(errno) => log::debug!("could not ask the servers what changed: {errno}"),
@@ -130,16 +130,23 @@ fn follow_moves(inodes: &InodeTable, client: &Client, moves: &[NameMove]) {
 
 /// Tells the kernel to drop its copies of what `changes` names (of everything, if they are
 /// not complete), and the inode table its own.
-fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes: Changes) {
+fn drop_changed(watch: &Watch, inodes: &InodeTable, drops: &KernelDrops, changes: Changes) {
     let Changes { files, names, complete, .. } = changes;
     if complete && files.is_empty() && names.is_empty() {
         return;
     }
     watch.dropped.fetch_add(1, Ordering::AcqRel);
-    // (ENOENT from the kernel: it had dropped them already.)
+    let kernel = drops.cache();
     let drop_inode = |inode: u64| {
         inodes.forget_attr(inode);
-        let _ = notifier.inval_inode(INodeNo(inode), 0, 0);
+        if let Ok(false) = kernel.drop_inode(inode, true) {
+            // The kernel does not hold the inode: it has forgotten it, or an answer handing
+            // it over, read before the change, is on its way (see `inodes`, "Answers the
+            // kernel applies late"); then it must drop its attributes once it holds it.
+            if let Some(generation) = inodes.mark_attributes_stale(inode) {
+                drops.later(KernelDrop::StaleAttributes(inode, generation));
+            }
+        }
     };
     let drop_name = |path: &str| {
         if let Some(named) = inodes.inode_at(path) {
@@ -150,7 +157,8 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes
         let Some(directory) = inodes.inode_at(parent) else { return };
         inodes.forget_attr(directory);
         inodes.lose_names(directory);
-        let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(ringfs_proto::path::file_name(path)));
+        // (`false` from the kernel: it had dropped the name already.)
+        let _ = kernel.drop_name(directory, OsStr::new(ringfs_proto::path::file_name(path)));
     };
     if !complete {
         log::debug!("a server could not tell what changed: the kernel drops every name and attribute");
@@ -160,7 +168,7 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, notifier: &Notifier, changes
             inodes.lose_names(inode);
         }
         for (directory, name) in inodes.take_missing() {
-            let _ = notifier.inval_entry(INodeNo(directory), OsStr::new(&name));
+            let _ = kernel.drop_name(directory, OsStr::new(&name));
         }
         return;
     }
