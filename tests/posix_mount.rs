@@ -179,9 +179,15 @@ struct Snapshot {
 }
 
 fn snapshot(root: &Path) -> Snapshot {
+    try_snapshot(root).unwrap_or_else(|error| panic!("{error}"))
+}
+
+/// [`snapshot`], or what failed on the way (a name listed that is gone by its `lstat`, as
+/// through a mount whose caches have not caught up yet).
+fn try_snapshot(root: &Path) -> Result<Snapshot, String> {
     let mut nodes = BTreeMap::new();
     let mut by_inode: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    walk(root, "", 0, &mut nodes, &mut by_inode);
+    walk(root, "", 0, &mut nodes, &mut by_inode)?;
     let linked = by_inode
         .into_values()
         .filter(|names| names.len() > 1)
@@ -190,27 +196,39 @@ fn snapshot(root: &Path) -> Snapshot {
             names
         })
         .collect();
-    Snapshot { nodes, linked }
+    Ok(Snapshot { nodes, linked })
 }
 
-fn walk(dir: &Path, prefix: &str, depth: usize, nodes: &mut BTreeMap<String, Node>, by_inode: &mut BTreeMap<u64, Vec<String>>) {
-    assert!(depth < 32, "{} is nested too deep: a directory inside itself?", dir.display());
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|error| panic!("read_dir {}: {error}", dir.display())) {
-        let entry = entry.unwrap();
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    depth: usize,
+    nodes: &mut BTreeMap<String, Node>,
+    by_inode: &mut BTreeMap<u64, Vec<String>>,
+) -> Result<(), String> {
+    if depth >= 32 {
+        return Err(format!("{} is nested too deep: a directory inside itself?", dir.display()));
+    }
+    let failed = |what: &str, path: &Path, error: io::Error| format!("{what} {}: {error}", path.display());
+    for entry in std::fs::read_dir(dir).map_err(|error| failed("read_dir", dir, error))? {
+        let entry = entry.map_err(|error| failed("read_dir", dir, error))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let relative = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let path = entry.path();
-        let metadata = std::fs::symlink_metadata(&path).unwrap_or_else(|error| panic!("lstat {}: {error}", path.display()));
+        let metadata = std::fs::symlink_metadata(&path).map_err(|error| failed("lstat", &path, error))?;
         let file_type = metadata.file_type();
         let mode = metadata.mode() & 0o7777;
         let node = if file_type.is_dir() {
             Node::Directory { mode, nlink: metadata.nlink() }
         } else if file_type.is_file() {
-            let contents = std::fs::read(&path).unwrap_or_else(|error| panic!("read {}: {error}", path.display()));
-            assert_eq!(contents.len() as u64, metadata.len(), "{}: bytes read and size differ", path.display());
+            let contents = std::fs::read(&path).map_err(|error| failed("read", &path, error))?;
+            if contents.len() as u64 != metadata.len() {
+                return Err(format!("{}: {} bytes read, size {}", path.display(), contents.len(), metadata.len()));
+            }
             Node::File { mode, nlink: metadata.nlink(), size: metadata.len(), fingerprint: fingerprint(&contents) }
         } else if file_type.is_symlink() {
-            Node::Symlink { nlink: metadata.nlink(), size: metadata.len(), target: std::fs::read_link(&path).unwrap() }
+            let target = std::fs::read_link(&path).map_err(|error| failed("readlink", &path, error))?;
+            Node::Symlink { nlink: metadata.nlink(), size: metadata.len(), target }
         } else {
             let kind = if file_type.is_fifo() {
                 "fifo"
@@ -225,11 +243,12 @@ fn walk(dir: &Path, prefix: &str, depth: usize, nodes: &mut BTreeMap<String, Nod
         };
         nodes.insert(relative.clone(), node);
         if file_type.is_dir() {
-            walk(&path, &relative, depth + 1, nodes, by_inode);
+            walk(&path, &relative, depth + 1, nodes, by_inode)?;
         } else {
             by_inode.entry(metadata.ino()).or_default().push(relative);
         }
     }
+    Ok(())
 }
 
 /// The differences between two snapshots, one line each; empty if they are equal.
@@ -587,6 +606,139 @@ fn random_namespace_operations_match_tmpfs_with_direct_io() {
         return;
     }
     random_operations_match_tmpfs(&["--direct-io"]);
+}
+
+/// How long a change made through one mount may take to show through another: the watch
+/// asks a server that had nothing new for a while only once a second (CONSISTENCY.md,
+/// "Through the FUSE mount"), plus a round trip and the kernel's own work, on a loaded
+/// machine.
+const SHOWS_ELSEWHERE_WITHIN: Duration = Duration::from_secs(4);
+
+/// The random operations in batches that alternate between two mounts of one cluster (as
+/// two nodes), each batch also on tmpfs: every outcome must be tmpfs's — so each mount sees
+/// what the other did —, and after each batch the tree seen through the other mount must
+/// become tmpfs's within [`SHOWS_ELSEWHERE_WITHIN`] (names, kinds, modes, link counts,
+/// sizes, bytes, symlink targets, which names share a file), though it cached the tree as it
+/// was before the batch (it walked it whole after the last one).
+#[test]
+fn random_namespace_operations_in_turns_on_two_mounts_match_tmpfs_and_show_on_the_other() {
+    if !fuse_available() {
+        return;
+    }
+    const BATCHES: usize = 40;
+    const BATCH: usize = 6;
+    let cluster = TestCluster::start(3);
+    let mounts = [cluster.mount(&[]), cluster.mount(&[])];
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let seeds = match std::env::var("RINGFS_TEST_SEEDS") {
+        Ok(_) => seeds(),
+        Err(_) => (0..3).map(|_| ringfs_rpc::memory::random_u64() % 100_000).collect(),
+    };
+    for seed in seeds {
+        let reference = ShmDir::new(&format!("turns-{seed}"));
+        let roots = mounts.each_ref().map(|mount| mount.path(&format!("seed-{seed}")));
+        std::fs::create_dir(&roots[0]).unwrap();
+        let mut random = Random::new(seed);
+        let mut done = Vec::new();
+        for batch in 0..BATCHES {
+            let (working, other) = (batch % 2, 1 - batch % 2);
+            let before = snapshot(&reference.path);
+            for _ in 0..BATCH {
+                assert!(Instant::now() < deadline, "seed {seed}: only {} operations ran in the time allowed", done.len());
+                let operation = random_operation(&mut random, &names_below(&reference.path));
+                let expected = apply(&reference.path, &operation);
+                let found = apply(&roots[working], &operation);
+                let failed = expected != found;
+                done.push((working, operation, expected.clone()));
+                assert!(
+                    !failed,
+                    "seed {seed}, operation {} through mount {working}: {:?}\n  tmpfs:  {expected:?}\n  ringfs: {found:?}\nthe sequence so far (mount, operation, tmpfs's outcome):\n{}",
+                    done.len() - 1,
+                    done[done.len() - 1].1,
+                    numbered_on_mounts(&done)
+                );
+            }
+            // The tree, and every name of the name space, of the tree before the batch and in
+            // every directory of the tree now (a name gone is not in the tree, but the other
+            // mount's kernel may still hold it; a name made may have been cached there as
+            // missing).
+            let expected = snapshot(&reference.path);
+            let mut named = name_space();
+            named.extend(before.nodes.keys().cloned());
+            for (path, node) in &expected.nodes {
+                if matches!(node, Node::Directory { .. }) {
+                    named.extend(NAMES.map(|name| format!("{path}/{name}")));
+                }
+            }
+            let expected_names = looked_up(&reference.path, &named);
+            let shown = Instant::now() + SHOWS_ELSEWHERE_WITHIN;
+            let mut last = String::new();
+            while Instant::now() < shown {
+                last = match try_snapshot(&roots[other]) {
+                    Ok(found) => differences(&expected, &found),
+                    Err(error) => error,
+                };
+                let found_names = looked_up(&roots[other], &named);
+                for ((name, expected), (_, found)) in expected_names.iter().zip(&found_names) {
+                    if expected != found {
+                        last.push_str(&format!("\n  lstat {name}: expected {expected:?}, found {found:?}"));
+                    }
+                }
+                if last.is_empty() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert!(
+                last.is_empty(),
+                "seed {seed}: {SHOWS_ELSEWHERE_WITHIN:?} after batch {batch} through mount {working}, mount {other} still shows another tree:\n{last}\nthe sequence (mount, operation, tmpfs's outcome):\n{}",
+                numbered_on_mounts(&done)
+            );
+        }
+    }
+}
+
+/// Every path of one to three of [`NAMES`]: the names the random operations name.
+fn name_space() -> BTreeSet<String> {
+    let mut paths = BTreeSet::new();
+    let mut level = vec![String::new()];
+    for _ in 0..3 {
+        level = level
+            .iter()
+            .flat_map(|parent| NAMES.map(|name| if parent.is_empty() { name.to_string() } else { format!("{parent}/{name}") }))
+            .collect();
+        paths.extend(level.iter().cloned());
+    }
+    paths
+}
+
+/// What `lstat` finds at each of `names` below `root`: the kind (and a file's size), or the
+/// error.
+fn looked_up(root: &Path, names: &BTreeSet<String>) -> Vec<(String, Result<String, String>)> {
+    let describe_found = |metadata: std::fs::Metadata| {
+        let kind = metadata.file_type();
+        if kind.is_file() {
+            format!("file of {} bytes", metadata.len())
+        } else if kind.is_dir() {
+            "directory".to_string()
+        } else if kind.is_symlink() {
+            "symlink".to_string()
+        } else {
+            "special".to_string()
+        }
+    };
+    names
+        .iter()
+        .map(|name| (name.clone(), std::fs::symlink_metadata(root.join(name)).map(describe_found).map_err(|error| describe(&error))))
+        .collect()
+}
+
+fn numbered_on_mounts(operations: &[(usize, Operation, Result<String, String>)]) -> String {
+    operations
+        .iter()
+        .enumerate()
+        .map(|(index, (mount, operation, outcome))| format!("  {index:3}: {mount} {operation:?} -> {outcome:?}\n"))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

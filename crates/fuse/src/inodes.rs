@@ -516,6 +516,17 @@ impl InodeTable {
         names.is_some_and(|names| !names.contains_key(&name_hash(name)))
     }
 
+    /// A listing of `directory` read from the servers showed `names`: if the table's account
+    /// of its names lacks one of them (made elsewhere, not yet told by the watch), the
+    /// account goes.
+    pub fn listed<'a>(&self, directory: u64, mut names: impl Iterator<Item = &'a str>) {
+        let mut inodes = self.inodes();
+        let Some(entry) = inodes.entries.get_mut(&directory) else { return };
+        if entry.names.as_ref().is_some_and(|known| names.any(|name| !known.contains_key(&name_hash(name)))) {
+            entry.names = None;
+        }
+    }
+
     /// Names in `directory` changed in a way the table does not follow (elsewhere, or an
     /// outcome not known).
     pub fn lose_names(&self, directory: u64) {
@@ -747,6 +758,12 @@ mod tests {
         table.made_directory(2);
         table.remember(file(2), "/moved", None);
         assert!(!table.surely_missing(2, "b"), "moved by someone else");
+        table.made_directory(2);
+        table.name_added(2, "a");
+        table.listed(2, ["a"].into_iter());
+        assert!(table.surely_missing(2, "b"), "a listing of names it knows");
+        table.listed(2, ["a", "b"].into_iter());
+        assert!(!table.surely_missing(2, "c"), "a listing showed a name made elsewhere, not told yet");
     }
 
     fn attr() -> FileAttr {

@@ -201,6 +201,10 @@ impl RingfsFilesystem {
     /// names, times and link count) and has the kernel drop the name, whose next lookup asks
     /// a server.
     fn name_change_failed(&self, parent: u64, name: &OsStr, errno: Errno) -> Errno {
+        if errno == Errno::EEXIST {
+            // (Made elsewhere, and not told yet: the mount's account of the names lacks it.)
+            self.inodes.lose_names(parent);
+        }
         if outcome_unknown(errno) {
             self.inodes.lose_names(parent);
             self.inodes.forget_attr(parent);
@@ -611,6 +615,9 @@ impl RingfsFilesystem {
         let (directory, resume) = self.directories.resume(handle, offset).ok_or(Errno::EBADF)?;
         let Some(resume) = resume else { return Ok(()) };
         let page = self.client.list_page(&directory, resume.after.as_deref(), resume.wanted)?;
+        // A name listed that the mount's account of the directory lacks was made elsewhere,
+        // and the watch has not told yet: the account must not answer lookups any more.
+        self.inodes.listed(directory.stat.ino, page.entries.iter().map(|entry| entry.name.as_str()));
         let given = self.directories.give(handle, &resume, &page.entries, |entry| entry.name.as_str(), page.more, add);
         if given { Ok(()) } else { Err(Errno::EBADF) }
     }
