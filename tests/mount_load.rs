@@ -788,6 +788,26 @@ fn within_two_seconds(mut check: impl FnMut() -> bool) -> bool {
     check()
 }
 
+/// With the writeback cache the kernel keeps the size of a file it holds itself and takes
+/// no other: a file this mount wrote, then another node appended to, stayed at its old size
+/// here (and read short) until the kernel let the inode go. The watch drops the file's name
+/// with its attributes, so that once it is not open here the next lookup brings a fresh
+/// inode.
+#[test]
+fn a_file_appended_elsewhere_shows_its_new_size_through_a_writeback_cache_mount_once_closed_there() {
+    if !fuse_available() {
+        return;
+    }
+    let cluster = TestCluster::start(3);
+    let (caching, other) = (cluster.mount(&["--writeback-cache"]), cluster.mount(&[]));
+    std::fs::write(caching.path("f"), version_content(100)).unwrap();
+    assert_eq!(std::fs::metadata(other.path("f")).unwrap().len(), 100);
+    std::fs::OpenOptions::new().append(true).open(other.path("f")).unwrap().write_all(&[7; 50]).unwrap();
+    let seen = within_two_seconds(|| std::fs::metadata(caching.path("f")).map(|metadata| metadata.len()).ok() == Some(150));
+    assert!(seen, "the writeback-cache mount still says {:?} bytes", std::fs::metadata(caching.path("f")).map(|metadata| metadata.len()));
+    assert_eq!(std::fs::read(caching.path("f")).unwrap().len(), 150, "read whole");
+}
+
 #[test]
 fn changes_made_elsewhere_show_through_a_mount_that_caches_for_a_minute() {
     if !fuse_available() {

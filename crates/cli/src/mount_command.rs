@@ -15,7 +15,9 @@ pub struct MountArgs {
     /// Bypass the page cache (every read and write goes to ringfs; mmap does not work).
     #[arg(long)]
     pub direct_io: bool,
-    /// Let the kernel gather small writes in the page cache before sending them.
+    /// Let the kernel gather small writes in the page cache before sending them (for files
+    /// only this node changes: the kernel keeps the size of a file it holds itself, so a size
+    /// another node gives it shows here only once the file is closed here and has one name).
     #[arg(long)]
     pub writeback_cache: bool,
     /// How long the kernel caches attributes and names, in milliseconds [default: 60000,

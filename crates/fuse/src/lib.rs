@@ -205,7 +205,7 @@ impl RingfsFilesystem {
         RingfsFilesystem {
             client,
             inodes: Arc::new(InodeTable::default()),
-            watch: Arc::new(Watch::default()),
+            watch: Arc::new(Watch::new(options.writeback_cache)),
             options,
             directories: OpenDirectories::default(),
             lock_owners: Mutex::new(HashMap::new()),

@@ -38,9 +38,20 @@ pub struct Watch {
     /// Batches of drops sent to the kernel so far.
     dropped: AtomicU64,
     stop: AtomicBool,
+    /// A file changed elsewhere has its name dropped too: with the writeback cache the
+    /// kernel keeps a file's size itself for as long as it holds the inode, and takes
+    /// another node's size only from a lookup that makes a new one — once no name and no
+    /// open file hold the old one.
+    drop_names_of_changed_files: bool,
 }
 
 impl Watch {
+    /// A watch; `writeback_cache`: the mount's kernel keeps files' sizes itself
+    /// (`MountOptions::writeback_cache`).
+    pub fn new(writeback_cache: bool) -> Watch {
+        Watch { drop_names_of_changed_files: writeback_cache, ..Watch::default() }
+    }
+
     /// The count of batches of drops, to take before reading an answer from the servers.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Ordering::Acquire)
@@ -175,6 +186,11 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, drops: &KernelDrops, changes
     for file in files {
         if inodes.file(file.ino()) == Ok(file) {
             drop_inode(file.ino());
+            if watch.drop_names_of_changed_files
+                && let Ok(path) = inodes.path(file.ino())
+            {
+                drop_name(&path);
+            }
         }
     }
     for path in &names {
