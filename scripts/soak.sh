@@ -16,7 +16,7 @@
 # io_uring queues, `ringfs mount --io-uring`, where root can switch them on; also with reads
 # under locks and through memory maps; files published by a rename through one mount, read
 # through another that lists them), the random namespace operations in turns on two mounts
-# (three new seeds each round), the advisory-lock tests (waits, signals, grants beside
+# (three new seeds each round) and at once on both, the advisory-lock tests (waits, signals, grants beside
 # reads, a counter under locks from two mounts), and both protocol fuzzers: the
 # request-handling fuzzer (RINGFS_SOAK_FUZZ_REQUESTS mutated requests per test, default
 # 20,000) and the decoder fuzzer (1,000,000 mutated bodies).
@@ -50,7 +50,7 @@ if [ -w "$uring_parameter" ]; then
 fi
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers files_renamed_over" "posix_mount in_turns" "locks" "fuzz_server" "proto fuzz"; do
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers files_renamed_over" "posix_mount in_turns at_once" "locks" "fuzz_server" "proto fuzz"; do
         # ("faults reads_stay_whole" runs both the relay test and the network-namespace one;
         # "proto fuzz" is the decoder fuzzer, a unit test of ringfs-proto.)
         name=${test%% *}

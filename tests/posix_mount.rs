@@ -674,11 +674,12 @@ fn random_namespace_operations_in_turns_on_two_mounts_match_tmpfs_and_show_on_th
             let shown = Instant::now() + SHOWS_ELSEWHERE_WITHIN;
             let mut last = String::new();
             while Instant::now() < shown {
+                // (Names first: a listing hands the kernel fresh entries for what it lists.)
+                let found_names = looked_up(&roots[other], &named);
                 last = match try_snapshot(&roots[other]) {
                     Ok(found) => differences(&expected, &found),
                     Err(error) => error,
                 };
-                let found_names = looked_up(&roots[other], &named);
                 for ((name, expected), (_, found)) in expected_names.iter().zip(&found_names) {
                     if expected != found {
                         last.push_str(&format!("\n  lstat {name}: expected {expected:?}, found {found:?}"));
@@ -731,6 +732,196 @@ fn looked_up(root: &Path, names: &BTreeSet<String>) -> Vec<(String, Result<Strin
         .iter()
         .map(|name| (name.clone(), std::fs::symlink_metadata(root.join(name)).map(describe_found).map_err(|error| describe(&error))))
         .collect()
+}
+
+/// The random operations on both mounts at once (as two nodes), each on the names it sees:
+/// outcomes may differ from any order of them, but none may be an error a local file system
+/// would not give (EIO, ESTALE, a hang), and once both are done every mount — the two and a
+/// fresh third, whose kernel cached nothing — must show one tree within
+/// [`SHOWS_ELSEWHERE_WITHIN`], with every file's link count its number of names and every
+/// directory's 2 + its subdirectories.
+#[test]
+fn random_namespace_operations_at_once_on_two_mounts_leave_one_consistent_tree() {
+    if !fuse_available() {
+        return;
+    }
+    const OPERATIONS: usize = 600;
+    let cluster = TestCluster::start(3);
+    let mounts = [cluster.mount(&[]), cluster.mount(&[])];
+    let seed = match std::env::var("RINGFS_TEST_SEEDS") {
+        Ok(_) => seeds()[0],
+        Err(_) => ringfs_rpc::memory::random_u64() % 100_000,
+    };
+    let roots = mounts.each_ref().map(|mount| mount.path(&format!("seed-{seed}")));
+    std::fs::create_dir(&roots[0]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let outcomes: Vec<Vec<(Operation, Result<String, String>)>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = roots
+            .iter()
+            .enumerate()
+            .map(|(index, root)| {
+                scope.spawn(move || {
+                    let mut random = Random::new(seed * 2 + index as u64);
+                    let mut done = Vec::new();
+                    while done.len() < OPERATIONS && Instant::now() < deadline {
+                        let operation = random_operation(&mut random, &names_seen(root));
+                        let outcome = apply(root, &operation);
+                        done.push((operation, outcome));
+                    }
+                    done
+                })
+            })
+            .collect();
+        workers.into_iter().map(|worker| worker.join().expect("a worker panicked")).collect()
+    });
+    let history = || {
+        outcomes
+            .iter()
+            .enumerate()
+            .map(|(mount, done)| {
+                format!(
+                    "mount {mount}:\n{}",
+                    done.iter()
+                        .enumerate()
+                        .map(|(index, (operation, outcome))| format!("  {index:3}: {operation:?} -> {outcome:?}\n"))
+                        .collect::<String>()
+                )
+            })
+            .collect::<String>()
+    };
+    for (mount, done) in outcomes.iter().enumerate() {
+        assert!(done.len() == OPERATIONS, "seed {seed}: mount {mount} ran only {} operations in the time allowed", done.len());
+        let succeeded = done.iter().filter(|(_, outcome)| outcome.is_ok()).count();
+        assert!(
+            succeeded > OPERATIONS / 5,
+            "seed {seed}: only {succeeded} operations succeeded through mount {mount}; the test exercises too little"
+        );
+        for (operation, outcome) in done {
+            if let Err(error) = outcome {
+                let never = ["errno 5 ", "errno 116 ", "errno 110 ", "errno 11 ", "errno 9 ", "errno 107 "];
+                assert!(
+                    !never.iter().any(|errno| error.starts_with(errno)),
+                    "seed {seed}: {operation:?} through mount {mount}: {error}\n{}",
+                    history()
+                );
+            }
+        }
+    }
+    let fresh = cluster.mount(&[]);
+    let all = [roots[0].clone(), roots[1].clone(), fresh.path(&format!("seed-{seed}"))];
+    let shown = Instant::now() + SHOWS_ELSEWHERE_WITHIN;
+    let mut last;
+    loop {
+        last = String::new();
+        // Every name of the name space, looked up first (a listing hands the kernel fresh
+        // entries for what it lists, not for what is gone).
+        let names = name_space();
+        let found: Vec<_> = all.iter().map(|root| looked_up(root, &names)).collect();
+        for index in 0..2 {
+            for ((name, truth), (_, seen)) in found[2].iter().zip(&found[index]) {
+                if truth != seen {
+                    last.push_str(&format!("mount {index}: lstat {name}: {seen:?}, a fresh mount: {truth:?}\n"));
+                }
+            }
+        }
+        match all.iter().map(|root| try_snapshot(root)).collect::<Result<Vec<_>, _>>() {
+            Ok(trees) => {
+                for (index, tree) in trees.iter().enumerate().take(2) {
+                    let differences = differences(&trees[2], tree);
+                    if !differences.is_empty() {
+                        last.push_str(&format!("mount {index} against a fresh mount:\n{differences}\n"));
+                    }
+                }
+                if last.is_empty() {
+                    // (The tree's deeper names, looked up again after the listing, are fresh.)
+                    last = link_count_problems(&trees[2]);
+                    assert!(last.is_empty(), "seed {seed}: the tree every mount shows has wrong link counts:\n{last}\n{}", history());
+                    break;
+                }
+            }
+            Err(error) => last = error,
+        }
+        assert!(
+            Instant::now() < shown,
+            "seed {seed}: {SHOWS_ELSEWHERE_WITHIN:?} after the operations the mounts still differ:\n{last}\n{}",
+            history()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_link_count_check_finds_counts_that_are_not_names_or_subdirectories() {
+    let file = |nlink| Node::File { mode: 0o644, nlink, size: 0, fingerprint: 0 };
+    let directory = |nlink| Node::Directory { mode: 0o755, nlink };
+    let nodes: BTreeMap<String, Node> = [("a", file(2)), ("d", directory(3)), ("d/b", file(2)), ("d/e", directory(2)), ("lone", file(1))]
+        .into_iter()
+        .map(|(name, node)| (name.to_string(), node))
+        .collect();
+    let linked = BTreeSet::from([vec!["a".to_string(), "d/b".to_string()]]);
+    assert_eq!(link_count_problems(&Snapshot { nodes: nodes.clone(), linked }), "");
+    let problems = link_count_problems(&Snapshot { nodes, linked: BTreeSet::new() });
+    assert!(problems.contains("a: link count 2, names 1") && problems.contains("d/b: link count 2, names 1"), "{problems}");
+    let wrong_directory: BTreeMap<String, Node> =
+        [("d", directory(2)), ("d/e", directory(2))].into_iter().map(|(name, node)| (name.to_string(), node)).collect();
+    assert!(
+        link_count_problems(&Snapshot { nodes: wrong_directory, linked: BTreeSet::new() }).contains("d: link count 2, subdirectories 1")
+    );
+}
+
+/// The names below `root` as far as they can be listed while another client changes them.
+fn names_seen(root: &Path) -> Names {
+    fn collect(root: &Path, prefix: &str, names: &mut Names) {
+        let Ok(entries) = std::fs::read_dir(root.join(prefix)) else { return };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let relative = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+            match entry.file_type() {
+                Ok(kind) if kind.is_dir() => {
+                    if relative.matches('/').count() < 8 {
+                        collect(root, &relative, names);
+                    }
+                }
+                Ok(_) => names.files.push(relative.clone()),
+                Err(_) => continue,
+            }
+            names.all.push(relative);
+        }
+    }
+    let mut names = Names { all: Vec::new(), files: Vec::new() };
+    collect(root, "", &mut names);
+    names.all.sort();
+    names.files.sort();
+    names
+}
+
+/// Files whose link count is not their number of names, directories whose link count is not
+/// 2 + their subdirectories: one line each.
+fn link_count_problems(tree: &Snapshot) -> String {
+    let mut problems = Vec::new();
+    let names_of = |name: &String| tree.linked.iter().find(|group| group.contains(name)).map_or(1, |group| group.len() as u64);
+    for (name, node) in &tree.nodes {
+        match node {
+            Node::File { nlink, .. } | Node::Special { nlink, .. } if *nlink != names_of(name) => {
+                problems.push(format!("  {name}: link count {nlink}, names {}", names_of(name)));
+            }
+            Node::Directory { nlink, .. } => {
+                let prefix = format!("{name}/");
+                let subdirectories = tree
+                    .nodes
+                    .iter()
+                    .filter(|(child, node)| {
+                        matches!(node, Node::Directory { .. }) && child.strip_prefix(&prefix).is_some_and(|rest| !rest.contains('/'))
+                    })
+                    .count() as u64;
+                if *nlink != 2 + subdirectories {
+                    problems.push(format!("  {name}: link count {nlink}, subdirectories {subdirectories}"));
+                }
+            }
+            _ => {}
+        }
+    }
+    problems.join("\n")
 }
 
 fn numbered_on_mounts(operations: &[(usize, Operation, Result<String, String>)]) -> String {
