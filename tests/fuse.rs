@@ -521,6 +521,23 @@ fn a_working_directory_renamed_elsewhere_keeps_working() {
     if !fuse_available() {
         return;
     }
+    shell_in_a_directory_renamed_elsewhere(&[("/run", "/moved")], "/moved");
+}
+
+/// Two renames in a row elsewhere, well within one look of the mount's watch: the first's
+/// new name is gone when the watch checks it (a shell there could create nothing before:
+/// "No such file or directory", for as long as it stayed in the directory).
+#[test]
+fn a_working_directory_renamed_twice_elsewhere_keeps_working() {
+    if !fuse_available() {
+        return;
+    }
+    shell_in_a_directory_renamed_elsewhere(&[("/run", "/moved"), ("/moved", "/done")], "/done");
+}
+
+/// A shell in `/run/out` through a mount while the native client makes `renames` (of `/run`,
+/// ending at `last`): the shell goes on creating and reading files in its directory.
+fn shell_in_a_directory_renamed_elsewhere(renames: &[(&str, &str)], last: &str) {
     let cluster = TestCluster::start(2);
     let mount = cluster.mount(&[]);
     std::fs::create_dir_all(mount.path("run/out")).unwrap();
@@ -539,7 +556,9 @@ fn a_working_directory_renamed_elsewhere_keeps_working() {
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     assert_eq!(line, "in\n", "the shell is in its directory");
     let client = cluster.client();
-    client.rename("/run", "/moved").unwrap();
+    for (from, to) in renames {
+        client.rename(from, to).unwrap();
+    }
     // (The watch asks a quiet server at least once a second.)
     std::thread::sleep(Duration::from_millis(2500));
     shell.stdin.take().unwrap().write_all(b"go\n").unwrap();
@@ -550,9 +569,10 @@ fn a_working_directory_renamed_elsewhere_keeps_working() {
     shell.stderr.take().unwrap().read_to_string(&mut errors).unwrap();
     assert!(status.success(), "the shell failed in its renamed directory: {errors}");
     assert_eq!(rest, "input\nf\n");
-    assert_eq!(std::fs::read(mount.path("moved/out/f")).unwrap(), b"made\n");
+    let moved = &last[1..];
+    assert_eq!(std::fs::read(mount.path(&format!("{moved}/out/f"))).unwrap(), b"made\n");
     let mut made = vec![0u8; 16];
-    let fd = client.open("/moved/out/f", ringfs_client::OpenFlags::READ, 0).unwrap();
+    let fd = client.open(&format!("{last}/out/f"), ringfs_client::OpenFlags::READ, 0).unwrap();
     let count = client.pread(fd, &mut made, 0).unwrap();
     assert_eq!(&made[..count], b"made\n", "the file is where the directory is now");
     assert!(std::fs::metadata(mount.path("run")).is_err());

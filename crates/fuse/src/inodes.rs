@@ -223,7 +223,7 @@ impl Inodes {
 }
 
 /// Where `path` is after a rename of `old` to `new`: `None` unless it is `old` or below it.
-fn moved(path: &str, old: &str, new: &str) -> Option<String> {
+pub(crate) fn moved(path: &str, old: &str, new: &str) -> Option<String> {
     if path == old {
         Some(new.to_string())
     } else if ringfs_proto::path::is_inside(path, old) {

@@ -14,7 +14,8 @@
 //! A rename made elsewhere of a file or directory the kernel holds moves its path in the
 //! inode table ([`follow_moves`]): the kernel goes on using the inode (a shell whose working
 //! directory was renamed on another node creates files in it), and the mount must send
-//! those requests to the new name.
+//! those requests to the new name — or to where later renames, told in the same look or
+//! before it, took that name on.
 //!
 //! An answer read from the servers before a change but given to the kernel after the change
 //! was dropped would stay cached: so every batch of drops is counted ([`Watch::dropped`]),
@@ -110,10 +111,12 @@ pub fn spawn(
         .name("ringfs-watch".into())
         .spawn(move || {
             position.pace(interval, QUIET_INTERVAL, pace.budget);
+            let mut recent = RecentMoves::default();
             while !watch.stop.load(Ordering::Acquire) {
                 match client.changes(&mut position) {
                     Ok(changes) => {
-                        follow_moves(&inodes, &client, &changes.moves);
+                        recent.add(&changes.moves);
+                        follow_moves(&inodes, &client, &changes.moves, &recent);
                         drop_changed(&watch, &inodes, &drops, changes);
                     }
                     // Asked again next time: the servers keep the changes meanwhile.
@@ -125,16 +128,71 @@ pub fn spawn(
         .expect("a thread can be started")
 }
 
+/// How long the watch remembers the renames it was told of, to follow a rename through the
+/// ones told before it (servers answer at their own pace, so a later rename of a name may be
+/// told first).
+const REMEMBER_MOVES_FOR: Duration = Duration::from_secs(5);
+/// The most renames it remembers.
+const MOST_REMEMBERED_MOVES: usize = 1024;
+
+/// The renames told lately (see [`REMEMBER_MOVES_FOR`]).
+#[derive(Default)]
+struct RecentMoves {
+    moves: std::collections::VecDeque<(std::time::Instant, NameMove)>,
+}
+
+impl RecentMoves {
+    fn add(&mut self, told: &[NameMove]) {
+        let now = std::time::Instant::now();
+        while self.moves.front().is_some_and(|(at, _)| now.duration_since(*at) > REMEMBER_MOVES_FOR)
+            || self.moves.len() + told.len() > MOST_REMEMBERED_MOVES
+        {
+            if self.moves.pop_front().is_none() {
+                break;
+            }
+        }
+        self.moves.extend(told.iter().take(MOST_REMEMBERED_MOVES).map(|moved| (now, moved.clone())));
+    }
+}
+
+/// Where a name renamed to `to` may be now: `to`, and where the renames told lately took it
+/// on from there (`mv a b; mv b c` within one look: `b` is gone when the watch looks).
+fn places_after(to: &str, recent: &RecentMoves) -> Vec<String> {
+    const MOST: usize = 16;
+    let mut places = vec![to.to_string()];
+    let mut next = 0;
+    while next < places.len() && places.len() < MOST {
+        for (_, later) in &recent.moves {
+            if let Some(place) = crate::inodes::moved(&places[next], &later.from, &later.to)
+                && !places.contains(&place)
+                && places.len() < MOST
+            {
+                places.push(place);
+            }
+        }
+        next += 1;
+    }
+    places
+}
+
 /// Follows renames others made (see the module doc): a held inode at a rename's old name is
 /// moved in the table to the new one (with what the table holds below it), if the new name
-/// names its file now. (Not otherwise: the old name may have been made again since, here.)
-fn follow_moves(inodes: &InodeTable, client: &Client, moves: &[NameMove]) {
+/// names its file now — or to where the renames told lately took that name on, if one of
+/// those names it. (Not otherwise: the old name may have been made again since, here.)
+fn follow_moves(inodes: &InodeTable, client: &Client, moves: &[NameMove], recent: &RecentMoves) {
     for moved in moves {
         let Some(file) = inodes.inode_at(&moved.from).and_then(|inode| inodes.file(inode).ok()) else { continue };
-        match client.lstat(&moved.to) {
-            Ok(stat) if stat.file == file => inodes.renamed(&moved.from, &moved.to, moved.exchange),
-            Ok(_) => {}
-            Err(errno) => log::debug!("could not follow the rename of {} to {}: {errno}", moved.from, moved.to),
+        // (An exchange put the other file at the old name: its new name only.)
+        let places = if moved.exchange { vec![moved.to.clone()] } else { places_after(&moved.to, recent) };
+        for place in &places {
+            match client.lstat(place) {
+                Ok(stat) if stat.file == file => {
+                    inodes.renamed(&moved.from, place, moved.exchange);
+                    break;
+                }
+                Ok(_) => {}
+                Err(errno) => log::debug!("could not follow the rename of {} to {place}: {errno}", moved.from),
+            }
         }
     }
 }
@@ -195,5 +253,37 @@ fn drop_changed(watch: &Watch, inodes: &InodeTable, drops: &KernelDrops, changes
     }
     for path in &names {
         drop_name(path);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn moved(from: &str, to: &str) -> NameMove {
+        NameMove { from: from.into(), to: to.into(), exchange: false }
+    }
+
+    #[test]
+    fn a_rename_is_followed_on_through_the_renames_told_with_it_or_before_it() {
+        let mut recent = RecentMoves::default();
+        // `mv /run /moved; mv /moved /done`, the second told first.
+        recent.add(&[moved("/moved", "/done")]);
+        recent.add(&[moved("/run", "/moved")]);
+        assert_eq!(places_after("/moved", &recent), vec!["/moved".to_string(), "/done".to_string()]);
+        assert_eq!(places_after("/moved/out", &recent), vec!["/moved/out".to_string(), "/done/out".to_string()], "below it too");
+        assert_eq!(places_after("/other", &recent), vec!["/other".to_string()]);
+        // A cycle of renames ends.
+        recent.add(&[moved("/done", "/moved")]);
+        assert_eq!(places_after("/moved", &recent).len(), 2);
+    }
+
+    #[test]
+    fn the_renames_remembered_are_bounded() {
+        let mut recent = RecentMoves::default();
+        let many: Vec<NameMove> = (0..3000).map(|index| moved(&format!("/a{index}"), &format!("/b{index}"))).collect();
+        recent.add(&many);
+        recent.add(&many[..10]);
+        assert!(recent.moves.len() <= MOST_REMEMBERED_MOVES);
     }
 }
