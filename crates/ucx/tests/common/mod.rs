@@ -71,9 +71,29 @@ impl PeerProcess {
         PeerProcess { child, address }
     }
 
+    /// Sends `signal`; for SIGSTOP, returns once every thread of the peer has stopped (the
+    /// signal takes effect as each thread next leaves the kernel: on a loaded machine the
+    /// peer answered a request sent right after the `kill`).
     pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: a process we started and have not reaped.
         unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        if signal == libc::SIGSTOP {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !self.stopped() {
+                assert!(Instant::now() < deadline, "the peer did not stop within 10 s of SIGSTOP");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    }
+
+    /// Whether every thread of the peer is stopped (state `T` in `/proc/PID/task/*/stat`).
+    fn stopped(&self) -> bool {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.child.id())) else { return false };
+        tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            // (The state follows the command name, which is in parentheses.)
+            stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
     }
 }
 
