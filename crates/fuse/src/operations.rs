@@ -127,8 +127,9 @@ impl RingfsFilesystem {
         Ok(self.read(&stat))
     }
 
-    /// The kernel's attributes of a file the kernel holds, just read from ringfs (noted in
-    /// the inode table, see [`crate::inodes`]).
+    /// The kernel's attributes of a file the kernel holds, just read from ringfs for an
+    /// answer that hands over its inode (noted in the inode table, see [`crate::inodes`]);
+    /// if they differ from what the kernel was handed last, it drops those first.
     fn read(&self, stat: &Stat) -> FileAttr {
         let mut stale = Vec::new();
         let attr = self.read_noting_stale(stat, Handing::WithInode, &mut stale);
