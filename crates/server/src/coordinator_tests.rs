@@ -232,6 +232,44 @@ fn a_directory_rename_whose_move_answer_was_lost_moves_every_name_once() {
     assert!(cluster.net.delivered("MoveSubtree").iter().filter(|delivery| delivery.to == "s1").count() >= 2);
 }
 
+/// The names a server takes out for a directory rename exist nowhere else until their new
+/// servers have them: if none reaches one new server for as long as the rename tries (the
+/// coordinator gives up after half a lease) and still not at the thaw, they must not be
+/// dropped.
+#[test]
+fn names_moved_that_cannot_reach_their_new_server_during_the_whole_rename_are_not_lost() {
+    let cluster = TestCluster::new(3);
+    create(&cluster, "/d", DIR_MODE);
+    let mut names: Vec<String> = Vec::new();
+    for server in ["s0", "s1", "s2"] {
+        for round in 0..3 {
+            names.push(cluster.path_on(&format!("/d/{round}f"), server));
+        }
+    }
+    let files: Vec<FileId> = names.iter().map(|name| create(&cluster, name, FILE_MODE)).collect();
+    // Every name's new server under /e; cut off the one that receives the most of them.
+    let receivers: Vec<String> = names.iter().map(|name| cluster.owner_of(&name.replacen("/d/", "/e/", 1))).collect();
+    let victim =
+        ["s0", "s1", "s2"].into_iter().max_by_key(|server| receivers.iter().filter(|receiver| receiver == server).count()).unwrap();
+    let cut = Arc::new(AtomicBool::new(true));
+    cluster.net.add(Filter::new("PutEntries", Action::Drop).to(victim).while_raised(cut.clone()));
+
+    let renamed = rename(&cluster, "/d", "/e");
+    cut.store(false, Ordering::SeqCst);
+    // (What the servers' heartbeats do.)
+    for server in &cluster.servers {
+        server.dispatcher.names.retry_releases();
+        assert!(server.dispatcher.trees.send_undelivered(), "the names reach their server once it can be reached");
+    }
+
+    // Wherever the rename left the tree, every file is still reachable by a name.
+    let root = if lookup(&cluster, "/e").is_ok() { "/e" } else { "/d" };
+    for (name, file) in names.iter().zip(&files) {
+        let now = name.replacen("/d/", &format!("{root}/"), 1);
+        assert_eq!(lookup(&cluster, &now), Ok(*file), "{now} after the rename answered {renamed:?}");
+    }
+}
+
 #[test]
 fn a_lost_thaw_is_sent_again_and_the_tree_thaws() {
     let cluster = TestCluster::new(3);

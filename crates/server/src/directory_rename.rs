@@ -69,10 +69,16 @@ impl From<Errno> for TreeRenameError {
 /// arrives late — a request held up in the network past its retry — is refused. A late
 /// `MoveSubtree` would otherwise take the names now below the old path (the directory may
 /// have been renamed back since) and move them where no directory is.
+///
+/// Names taken out here that have not reached their new servers when the rename ends are
+/// kept ([`SubtreeMoves::undelivered`]) and sent again until they have: they exist nowhere
+/// else. While any are kept, this server refuses the next rename's freeze (EBUSY), so that
+/// no later rename can move the tree on before they arrive.
 #[derive(Default)]
 struct SubtreeMoves {
     moves: Mutex<HashMap<RenameToken, SubtreeMove>>,
     ended: Mutex<EndedRenames>,
+    undelivered: Mutex<Vec<(RenameToken, MovedEntry)>>,
 }
 
 /// Tokens of the last [`ENDED_KEPT`] renames that ended on this server.
@@ -178,6 +184,11 @@ impl DirectoryRenames {
             // subtrees for a lease with nobody to thaw them.
             return Err(Errno::ESTALE);
         }
+        if !self.send_undelivered() {
+            // Names of an earlier rename are still on their way: a rename now could move
+            // the tree on before they arrive (the coordinator tries again).
+            return Err(Errno::EBUSY);
+        }
         self.names.gate.freeze(subtree.token, &subtree.from, &subtree.to);
         if let Some(held) = self.names.locks().renamed_inside([&subtree.from, &subtree.to], subtree.token) {
             log::debug!("freeze of {} and {} waits for {held}", subtree.from, subtree.to);
@@ -238,9 +249,38 @@ impl DirectoryRenames {
         if let Err(error) = self.node.store.put_entries(&state.held_back) {
             log::error!("directory rename: storing names moved here failed: {error}");
         }
-        if !state.unsent.is_empty() && self.send_moved(token, state.unsent).is_err() {
-            log::error!("directory rename: names moved from here could not reach their new servers and are lost");
+        if !state.unsent.is_empty()
+            && let Err(unsent) = self.send_moved(token, state.unsent)
+        {
+            log::warn!(
+                "directory rename: {} names moved from here have not reached their new servers yet (sent again later)",
+                unsent.len()
+            );
+            self.moves.undelivered.lock().extend(unsent.into_iter().map(|entry| (token, entry)));
         }
+    }
+
+    /// Sends again the names of ended renames that have not reached their new servers
+    /// (every heartbeat, and before a freeze): whether none is left.
+    pub fn send_undelivered(&self) -> bool {
+        let waiting = std::mem::take(&mut *self.moves.undelivered.lock());
+        if waiting.is_empty() {
+            return true;
+        }
+        let mut by_token: BTreeMap<RenameToken, Vec<MovedEntry>> = BTreeMap::new();
+        for (token, entry) in waiting {
+            by_token.entry(token).or_default().push(entry);
+        }
+        let mut left = Vec::new();
+        for (token, entries) in by_token {
+            if let Err(unsent) = self.send_moved(token, entries) {
+                left.extend(unsent.into_iter().map(|entry| (token, entry)));
+            }
+        }
+        let delivered = left.is_empty();
+        // (Beside names another thread may have added meanwhile.)
+        self.moves.undelivered.lock().extend(left);
+        delivered
     }
 
     /// A tree moving into the cached tree: tells the inodes of the names taken out here
@@ -572,10 +612,14 @@ impl DirectoryRenames {
         self.bind_moved_into_cached_tree(subtree.token)?;
         let count = moved.len() as u64;
         if let Err(unsent) = self.send_moved(subtree.token, moved) {
-            if let Some(state) = self.moves.lock().get_mut(&subtree.token) {
-                state.unsent.extend(unsent);
+            // Taken: the move is done here, and the names reach their servers later — again
+            // with a repeated step, at the thaw, and then every heartbeat until they have
+            // (`send_undelivered`). Failing the step instead would make the coordinator give
+            // the rename up with names already at their new paths below no directory.
+            match self.moves.lock().get_mut(&subtree.token) {
+                Some(state) => state.unsent.extend(unsent),
+                None => self.moves.undelivered.lock().extend(unsent.into_iter().map(|entry| (subtree.token, entry))),
             }
-            return Err(Errno::EIO);
         }
         Ok(Response::Count(count))
     }
