@@ -79,6 +79,9 @@ struct SubtreeMoves {
     moves: Mutex<HashMap<RenameToken, SubtreeMove>>,
     ended: Mutex<EndedRenames>,
     undelivered: Mutex<Vec<(RenameToken, MovedEntry)>>,
+    /// Held while undelivered names are sent again: a freeze that finds none waiting must not
+    /// pass while another thread's sends of them may still fail.
+    sending: Mutex<()>,
 }
 
 /// Tokens of the last [`ENDED_KEPT`] renames that ended on this server.
@@ -263,6 +266,7 @@ impl DirectoryRenames {
     /// Sends again the names of ended renames that have not reached their new servers
     /// (every heartbeat, and before a freeze): whether none is left.
     pub fn send_undelivered(&self) -> bool {
+        let _sending = self.moves.sending.lock();
         let waiting = std::mem::take(&mut *self.moves.undelivered.lock());
         if waiting.is_empty() {
             return true;
