@@ -187,9 +187,11 @@ impl DirectoryRenames {
             // subtrees for a lease with nobody to thaw them.
             return Err(Errno::ESTALE);
         }
-        if !self.send_undelivered() {
-            // Names of an earlier rename are still on their way: a rename now could move
-            // the tree on before they arrive (the coordinator tries again).
+        let unsent_elsewhere = self.moves.lock().iter().any(|(token, state)| *token != subtree.token && !state.unsent.is_empty());
+        if unsent_elsewhere || !self.send_undelivered() {
+            // Names of an earlier rename (ended, or with its thaw not here yet) are still on
+            // their way: a rename now could move the tree on before they arrive (the
+            // coordinator tries again).
             return Err(Errno::EBUSY);
         }
         self.names.gate.freeze(subtree.token, &subtree.from, &subtree.to);
