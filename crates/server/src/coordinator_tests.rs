@@ -255,12 +255,20 @@ fn names_moved_that_cannot_reach_their_new_server_during_the_whole_rename_are_no
     cluster.net.add(Filter::new("PutEntries", Action::Drop).to(victim).while_raised(cut.clone()));
 
     let renamed = rename(&cluster, "/d", "/e");
+    // While names are on their way, the next rename's freeze is refused where they wait.
+    let later = ringfs_proto::Subtree { token: crate::name_locks::new_token(), from: "/e".into(), to: "/g".into(), exchange: false };
+    let waiting: Vec<usize> = (0..3).filter(|&index| !cluster.servers[index].dispatcher.trees.send_undelivered()).collect();
+    assert!(!waiting.is_empty(), "some names could not be sent while the cut lasts");
+    for &index in &waiting {
+        assert_eq!(cluster.servers[index].dispatcher.trees.freeze(&later).map(drop), Err(Errno::EBUSY));
+    }
     cut.store(false, Ordering::SeqCst);
     // (What the servers' heartbeats do.)
     for server in &cluster.servers {
         server.dispatcher.names.retry_releases();
         assert!(server.dispatcher.trees.send_undelivered(), "the names reach their server once it can be reached");
     }
+    assert_eq!(renamed, Ok(()), "the rename completed: every server took its names");
 
     // Wherever the rename left the tree, every file is still reachable by a name.
     let root = if lookup(&cluster, "/e").is_ok() { "/e" } else { "/d" };

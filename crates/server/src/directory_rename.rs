@@ -97,6 +97,8 @@ const ENDED_KEPT: usize = 4096;
 
 #[derive(Default)]
 struct SubtreeMove {
+    /// When this server first heard of the move (its freeze or its step).
+    began: Option<Instant>,
     taken: bool,
     held_back: Vec<MovedEntry>,
     /// Names taken out here whose new server has not confirmed them yet: a repeated
@@ -114,7 +116,16 @@ impl SubtreeMoves {
 
     /// A rename froze this server: its move has begun.
     pub fn begin(&self, token: RenameToken) {
-        self.lock().entry(token).or_default();
+        self.lock().entry(token).or_default().began.get_or_insert_with(crate::sched::now);
+    }
+
+    /// Whether a rename other than `token`, heard of within a lease, still has names taken
+    /// out here that have not reached their new servers.
+    fn unsent_elsewhere(&self, token: RenameToken) -> bool {
+        let now = crate::sched::now();
+        self.lock().iter().any(|(other, state)| {
+            *other != token && !state.unsent.is_empty() && state.began.is_none_or(|began| now.saturating_duration_since(began) < LEASE)
+        })
     }
 
     /// Rename `token` ended here.
@@ -187,8 +198,7 @@ impl DirectoryRenames {
             // subtrees for a lease with nobody to thaw them.
             return Err(Errno::ESTALE);
         }
-        let unsent_elsewhere = self.moves.lock().iter().any(|(token, state)| *token != subtree.token && !state.unsent.is_empty());
-        if unsent_elsewhere || !self.send_undelivered() {
+        if self.moves.unsent_elsewhere(subtree.token) || !self.send_undelivered() {
             // Names of an earlier rename (ended, or with its thaw not here yet) are still on
             // their way: a rename now could move the tree on before they arrive (the
             // coordinator tries again).
@@ -262,6 +272,25 @@ impl DirectoryRenames {
                 unsent.len()
             );
             self.moves.undelivered.lock().extend(unsent.into_iter().map(|entry| (token, entry)));
+        }
+    }
+
+    /// Ends the moves of renames this server heard of more than two leases ago and never
+    /// heard the end of (their coordinator died, and their freeze has lapsed): the names
+    /// held back are stored and those not sent yet are kept to be sent again, as at a thaw
+    /// (every heartbeat).
+    pub fn end_lapsed_moves(&self) {
+        let now = crate::sched::now();
+        let lapsed: Vec<RenameToken> = self
+            .moves
+            .lock()
+            .iter()
+            .filter(|(_, state)| state.began.is_some_and(|began| now.saturating_duration_since(began) > 2 * LEASE))
+            .map(|(token, _)| *token)
+            .collect();
+        for token in lapsed {
+            log::warn!("directory rename {token:?} never ended here: its move ends now");
+            self.end_subtree_move(token);
         }
     }
 
@@ -589,6 +618,7 @@ impl DirectoryRenames {
                 return Err(Errno::ESTALE);
             }
             let state = moves.entry(subtree.token).or_default();
+            state.began.get_or_insert_with(crate::sched::now);
             if state.taken {
                 // A repeated step (its answer was lost, or names did not reach their server):
                 // send again what is still unsent.

@@ -517,7 +517,9 @@ fn revive_members(
         reclaimer.step(node);
         // Name locks whose release was lost in a fault.
         dispatcher.names.retry_releases();
-        // Names a directory rename moved that have not reached their new servers yet.
+        // Names a directory rename moved that have not reached their new servers yet (also
+        // of renames whose end never came).
+        dispatcher.trees.end_lapsed_moves();
         dispatcher.trees.send_undelivered();
         // Name locks of renames whose server died and is back as a new process.
         dispatcher.names.release_locks_of_restarted_servers();
