@@ -50,7 +50,7 @@ if [ -w "$uring_parameter" ]; then
 fi
 while [ "$(date +%s)" -lt "$end" ]; do
     seed=$((seed + 1))
-    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers files_renamed_over" "posix_mount in_turns at_once" "locks" "fuzz_server" "proto fuzz"; do
+    for test in "simulation" "faults reads_stay_whole" "namespace concurrent_mixed" "failures namespace_operations_cut_short a_truncate" "cache" "gmem eviction_storms" "gmem reads_meeting" "mount_load eight_workers files_renamed_over" "posix_mount in_turns at_once --include-ignored" "locks" "fuzz_server" "proto fuzz"; do
         # ("faults reads_stay_whole" runs both the relay test and the network-namespace one;
         # "proto fuzz" is the decoder fuzzer, a unit test of ringfs-proto.)
         name=${test%% *}

@@ -373,6 +373,39 @@ fn a_rename_to_itself_beside_renames_over_the_name_never_fails_stale() {
     });
 }
 
+/// A rename onto a name that another client keeps renaming files over: the target's name
+/// lock read the name, then its file, which the other rename had just replaced — ESTALE
+/// reached the caller (found by `posix_mount.rs:
+/// random_namespace_operations_at_once_on_two_mounts_…`, seed 68955, through a mount).
+#[test]
+fn a_rename_onto_a_name_others_rename_over_never_fails_stale() {
+    let cluster = TestCluster::start(2);
+    let setup = cluster.client();
+    setup.close(setup.create("/x", 0o644).unwrap()).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let replacer = cluster.client();
+        let stop = &stop;
+        scope.spawn(move || {
+            for round in 0..3000 {
+                let own = format!("/new-{}", round % 4);
+                replacer.close(replacer.create(&own, 0o644).unwrap()).unwrap();
+                replacer.rename(&own, "/x").unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let renamer = cluster.client();
+        let mut renames = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            renamer.close(renamer.create("/mine", 0o644).unwrap()).unwrap();
+            match renamer.rename("/mine", "/x") {
+                Ok(()) => renames += 1,
+                Err(errno) => panic!("rename /mine -> /x after {renames}: {errno}"),
+            }
+        }
+    });
+}
+
 #[test]
 fn file_positions_append_and_attributes_work() {
     let cluster = TestCluster::start(2);
